@@ -1,0 +1,39 @@
+# Two commands for a newcomer: `make run` (set up + start the app) and `make test` (set up + run the tests).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup run test lint bench app dmg clean screenshots
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e ".[test,package]"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/qwen-desk
+
+test: $(STAMP)
+	QT_QPA_PLATFORM=offscreen MLX_DISABLE_COMPILE=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/lint-imports
+
+bench: $(STAMP)
+	$(BIN)/python bench/run_all.py
+
+app: $(STAMP)
+	$(BIN)/python packaging/build.py
+
+dmg: app
+	$(BIN)/python packaging/build.py --dmg
+
+screenshots: $(STAMP)
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m macapp.devtools.screenshots docs/
+
+clean:
+	rm -rf build dist $(VENV) .pytest_cache

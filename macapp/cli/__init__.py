@@ -1,0 +1,52 @@
+"""The `qwen-desk` command: subcommands on the core; no subcommand starts the window."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from macapp import __version__
+
+# Each module defines `register(subparsers)`, which adds its parser and sets `func(args) -> int`.
+SUBCOMMAND_MODULES = ("fit", "download", "chat", "history")
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed as one clear line, exit status 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="qwen-desk",
+        description="Run the Qwen3.5 family locally. With no command, opens the window.",
+    )
+    parser.add_argument("--version", action="version", version=f"qwen-desk {__version__}")
+    parser.add_argument("--screenshot", metavar="PATH", help="render the main window to a PNG and exit")
+    parser.add_argument("--self-test", action="store_true", help="check this installation end to end and exit")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in SUBCOMMAND_MODULES:
+        module = importlib.import_module(f"macapp.cli.{name}")
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.self_test:
+            from macapp.devtools.selftest import run_self_test
+
+            return run_self_test()
+        if args.command is None:
+            from macapp.ui.app import run_app
+
+            return run_app(screenshot=args.screenshot)
+        return int(args.func(args) or 0)
+    except UsageError as exc:
+        print(f"qwen-desk: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\nqwen-desk: interrupted", file=sys.stderr)
+        return 130

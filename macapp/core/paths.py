@@ -1,0 +1,50 @@
+"""Where the app keeps its data, settings, logs and built-in resources."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import platformdirs
+
+from macapp import APP_NAME
+
+HOME_ENV = "QWEN_DESK_HOME"
+
+
+def app_home() -> Path:
+    """The app's data folder: $QWEN_DESK_HOME, else ~/Library/Application Support/Qwen Desk (macOS) or the XDG data folder."""
+    override = os.environ.get(HOME_ENV)
+    home = Path(override).expanduser() if override else Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
+    home.mkdir(parents=True, exist_ok=True)
+    return home
+
+
+def db_path() -> Path:
+    return app_home() / "history.sqlite3"
+
+
+def settings_path() -> Path:
+    return app_home() / "settings.json"
+
+
+def logs_dir() -> Path:
+    path = app_home() / "logs"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def cache_dir() -> Path:
+    """App-level cache (e.g. catalog rows refreshed from the hub); model weights live in the HF cache, not here."""
+    path = app_home() / "cache"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def resources_dir() -> Path:
+    """The `resources/` folder: beside the package in a checkout, inside the bundle when frozen."""
+    frozen_root = getattr(sys, "_MEIPASS", None)
+    if frozen_root:
+        return Path(frozen_root) / "resources"
+    return Path(__file__).resolve().parents[2] / "resources"

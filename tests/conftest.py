@@ -1,0 +1,29 @@
+"""Shared fixtures. Each area keeps its fixtures in tests/fixtures/ and they are loaded here."""
+
+from __future__ import annotations
+
+import os
+
+# Before anything imports Qt, MLX or huggingface_hub.
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+os.environ.setdefault("MLX_DISABLE_COMPILE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("HF_HUB_DISABLE_XET", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest
+
+pytest_plugins = [
+    "tests.fixtures.models",
+    "tests.fixtures.hub",
+]
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(tmp_path_factory, monkeypatch):
+    """Every test gets its own app home and HF cache, so nothing touches the user's real data."""
+    home = tmp_path_factory.mktemp("qwen_desk_home")
+    monkeypatch.setenv("QWEN_DESK_HOME", str(home))
+    monkeypatch.setenv("HF_HOME", str(home / "hf"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", os.environ.get("HF_HUB_OFFLINE", "0"))
+    yield home
