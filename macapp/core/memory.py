@@ -1,0 +1,48 @@
+"""The app's own memory use: process RSS, plus MLX's active/peak memory once MLX has been imported."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+import psutil
+
+
+@dataclass(frozen=True)
+class AppMemory:
+    rss_bytes: int
+    mlx_active_bytes: int | None  # None until MLX is loaded (we never import it just to ask)
+    mlx_peak_bytes: int | None
+
+    @property
+    def in_use_bytes(self) -> int:
+        """The figure to show: MLX's buffers when known (model plus cache), else the process RSS."""
+        if self.mlx_active_bytes:
+            return max(self.mlx_active_bytes, 0)
+        return self.rss_bytes
+
+
+def app_memory() -> AppMemory:
+    rss = psutil.Process(os.getpid()).memory_info().rss
+    mx = sys.modules.get("mlx.core")
+    active = peak = None
+    if mx is not None:
+        try:
+            active = int(mx.get_active_memory())
+            peak = int(mx.get_peak_memory())
+        except (AttributeError, RuntimeError):
+            active = peak = None
+    return AppMemory(rss_bytes=int(rss), mlx_active_bytes=active, mlx_peak_bytes=peak)
+
+
+def format_bytes(n: int | float | None) -> str:
+    """1.2 GB / 850 MB / 12 KB, decimal units like Finder."""
+    if n is None:
+        return "—"
+    n = float(n)
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if abs(n) >= scale:
+            value = n / scale
+            return f"{value:.1f} {unit}" if value < 100 else f"{value:.0f} {unit}"
+    return f"{int(n)} B"

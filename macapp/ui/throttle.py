@@ -1,0 +1,70 @@
+"""Coalesce a fast stream of core events into a few batches per second (Qt-free, thread-safe, tested alone)."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from typing import Any, Callable
+
+# Event kinds, by class name so this works for engine and download events alike.
+TEXT_DELTAS = frozenset({"AnswerDelta", "ReasoningDelta"})  # consecutive ones are concatenated
+TERMINAL = frozenset({"Finished", "Failed", "Cancelled", "Done", "Error", "Loaded", "Completed"})
+
+
+def _kind(event: Any) -> str:
+    return type(event).__name__
+
+
+class Throttle:
+    """Collects events from any thread; `drain()` hands back a coalesced batch at most every `interval_s`.
+
+    Consecutive text deltas of the same kind are joined; for any other kind only the latest of a run is kept
+    (progress and stats are snapshots). A terminal event makes the next `drain()` due at once, so the final
+    flush is always delivered.
+    """
+
+    def __init__(self, interval_s: float = 1 / 30, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval_s = interval_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._pending: list[Any] = []
+        self._terminal = False
+        self._last_drain = float("-inf")
+        self.offered = 0  # events pushed in
+        self.batches = 0  # batches handed out
+
+    def offer(self, event: Any) -> bool:
+        """Queue an event; True when the caller should wake the consumer now (terminal event)."""
+        kind = _kind(event)
+        with self._lock:
+            self.offered += 1
+            last = self._pending[-1] if self._pending else None
+            if last is not None and _kind(last) == kind and kind not in TERMINAL:
+                if kind in TEXT_DELTAS:
+                    self._pending[-1] = dataclasses.replace(last, text=last.text + event.text)
+                else:
+                    self._pending[-1] = event
+            else:
+                self._pending.append(event)
+            if kind in TERMINAL:
+                self._terminal = True
+                return True
+            return False
+
+    def due(self) -> bool:
+        with self._lock:
+            return bool(self._pending) and (self._terminal or self._clock() - self._last_drain >= self.interval_s)
+
+    def drain(self, force: bool = False) -> list[Any]:
+        """The coalesced batch if one is due (or `force`), else []."""
+        with self._lock:
+            if not self._pending:
+                return []
+            if not (force or self._terminal or self._clock() - self._last_drain >= self.interval_s):
+                return []
+            batch, self._pending = self._pending, []
+            self._terminal = False
+            self._last_drain = self._clock()
+            self.batches += 1
+            return batch

@@ -1,0 +1,174 @@
+"""Small reusable widgets: auto-height Markdown view, fit badge pill, stacked memory bar, elided label."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QRectF, QSize, Qt
+from PySide6.QtGui import QColor, QFont, QFontDatabase, QPainter, QPalette, QTextBlockFormat, QTextCursor
+from PySide6.QtWidgets import QLabel, QSizePolicy, QTextBrowser, QWidget
+
+from macapp.ui.style import BADGE_TEXT, badge_colour
+
+
+class MarkdownView(QTextBrowser):
+    """A read-only text view that grows to fit its content (no inner scroll bar) and renders Markdown."""
+
+    def __init__(self, parent: QWidget | None = None, muted: bool = False) -> None:
+        super().__init__(parent)
+        self.setObjectName("Bubble")
+        self.setOpenExternalLinks(True)
+        self.setFrameShape(QTextBrowser.Shape.NoFrame)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.document().setDocumentMargin(2)
+        self._mono = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
+        if muted:
+            pal = self.palette()
+            pal.setColor(QPalette.ColorRole.Text, pal.color(QPalette.ColorRole.PlaceholderText))
+            self.setPalette(pal)
+        self.document().documentLayout().documentSizeChanged.connect(self._fit_height)
+        self.source_text = ""
+        self.renders = 0  # how many times the document was rebuilt (tests count repaints by it)
+
+    def set_markdown(self, text: str) -> None:
+        self.source_text = text
+        self.renders += 1
+        self.setMarkdown(text)
+        self._style_code_blocks()
+
+    def set_plain(self, text: str) -> None:
+        self.source_text = text
+        self.renders += 1
+        self.setPlainText(text)
+
+    def _style_code_blocks(self) -> None:
+        """Give fenced code blocks a tinted background and a monospace font, so they read as code."""
+        doc = self.document()
+        tint = self.palette().color(QPalette.ColorRole.AlternateBase)
+        block = doc.begin()
+        cursor = None
+        while block.isValid():
+            fmt = block.blockFormat()
+            if fmt.hasProperty(QTextBlockFormat.Property.BlockCodeFence) or fmt.nonBreakableLines():
+                cursor = cursor or QTextCursor(doc)
+                cursor.setPosition(block.position())
+                fmt.setBackground(tint)
+                fmt.setLeftMargin(8)
+                fmt.setRightMargin(8)
+                cursor.setBlockFormat(fmt)
+            block = block.next()
+
+    def _fit_height(self, size) -> None:
+        margins = self.contentsMargins()
+        self.setFixedHeight(int(size.height()) + margins.top() + margins.bottom() + 2)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt)
+        super().resizeEvent(event)
+        self._fit_height(self.document().size())
+
+
+class Badge(QLabel):
+    """A coloured pill: Fits / Tight / Too big."""
+
+    def __init__(self, verdict: str = "", parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.set_verdict(verdict)
+
+    def set_verdict(self, verdict: str, text: str | None = None) -> None:
+        self.verdict = verdict
+        colour = badge_colour(verdict)
+        self.setText(text or BADGE_TEXT.get(verdict, verdict))
+        self.setStyleSheet(
+            f"QLabel {{ color: white; background: {colour.name()}; border-radius: 9px; padding: 1px 9px;"
+            f" font-weight: 600; }}"
+        )
+
+
+def paint_pill(painter: QPainter, rect: QRectF, text: str, colour: QColor, font: QFont) -> None:
+    """Draw a badge pill centred vertically in `rect` (used by the library table's delegate)."""
+    painter.save()
+    painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+    bold = QFont(font)
+    bold.setWeight(QFont.Weight.DemiBold)
+    painter.setFont(bold)
+    fm = painter.fontMetrics()
+    w = fm.horizontalAdvance(text) + 18
+    h = fm.height() + 4
+    pill = QRectF(rect.left() + 6, rect.center().y() - h / 2, w, h)
+    painter.setPen(Qt.PenStyle.NoPen)
+    painter.setBrush(colour)
+    painter.drawRoundedRect(pill, h / 2, h / 2)
+    painter.setPen(QColor("white"))
+    painter.drawText(pill, Qt.AlignmentFlag.AlignCenter, text)
+    painter.restore()
+
+
+class StackedBar(QWidget):
+    """Horizontal bar of coloured segments against a budget line (memory: weights / KV / state / overhead)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.segments: list[tuple[str, float, QColor]] = []
+        self.budget = 0.0
+        self.setMinimumHeight(28)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+
+    def sizeHint(self) -> QSize:  # noqa: N802
+        return QSize(360, 28)
+
+    def set_values(self, segments: list[tuple[str, float, QColor]], budget: float) -> None:
+        self.segments = segments
+        self.budget = budget
+        self.update()
+
+    def paintEvent(self, event) -> None:  # noqa: N802
+        total = sum(v for _, v, _ in self.segments)
+        scale_max = max(total, self.budget, 1.0) * 1.04
+        p = QPainter(self)
+        p.setRenderHint(QPainter.RenderHint.Antialiasing)
+        r = QRectF(self.rect()).adjusted(1, 4, -1, -4)
+        p.setPen(Qt.PenStyle.NoPen)
+        p.setBrush(self.palette().color(QPalette.ColorRole.Midlight))
+        p.drawRoundedRect(r, 5, 5)
+        x = r.left()
+        p.setClipRect(r)
+        for _name, value, colour in self.segments:
+            w = r.width() * value / scale_max
+            p.setBrush(colour)
+            p.drawRect(QRectF(x, r.top(), w, r.height()))
+            x += w
+        p.setClipping(False)
+        if self.budget:
+            bx = r.left() + r.width() * self.budget / scale_max
+            pen = p.pen()
+            p.setPen(self.palette().color(QPalette.ColorRole.WindowText))
+            p.drawLine(int(bx), int(r.top() - 4), int(bx), int(r.bottom() + 4))
+            p.setPen(pen)
+        p.end()
+
+
+class ElidedLabel(QLabel):
+    """A label that elides long text with … instead of stretching its parent."""
+
+    def __init__(self, text: str = "", parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._full = text
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.setText(text)
+
+    def setText(self, text: str) -> None:  # noqa: N802
+        self._full = text
+        self.setToolTip(text)
+        self._elide()
+
+    def full_text(self) -> str:
+        return self._full
+
+    def resizeEvent(self, event) -> None:  # noqa: N802
+        super().resizeEvent(event)
+        self._elide()
+
+    def _elide(self) -> None:
+        fm = self.fontMetrics()
+        super().setText(fm.elidedText(self._full, Qt.TextElideMode.ElideRight, max(self.width(), 40)))
