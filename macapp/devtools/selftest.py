@@ -1,0 +1,279 @@
+"""`qwen-desk --self-test`: check an installation (a bundle above all) end to end and exit 0 or 1.
+
+Imports everything, starts Qt, checks the data folders sit outside the bundle, runs the fit check for a
+catalog model, generates a tiny model of the real architecture in a temp folder and chats a few tokens
+with it through the real engine. A broken bundle is caught by this command, not by a user.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import pkgutil
+import platform
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+import macapp
+from macapp import __version__
+
+log = logging.getLogger(__name__)
+
+CHAT_TOKENS = 8
+FIT_MODEL = "Qwen3.5-9B"
+FIT_BITS = 4
+FIT_CONTEXT = 8192
+
+# Loaded by name at run time (mlx-lm picks the model class from config.json's model_type): a bundle that
+# lacks one of these still starts, then fails on the first model load.
+RUNTIME_MODULES = (
+    "mlx.core",
+    "mlx.nn",
+    "mlx_lm",
+    "mlx_lm.generate",
+    "mlx_lm.sample_utils",
+    "mlx_lm.models.cache",
+    "mlx_lm.models.qwen3_5",
+    "mlx_lm.models.qwen3_5_moe",
+    "transformers.models.qwen3_5.tokenization_qwen3_5",
+    "transformers.models.qwen2.tokenization_qwen2",
+    "huggingface_hub",
+    "tokenizers",
+    "PySide6.QtCore",
+    "PySide6.QtGui",
+    "PySide6.QtWidgets",
+)
+
+
+@dataclass
+class CheckResult:
+    name: str
+    ok: bool
+    detail: str
+    seconds: float
+
+
+class SelfTestFailure(Exception):
+    """A check found a problem; the message says which."""
+
+
+def bundle_root() -> Path | None:
+    """The frozen bundle's folder (the .app on macOS), or None when running from source."""
+    if not getattr(sys, "frozen", False):
+        return None
+    exe = Path(sys.executable).resolve()
+    for parent in exe.parents:
+        if parent.suffix == ".app":
+            return parent
+    return exe.parent
+
+
+# ---------------------------------------------------------------- the checks
+
+
+def check_imports() -> str:
+    names = sorted(_macapp_modules()) + list(RUNTIME_MODULES)
+    failed = []
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # report every missing module, not only the first
+            failed.append(f"{name} ({type(exc).__name__}: {exc})")
+    if failed:
+        raise SelfTestFailure("cannot import " + "; ".join(failed))
+    versions = ", ".join(f"{dist} {_dist_version(dist)}" for dist in ("mlx", "mlx-lm", "transformers", "PySide6"))
+    return f"{len(names)} modules; {versions}"
+
+
+def _macapp_modules() -> set[str]:
+    names = set()
+    for info in pkgutil.walk_packages(macapp.__path__, prefix="macapp."):
+        if info.name.rsplit(".", 1)[-1] != "__main__":  # macapp.__main__ runs the CLI on import
+            names.add(info.name)
+    if not any(name.startswith("macapp.core.") for name in names):
+        raise SelfTestFailure("the macapp package has no modules (a bundle built without collect_submodules?)")
+    return names
+
+
+def _dist_version(dist: str) -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        module = sys.modules.get(dist.replace("-", "_"))
+        return str(getattr(module, "__version__", "?"))
+
+
+def check_qt() -> str:
+    if sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # no screen: Qt would abort the process
+    from PySide6.QtGui import QPixmap
+    from PySide6.QtWidgets import QApplication, QLabel
+
+    from macapp.core import paths
+
+    app = QApplication.instance() or QApplication([sys.argv[0]])
+    label = QLabel("Qwen Desk")
+    label.adjustSize()
+    image = label.grab().toImage()
+    label.deleteLater()
+    if image.isNull() or image.width() == 0:
+        raise SelfTestFailure("Qt could not render a widget")
+    icon_path = paths.resources_dir() / "icon.png"
+    icon = QPixmap(str(icon_path))
+    if icon.isNull():
+        raise SelfTestFailure(f"cannot load the app icon from {icon_path}")
+    return f"platform {app.platformName()}, rendered a {image.width()}×{image.height()} label, icon {icon.width()} px"
+
+
+def check_data_folders() -> str:
+    from huggingface_hub import constants
+
+    from macapp.core import paths
+
+    folders = {"app home": paths.app_home(), "logs": paths.logs_dir(), "HF cache": Path(constants.HF_HUB_CACHE)}
+    root = bundle_root()
+    if root is not None:
+        inside = [name for name, folder in folders.items() if folder.resolve().is_relative_to(root)]
+        if inside:
+            raise SelfTestFailure(f"{', '.join(inside)} inside the bundle {root}: data must live outside it")
+    probe = paths.app_home() / ".self-test-probe"
+    probe.write_text("ok", encoding="utf-8")
+    probe.unlink()
+    return "; ".join(f"{name} {folder}" for name, folder in folders.items())
+
+
+def check_fit() -> str:
+    from macapp.core import catalog, hardware, sizing
+
+    entries = catalog.load_catalog()
+    if not entries:
+        raise SelfTestFailure("the model catalog is empty")
+    names = [entry.name for entry in entries]
+    name = FIT_MODEL if FIT_MODEL in names else names[0]
+    model = catalog.resolve_model(name, bits=FIT_BITS)
+    machine = hardware.detect_machine()
+    est = sizing.estimate(model, context=FIT_CONTEXT, machine=machine)
+    if est.verdict not in ("fits", "tight", "too_big") or est.total_bytes <= est.weights_bytes:
+        raise SelfTestFailure(f"implausible estimate for {name}: {est.verdict}, {est.total_bytes} bytes")
+    return (
+        f"{len(entries)} catalog models; {name} {FIT_BITS}-bit at {FIT_CONTEXT} tokens on {machine.chip}: "
+        f"{est.verdict} ({est.total_bytes / 1e9:.1f} GB of {est.budget_bytes / 1e9:.1f} GB)"
+    )
+
+
+def check_tiny_model(workdir: Path) -> tuple[str, Path]:
+    from macapp.devtools.tiny_model import make_tiny_model
+
+    path = make_tiny_model(workdir / "tiny-moe-4bit", kind="moe", bits=4)
+    size = sum(f.stat().st_size for f in Path(path).iterdir() if f.is_file())
+    return f"moe 4-bit, {size / 1e6:.1f} MB at {path}", Path(path)
+
+
+def check_chat(model_path: Path) -> str:
+    import mlx.core as mx
+
+    started = time.monotonic()
+    via, text, tokens = _chat_few_tokens(model_path)
+    elapsed = time.monotonic() - started
+    if tokens < 1:
+        raise SelfTestFailure(f"no tokens generated via {via}")
+    device = mx.default_device()
+    preview = text.strip().replace("\n", " ")[:24]
+    return f"{tokens} tokens via {via} on {device} in {elapsed:.1f} s: {preview!r}"
+
+
+def _chat_few_tokens(model_path: Path) -> tuple[str, str, int]:
+    """Load the model and generate a few tokens: through the engine when it is there."""
+    try:
+        importlib.import_module("macapp.core.engine")
+    except ModuleNotFoundError as exc:
+        if exc.name != "macapp.core.engine":
+            raise
+        return _chat_with_mlx_lm(model_path)
+    return _chat_with_engine(model_path)
+
+
+def _chat_with_mlx_lm(model_path: Path) -> tuple[str, str, int]:
+    from mlx_lm import load, stream_generate
+
+    model, tokenizer = load(str(model_path))
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Say hello."}], add_generation_prompt=True, tokenize=False
+    )
+    text, tokens = "", 0
+    for response in stream_generate(model, tokenizer, prompt, max_tokens=CHAT_TOKENS):
+        text += response.text
+        tokens = response.generation_tokens
+    return "mlx_lm.stream_generate", text, tokens
+
+
+def _chat_with_engine(model_path: Path) -> tuple[str, str, int]:
+    raise SelfTestFailure("engine path not wired yet")
+
+
+# ---------------------------------------------------------------- running and reporting
+
+
+def _timed(name: str, fn: Callable[[], str]) -> CheckResult:
+    started = time.monotonic()
+    try:
+        detail, ok = fn(), True
+    except Exception as exc:
+        log.error("self-test check %r failed", name, exc_info=True)
+        detail, ok = f"{type(exc).__name__}: {exc}" if not isinstance(exc, SelfTestFailure) else str(exc), False
+        if not isinstance(exc, SelfTestFailure):
+            frame = traceback.extract_tb(exc.__traceback__)[-1]
+            detail += f" (at {Path(frame.filename).name}:{frame.lineno})"
+    return CheckResult(name, ok, detail, time.monotonic() - started)
+
+
+def run_checks(workdir: Path) -> Iterator[CheckResult]:
+    """Every check in order, each a CheckResult; a failed step does not stop the independent ones."""
+    yield _timed("imports", check_imports)
+    yield _timed("qt", check_qt)
+    yield _timed("data folders", check_data_folders)
+    yield _timed("fit check", check_fit)
+    model_path: list[Path] = []
+
+    def tiny() -> str:
+        detail, path = check_tiny_model(workdir)
+        model_path.append(path)
+        return detail
+
+    yield _timed("tiny model", tiny)
+    if model_path:
+        yield _timed("chat", lambda: check_chat(model_path[0]))
+    else:
+        yield CheckResult("chat", False, "skipped: no tiny model to chat with", 0.0)
+
+
+def run_self_test(out: TextIO | None = None) -> int:
+    """Run every check, print a short report, return 0 when all passed and 1 otherwise."""
+    out = out or sys.stdout
+    from macapp.core.logs import setup_logging
+
+    log_file = setup_logging()
+    where = f"bundle {bundle_root()}" if bundle_root() else f"source {Path(macapp.__file__).parent}"
+    print(f"Qwen Desk {__version__} self-test ({where}; Python {platform.python_version()})", file=out)
+    started = time.monotonic()
+    results = []
+    with tempfile.TemporaryDirectory(prefix="qwen-desk-selftest-") as tmp:
+        for result in run_checks(Path(tmp)):
+            results.append(result)
+            mark = "ok  " if result.ok else "FAIL"
+            print(f"  {mark} {result.name:<13} {result.detail} ({result.seconds:.1f} s)", file=out, flush=True)
+            log.info("self-test %s %s: %s", result.name, "ok" if result.ok else "FAILED", result.detail)
+    failed = [r.name for r in results if not r.ok]
+    verdict = "PASS" if not failed else f"FAIL ({', '.join(failed)})"
+    print(f"{verdict}: {len(results) - len(failed)}/{len(results)} checks in {time.monotonic() - started:.1f} s", file=out)
+    print(f"log: {log_file}", file=out, flush=True)
+    return 0 if not failed else 1
