@@ -1,0 +1,402 @@
+"""Tiny random-weights Qwen3.5 models (real architecture, real mlx-lm classes) for tests and benchmarks.
+
+`make_tiny_model(dest, kind="moe"|"dense", bits=None|4|8, hub_layout=False)` writes, in about a second
+and without network, a folder that `mlx_lm.load(dest)` loads:
+
+- config.json with model_type ``qwen3_5_moe`` / ``qwen3_5`` and a nested ``text_config``: Gated DeltaNet
+  and full-attention layers in the real 3:1 pattern (``full_attention_interval`` 4), gated attention,
+  partial rotary 0.25, MoE with a shared expert (moe kind). Every matrix dimension is a multiple of 64,
+  so 4-bit/8-bit affine quantization (group 64) applies to every layer, as in the real repos.
+- model.safetensors built by mlx-lm's own `Model` class (``mlx_lm.utils._get_classes``) and saved with
+  `save_model` / `save_config`; ``bits`` quantizes it with `quantize_model` (router gates 8-bit like upstream).
+- ``hub_layout=True`` writes the Hugging Face checkpoint layout instead (``model.language_model.*`` keys,
+  fused ``experts.gate_up_proj``, conv1d as (C, 1, K), zero-centred norms, plus ``mtp.*`` and
+  ``model.visual.*`` weights that must be dropped) so mlx-lm's ``sanitize`` conversion path runs on load.
+  Its logits are identical to the MLX-layout model made with the same seed.
+- A byte-level BPE tokenizer trained in-process (special tokens ``<|endoftext|> <|im_start|> <|im_end|>
+  <think> </think>``), tokenizer_config.json with a Qwen3.5-style Jinja chat template honouring
+  ``enable_thinking`` and dropping earlier turns' reasoning, generation_config.json with both eos ids.
+
+Scripted behaviour, so tests can rely on it: the weights are random, but the embedding / lm_head carry a
+deterministic "successor" script. Under greedy decoding the model answers a thinking-on prompt (ending in
+``<think>\\n``) with `SCRIPT_REASONING`, then ``</think>``, ``\\n\\n``, `SCRIPT_ANSWER` and ``<|im_end|>``;
+a thinking-off prompt (ending in ``</think>\\n\\n``) gets `SCRIPT_ANSWER` then ``<|im_end|>``. The layers
+still add a context-dependent part to every logit (a cache bug changes the logits), and a logit bias
+against ``<|im_end|>`` (or a high temperature) sends it off the script into long random text.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import shutil
+from pathlib import Path
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
+TOKENIZER_VOCAB = 448  # trained BPE size (specials included); the model's vocab is padded to 512.
+MODEL_VOCAB = 512
+
+# Greedy script: each word is one token of the tiny tokenizer (checked when the model is built).
+# Every token of the script is distinct, so each one has a single successor.
+SCRIPT_REASONING = ["Let", " me", " think", " about", " this", " question", " very", " carefully", " first", "."]
+SCRIPT_ANSWER = ["The", " answer", " is", " here", "!"]
+
+CHAT_TEMPLATE = (
+    "{%- if messages and messages[0].role == 'system' %}"
+    "{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- set ns = namespace(last_query_index=-1) %}"
+    "{%- for message in messages %}"
+    "{%- if message.role == 'user' %}{%- set ns.last_query_index = loop.index0 %}{%- endif %}"
+    "{%- endfor %}"
+    "{%- for message in messages %}"
+    "{%- set content = message.content if message.content is string else '' %}"
+    "{%- if message.role == 'user' or (message.role == 'system' and not loop.first) %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + content + '<|im_end|>\\n' }}"
+    "{%- elif message.role == 'assistant' %}"
+    "{%- set reasoning_content = '' %}"
+    "{%- if message.reasoning_content is string %}"
+    "{%- set reasoning_content = message.reasoning_content %}"
+    "{%- elif '</think>' in content %}"
+    "{%- set reasoning_content = content.split('</think>')[0].rstrip('\\n').split('<think>')[-1].lstrip('\\n') %}"
+    "{%- set content = content.split('</think>')[-1].lstrip('\\n') %}"
+    "{%- endif %}"
+    "{%- if loop.index0 > ns.last_query_index %}"
+    "{{- '<|im_start|>assistant\\n<think>\\n' + reasoning_content.strip('\\n') + '\\n</think>\\n\\n' + content.lstrip('\\n') }}"
+    "{%- else %}"
+    "{{- '<|im_start|>assistant\\n' + content }}"
+    "{%- endif %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- elif message.role == 'tool' %}"
+    "{{- '<|im_start|>user\\n<tool_response>\\n' + content + '\\n</tool_response><|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}"
+    "{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}"
+    "{{- '<think>\\n\\n</think>\\n\\n' }}"
+    "{%- else %}"
+    "{{- '<think>\\n' }}"
+    "{%- endif %}"
+    "{%- endif %}"
+)
+
+_WORDS = (
+    "the a an is are was be to of and in on at for with by from this that these those it its as "
+    "answer question think me let step here there what why how when where who which model local "
+    "chat reply reason thought token cache memory speed fast slow small large apple silicon mac "
+    "window text file folder load read write stop start again hello hi thanks please yes no maybe "
+    "one two three four five six seven eight nine ten number first second last next time day "
+    "good bad better best right wrong true false simple hard easy code python test engine stream very carefully"
+).split()
+
+
+def _corpus(seed: int) -> list[str]:
+    import random
+
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(600):
+        n = rng.randint(3, 14)
+        words = [rng.choice(_WORDS) for _ in range(n)]
+        if rng.random() < 0.5:
+            words[0] = words[0].capitalize()
+        sep = rng.choice([". ", "? ", "!\n", ".\n\n", ", ", ":\n"])
+        lines.append(" ".join(words) + sep)
+    text = "".join(lines)
+    return [text[i : i + 400] for i in range(0, len(text), 400)] + [
+        "".join(SCRIPT_REASONING) + "\n\n" + "".join(SCRIPT_ANSWER) + "\n\n"
+    ] * 50
+
+
+def _train_tokenizer(seed: int):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=TOKENIZER_VOCAB,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_corpus(seed), trainer=trainer)
+    return tok
+
+
+def _text_config(kind: str, hidden_size: int, num_layers: int) -> dict:
+    if hidden_size % 64 or num_layers % 4:
+        raise ValueError("hidden_size must be a multiple of 64 and num_layers a multiple of 4")
+    heads = max(2, hidden_size // 64)
+    cfg = {
+        "model_type": "qwen3_5_moe_text" if kind == "moe" else "qwen3_5_text",
+        "hidden_size": hidden_size,
+        "num_hidden_layers": num_layers,
+        "full_attention_interval": 4,
+        "layer_types": [
+            "full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(num_layers)
+        ],
+        "num_attention_heads": heads,
+        "num_key_value_heads": 1,
+        "head_dim": 64,
+        "attn_output_gate": True,
+        "attention_bias": False,
+        "linear_num_key_heads": 2,
+        "linear_num_value_heads": 4,
+        "linear_key_head_dim": 64,
+        "linear_value_head_dim": 64,
+        "linear_conv_kernel_dim": 4,
+        "mamba_ssm_dtype": "float32",
+        "rms_norm_eps": 1e-6,
+        "vocab_size": MODEL_VOCAB,
+        "max_position_embeddings": 262144,
+        "tie_word_embeddings": False,
+        "hidden_act": "silu",
+        "dtype": "float32",
+        "eos_token_id": None,  # filled in with the tokenizer's ids
+        "mtp_num_hidden_layers": 1,
+        "rope_parameters": {
+            "mrope_interleaved": True,
+            "mrope_section": [11, 11, 10],
+            "partial_rotary_factor": 0.25,
+            "rope_theta": 10000000,
+            "rope_type": "default",
+        },
+        "partial_rotary_factor": 0.25,
+    }
+    if kind == "moe":
+        cfg.update(
+            num_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=64,
+            shared_expert_intermediate_size=64,
+            norm_topk_prob=True,
+            decoder_sparse_step=1,
+        )
+    else:
+        cfg.update(intermediate_size=2 * hidden_size)
+    return cfg
+
+
+def _full_config(kind: str, text_config: dict, eos_ids: list[int]) -> dict:
+    text_config = dict(text_config, eos_token_id=eos_ids[1])
+    return {
+        "architectures": [
+            "Qwen3_5MoeForConditionalGeneration" if kind == "moe" else "Qwen3_5ForConditionalGeneration"
+        ],
+        "model_type": "qwen3_5_moe" if kind == "moe" else "qwen3_5",
+        "text_config": text_config,
+        "tie_word_embeddings": False,
+        "eos_token_id": eos_ids,
+        "vision_config": {"depth": 1, "hidden_size": 64, "model_type": text_config["model_type"]},
+    }
+
+
+def _script_ids(tokenizer) -> tuple[list[int], list[int], dict[str, int]]:
+    special = {t: tokenizer.token_to_id(t) for t in SPECIAL_TOKENS}
+
+    def one(text: str) -> int:
+        ids = tokenizer.encode(text, add_special_tokens=False).ids
+        if len(ids) != 1:
+            raise RuntimeError(f"tiny tokenizer: {text!r} is not one token ({ids})")
+        return ids[0]
+
+    special["\n"] = one("\n")
+    special["\n\n"] = one("\n\n")
+    return [one(w) for w in SCRIPT_REASONING], [one(w) for w in SCRIPT_ANSWER], special
+
+
+def _shape_weights(model, tokenizer, seed: int) -> None:
+    """Give the random model its greedy script (see the module docstring); layers stay random."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten, tree_unflatten
+
+    reasoning, answer, special = _script_ids(tokenizer)
+    chain = [special["\n"], *reasoning, special["</think>"], special["\n\n"], *answer, special["<|im_end|>"]]
+    lm = model.language_model
+    hidden = lm.args.hidden_size
+    key = mx.random.key(seed + 1)
+    k1, k2 = mx.random.split(key)
+    embed = mx.random.normal((MODEL_VOCAB, hidden), key=k1)
+    unit = embed / mx.linalg.norm(embed, axis=-1, keepdims=True)
+    head = mx.random.normal((MODEL_VOCAB, hidden), key=k2) * (0.6 / hidden**0.5)
+    rows = {}
+    for prev, nxt in zip(chain, chain[1:]):
+        rows.setdefault(nxt, []).append(prev)
+    head_rows = [head[i] for i in range(MODEL_VOCAB)]
+    for nxt, prevs in rows.items():
+        head_rows[nxt] = head_rows[nxt] + 1.6 * sum(unit[p] for p in prevs)
+    lm.model.embed_tokens.weight = embed
+    lm.lm_head.weight = mx.stack(head_rows)
+    # Scale what each block writes into the residual stream: the script survives and context still counts.
+    updates = []
+    for path, value in tree_flatten(lm.model.parameters()):
+        if path.endswith(("o_proj.weight", "out_proj.weight", "down_proj.weight")):
+            updates.append((path, value * 2.0))
+    lm.model.update(tree_unflatten(updates))
+
+
+def _hub_weights(weights: dict, kind: str, text_config: dict) -> dict:
+    """The Hugging Face checkpoint layout of MLX-layout weights (the inverse of mlx-lm's sanitize)."""
+    import mlx.core as mx
+
+    norm_suffixes = (
+        ".input_layernorm.weight",
+        ".post_attention_layernorm.weight",
+        "model.norm.weight",
+        ".q_norm.weight",
+        ".k_norm.weight",
+    )
+    out = {}
+    for key, value in weights.items():
+        if "switch_mlp" in key:
+            continue
+        if key.startswith("language_model.model."):
+            new = "model.language_model." + key[len("language_model.model.") :]
+        else:
+            new = key[len("language_model.") :]
+        if "conv1d.weight" in key:
+            value = value.moveaxis(2, 1)
+        if key.endswith(norm_suffixes) and value.ndim == 1:
+            value = value - 1.0
+        out[new] = value
+    if kind == "moe":
+        for layer in range(text_config["num_hidden_layers"]):
+            p = f"language_model.model.layers.{layer}.mlp.switch_mlp"
+            gate, up = weights[f"{p}.gate_proj.weight"], weights[f"{p}.up_proj.weight"]
+            hub = f"model.language_model.layers.{layer}.mlp.experts"
+            out[f"{hub}.gate_up_proj"] = mx.concatenate([gate, up], axis=-2)
+            out[f"{hub}.down_proj"] = weights[f"{p}.down_proj.weight"]
+    hidden = text_config["hidden_size"]
+    out["mtp.fc.weight"] = mx.zeros((hidden, 2 * hidden))
+    out["mtp.norm.weight"] = mx.zeros((hidden,))
+    out["model.visual.patch_embed.proj.weight"] = mx.zeros((64, 3, 2, 16, 16))
+    return out
+
+
+def _write_tokenizer(dest: Path, tokenizer, eos_ids: list[int]) -> None:
+    tokenizer.save(str(dest / "tokenizer.json"))
+    added = {
+        str(tokenizer.token_to_id(t)): {
+            "content": t,
+            "lstrip": False,
+            "normalized": False,
+            "rstrip": False,
+            "single_word": False,
+            "special": t not in ("<think>", "</think>"),
+        }
+        for t in SPECIAL_TOKENS
+    }
+    config = {
+        "tokenizer_class": "Qwen2Tokenizer",
+        "add_prefix_space": False,
+        "added_tokens_decoder": added,
+        "bos_token": None,
+        "eos_token": "<|im_end|>",
+        "pad_token": "<|endoftext|>",
+        "unk_token": None,
+        "clean_up_tokenization_spaces": False,
+        "model_max_length": 262144,
+        "split_special_tokens": False,
+        "errors": "replace",
+        "chat_template": CHAT_TEMPLATE,
+    }
+    (dest / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+    (dest / "special_tokens_map.json").write_text(
+        json.dumps({"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}, indent=2)
+    )
+    generation = {
+        "bos_token_id": eos_ids[1],
+        "do_sample": True,
+        "eos_token_id": eos_ids,
+        "pad_token_id": eos_ids[1],
+        "temperature": 1.0,
+        "top_k": 20,
+        "top_p": 0.95,
+    }
+    (dest / "generation_config.json").write_text(json.dumps(generation, indent=2))
+
+
+def make_tiny_model(
+    dest: Path,
+    kind: str = "moe",
+    bits: int | None = None,
+    hub_layout: bool = False,
+    *,
+    seed: int = 0,
+    hidden_size: int = 64,
+    num_layers: int = 4,
+) -> Path:
+    """Write a tiny random-weights Qwen3.5 model folder at `dest` and return `dest`."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+    from mlx_lm.utils import _get_classes, quantize_model, save_config, save_model
+
+    if kind not in ("moe", "dense"):
+        raise ValueError(f"kind must be 'moe' or 'dense', not {kind!r}")
+    if bits not in (None, 4, 8):
+        raise ValueError(f"bits must be None, 4 or 8, not {bits!r}")
+    if hub_layout and bits is not None:
+        raise ValueError("the hub layout is the unquantized upstream checkpoint; use bits=None")
+    dest = Path(dest)
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+
+    tokenizer = _train_tokenizer(seed)
+    eos_ids = [tokenizer.token_to_id("<|im_end|>"), tokenizer.token_to_id("<|endoftext|>")]
+    text_config = _text_config(kind, hidden_size, num_layers)
+    config = _full_config(kind, text_config, eos_ids)
+
+    mx.random.seed(seed)
+    model_class, args_class = _get_classes(config)
+    model = model_class(args_class.from_dict(config))
+    _shape_weights(model, tokenizer, seed)
+    mx.eval(model.parameters())
+
+    if hub_layout:
+        weights = _hub_weights(dict(tree_flatten(model.parameters())), kind, text_config)
+        mx.save_safetensors(str(dest / "model.safetensors"), weights, metadata={"format": "pt"})
+        (dest / "config.json").write_text(json.dumps(config, indent=2))
+    else:
+        saved = dict(config)
+        if bits is not None:
+            with contextlib.redirect_stdout(io.StringIO()):  # quantize_model prints a line
+                model, saved = quantize_model(model, saved, group_size=64, bits=bits)
+        save_model(dest, model)
+        save_config(saved, dest / "config.json")
+    _write_tokenizer(dest, tokenizer, eos_ids)
+    return dest
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m macapp.devtools.tiny_model DEST [--kind moe|dense] [--bits 4|8] [--hub-layout]`."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("dest", type=Path)
+    parser.add_argument("--kind", choices=["moe", "dense"], default="moe")
+    parser.add_argument("--bits", type=int, choices=[4, 8], default=None)
+    parser.add_argument("--hub-layout", action="store_true")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--hidden-size", type=int, default=64)
+    parser.add_argument("--num-layers", type=int, default=4)
+    args = parser.parse_args(argv)
+    path = make_tiny_model(
+        args.dest,
+        args.kind,
+        args.bits,
+        args.hub_layout,
+        seed=args.seed,
+        hidden_size=args.hidden_size,
+        num_layers=args.num_layers,
+    )
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
