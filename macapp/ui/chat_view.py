@@ -1,0 +1,446 @@
+"""The chat page: streaming conversation, live meter, composer; wires the engine session and the history store."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QMessageBox,
+    QPushButton,
+    QScrollArea,
+    QSizePolicy,
+    QVBoxLayout,
+    QWidget,
+)
+
+from macapp.core.settings import Settings
+from macapp.ui.bridge import EventBridge
+from macapp.ui.composer import Composer
+from macapp.ui.messages import AssistantMessage, UserMessage
+from macapp.ui.meter import Meter, stats_summary
+from macapp.ui.settings import SettingsDialog, sampling_for
+from macapp.ui.widgets import ElidedLabel
+
+
+class ChatView(QWidget):
+    model_changed = Signal(str)  # status-bar text
+    model_ready = Signal()
+    conversations_changed = Signal()
+
+    def __init__(self, settings: Settings, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.settings = settings
+        self.engine = None  # created on the first load (its worker thread imports MLX, not us)
+        self.session = None
+        self.model_ref = None
+        self.job = None  # the generation in flight
+        self.load_job = None
+        self.writer = None  # store.ReplyWriter for the reply in flight
+        self.current: AssistantMessage | None = None
+        self.conversation_id: int | None = None
+        self.editing = False
+        self.needs_replay = False  # a reopened conversation: the engine re-reads it once on the next send
+        self._store = None
+        self._gen_started = 0.0
+
+        self.title = ElidedLabel("No model loaded", self)
+        self.title.setObjectName("PageTitle")
+        self.regenerate_button = QPushButton("Regenerate", self)
+        self.edit_button = QPushButton("Edit Last", self)
+        self.new_button = QPushButton("New Chat", self)
+        self.regenerate_button.clicked.connect(self.regenerate)
+        self.edit_button.clicked.connect(self.edit_last)
+        self.new_button.clicked.connect(self.new_chat)
+        header = QHBoxLayout()
+        header.addWidget(self.title, 1)
+        for b in (self.regenerate_button, self.edit_button, self.new_button):
+            header.addWidget(b)
+
+        self.container = QWidget()
+        self.messages_layout = QVBoxLayout(self.container)
+        self.messages_layout.setContentsMargins(4, 4, 12, 4)
+        self.messages_layout.setSpacing(10)
+        self.empty = QLabel(self.container)
+        self.empty.setObjectName("Note")
+        self.empty.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.empty.setWordWrap(True)
+        self.messages_layout.addWidget(self.empty)
+        self.messages_layout.addStretch(1)
+        self.scroll = QScrollArea(self)
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.scroll.setWidget(self.container)
+        self.scroll.verticalScrollBar().rangeChanged.connect(self._follow)
+        self._stick_to_bottom = True
+        self.scroll.verticalScrollBar().valueChanged.connect(self._on_scrolled)
+
+        self.meter = Meter(self)
+        self.error = QLabel(self)
+        self.error.setObjectName("Error")
+        self.error.setWordWrap(True)
+        self.error.hide()
+        self.composer = Composer(self)
+        self.composer.thinking.setChecked(bool(settings.get("chat.thinking", True)))
+        self.composer.send.connect(self.send)
+        self.composer.stop.connect(self.stop)
+        self.composer.settings_requested.connect(self.show_settings)
+        self.composer.thinking_changed.connect(lambda on: self.settings.set("chat.thinking", on))
+
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(20, 16, 20, 12)
+        lay.setSpacing(8)
+        lay.addLayout(header)
+        lay.addWidget(self.scroll, 1)
+        lay.addWidget(self.error)
+        lay.addWidget(self.meter)
+        lay.addWidget(self.composer)
+        self._update_state()
+
+    # -- store ----------------------------------------------------------------------------------------------------
+    @property
+    def store(self):
+        if self._store is None:
+            from macapp.core.store import Store
+
+            self._store = Store.open()
+            self._store.recover_interrupted()
+        return self._store
+
+    def conversation_rows(self) -> list[tuple[int, str]]:
+        return [(c.id, c.display_title) for c in self.store.list_conversations(limit=200)]
+
+    # -- model ----------------------------------------------------------------------------------------------------
+    def _ensure_engine(self):
+        if self.engine is None:
+            from macapp.core.engine import Engine
+
+            self.engine = Engine()
+        return self.engine
+
+    def load_model(self, ref: Any) -> None:
+        """Load a ModelRef (with local_path) on the engine's worker thread; the window stays responsive."""
+        if self.busy:
+            self.stop()
+        engine = self._ensure_engine()
+        self.model_ref = None
+        self.session = None
+        self.title.setText(f"Loading {ref.name}…")
+        self.model_changed.emit(f"Loading {ref.name}…")
+        self.error.hide()
+        self.load_job = engine.load(ref.local_path)
+        bridge = EventBridge(parent=self)
+        bridge.delivered.connect(lambda batch, r=ref: self._on_load_events(r, batch))
+        bridge.attach(self.load_job)
+        self._load_bridge = bridge
+        self._update_state()
+
+    def _on_load_events(self, ref: Any, batch: list[Any]) -> None:
+        for ev in batch:
+            kind = type(ev).__name__
+            if kind == "Loaded":
+                self.model_ref = ref
+                self.load_job = None
+                label = f"{ref.name} · {ref.bits}-bit" if ref.bits else ref.name
+                self.title.setText(label)
+                self.model_changed.emit(f"Loaded {label}")
+                self.needs_replay = bool(self.conversation_id)
+                self._update_state()
+                self.model_ready.emit()
+            elif kind == "Failed":
+                self.load_job = None
+                self.title.setText("No model loaded")
+                self.model_changed.emit("No model loaded")
+                self.show_error(f"Could not load {ref.name}: {ev.message}")
+                self._update_state()
+
+    # -- conversation ---------------------------------------------------------------------------------------------
+    def _clear_messages(self) -> None:
+        while self.messages_layout.count() > 2:
+            item = self.messages_layout.takeAt(1)
+            if item.widget():
+                item.widget().deleteLater()
+        self.current = None
+
+    def _message_widgets(self) -> list[QWidget]:
+        return [
+            self.messages_layout.itemAt(i).widget()
+            for i in range(1, self.messages_layout.count() - 1)
+            if self.messages_layout.itemAt(i).widget() is not None
+        ]
+
+    def _add_widget(self, widget: QWidget) -> QWidget:
+        self.messages_layout.insertWidget(self.messages_layout.count() - 1, widget)
+        self._update_state()
+        return widget
+
+    def new_chat(self) -> None:
+        if self.busy:
+            self.stop()
+        self.conversation_id = None
+        self.session = None
+        self.needs_replay = False
+        self.editing = False
+        self._clear_messages()
+        self.meter.clear_meter()
+        self.error.hide()
+        self.conversations_changed.emit()
+        self._update_state()
+        self.composer.input.setFocus()
+
+    def open_conversation(self, conversation_id: int) -> None:
+        """Show a saved conversation; the next message re-reads it once into a fresh engine session."""
+        if self.busy:
+            self.stop()
+        conv = self.store.get_conversation(conversation_id)
+        self._clear_messages()
+        self.conversation_id = conv.id
+        self.session = None
+        self.needs_replay = True
+        for m in conv.messages:
+            if m.role == "user":
+                self._add_widget(UserMessage(m.content, self.container))
+            elif m.role == "assistant":
+                w = AssistantMessage(self.container)
+                if m.reasoning:
+                    w.add_reasoning(m.reasoning)
+                w.add_answer(m.content)
+                note = "stopped" if m.stopped else ""
+                w.finish(m.stats if not m.stats.is_empty() else None, note)
+                if w.reasoning is not None:
+                    w.reasoning.header.setText("Thought")
+                self._add_widget(w)
+        self.meter.clear_meter()
+        self.conversations_changed.emit()
+        self._update_state()
+
+    def _ensure_session(self):
+        """A session for the current conversation; a reopened one is handed its history to re-read once."""
+        if self.session is not None:
+            return self.session
+        system = self.settings.get("chat.system_prompt", "") or None
+        history = None
+        if self.conversation_id is not None and self.needs_replay:
+            conv = self.store.get_conversation(self.conversation_id)
+            system = conv.system_prompt or system
+            history = [{"role": m.role, "content": m.content} for m in conv.messages if m.role in ("user", "assistant")]
+        self.session = self.engine.new_session(system_prompt=system, history=history)
+        self.needs_replay = False
+        return self.session
+
+    # -- generation -----------------------------------------------------------------------------------------------
+    @property
+    def busy(self) -> bool:
+        return self.job is not None
+
+    @property
+    def thinking(self) -> bool:
+        return self.composer.thinking.isChecked()
+
+    def _sampling(self):
+        from macapp.core.engine import SamplingParams
+
+        values = sampling_for(self.settings, self.thinking)
+        budget = values.pop("thinking_budget", None)
+        known = set(SamplingParams.__dataclass_fields__)
+        return SamplingParams(**{k: v for k, v in values.items() if k in known}), budget
+
+    def send(self, text: str) -> None:
+        if self.busy or self.model_ref is None or not text.strip():
+            return
+        self.error.hide()
+        if self.editing:
+            self._do_edit(text)
+            return
+        if self.conversation_id is None:
+            conv = self.store.create_conversation(
+                model=self.model_ref.name, system_prompt=self.settings.get("chat.system_prompt", "") or None
+            )
+            self.conversation_id = conv.id
+        session = self._ensure_session()
+        # The user's message is saved before generation starts: a crash never loses what they typed.
+        self.store.add_message(self.conversation_id, "user", text)
+        self._add_widget(UserMessage(text, self.container))
+        sampling, budget = self._sampling()
+        self._start(session.send(text, thinking=self.thinking, sampling=sampling, thinking_budget=budget))
+        self.conversations_changed.emit()
+
+    def _start(self, job) -> None:
+        self.current = self._add_widget(AssistantMessage(self.container))
+        self.writer = self.store.begin_reply(self.conversation_id, thinking=self.thinking, model=self.model_ref.name)
+        self.job = job
+        self._gen_started = time.monotonic()
+        self._stopped = False
+        self.meter.show_text("Starting…")
+        bridge = EventBridge(parent=self)
+        bridge.delivered.connect(self._on_events)
+        self._gen_bridge = bridge
+        bridge.attach(job)
+        self._stick_to_bottom = True
+        self._update_state()
+
+    def _on_events(self, batch: list[Any]) -> None:
+        msg = self.current
+        if msg is None:
+            return
+        for ev in batch:
+            kind = type(ev).__name__
+            if kind == "ReasoningDelta":
+                msg.add_reasoning(ev.text)
+                self.writer.append(reasoning=ev.text)
+            elif kind == "AnswerDelta":
+                msg.add_answer(ev.text)
+                self.writer.append(text=ev.text)
+            elif kind == "PromptProgress":
+                self.meter.show_progress(ev.processed, ev.total)
+            elif kind == "StatsUpdate":
+                msg.stats = ev.stats
+                self.meter.show_stats(ev.stats)
+            elif kind == "Finished":
+                self._finish(getattr(ev, "reply", None))
+                return
+            elif kind == "Failed":
+                self._finish(None, error=ev.message)
+                return
+        msg.render()
+
+    def _finish(self, reply: Any, error: str | None = None) -> None:
+        msg = self.current
+        stats = getattr(reply, "stats", None) or msg.stats
+        reason = getattr(reply, "finish_reason", None)
+        stopped = self._stopped or reason in ("stop_requested", "stopped", "cancelled")
+        note = "stopped" if stopped else ("cut off at the max tokens limit" if reason == "length" else "")
+        msg.finish(stats, note)
+        try:
+            self.writer.finish(stats=stats, finish_reason=reason, stopped=stopped or error is not None)
+        except Exception as exc:  # noqa: BLE001 - a save failure is shown, never raised into Qt
+            self.show_error(f"The reply could not be saved: {exc}")
+        if error:
+            self.show_error(error)
+        self.meter.show_text(stats_summary(stats))
+        self.job = None
+        self.writer = None
+        self._update_state()
+        self.conversations_changed.emit()
+
+    def stop(self) -> None:
+        if self.job is not None:
+            self._stopped = True
+            self.job.stop()
+
+    def _last_index(self, role: str) -> int | None:
+        widgets = self._message_widgets()
+        for i in range(len(widgets) - 1, -1, -1):
+            if getattr(widgets[i], "role", None) == role:
+                return i
+        return None
+
+    def _remove_from(self, index: int) -> None:
+        for w in self._message_widgets()[index:]:
+            self.messages_layout.removeWidget(w)
+            w.deleteLater()
+        if self.conversation_id is not None:
+            self.store.truncate(self.conversation_id, index)
+
+    def regenerate(self) -> None:
+        """Replace the last reply with a new one."""
+        if self.busy or self.model_ref is None:
+            return
+        i = self._last_index("assistant")
+        if i is None:
+            return
+        session = self._ensure_session()
+        self._remove_from(i)
+        sampling, budget = self._sampling()
+        self._start(session.regenerate(thinking=self.thinking, sampling=sampling, thinking_budget=budget))
+
+    def edit_last(self) -> None:
+        """Put the last message back in the input box; sending replaces it and its reply."""
+        if self.busy:
+            return
+        i = self._last_index("user")
+        if i is None:
+            return
+        self.composer.input.setPlainText(self._message_widgets()[i].text)
+        self.composer.input.setFocus()
+        self.editing = True
+        self.meter.show_text("Editing your last message — Send replaces it and its reply; Esc cancels")
+
+    def _do_edit(self, text: str) -> None:
+        self.editing = False
+        i = self._last_index("user")
+        session = self._ensure_session()
+        self._remove_from(i)
+        self.store.add_message(self.conversation_id, "user", text)
+        self._add_widget(UserMessage(text, self.container))
+        sampling, budget = self._sampling()
+        self._start(session.edit_last(text, thinking=self.thinking, sampling=sampling, thinking_budget=budget))
+
+    def cancel_edit(self) -> None:
+        if self.editing:
+            self.editing = False
+            self.composer.input.clear()
+            self.meter.clear_meter()
+
+    # -- view state -----------------------------------------------------------------------------------------------
+    def show_error(self, text: str) -> None:
+        self.error.setText(text)
+        self.error.show()
+
+    def show_settings(self) -> None:
+        dialog = SettingsDialog(self.settings, self.thinking, self)
+        self.settings_dialog = dialog
+        dialog.open()
+
+    def _update_state(self) -> None:
+        loaded = self.model_ref is not None
+        has_messages = bool(self._message_widgets())
+        self.composer.set_busy(self.busy)
+        if self.load_job is not None:
+            self.composer.set_can_send(False, "Loading the model…")
+        elif not loaded:
+            self.composer.set_can_send(False, "Load a model from Models to start chatting")
+        else:
+            self.composer.set_can_send(True)
+        self.empty.setVisible(not has_messages)
+        if not loaded and self.load_job is None:
+            self.empty.setText("No model loaded.\nPick one in Models (⌘1), download it, and press Load.")
+        elif self.load_job is not None:
+            self.empty.setText("Loading the model…")
+        else:
+            self.empty.setText("Ask anything.\nEnter sends · Shift+Enter adds a line · Esc stops")
+        idle = loaded and not self.busy
+        self.regenerate_button.setEnabled(idle and self._last_index("assistant") is not None)
+        self.edit_button.setEnabled(idle and self._last_index("user") is not None)
+
+    def _on_scrolled(self, value: int) -> None:
+        bar = self.scroll.verticalScrollBar()
+        self._stick_to_bottom = value >= bar.maximum() - 24
+
+    def _follow(self, _lo: int, hi: int) -> None:
+        if self._stick_to_bottom:
+            self.scroll.verticalScrollBar().setValue(hi)
+
+    def escape(self) -> None:
+        """Esc: stop the reply in flight, else leave edit mode."""
+        if self.busy:
+            self.stop()
+        else:
+            self.cancel_edit()
+
+    def shutdown(self) -> None:
+        self.stop()
+        if self.writer is not None:
+            try:
+                self.writer.finish(stopped=True)
+            except Exception:  # noqa: BLE001
+                pass
+        if self.engine is not None and hasattr(self.engine, "close"):
+            self.engine.close()
+        if self._store is not None:
+            self._store.close()

@@ -1,0 +1,104 @@
+"""The input area: text box (Enter sends, Shift+Enter newline), thinking toggle, settings, Send/Stop."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QKeyEvent
+from PySide6.QtWidgets import QCheckBox, QFrame, QHBoxLayout, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
+
+
+class InputBox(QPlainTextEdit):
+    submitted = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("Input")
+        self.setPlaceholderText("Message the model — Enter sends, Shift+Enter for a new line")
+        self.setTabChangesFocus(True)
+        self.document().documentLayout().documentSizeChanged.connect(self._fit)
+        self._fit()
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802
+        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not (
+            event.modifiers() & (Qt.KeyboardModifier.ShiftModifier | Qt.KeyboardModifier.AltModifier)
+        ):
+            self.submitted.emit()
+            return
+        super().keyPressEvent(event)
+
+    def _fit(self, *_args) -> None:
+        lines = max(1, min(8, int(self.document().size().height())))
+        h = self.fontMetrics().lineSpacing() * lines + 14
+        self.setFixedHeight(h)
+
+
+class Composer(QFrame):
+    """Emits `send(text)` and `stop()`; `set_busy` flips the Send button into Stop."""
+
+    send = Signal(str)
+    stop = Signal()
+    settings_requested = Signal()
+    thinking_changed = Signal(bool)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("Composer")
+        self.input = InputBox(self)
+        self.thinking = QCheckBox("Thinking", self)
+        self.thinking.setToolTip("Let the model reason before it answers (applies the model card's sampling presets)")
+        self.thinking.toggled.connect(self.thinking_changed)
+        self.settings_button = QPushButton("Settings…", self)
+        self.settings_button.setFlat(True)
+        self.settings_button.clicked.connect(self.settings_requested)
+        self.send_button = QPushButton("Send", self)
+        self.send_button.setObjectName("Primary")
+        self.send_button.setDefault(False)
+        self.send_button.clicked.connect(self._on_button)
+        self.input.submitted.connect(self._submit)
+        self.input.textChanged.connect(self._update_enabled)
+
+        row = QHBoxLayout()
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(self.thinking)
+        row.addWidget(self.settings_button)
+        row.addStretch(1)
+        row.addWidget(self.send_button)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(10, 8, 10, 8)
+        lay.setSpacing(4)
+        lay.addWidget(self.input)
+        lay.addLayout(row)
+        self.busy = False
+        self.can_send = True
+        self._update_enabled()
+
+    def set_busy(self, busy: bool) -> None:
+        self.busy = busy
+        self.send_button.setText("Stop" if busy else "Send")
+        self._update_enabled()
+
+    def set_can_send(self, ok: bool, reason: str = "") -> None:
+        self.can_send = ok
+        self.input.setPlaceholderText(
+            reason or "Message the model — Enter sends, Shift+Enter for a new line"
+        )
+        self._update_enabled()
+
+    def _update_enabled(self) -> None:
+        if self.busy:
+            self.send_button.setEnabled(True)
+        else:
+            self.send_button.setEnabled(self.can_send and bool(self.input.toPlainText().strip()))
+
+    def _on_button(self) -> None:
+        if self.busy:
+            self.stop.emit()
+        else:
+            self._submit()
+
+    def _submit(self) -> None:
+        text = self.input.toPlainText().strip()
+        if self.busy or not self.can_send or not text:
+            return
+        self.input.clear()
+        self.send.emit(text)

@@ -1,0 +1,151 @@
+"""Details of one build: memory bar (weights / KV cache / DeltaNet state / overhead) vs the GPU budget, max context, speed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+
+from macapp.core.memory import format_bytes
+from macapp.ui.style import BAR_COLOURS
+from macapp.ui.widgets import Badge, StackedBar
+
+SEGMENTS = [
+    ("weights", "Weights", "weights_bytes"),
+    ("kv", "KV cache", "kv_cache_bytes"),
+    ("state", "DeltaNet state", "state_bytes"),
+    ("overhead", "Overhead", "overhead_bytes"),
+]
+
+
+def _swatch(colour: str) -> QLabel:
+    sw = QLabel()
+    sw.setFixedSize(10, 10)
+    sw.setStyleSheet(f"background: {colour}; border-radius: 3px;")
+    return sw
+
+
+class DetailsPanel(QFrame):
+    load_clicked = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        from macapp.ui.downloads import DownloadPanel
+
+        self.setObjectName("Card")
+        self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
+        self.setMinimumWidth(340)
+        self.title = QLabel(self)
+        self.title.setObjectName("PageTitle")
+        self.title.setWordWrap(True)
+        self.repo = QLabel(self)
+        self.repo.setObjectName("Muted")
+        self.repo.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.badge = Badge("", self)
+        self.total = QLabel(self)
+        self.total.setWordWrap(True)
+        self.bar = StackedBar(self)
+        self.budget_note = QLabel(self)
+        self.budget_note.setObjectName("Muted")
+
+        legend = QGridLayout()
+        legend.setHorizontalSpacing(8)
+        legend.setVerticalSpacing(2)
+        self.legend_values: dict[str, QLabel] = {}
+        for i, (key, label, _attr) in enumerate(SEGMENTS):
+            legend.addWidget(_swatch(BAR_COLOURS[key]), i, 0)
+            legend.addWidget(QLabel(label, self), i, 1)
+            value = QLabel(self)
+            value.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            legend.addWidget(value, i, 2)
+            self.legend_values[key] = value
+        legend.setColumnStretch(1, 1)
+
+        self.max_context = QLabel(self)
+        self.max_context.setWordWrap(True)
+        self.speed = QLabel(self)
+        self.speed.setWordWrap(True)
+        self.derivation = QLabel(self)
+        self.derivation.setObjectName("Derivation")
+        self.derivation.setWordWrap(True)
+        self.derivation.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+
+        self.load_button = QPushButton("Load", self)
+        self.load_button.setObjectName("Primary")
+        self.load_button.clicked.connect(self.load_clicked)
+        self.download_panel = DownloadPanel(self)
+
+        head = QHBoxLayout()
+        head.addWidget(self.badge, 0, Qt.AlignmentFlag.AlignVCenter)
+        head.addWidget(self.total, 1)
+        buttons = QHBoxLayout()
+        buttons.addStretch(1)
+        buttons.addWidget(self.load_button)
+
+        self.empty = QLabel("Select a model to see how it fits this Mac.", self)
+        self.empty.setObjectName("Note")
+        self.empty.setAlignment(Qt.AlignmentFlag.AlignCenter)
+
+        self.body = QWidget(self)
+        body = QVBoxLayout(self.body)
+        body.setContentsMargins(0, 0, 0, 0)
+        body.setSpacing(8)
+        body.addWidget(self.title)
+        body.addWidget(self.repo)
+        body.addLayout(head)
+        body.addWidget(self.bar)
+        body.addWidget(self.budget_note)
+        body.addLayout(legend)
+        body.addSpacing(4)
+        body.addWidget(self.max_context)
+        body.addWidget(self.speed)
+        body.addWidget(self.derivation)
+        body.addStretch(1)
+        body.addWidget(self.download_panel)
+        body.addLayout(buttons)
+
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(16, 14, 16, 14)
+        lay.addWidget(self.empty)
+        lay.addWidget(self.body)
+        self.show_row(None, None, 0, None)
+
+    def show_row(self, row: Any, machine: Any, context: int, kv_bits: int | None) -> None:
+        self.row = row
+        self.empty.setVisible(row is None)
+        self.body.setVisible(row is not None)
+        if row is None:
+            return
+        est = row.estimate
+        ref = row.ref
+        bits = f"{ref.bits}-bit" if ref.bits else "16-bit"
+        self.title.setText(f"{ref.name} · {bits}")
+        self.repo.setText(ref.repo or str(ref.local_path))
+        self.badge.set_verdict(est.verdict)
+        kv = f", {kv_bits}-bit KV cache" if kv_bits else ""
+        self.total.setText(
+            f"Needs <b>{format_bytes(est.total_bytes)}</b> of this Mac's {format_bytes(est.budget_bytes)} GPU budget "
+            f"at {context:,} tokens{kv}"
+        )
+        segments = [(label, float(getattr(est, attr) or 0), QColor(BAR_COLOURS[key])) for key, label, attr in SEGMENTS]
+        self.bar.set_values(segments, float(est.budget_bytes))
+        self.bar.setToolTip(" · ".join(f"{label} {format_bytes(v)}" for label, v, _c in segments))
+        self.budget_note.setText("The line marks the GPU budget")
+        for key, _label, attr in SEGMENTS:
+            self.legend_values[key].setText(format_bytes(getattr(est, attr) or 0))
+        if est.max_context and est.max_context > 0:
+            cap = " (the model's maximum)" if est.max_context >= ref.arch.max_position_embeddings else ""
+            self.max_context.setText(f"Largest context that fits: <b>{est.max_context:,} tokens</b>{cap}")
+        else:
+            self.max_context.setText("Largest context that fits: <b>none</b> — the weights alone exceed the budget")
+        if est.decode_tps_estimate:
+            self.speed.setText(f"Estimated speed: <b>~{est.decode_tps_estimate:.0f} tok/s</b> when generating")
+        else:
+            self.speed.setText("Estimated speed: unknown on this machine (no Apple GPU bandwidth figure)")
+        self.derivation.setText("How this is worked out:\n" + "\n".join(f"• {line}" for line in est.derivation))
+        downloaded = row.local_path is not None
+        self.load_button.setEnabled(downloaded)
+        self.load_button.setText("Load" if est.verdict != "too_big" else "Load…")
+        self.load_button.setToolTip("" if downloaded else "Download the model first")

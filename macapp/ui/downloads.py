@@ -1,0 +1,311 @@
+"""The download panel: progress bar, speed, ETA, stall warning, pause/resume/cancel, readable errors with the fix."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
+
+from macapp.core.memory import format_bytes
+from macapp.ui.bridge import EventBridge
+
+
+def format_eta(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"about {max(seconds, 1)} s left"
+    if seconds < 3600:
+        return f"about {round(seconds / 60)} min left"
+    return f"about {seconds // 3600} h {seconds % 3600 // 60:02d} min left"
+
+
+class DownloadPanel(QFrame):
+    """Shows one download's state; its buttons emit requests the controller acts on."""
+
+    start_clicked = Signal()
+    pause_clicked = Signal()
+    resume_clicked = Signal()
+    cancel_clicked = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.headline = QLabel(self)
+        self.headline.setWordWrap(True)
+        self.progress = QProgressBar(self)
+        self.progress.setRange(0, 1000)
+        self.progress.setTextVisible(False)
+        self.progress.setFixedHeight(8)
+        self.detail = QLabel(self)
+        self.detail.setObjectName("Muted")
+        self.warning = QLabel(self)
+        self.warning.setObjectName("Warning")
+        self.warning.setWordWrap(True)
+        self.error = QLabel(self)
+        self.error.setObjectName("Error")
+        self.error.setWordWrap(True)
+        self.error.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.download_button = QPushButton("Download", self)
+        self.pause_button = QPushButton("Pause", self)
+        self.resume_button = QPushButton("Resume", self)
+        self.cancel_button = QPushButton("Cancel", self)
+        self.download_button.clicked.connect(self.start_clicked)
+        self.pause_button.clicked.connect(self.pause_clicked)
+        self.resume_button.clicked.connect(self.resume_clicked)
+        self.cancel_button.clicked.connect(self.cancel_clicked)
+        buttons = QHBoxLayout()
+        buttons.setContentsMargins(0, 0, 0, 0)
+        buttons.addWidget(self.download_button)
+        buttons.addWidget(self.resume_button)
+        buttons.addWidget(self.pause_button)
+        buttons.addWidget(self.cancel_button)
+        buttons.addStretch(1)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 6, 0, 6)
+        lay.setSpacing(4)
+        for w in (self.headline, self.progress, self.detail, self.warning, self.error):
+            lay.addWidget(w)
+        lay.addLayout(buttons)
+        self.updates = 0
+        self.set_idle("", downloadable=False)
+
+    def _buttons(self, download=False, pause=False, resume=False, cancel=False) -> None:
+        self.download_button.setVisible(download)
+        self.pause_button.setVisible(pause)
+        self.resume_button.setVisible(resume)
+        self.cancel_button.setVisible(cancel)
+
+    def set_idle(self, text: str, downloadable: bool, size: int | None = None) -> None:
+        self.headline.setText(text)
+        self.headline.setVisible(bool(text))
+        self.progress.hide()
+        self.detail.hide()
+        self.warning.hide()
+        self.error.hide()
+        self.download_button.setText(f"Download {format_bytes(size)}" if size else "Download")
+        self._buttons(download=downloadable)
+        self.setVisible(bool(text) or downloadable)
+
+    def set_progress(self, p: Any) -> None:
+        self.updates += 1
+        self.setVisible(True)
+        self.headline.setText(
+            f"Downloading… {format_bytes(p.bytes_done)} of {format_bytes(p.bytes_total)} ({100 * p.fraction:.0f}%)"
+        )
+        self.headline.show()
+        self.progress.show()
+        self.progress.setValue(int(1000 * p.fraction))
+        parts = []
+        if p.speed_bps > 0:
+            parts.append(f"{format_bytes(p.speed_bps)}/s")
+        eta = format_eta(p.eta_s)
+        if eta:
+            parts.append(eta)
+        self.detail.setText(" · ".join(parts) or "Starting…")
+        self.detail.show()
+        if p.stalled:
+            self.show_warning(f"No data for {p.stalled_s:.0f} s — the connection may have stalled; it will be retried.")
+        elif self.warning.property("kind") == "stall":
+            self.warning.hide()
+        self.error.hide()
+        self._buttons(pause=True, cancel=True)
+
+    def show_warning(self, text: str, kind: str = "stall") -> None:
+        self.warning.setText(text)
+        self.warning.setProperty("kind", kind)
+        self.warning.show()
+
+    def set_paused(self, kept: int, total: int | None) -> None:
+        of = f" of {format_bytes(total)}" if total else ""
+        self.headline.setText(f"Paused — {format_bytes(kept)}{of} kept on disk")
+        self.headline.show()
+        self.detail.hide()
+        self.warning.hide()
+        self._buttons(resume=True, cancel=True)
+
+    def set_failed(self, message: str, action: str) -> None:
+        self.setVisible(True)
+        self.headline.setText("Download failed")
+        self.headline.show()
+        self.detail.hide()
+        self.warning.hide()
+        self.error.setText(f"{message}\n{action}" if action else message)
+        self.error.show()
+        self._buttons(resume=True, cancel=True)
+        self.resume_button.setText("Try Again")
+
+    def set_done(self, text: str) -> None:
+        self.set_idle(text, downloadable=False)
+
+
+# What to do about each failure kind (DownloadError.kind); the message itself comes from the core.
+ACTIONS = {
+    "not_found": "Check the model name, or set HF_TOKEN if the repo is private.",
+    "revision_not_found": "Choose another revision of the model.",
+    "unauthorized": "Set HF_TOKEN (or run `hf auth login`) with a token that can read this repo.",
+    "gated": "Accept the model's terms on huggingface.co, then set HF_TOKEN.",
+    "offline": "Connect to the internet (and unset HF_HUB_OFFLINE), then try again.",
+    "disk_full": "Free some disk space, then press Try Again: what was fetched is kept.",
+    "network": "Check your connection, then press Try Again: the download resumes where it stopped.",
+    "server": "The hub is having trouble; try again in a few minutes: the download resumes where it stopped.",
+    "integrity": "Press Try Again: the damaged file is fetched again.",
+    "busy": "Another Qwen Desk or qwen-desk command is downloading this model; wait for it to finish.",
+}
+
+
+class DownloadController(QObject):
+    """Runs core downloads on their own threads and shows the selected model's download in the panel."""
+
+    finished = Signal(str)  # key (repo) of a completed download
+
+    def __init__(self, panel: DownloadPanel, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.panel = panel
+        self.row = None
+        self.jobs: dict[str, dict[str, Any]] = {}  # repo -> {thread, token, bridge, last, state, error}
+        panel.start_clicked.connect(self.start)
+        panel.resume_clicked.connect(self.start)
+        panel.pause_clicked.connect(self.pause)
+        panel.cancel_clicked.connect(self.cancel)
+
+    # -- queries (core) -----------------------------------------------------------------------------------------
+    def local_path(self, ref: Any) -> Path | None:
+        from macapp.core import download
+
+        return download.local_model_path(ref.repo) if ref.repo else None
+
+    # -- panel --------------------------------------------------------------------------------------------------
+    def show_for(self, row: Any) -> None:
+        self.row = row
+        if row is None or row.ref.repo is None:
+            self.panel.set_idle("", downloadable=False)
+            return
+        job = self.jobs.get(row.ref.repo)
+        if job is None:
+            if row.local_path is not None:
+                self.panel.set_done(f"Downloaded · {row.local_path}" if row.ref.origin != "local" else "")
+            elif _offline():
+                self.panel.set_idle("Downloads are unavailable offline (HF_HUB_OFFLINE is set).", downloadable=False)
+            else:
+                self.panel.set_idle("Not on this Mac yet.", downloadable=True, size=row.estimate.weights_bytes)
+            return
+        self._render(job)
+
+    def _render(self, job: dict[str, Any]) -> None:
+        state = job["state"]
+        if state == "running" and job.get("last") is not None:
+            self.panel.set_progress(job["last"])
+        elif state == "running":
+            self.panel.set_idle("Preparing download…", downloadable=False)
+            self.panel._buttons(cancel=True)
+        elif state == "paused":
+            last = job.get("last")
+            self.panel.set_paused(job.get("kept", last.bytes_done if last else 0), last.bytes_total if last else None)
+        elif state == "failed":
+            err = job["error"]
+            self.panel.set_failed(str(err), ACTIONS.get(getattr(err, "kind", ""), ""))
+        if job.get("notice") and state == "running":
+            self.panel.show_warning(job["notice"], kind="notice")
+
+    def _is_shown(self, repo: str) -> bool:
+        return self.row is not None and self.row.ref.repo == repo
+
+    # -- actions ------------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        if self.row is None or self.row.ref.repo is None:
+            return
+        self.start_download(self.row.ref.repo)
+
+    def start_download(self, repo: str) -> None:
+        from macapp.core import download
+
+        job = self.jobs.get(repo)
+        if job and job["state"] == "running":
+            return
+        token = download.CancelToken()
+        bridge = EventBridge(parent=self)
+        bridge.delivered.connect(lambda batch, r=repo: self._on_events(r, batch))
+        job = {"state": "running", "token": token, "bridge": bridge, "last": None, "error": None, "notice": ""}
+        self.jobs[repo] = job
+
+        def work() -> None:
+            try:
+                download.download(repo, on_event=bridge.feed, cancel=token)
+            except Exception as exc:  # the core reports failures as events too; this catches anything else
+                from macapp.core.download import events as ev
+
+                bridge.feed(ev.Failed(error=exc))
+
+        bridge.start()
+        job["thread"] = threading.Thread(target=work, name=f"download {repo}", daemon=True)
+        job["thread"].start()
+        if self._is_shown(repo):
+            self._render(job)
+
+    def pause(self) -> None:
+        job = self._current_job()
+        if job and job["state"] == "running":
+            job["pausing"] = True
+            job["token"].cancel()
+
+    def cancel(self) -> None:
+        """Stop the download; partial data is kept (Resume continues) — nothing is deleted silently."""
+        job = self._current_job()
+        if not job:
+            return
+        if job["state"] == "running":
+            job["pausing"] = False
+            job["token"].cancel()
+        else:
+            self.jobs.pop(self.row.ref.repo, None)
+            self.show_for(self.row)
+
+    def _current_job(self) -> dict[str, Any] | None:
+        return self.jobs.get(self.row.ref.repo) if self.row is not None and self.row.ref.repo else None
+
+    def _on_events(self, repo: str, batch: list[Any]) -> None:
+        from macapp.core.download import events as ev
+
+        job = self.jobs.get(repo)
+        if job is None:
+            return
+        for e in batch:
+            if isinstance(e, ev.Progress):
+                job["last"] = e
+            elif isinstance(e, ev.Notice):
+                job["notice"] = e.message
+            elif isinstance(e, ev.Retrying):
+                job["notice"] = f"Retrying {Path(e.path).name} (attempt {e.attempt} of {e.max_attempts}): {e.reason}"
+            elif isinstance(e, ev.Finished):
+                job["state"] = "done"
+            elif isinstance(e, ev.Failed):
+                job["state"], job["error"] = "failed", e.error
+            elif isinstance(e, ev.Cancelled):
+                job["kept"] = e.bytes_kept
+                job["state"] = "paused"
+                if not job.get("pausing"):
+                    self.jobs.pop(repo, None)
+        if job["state"] == "done":
+            self.jobs.pop(repo, None)
+            self.finished.emit(repo)  # the library refreshes, which re-shows the panel
+            return
+        if self._is_shown(repo):
+            if repo in self.jobs:
+                self._render(job)
+            else:
+                self.show_for(self.row)
+
+    def shutdown(self) -> None:
+        for job in self.jobs.values():
+            if job["state"] == "running":
+                job["token"].cancel()
+
+
+def _offline() -> bool:
+    from macapp.ui.library import offline
+
+    return offline()

@@ -1,0 +1,394 @@
+"""The model library (first screen): every catalog build with size, fit badge, speed and download state."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QRectF, Qt, Signal
+from PySide6.QtGui import QFont
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QMessageBox,
+    QPushButton,
+    QSlider,
+    QSpinBox,
+    QSplitter,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from macapp.core import catalog, hardware, sizing
+from macapp.core.memory import format_bytes
+from macapp.core.settings import Settings
+from macapp.ui.style import BADGE_TEXT, badge_colour
+from macapp.ui.widgets import paint_pill
+
+CONTEXT_STEPS = [2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144]
+MAX_CONTEXT = 262_144
+KV_CHOICES = [("Full precision", None), ("8-bit", 8), ("4-bit", 4)]
+COLUMNS = ["Model", "Quantization", "On disk", "Fit", "Speed", "Status"]
+FIT_COL = 3
+
+
+def offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() in ("1", "true", "yes", "on")
+
+
+def short_context(tokens: int) -> str:
+    return f"{tokens // 1024}K" if tokens % 1024 == 0 else f"{tokens:,}"
+
+
+@dataclass
+class Row:
+    ref: Any  # catalog.ModelRef
+    estimate: Any  # sizing.Estimate
+    downloaded: bool = False
+    local_path: Path | None = None
+
+    @property
+    def key(self) -> str:
+        return self.ref.repo or str(self.ref.local_path)
+
+    @property
+    def title(self) -> str:
+        return self.ref.name
+
+
+class LibraryModel(QAbstractTableModel):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.rows: list[Row] = []
+        self.context = 32768
+
+    def rowCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: N802
+        return 0 if parent.isValid() else len(self.rows)
+
+    def columnCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: N802
+        return 0 if parent.isValid() else len(COLUMNS)
+
+    def headerData(self, section: int, orientation, role: int = Qt.ItemDataRole.DisplayRole):  # noqa: N802
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
+            return f"Fit at {short_context(self.context)}" if section == FIT_COL else COLUMNS[section]
+        return None
+
+    def data(self, index: QModelIndex, role: int = Qt.ItemDataRole.DisplayRole):
+        if not index.isValid():
+            return None
+        row = self.rows[index.row()]
+        col = index.column()
+        est = row.estimate
+        if role == Qt.ItemDataRole.DisplayRole:
+            if col == 0:
+                return row.title
+            if col == 1:
+                return f"{row.ref.bits}-bit" if row.ref.bits else "16-bit"
+            if col == 2:
+                return format_bytes(est.weights_bytes)
+            if col == FIT_COL:
+                return BADGE_TEXT.get(est.verdict, est.verdict)
+            if col == 4:
+                return f"~{est.decode_tps_estimate:.0f} tok/s" if est.decode_tps_estimate else "—"
+            if col == 5:
+                if row.ref.origin == "local":
+                    return "Local folder"
+                return "Downloaded" if row.downloaded else ("—" if offline() else "Not downloaded")
+        if role == Qt.ItemDataRole.ToolTipRole:
+            if col == FIT_COL:
+                return f"Needs {format_bytes(est.total_bytes)} of {format_bytes(est.budget_bytes)} GPU budget"
+            if col == 0:
+                return row.ref.repo or str(row.ref.local_path)
+        if role == Qt.ItemDataRole.TextAlignmentRole and col in (2, 4):
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        if role == Qt.ItemDataRole.FontRole and col == 0:
+            f = QFont()
+            f.setWeight(QFont.Weight.DemiBold)
+            return f
+        if role == Qt.ItemDataRole.UserRole:
+            return est.verdict
+        return None
+
+    def set_rows(self, rows: list[Row], context: int) -> None:
+        self.beginResetModel()
+        self.rows = rows
+        self.context = context
+        self.endResetModel()
+
+
+class BadgeDelegate(QStyledItemDelegate):
+    def paint(self, painter, option: QStyleOptionViewItem, index: QModelIndex) -> None:
+        verdict = index.data(Qt.ItemDataRole.UserRole)
+        opt = QStyleOptionViewItem(option)
+        self.initStyleOption(opt, index)
+        opt.text = ""
+        opt.widget.style().drawControl(opt.widget.style().ControlElement.CE_ItemViewItem, opt, painter, opt.widget)
+        paint_pill(painter, QRectF(option.rect), index.data(), badge_colour(verdict), option.font)
+
+
+class LibraryPage(QWidget):
+    """Emits `load_requested(ModelRef)` once the guardrail has passed (or the user chose Load anyway)."""
+
+    load_requested = Signal(object)
+
+    def __init__(self, settings: Settings, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        from macapp.ui.details import DetailsPanel
+
+        self.settings = settings
+        self.machine = None
+        self.entries: list = []
+        self.local_refs: list = []
+        self.downloads = None  # macapp.ui.downloads.DownloadController, created in start()
+
+        title = QLabel("Models", self)
+        title.setObjectName("PageTitle")
+        self.summary = QLabel(self)
+        self.summary.setObjectName("Muted")
+        self.summary.setWordWrap(True)
+
+        self.context_slider = QSlider(Qt.Orientation.Horizontal, self)
+        self.context_slider.setRange(0, len(CONTEXT_STEPS) - 1)
+        self.context_slider.setPageStep(1)
+        self.context_slider.setTickPosition(QSlider.TickPosition.TicksBelow)
+        self.context_slider.setMinimumWidth(180)
+        self.context_spin = QSpinBox(self)
+        self.context_spin.setRange(512, MAX_CONTEXT)
+        self.context_spin.setSingleStep(1024)
+        self.context_spin.setGroupSeparatorShown(True)
+        self.context_spin.setSuffix(" tokens")
+        self.context_spin.setKeyboardTracking(False)
+        self.kv_combo = QComboBox(self)
+        for text, bits in KV_CHOICES:
+            self.kv_combo.addItem(text, bits)
+        self.kv_combo.setToolTip("Quantize the attention KV cache to fit longer contexts (small quality cost)")
+        self.open_folder_button = QPushButton("Open Folder…", self)
+        self.open_folder_button.setToolTip("Load an MLX Qwen3.5 model from a folder on this Mac")
+
+        controls = QHBoxLayout()
+        controls.setSpacing(8)
+        controls.addWidget(QLabel("Context", self))
+        controls.addWidget(self.context_slider, 1)
+        controls.addWidget(self.context_spin)
+        controls.addSpacing(16)
+        controls.addWidget(QLabel("KV cache", self))
+        controls.addWidget(self.kv_combo)
+        controls.addStretch(0)
+        controls.addSpacing(16)
+        controls.addWidget(self.open_folder_button)
+
+        self.model = LibraryModel(self)
+        self.table = QTableView(self)
+        self.table.setModel(self.model)
+        self.table.setItemDelegateForColumn(FIT_COL, BadgeDelegate(self.table))
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.setShowGrid(False)
+        self.table.setAlternatingRowColors(False)
+        self.table.verticalHeader().hide()
+        self.table.verticalHeader().setDefaultSectionSize(34)
+        self.table.setWordWrap(False)
+        header = self.table.horizontalHeader()
+        header.setHighlightSections(False)
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setStretchLastSection(True)
+        header.setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
+        self.table.doubleClicked.connect(lambda _i: self.request_load())
+
+        self.details = DetailsPanel(self)
+        self.details.load_clicked.connect(self.request_load)
+        split = QSplitter(self)
+        split.addWidget(self.table)
+        split.addWidget(self.details)
+        split.setStretchFactor(0, 3)
+        split.setStretchFactor(1, 2)
+        split.setChildrenCollapsible(False)
+        split.setSizes([600, 360])
+        self.splitter = split
+
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(20, 16, 20, 12)
+        lay.setSpacing(10)
+        lay.addWidget(title)
+        lay.addWidget(self.summary)
+        lay.addLayout(controls)
+        lay.addWidget(split, 1)
+
+        # Restore choices before wiring, so restoring does not write them back.
+        self.context_spin.setValue(int(settings.get("library.context", 32768)))
+        self.context_slider.setValue(self._step_for(self.context_spin.value()))
+        kv = settings.get("library.kv_bits")
+        self.kv_combo.setCurrentIndex(max(0, self.kv_combo.findData(kv)) if kv is not None else 0)
+        self.context_slider.valueChanged.connect(lambda i: self.context_spin.setValue(CONTEXT_STEPS[i]))
+        self.context_spin.valueChanged.connect(self._context_changed)
+        self.kv_combo.currentIndexChanged.connect(lambda _i: self._choices_changed())
+        self.table.selectionModel().currentRowChanged.connect(lambda cur, _prev: self._show_details(cur.row()))
+        self.open_folder_button.clicked.connect(lambda: self.window().open_model_folder())
+
+        self.entries = catalog.load_catalog()
+        self.machine = hardware.detect_machine()
+        self.refresh()
+
+    # -- choices ------------------------------------------------------------------------------------------------
+    @property
+    def context(self) -> int:
+        return self.context_spin.value()
+
+    @property
+    def kv_bits(self) -> int | None:
+        return self.kv_combo.currentData()
+
+    @staticmethod
+    def _step_for(value: int) -> int:
+        return min(range(len(CONTEXT_STEPS)), key=lambda i: abs(CONTEXT_STEPS[i] - value))
+
+    def _context_changed(self, value: int) -> None:
+        self.context_slider.blockSignals(True)
+        self.context_slider.setValue(self._step_for(value))
+        self.context_slider.blockSignals(False)
+        self._choices_changed()
+
+    def _choices_changed(self) -> None:
+        self.settings.update({"library.context": self.context, "library.kv_bits": self.kv_bits})
+        self.refresh()
+
+    def set_context(self, tokens: int) -> None:
+        self.context_spin.setValue(tokens)
+
+    # -- data ---------------------------------------------------------------------------------------------------
+    def _refs(self) -> list:
+        refs = []
+        for entry in self.entries:
+            for bits in sorted(entry.builds):
+                refs.append(catalog.resolve_model(entry.build(bits).repo))
+        return refs + self.local_refs
+
+    def refresh(self) -> None:
+        """Recompute every row at the chosen context and KV bits (pure arithmetic: instant)."""
+        selected = self.selected_row()
+        keep = selected.key if selected else self.settings.get("library.selected")
+        rows = []
+        for ref in self._refs():
+            # A model with a shorter maximum context is sized at its maximum.
+            est = sizing.estimate(ref, min(self.context, ref.arch.max_position_embeddings), self.machine, kv_bits=self.kv_bits)
+            path = ref.local_path or (self.downloads.local_path(ref) if self.downloads else None)
+            rows.append(Row(ref=ref, estimate=est, downloaded=path is not None, local_path=path))
+        self.model.set_rows(rows, self.context)
+        suggestion = self.suggested_row()
+        self._update_summary(suggestion)
+        target = next((i for i, r in enumerate(rows) if r.key == keep), None)
+        if target is None and suggestion is not None:
+            target = rows.index(suggestion)
+        if target is not None:
+            self.table.selectRow(target)
+        self._show_details(self.table.currentIndex().row())
+
+    def suggested_row(self) -> Row | None:
+        """The best model that fits: the largest build (most weights) whose verdict is 'fits'."""
+        fitting = [r for r in self.model.rows if r.estimate.verdict == "fits" and r.ref.origin == "catalog"]
+        return max(fitting, key=lambda r: (r.estimate.weights_bytes, -(r.ref.bits or 16)), default=None)
+
+    def _update_summary(self, suggestion: Row | None) -> None:
+        parts = []
+        if suggestion is not None:
+            parts.append(
+                f"Best fit for this Mac at {short_context(self.context)} context: "
+                f"<b>{suggestion.title} {suggestion.ref.bits}-bit</b>"
+            )
+        else:
+            parts.append(f"No model fits this Mac at {short_context(self.context)} context: try a shorter context or a 4-bit KV cache")
+        if offline():
+            parts.append("You are offline (HF_HUB_OFFLINE): sizes and badges come from built-in data; downloads are unavailable")
+        self.summary.setText(" · ".join(parts))
+
+    def selected_row(self) -> Row | None:
+        idx = self.table.currentIndex()
+        return self.model.rows[idx.row()] if idx.isValid() and idx.row() < len(self.model.rows) else None
+
+    def select(self, key_or_name: str) -> Row:
+        for i, row in enumerate(self.model.rows):
+            if key_or_name in (row.key, row.title, f"{row.title}-{row.ref.bits}bit"):
+                self.table.selectRow(i)
+                return row
+        raise KeyError(key_or_name)
+
+    def _show_details(self, index: int) -> None:
+        row = self.model.rows[index] if 0 <= index < len(self.model.rows) else None
+        if row is not None:
+            self.settings.set("library.selected", row.key)
+        self.details.show_row(row, self.machine, self.context, self.kv_bits)
+        if self.downloads is not None:
+            self.downloads.show_for(row)
+
+    # -- actions ------------------------------------------------------------------------------------------------
+    def start(self):
+        """After the first paint: the download controller (it checks the HF cache) and a fresh download state."""
+        if self.downloads is None:
+            from macapp.ui.downloads import DownloadController
+
+            self.downloads = DownloadController(self.details.download_panel, self)
+            self.downloads.finished.connect(lambda _key: self.refresh())
+            self.refresh()
+        return self.machine
+
+    def open_local_folder(self, folder: str) -> Row | None:
+        try:
+            ref = catalog.model_from_folder(Path(folder))
+        except (catalog.UnknownModel, catalog.ConfigError) as exc:
+            QMessageBox.warning(self, "Not a Qwen3.5 model folder", str(exc))
+            return None
+        self.local_refs = [r for r in self.local_refs if r.local_path != ref.local_path] + [ref]
+        self.refresh()
+        return self.select(str(ref.local_path))
+
+    def guardrail_message(self, row: Row) -> str | None:
+        """Why loading this row is refused (None when it fits or is tight)."""
+        est = row.estimate
+        if est.verdict != "too_big":
+            return None
+        lines = [
+            f"{row.title} needs about {format_bytes(est.total_bytes)} at {self.context:,} tokens of context, "
+            f"but this Mac's GPU budget is {format_bytes(est.budget_bytes)}.",
+        ]
+        if est.max_context and est.max_context > 0:
+            lines.append(f"It fits with up to {est.max_context:,} tokens of context.")
+        lines.append("Loading it anyway may make macOS swap heavily or stop the app.")
+        return "\n\n".join(lines)
+
+    def request_load(self, force: bool = False) -> bool:
+        """Load the selected model: refused with the reason when it does not fit, unless the user says Load anyway."""
+        row = self.selected_row()
+        if row is None:
+            return False
+        path = row.local_path
+        if path is None:
+            QMessageBox.information(self, "Download first", f"{row.title} {row.ref.bits}-bit is not on this Mac yet: download it first.")
+            return False
+        reason = self.guardrail_message(row)
+        if reason and not force:
+            box = QMessageBox(QMessageBox.Icon.Warning, "This model does not fit", reason, parent=self)
+            box.setObjectName("GuardrailDialog")
+            anyway = box.addButton("Load anyway", QMessageBox.ButtonRole.DestructiveRole)
+            box.addButton(QMessageBox.StandardButton.Cancel)
+            box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+            self.last_guardrail = box
+            box.exec()
+            if box.clickedButton() is not anyway:
+                return False
+        from dataclasses import replace
+
+        self.load_requested.emit(replace(row.ref, local_path=Path(path)))
+        return True
+
+    def shutdown(self) -> None:
+        if self.downloads is not None:
+            self.downloads.shutdown()

@@ -1,0 +1,221 @@
+"""The main window: sidebar (Models, chats), the library and chat pages, menus, status bar; persists its state."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QByteArray, Qt, Signal
+from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QMainWindow,
+    QMessageBox,
+    QPushButton,
+    QSplitter,
+    QStackedWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from macapp import APP_NAME, __version__
+from macapp.core.settings import Settings
+from macapp.ui.status import StatusArea
+
+LIBRARY, CHAT = 0, 1
+
+
+class Sidebar(QWidget):
+    page_requested = Signal(int)
+    new_chat_requested = Signal()
+    conversation_selected = Signal(object)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("Sidebar")
+        self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
+        self.nav = QListWidget(self)
+        self.nav.setObjectName("NavList")
+        for text in ("Models", "Chat"):
+            self.nav.addItem(QListWidgetItem(text))
+        self.nav.setFixedHeight(self.nav.sizeHintForRow(0) * 2 + 8)
+        self.nav.currentRowChanged.connect(self.page_requested)
+        self.new_chat = QPushButton("New Chat", self)
+        self.new_chat.clicked.connect(self.new_chat_requested)
+        title = QLabel("Conversations", self)
+        title.setObjectName("SectionTitle")
+        self.conversations = QListWidget(self)
+        self.conversations.setObjectName("ConversationList")
+        self.conversations.itemClicked.connect(lambda item: self.conversation_selected.emit(item.data(Qt.ItemDataRole.UserRole)))
+        self.empty_note = QLabel("No conversations yet", self)
+        self.empty_note.setObjectName("Note")
+        self.empty_note.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(8, 10, 8, 8)
+        lay.setSpacing(4)
+        lay.addWidget(self.nav)
+        lay.addWidget(title)
+        lay.addWidget(self.conversations, 1)
+        lay.addWidget(self.empty_note)
+        lay.addWidget(self.new_chat)
+
+    def set_conversations(self, rows: list[tuple[object, str]], current: object = None) -> None:
+        self.conversations.blockSignals(True)
+        self.conversations.clear()
+        for key, title in rows:
+            item = QListWidgetItem(title or "Untitled")
+            item.setData(Qt.ItemDataRole.UserRole, key)
+            item.setToolTip(title)
+            self.conversations.addItem(item)
+            if key == current:
+                self.conversations.setCurrentItem(item)
+        self.conversations.blockSignals(False)
+        self.empty_note.setVisible(not rows)
+
+
+class MainWindow(QMainWindow):
+    def __init__(self, settings: Settings | None = None) -> None:
+        super().__init__()
+        self.settings = settings or Settings()
+        self.setWindowTitle(APP_NAME)
+        self.setMinimumSize(900, 600)
+        self.resize(1180, 760)
+
+        from macapp.ui.chat_view import ChatView
+        from macapp.ui.library import LibraryPage
+
+        self.sidebar = Sidebar(self)
+        self.library = LibraryPage(self.settings, self)
+        self.chat = ChatView(self.settings, self)
+        self.stack = QStackedWidget(self)
+        self.stack.addWidget(self.library)
+        self.stack.addWidget(self.chat)
+        self.splitter = QSplitter(self)
+        self.splitter.addWidget(self.sidebar)
+        self.splitter.addWidget(self.stack)
+        self.splitter.setStretchFactor(1, 1)
+        self.splitter.setCollapsible(1, False)
+        self.splitter.setSizes([220, 960])
+        self.setCentralWidget(self.splitter)
+        self.status = StatusArea(self)
+        self.setStatusBar(self.status)
+
+        self.sidebar.page_requested.connect(self.show_page)
+        self.sidebar.new_chat_requested.connect(self.new_chat)
+        self.sidebar.conversation_selected.connect(self.open_conversation)
+        self.library.load_requested.connect(self.chat.load_model)
+        self.chat.model_changed.connect(self._on_model_changed)
+        self.chat.conversations_changed.connect(self.refresh_conversations)
+        self.chat.model_ready.connect(lambda: self.show_page(CHAT))
+
+        self._build_menus()
+        self._restore_state()
+        self.refresh_conversations()
+
+    # -- menus ---------------------------------------------------------------------------------------------------
+    def _action(self, text: str, slot, shortcut=None, role=None) -> QAction:
+        action = QAction(text, self)
+        if shortcut is not None:
+            action.setShortcut(QKeySequence(shortcut))
+        if role is not None:
+            action.setMenuRole(role)
+        action.triggered.connect(slot)
+        self.addAction(action)  # shortcuts work even when the menu bar is hidden (offscreen tests)
+        return action
+
+    def _build_menus(self) -> None:
+        bar = self.menuBar()
+        file_menu = bar.addMenu("&File")
+        self.new_chat_action = self._action("New Chat", self.new_chat, QKeySequence.StandardKey.New)
+        self.open_folder_action = self._action("Open Model Folder…", self.open_model_folder, QKeySequence.StandardKey.Open)
+        self.preferences_action = self._action(
+            "Preferences…", self.show_preferences, QKeySequence.StandardKey.Preferences, QAction.MenuRole.PreferencesRole
+        )
+        if self.preferences_action.shortcut().isEmpty():  # Linux has no standard Preferences key
+            self.preferences_action.setShortcut(QKeySequence("Ctrl+,"))
+        self.about_action = self._action(f"About {APP_NAME}", self.show_about, None, QAction.MenuRole.AboutRole)
+        self.quit_action = self._action("Quit", self.close, QKeySequence.StandardKey.Quit, QAction.MenuRole.QuitRole)
+        for a in (self.new_chat_action, self.open_folder_action, None, self.preferences_action, self.about_action,
+                  None, self.quit_action):
+            file_menu.addSeparator() if a is None else file_menu.addAction(a)
+
+        chat_menu = bar.addMenu("&Chat")
+        self.stop_action = self._action("Stop", self.chat.escape, QKeySequence(Qt.Key.Key_Escape))
+        self.stop_action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+        self.regenerate_action = self._action("Regenerate Last Reply", self.chat.regenerate, QKeySequence("Ctrl+R"))
+        self.edit_action = self._action("Edit Last Message", self.chat.edit_last, QKeySequence("Ctrl+E"))
+        for a in (self.stop_action, self.regenerate_action, self.edit_action):
+            chat_menu.addAction(a)
+
+        view_menu = bar.addMenu("&View")
+        view_menu.addAction(self._action("Models", lambda: self.show_page(LIBRARY), QKeySequence("Ctrl+1")))
+        view_menu.addAction(self._action("Chat", lambda: self.show_page(CHAT), QKeySequence("Ctrl+2")))
+
+    # -- actions -------------------------------------------------------------------------------------------------
+    def show_page(self, index: int) -> None:
+        if index < 0:
+            return
+        self.stack.setCurrentIndex(index)
+        self.sidebar.nav.blockSignals(True)
+        self.sidebar.nav.setCurrentRow(index)
+        self.sidebar.nav.blockSignals(False)
+        self.settings.set("window.page", index)
+
+    def new_chat(self) -> None:
+        self.chat.new_chat()
+        self.show_page(CHAT)
+
+    def open_conversation(self, key) -> None:
+        self.chat.open_conversation(key)
+        self.show_page(CHAT)
+
+    def refresh_conversations(self) -> None:
+        self.sidebar.set_conversations(self.chat.conversation_rows(), self.chat.conversation_id)
+
+    def open_model_folder(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Open a Model Folder (MLX format)")
+        if folder:
+            self.library.open_local_folder(folder)
+
+    def show_preferences(self) -> None:
+        self.chat.show_settings()
+
+    def show_about(self) -> None:
+        QMessageBox.about(
+            self,
+            f"About {APP_NAME}",
+            f"<b>{APP_NAME}</b> {__version__}<br>Run the Qwen3.5 family locally on Apple Silicon with MLX.",
+        )
+
+    def _on_model_changed(self, text: str) -> None:
+        self.status.set_model(text)
+
+    def start_background_work(self) -> None:
+        """After the first paint: probe the hardware and the download state (never imports MLX)."""
+        machine = self.library.start()
+        if machine is not None:
+            self.status.set_machine(machine)
+
+    # -- state ---------------------------------------------------------------------------------------------------
+    def _restore_state(self) -> None:
+        geometry = self.settings.get("window.geometry")
+        if geometry:
+            self.restoreGeometry(QByteArray.fromBase64(geometry.encode()))
+        sizes = self.settings.get("window.splitter")
+        if isinstance(sizes, list) and len(sizes) == 2:
+            self.splitter.setSizes([int(s) for s in sizes])
+        self.show_page(int(self.settings.get("window.page", LIBRARY)))
+
+    def save_state(self) -> None:
+        self.settings.update(
+            {
+                "window.geometry": bytes(self.saveGeometry().toBase64()).decode(),
+                "window.splitter": self.splitter.sizes(),
+            }
+        )
+
+    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802
+        self.save_state()
+        self.chat.shutdown()
+        self.library.shutdown()
+        super().closeEvent(event)

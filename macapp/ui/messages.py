@@ -1,0 +1,150 @@
+"""Message widgets for the conversation: user bubble, assistant reply with a collapsible reasoning block."""
+
+from __future__ import annotations
+
+import time
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QToolButton, QVBoxLayout, QWidget
+
+from macapp.ui.meter import stats_summary
+from macapp.ui.widgets import MarkdownView
+
+
+class ReasoningBlock(QFrame):
+    """'Thinking…' while reasoning streams; 'Thought for 12 s' and collapsed once the answer starts."""
+
+    toggled = Signal(bool)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("ReasoningBox")
+        self.header = QToolButton(self)
+        self.header.setObjectName("ReasoningHeader")
+        self.header.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.header.setCheckable(True)
+        self.header.setCursor(Qt.CursorShape.PointingHandCursor)
+        self.header.toggled.connect(self.set_expanded)
+        self.body = MarkdownView(self, muted=True)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(10, 0, 0, 0)
+        lay.setSpacing(2)
+        lay.addWidget(self.header, 0, Qt.AlignmentFlag.AlignLeft)
+        lay.addWidget(self.body)
+        self.text = ""
+        self.seconds: float | None = None
+        self._started = time.monotonic()
+        self.header.setText("Thinking…")
+        self.header.setChecked(True)
+        self.set_expanded(True)
+
+    def append(self, text: str) -> None:
+        self.text += text
+
+    def render(self) -> None:
+        self.body.set_plain(self.text.strip())
+
+    def finish(self, seconds: float | None = None) -> None:
+        """The answer began (or the reply ended): show the duration and fold the block away."""
+        if self.seconds is not None:
+            return
+        self.seconds = seconds if seconds is not None else time.monotonic() - self._started
+        self.render()
+        self.header.setText(f"Thought for {self.seconds:.0f} s" if self.seconds >= 1 else "Thought for a moment")
+        self.header.setChecked(False)
+
+    def set_expanded(self, expanded: bool) -> None:
+        self.header.setArrowType(Qt.ArrowType.DownArrow if expanded else Qt.ArrowType.RightArrow)
+        if self.header.isChecked() != expanded:
+            self.header.setChecked(expanded)
+        self.body.setVisible(expanded)
+        self.toggled.emit(expanded)
+
+    @property
+    def expanded(self) -> bool:
+        return self.body.isVisibleTo(self)
+
+
+class UserMessage(QFrame):
+    def __init__(self, text: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.role = "user"
+        self.text = text
+        bubble = QFrame(self)
+        bubble.setObjectName("UserBubble")
+        self.view = MarkdownView(bubble)
+        self.view.set_plain(text)
+        inner = QVBoxLayout(bubble)
+        inner.setContentsMargins(12, 6, 12, 6)
+        inner.addWidget(self.view)
+        bubble.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
+        lay = QHBoxLayout(self)
+        lay.setContentsMargins(80, 4, 0, 4)
+        lay.addStretch(0)
+        lay.addWidget(bubble, 1)
+
+
+class AssistantMessage(QFrame):
+    """A streaming reply: text accumulates on every delta, the widgets re-render once per delivered batch."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.role = "assistant"
+        self.answer = ""
+        self.reasoning: ReasoningBlock | None = None
+        self.stats = None
+        self._dirty_answer = False
+        self._dirty_reasoning = False
+        self._lay = QVBoxLayout(self)
+        self._lay.setContentsMargins(0, 4, 40, 4)
+        self._lay.setSpacing(4)
+        self.view = MarkdownView(self)
+        self.stats_label = QLabel(self)
+        self.stats_label.setObjectName("MessageStats")
+        self.stats_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.stats_label.hide()
+        self._lay.addWidget(self.view)
+        self._lay.addWidget(self.stats_label)
+        self.view.set_plain("")
+
+    def _ensure_reasoning(self) -> ReasoningBlock:
+        if self.reasoning is None:
+            self.reasoning = ReasoningBlock(self)
+            self._lay.insertWidget(0, self.reasoning)
+        return self.reasoning
+
+    def add_reasoning(self, text: str) -> None:
+        self._ensure_reasoning().append(text)
+        self._dirty_reasoning = True
+
+    def add_answer(self, text: str) -> None:
+        if not self.answer and self.reasoning is not None and not text.strip():
+            return  # whitespace between </think> and the answer
+        if self.reasoning is not None and self.reasoning.seconds is None:
+            self.reasoning.finish()
+        self.answer += text
+        self._dirty_answer = True
+
+    def render(self) -> None:
+        """Repaint what changed since the last batch (called at most a few tens of times a second)."""
+        if self._dirty_reasoning and self.reasoning is not None and self.reasoning.expanded:
+            self.reasoning.render()
+        if self._dirty_answer:
+            self.view.set_markdown(self.answer.lstrip("\n"))
+        self._dirty_answer = self._dirty_reasoning = False
+
+    def set_stats(self, stats, note: str = "") -> None:
+        self.stats = stats
+        text = stats_summary(stats)
+        if note:
+            text = f"{text} · {note}" if text else note
+        self.stats_label.setText(text)
+        self.stats_label.setVisible(bool(text))
+
+    def finish(self, stats=None, note: str = "") -> None:
+        if self.reasoning is not None:
+            self.reasoning.finish()
+        self._dirty_answer = True
+        self.render()
+        if stats is not None or note:
+            self.set_stats(stats if stats is not None else self.stats, note)

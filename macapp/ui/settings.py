@@ -1,0 +1,137 @@
+"""The chat settings panel: sampling per thinking mode, max tokens, thinking budget, system prompt; reset to the card."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QDialog,
+    QDialogButtonBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from macapp.core.settings import Settings
+
+FIELDS = [  # key, label, kind, minimum, maximum, step, tooltip
+    ("temperature", "Temperature", float, 0.0, 2.0, 0.05, "Higher is more varied; 0 always picks the likeliest token"),
+    ("top_p", "Top P", float, 0.0, 1.0, 0.05, "Sample only from the smallest set of tokens whose probabilities add up to this"),
+    ("top_k", "Top K", int, 0, 1000, 1, "Sample only from the K likeliest tokens (0 = no limit)"),
+    ("min_p", "Min P", float, 0.0, 1.0, 0.01, "Drop tokens less likely than this fraction of the likeliest one"),
+    ("presence_penalty", "Presence penalty", float, 0.0, 2.0, 0.1, "Discourage repeating tokens already used (curbs endless loops)"),
+]
+
+
+def card_presets(thinking: bool) -> dict[str, Any]:
+    """The model card's sampling values for a mode, from the core."""
+    from macapp.core import thinking as core_thinking
+
+    return dict(core_thinking.card_presets(thinking))
+
+
+def mode_key(thinking: bool) -> str:
+    return "chat.sampling.thinking" if thinking else "chat.sampling.instant"
+
+
+def sampling_for(settings: Settings, thinking: bool) -> dict[str, Any]:
+    """The user's sampling values for a mode: the card's presets with the user's changes on top."""
+    values = card_presets(thinking)
+    values.update(settings.get(mode_key(thinking), {}) or {})
+    return values
+
+
+class SettingsDialog(QDialog):
+    """Edits the values of the current thinking mode (each mode keeps its own) and the system prompt."""
+
+    changed = Signal()
+
+    def __init__(self, settings: Settings, thinking: bool, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("SettingsDialog")
+        self.settings = settings
+        self.thinking = thinking
+        self.setWindowTitle("Chat Settings")
+        self.setMinimumWidth(440)
+        self.mode_label = QLabel(self)
+        self.mode_label.setObjectName("Muted")
+        self.mode_label.setWordWrap(True)
+        form = QFormLayout()
+        form.setLabelAlignment(Qt.AlignmentFlag.AlignRight)
+        self.inputs: dict[str, Any] = {}
+        for key, label, kind, lo, hi, step, tip in FIELDS:
+            box = QDoubleSpinBox(self) if kind is float else QSpinBox(self)
+            box.setRange(lo, hi)
+            box.setSingleStep(step)
+            if kind is float:
+                box.setDecimals(2)
+            box.setToolTip(tip)
+            form.addRow(label, box)
+            self.inputs[key] = box
+        self.max_tokens = QSpinBox(self)
+        self.max_tokens.setRange(16, 262_144)
+        self.max_tokens.setSingleStep(512)
+        self.max_tokens.setGroupSeparatorShown(True)
+        self.max_tokens.setToolTip("The longest reply, reasoning included")
+        form.addRow("Max tokens", self.max_tokens)
+        self.thinking_budget = QSpinBox(self)
+        self.thinking_budget.setRange(0, 262_144)
+        self.thinking_budget.setSingleStep(512)
+        self.thinking_budget.setGroupSeparatorShown(True)
+        self.thinking_budget.setSpecialValueText("No limit")
+        self.thinking_budget.setToolTip("Stop reasoning after this many tokens and make the model answer (0 = no limit)")
+        form.addRow("Thinking budget", self.thinking_budget)
+        self.system_prompt = QPlainTextEdit(self)
+        self.system_prompt.setPlaceholderText("Optional instructions for every new chat, e.g. “Answer briefly.”")
+        self.system_prompt.setFixedHeight(90)
+        form.addRow("System prompt", self.system_prompt)
+
+        self.reset_button = QPushButton("Reset to the Card's Values", self)
+        self.reset_button.clicked.connect(self.reset_to_card)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel, self)
+        buttons.addButton(self.reset_button, QDialogButtonBox.ButtonRole.ResetRole)
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        lay = QVBoxLayout(self)
+        lay.addWidget(self.mode_label)
+        lay.addLayout(form)
+        lay.addWidget(buttons)
+        self.load_values()
+
+    def load_values(self) -> None:
+        mode = "thinking" if self.thinking else "non-thinking"
+        self.mode_label.setText(
+            f"Sampling for <b>{mode}</b> mode (each mode keeps its own values; switch with the Thinking toggle)."
+        )
+        self._show(sampling_for(self.settings, self.thinking))
+        self.system_prompt.setPlainText(self.settings.get("chat.system_prompt", "") or "")
+
+    def _show(self, values: dict[str, Any]) -> None:
+        for key, box in self.inputs.items():
+            box.setValue(values.get(key, 0) or 0)
+        self.max_tokens.setValue(int(values.get("max_tokens", 8192) or 8192))
+        self.thinking_budget.setValue(int(values.get("thinking_budget") or 0))
+
+    def values(self) -> dict[str, Any]:
+        out: dict[str, Any] = {k: box.value() for k, box in self.inputs.items()}
+        out["max_tokens"] = self.max_tokens.value()
+        out["thinking_budget"] = self.thinking_budget.value() or None
+        return out
+
+    def reset_to_card(self) -> None:
+        self._show(card_presets(self.thinking))
+
+    def accept(self) -> None:
+        values = self.values()
+        card = card_presets(self.thinking)
+        # Store only what differs from the card, so a later card update still reaches untouched values.
+        self.settings.set(mode_key(self.thinking), {k: v for k, v in values.items() if card.get(k) != v})
+        self.settings.set("chat.system_prompt", self.system_prompt.toPlainText().strip())
+        self.changed.emit()
+        super().accept()

@@ -1,0 +1,52 @@
+"""The status bar: this Mac's chip, memory and GPU budget, and the app's own memory use as it changes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QLabel, QStatusBar, QWidget
+
+from macapp.core.memory import app_memory, format_bytes
+
+
+class StatusArea(QStatusBar):
+    def __init__(self, parent: QWidget | None = None, poll_ms: int = 2000) -> None:
+        super().__init__(parent)
+        self.setSizeGripEnabled(False)
+        self.machine_label = QLabel(self)
+        self.budget_label = QLabel(self)
+        self.app_label = QLabel(self)
+        self.model_label = QLabel(self)
+        for w in (self.model_label, self.machine_label, self.budget_label, self.app_label):
+            self.addPermanentWidget(w)
+        self.model_label.setText("No model loaded")
+        self._timer = QTimer(self)
+        self._timer.setInterval(poll_ms)
+        self._timer.timeout.connect(self.refresh_memory)
+        self._timer.start()
+        self.refresh_memory()
+
+    def set_machine(self, machine: Any) -> None:
+        self.machine_label.setText(f"{machine.chip} · {format_bytes(machine.memory_bytes)} memory")
+        self.budget_label.setText(f"GPU budget {format_bytes(machine.budget_bytes)}")
+        src = getattr(machine, "source", "")
+        self.machine_label.setToolTip(f"Detected from: {src}" if src else "")
+
+    def set_model(self, text: str) -> None:
+        self.model_label.setText(text)
+
+    def refresh_memory(self) -> None:
+        mem = app_memory()
+        if mem.mlx_active_bytes:
+            self.app_label.setText(
+                f"Qwen Desk uses {format_bytes(mem.mlx_active_bytes)} (model + cache) · {format_bytes(mem.rss_bytes)} in all"
+            )
+        else:
+            self.app_label.setText(f"Qwen Desk uses {format_bytes(mem.rss_bytes)}")
+        self.app_label.setToolTip(
+            "MLX buffers (weights and caches) and the whole process's resident memory; peak "
+            f"{format_bytes(mem.mlx_peak_bytes)}"
+            if mem.mlx_peak_bytes
+            else "The whole process's resident memory"
+        )
