@@ -463,23 +463,33 @@ class Store:
 
     @classmethod
     def _open_checked(cls, db: Path, busy_timeout_s: float) -> Store:
-        existed = db.exists() and db.stat().st_size > 0
+        if db.exists() and db.stat().st_size > 0:
+            # Check with a read-only connection: closing a read-write one on a damaged file would checkpoint
+            # into it and delete its -wal, which may hold the newest messages.
+            probe = _connect(db, busy_timeout_s, read_only=True)
+            try:
+                version = probe.execute("PRAGMA user_version").fetchone()[0]
+                if version > SCHEMA_VERSION:
+                    notice = (
+                        f"This chat history was written by a newer version of Qwen Desk (schema {version}; this "
+                        f"app knows {SCHEMA_VERSION}), so it is open read-only. Update Qwen Desk to add to it. ({db})"
+                    )
+                    log.warning(notice)
+                    store, probe = cls(probe, db, read_only=True, notice=notice), None
+                    return store
+                problems = [row[0] for row in probe.execute("PRAGMA quick_check(5)")]
+                if problems != ["ok"]:
+                    detail = " ".join(" ".join(problems).replace("*** in database main ***", "").split())
+                    raise _CorruptDatabase(f"integrity check: {detail[:160]}")
+            finally:
+                if probe is not None:
+                    probe.close()
         conn = _connect(db, busy_timeout_s)
         try:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:
+            if version > SCHEMA_VERSION:  # a newer app upgraded it just now
                 conn.close()
-                conn = _connect(db, busy_timeout_s, read_only=True)
-                notice = (
-                    f"This chat history was written by a newer version of Qwen Desk (schema {version}; this app "
-                    f"knows {SCHEMA_VERSION}), so it is open read-only. Update Qwen Desk to add to it. ({db})"
-                )
-                log.warning(notice)
-                return cls(conn, db, read_only=True, notice=notice)
-            if existed:
-                problems = [row[0] for row in conn.execute("PRAGMA quick_check(5)")]
-                if problems != ["ok"]:
-                    raise _CorruptDatabase("; ".join(problems))
+                return cls._open_checked(db, busy_timeout_s)
             mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if mode.lower() != "wal":
                 log.warning("SQLite kept journal mode %s for %s", mode, db)
@@ -487,7 +497,10 @@ class Store:
             _migrate(conn, version)
             store = cls(conn, db, migrated_from=version if 0 < version < SCHEMA_VERSION else None)
             store._search_indexed = store._ensure_search_index()
-            store.recover_interrupted()
+            try:
+                store.recover_interrupted()
+            except StoreError as exc:  # another process holds the write lock: not worth failing the open
+                log.info("Skipped marking interrupted replies: %s", exc)
             return store
         except BaseException:
             conn.close()
@@ -534,7 +547,12 @@ class Store:
         if self.read_only:
             raise ReadOnlyStoreError(self.notice or "The chat history is open read-only.")
         with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                raise StoreError(
+                    f"The chat history is busy ({exc}); another Qwen Desk may be writing to {self.path}. Try again."
+                ) from exc
             try:
                 yield self._conn
             except BaseException:
@@ -789,6 +807,9 @@ class Store:
         if self.read_only:
             return 0
         cutoff = time.time() - older_than_s
+        with self._lock:
+            if self._conn.execute("SELECT 1 FROM messages WHERE state = 'streaming' LIMIT 1").fetchone() is None:
+                return 0
         with self._write() as conn:
             cur = conn.execute(
                 "UPDATE messages SET state = 'stopped', finish_reason = COALESCE(finish_reason, 'interrupted') "
