@@ -48,7 +48,7 @@ def run_app(screenshot: str | None = None) -> int:
     window = MainWindow(Settings())
     window.show()
     if screenshot:
-        window.start_background_work()
+        window.start_background_work(wait=True)
         save_window_png(window, screenshot)
         print(f"Saved the window to {screenshot}")
         window.close()

@@ -176,7 +176,8 @@ class DownloadController(QObject):
     def local_path(self, ref: Any) -> Path | None:
         from macapp.core import download
 
-        return download.local_model_path(ref.repo) if ref.repo else None
+        finder = getattr(download, "local_model_path", None)  # TODO: the download module's API once it lands
+        return finder(ref.repo) if finder and ref.repo else None
 
     # -- panel --------------------------------------------------------------------------------------------------
     def show_for(self, row: Any) -> None:

@@ -138,6 +138,8 @@ class LibraryPage(QWidget):
     """Emits `load_requested(ModelRef)` once the guardrail has passed (or the user chose Load anyway)."""
 
     load_requested = Signal(object)
+    machine_changed = Signal(object)
+    _machine_detected = Signal(object)
 
     def __init__(self, settings: Settings, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -235,8 +237,25 @@ class LibraryPage(QWidget):
         self.open_folder_button.clicked.connect(lambda: self.window().open_model_folder())
 
         self.entries = catalog.load_catalog()
-        self.machine = hardware.detect_machine()
+        # A quick profile for the first paint (no MLX import); start() replaces it with the full one.
+        self.machine = self._what_if() or hardware.detect_machine(use_mlx=False)
+        self._machine_detected.connect(self.set_machine)
         self.refresh()
+
+    def _what_if(self):
+        """A 'what if' Mac chosen in settings (`machine.what_if`: {"chip": "M4 Pro", "memory_gb": 48})."""
+        spec = self.settings.get("machine.what_if")
+        if not isinstance(spec, dict) or not spec.get("chip"):
+            return None
+        try:
+            return hardware.what_if_machine(spec["chip"], int(float(spec.get("memory_gb", 16)) * 1024**3), spec.get("gpu_cores"))
+        except (hardware.HardwareError, ValueError, TypeError):
+            return None
+
+    def set_machine(self, machine) -> None:
+        self.machine = machine
+        self.refresh()
+        self.machine_changed.emit(machine)
 
     # -- choices ------------------------------------------------------------------------------------------------
     @property
@@ -330,8 +349,15 @@ class LibraryPage(QWidget):
             self.downloads.show_for(row)
 
     # -- actions ------------------------------------------------------------------------------------------------
-    def start(self):
-        """After the first paint: the download controller (it checks the HF cache) and a fresh download state."""
+    def start(self, wait: bool = False):
+        """After the first paint: the full hardware probe (MLX's Metal budget, off the GUI thread) and downloads."""
+        if self._what_if() is None:
+            import threading
+
+            probe = threading.Thread(target=lambda: self._machine_detected.emit(hardware.detect_machine()), daemon=True)
+            probe.start()
+            if wait:
+                probe.join()
         if self.downloads is None:
             from macapp.ui.downloads import DownloadController
 

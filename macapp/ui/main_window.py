@@ -104,6 +104,7 @@ class MainWindow(QMainWindow):
         self.sidebar.new_chat_requested.connect(self.new_chat)
         self.sidebar.conversation_selected.connect(self.open_conversation)
         self.library.load_requested.connect(self.chat.load_model)
+        self.library.machine_changed.connect(self.status.set_machine)
         self.chat.model_changed.connect(self._on_model_changed)
         self.chat.conversations_changed.connect(self.refresh_conversations)
         self.chat.model_ready.connect(lambda: self.show_page(CHAT))
@@ -190,11 +191,10 @@ class MainWindow(QMainWindow):
     def _on_model_changed(self, text: str) -> None:
         self.status.set_model(text)
 
-    def start_background_work(self) -> None:
-        """After the first paint: probe the hardware and the download state (never imports MLX)."""
-        machine = self.library.start()
-        if machine is not None:
-            self.status.set_machine(machine)
+    def start_background_work(self, wait: bool = False) -> None:
+        """After the first paint: probe the hardware and the download state."""
+        self.status.set_machine(self.library.machine)
+        self.library.start(wait=wait)
 
     # -- state ---------------------------------------------------------------------------------------------------
     def _restore_state(self) -> None:

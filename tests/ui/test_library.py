@@ -1,0 +1,125 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication, QMessageBox
+
+from macapp.core import catalog, hardware, sizing
+from macapp.ui.library import FIT_COL
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _row_for(library, name, bits):
+    return next(r for r in library.model.rows if r.ref.name == name and r.ref.bits == bits)
+
+
+def test_every_catalog_build_has_a_row_with_the_one_sizing_number(library):
+    entries = catalog.load_catalog()
+    assert len(library.model.rows) == sum(len(e.builds) for e in entries)
+    machine = hardware.what_if_machine("M4 Pro", 24 * 1024**3)
+    for r in library.model.rows:
+        expected = sizing.estimate(r.ref, library.context, machine, kv_bits=library.kv_bits)
+        assert r.estimate.total_bytes == expected.total_bytes
+        assert r.estimate.verdict == expected.verdict
+
+
+def test_best_fitting_model_is_suggested_and_selected(library):
+    suggestion = library.suggested_row()
+    assert suggestion is not None and suggestion.estimate.verdict == "fits"
+    assert library.selected_row().key == suggestion.key
+    bigger_fitting = [r for r in library.model.rows
+                      if r.estimate.verdict == "fits" and r.estimate.weights_bytes > suggestion.estimate.weights_bytes]
+    assert bigger_fitting == []
+    assert suggestion.title in library.summary.text()
+
+
+def test_context_and_kv_bits_update_badges_at_once(library, settings):
+    library.select("Qwen3.5-9B-4bit")
+    at_32k = library.selected_row().estimate.total_bytes
+    library.set_context(262_144)
+    row = _row_for(library, "Qwen3.5-9B", 4)
+    assert row.estimate.context == 262_144 and row.estimate.total_bytes > at_32k
+    assert library.model.headerData(FIT_COL, __import__("PySide6.QtCore").QtCore.Qt.Orientation.Horizontal) == "Fit at 256K"
+    assert "262,144 tokens" in library.details.total.text()
+    full = row.estimate.kv_cache_bytes
+    library.kv_combo.setCurrentIndex(library.kv_combo.findData(4))
+    row = _row_for(library, "Qwen3.5-9B", 4)
+    assert row.estimate.kv_cache_bytes < full / 3
+    assert settings.get("library.context") == 262_144 and settings.get("library.kv_bits") == 4
+    # The details view shows the same number as the row.
+    library.select("Qwen3.5-9B-4bit")
+    shown = library.details.legend_values["kv"].text()
+    from macapp.core.memory import format_bytes
+    assert shown == format_bytes(row.estimate.kv_cache_bytes)
+
+
+def test_offline_shows_catalog_and_says_downloads_are_unavailable(qtbot, monkeypatch, settings):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from macapp.ui.main_window import MainWindow
+
+    w = MainWindow(settings)
+    qtbot.addWidget(w)
+    w.start_background_work(wait=True)
+    assert len(w.library.model.rows) > 10
+    assert "downloads are unavailable" in w.library.summary.text()
+    w.library.select("Qwen3.5-0.8B-4bit")
+    assert "unavailable offline" in w.library.details.download_panel.headline.text()
+    assert not w.library.details.download_panel.download_button.isVisibleTo(w)
+
+
+def _answer_next_box(qtbot, button_text):
+    """Click a button in the next modal message box (it runs its own event loop)."""
+    seen = {}
+
+    def click():
+        box = QApplication.activeModalWidget()
+        if not isinstance(box, QMessageBox):
+            QTimer.singleShot(20, click)
+            return
+        seen["text"] = box.text()
+        for b in box.buttons():
+            if b.text().replace("&", "") == button_text:
+                b.click()
+                return
+        raise AssertionError([b.text() for b in box.buttons()])
+
+    QTimer.singleShot(0, click)
+    return seen
+
+
+def test_guardrail_refuses_a_model_that_does_not_fit_unless_load_anyway(window, library, tiny_dense_path, qtbot):
+    library.load_requested.disconnect(window.chat.load_model)  # this test stops at the request
+    library.set_machine(hardware.what_if_machine("M1", 512 * 1024**2))  # a Mac far too small for anything
+    row = library.open_local_folder(str(tiny_dense_path))
+    assert row.estimate.verdict == "too_big"
+    requested = []
+    library.load_requested.connect(requested.append)
+
+    seen = _answer_next_box(qtbot, "Cancel")
+    assert library.request_load() is False
+    assert requested == []
+    assert "GPU budget" in seen["text"] and "needs about" in seen["text"]
+
+    _answer_next_box(qtbot, "Load anyway")
+    assert library.request_load() is True
+    assert requested and Path(requested[0].local_path) == Path(tiny_dense_path)
+
+
+def test_screenshot_flag_paints_the_window_without_importing_mlx(tmp_path):
+    out = tmp_path / "main.png"
+    code = (
+        "import sys; from macapp.ui.app import run_app; rc = run_app(screenshot=sys.argv[1]);"
+        "print('MLX', 'mlx.core' in sys.modules, 'mlx_lm' in sys.modules); sys.exit(rc)"
+    )
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
+    res = subprocess.run([sys.executable, "-c", code, str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert "MLX False False" in res.stdout
+    assert out.stat().st_size > 10_000
+    from PySide6.QtGui import QImage
+
+    img = QImage(str(out))
+    assert img.width() >= 900 and img.height() >= 600
