@@ -1,0 +1,139 @@
+"""`qwen-desk fit` and `qwen-desk models`: the memory-fit check from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+
+from macapp.cli import UsageError
+from macapp.core import catalog, hardware, sizing
+
+DEFAULT_CONTEXT = 32768
+VERDICT_WORDS = {"fits": "fits", "tight": "tight", "too_big": "too big"}
+
+
+def register(subparsers) -> None:
+    fit = subparsers.add_parser("fit", help="will a model fit this Mac (or another) at a context length?")
+    fit.add_argument("model", help="catalog name (Qwen3.5-35B-A3B), hub repo id, or local folder")
+    fit.add_argument("--bits", type=int, choices=(4, 8), help="MLX build (default 4 for catalog names)")
+    _add_common(fit)
+    fit.add_argument("--chip", help='what-if chip, e.g. "M3 Ultra" (default: this machine)')
+    fit.add_argument("--memory", help="what-if RAM, e.g. 512GB (default: this machine)")
+    fit.add_argument("--gpu-cores", type=int, help="GPU core count, for binned chips (M3 Max 30/40, M4 Max 32/40)")
+    fit.set_defaults(func=run_fit)
+
+    models = subparsers.add_parser("models", help="the Qwen3.5 catalog with the fit verdict for this machine")
+    _add_common(models)
+    models.set_defaults(func=run_models)
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--context", type=parse_context, default=DEFAULT_CONTEXT, help=f"context length in tokens, e.g. 32768 or 128k (default {DEFAULT_CONTEXT})")
+    parser.add_argument("--kv-bits", type=int, choices=(4, 8), help="quantize the KV cache to 4 or 8 bits (default bf16)")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+
+
+def parse_context(text: str) -> int:
+    match = re.fullmatch(r"\s*(\d+)\s*([kK])?\s*", text or "")
+    if not match:
+        raise argparse.ArgumentTypeError(f"context {text!r} is not a number of tokens (e.g. 32768 or 128k)")
+    return int(match.group(1)) * (1024 if match.group(2) else 1)
+
+
+def machine_from_args(args: argparse.Namespace) -> hardware.MachineProfile:
+    chip, memory, cores = getattr(args, "chip", None), getattr(args, "memory", None), getattr(args, "gpu_cores", None)
+    if not (chip or memory or cores):
+        return hardware.detect_machine()
+    try:
+        memory_bytes = hardware.parse_memory(memory) if memory else None
+        if chip is None or memory_bytes is None:
+            here = hardware.detect_machine(use_mlx=False)
+            if chip is None and not here.is_apple_silicon:
+                raise UsageError("this machine is not an Apple Silicon Mac: give --chip too (e.g. --chip \"M4 Pro\")")
+            chip = chip or here.chip
+            memory_bytes = memory_bytes or here.memory_bytes
+        return hardware.what_if_machine(chip, memory_bytes, cores)
+    except hardware.HardwareError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def resolve(spec: str, bits: int | None) -> catalog.ModelRef:
+    try:
+        return catalog.resolve_model(spec, bits)
+    except (catalog.UnknownModel, catalog.ConfigError) as exc:
+        raise UsageError(str(exc)) from None
+
+
+def run_fit(args: argparse.Namespace) -> int:
+    model = resolve(args.model, args.bits)
+    machine = machine_from_args(args)
+    try:
+        result = sizing.estimate(model, args.context, machine, kv_bits=args.kv_bits)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+    else:
+        print(describe(result, machine))
+    return 0
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.1f} GB"
+
+
+def describe(e: sizing.Estimate, machine: hardware.MachineProfile) -> str:
+    """The short human breakdown."""
+    bits = f"{e.bits}-bit" if e.bits else "bf16"
+    kv = "bf16" if e.kv_bits is None else f"{e.kv_bits}-bit"
+    lines = [
+        f"{e.model} ({bits}{', ' + e.repo if e.repo else ''}) at {e.context:,} tokens on {machine.chip}, {machine.memory_bytes / 1024**3:.0f} GB",
+        f"  weights        {_gb(e.weights_bytes):>10}{'' if e.weights_exact else '  (computed)'}",
+        f"  KV cache       {_gb(e.kv_cache_bytes):>10}  ({kv}; full-attention layers only, {_gb(e.kv_cache_all_layers_bytes)} if every layer cached)",
+        f"  DeltaNet state {_gb(e.state_bytes):>10}  (fixed)",
+        f"  overhead       {_gb(e.overhead_bytes):>10}  (prefill chunk + runtime)",
+        f"  total          {_gb(e.total_bytes):>10}  of a {_gb(e.budget_bytes)} GPU budget → {VERDICT_WORDS[e.verdict].upper()}",
+        f"  largest context that fits: {e.max_context:,} tokens" if e.max_context else "  no context fits: choose a smaller model or 4-bit",
+    ]
+    if e.decode_tps_estimate is not None:
+        lines.append(f"  speed (estimate): ~{e.decode_tps_estimate:.0f} tok/s early in a chat, ~{e.decode_tps_at_context:.0f} tok/s with the context full")
+    else:
+        lines.append("  speed: no estimate (not an Apple Silicon Mac)")
+    return "\n".join(lines)
+
+
+def _downloaded() -> set[str]:
+    """Repos whose MLX build is already complete in the Hugging Face cache."""
+    try:
+        from macapp.core import download
+    except ImportError:
+        return set()
+    finder = getattr(download, "downloaded_repos", None)
+    return set(finder()) if finder else set()
+
+
+def run_models(args: argparse.Namespace) -> int:
+    machine = hardware.detect_machine()
+    downloaded = {r.lower() for r in _downloaded()}
+    rows = []
+    for entry in catalog.load_catalog():
+        for bits in sorted(entry.builds):
+            model = catalog.resolve_model(entry.build(bits).repo)
+            context = min(args.context, model.arch.max_position_embeddings)
+            e = sizing.estimate(model, context, machine, kv_bits=args.kv_bits)
+            row = e.to_json()
+            row["downloaded"] = (model.repo or "").lower() in downloaded
+            rows.append(row)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{machine.chip}, {machine.memory_bytes / 1024**3:.0f} GB RAM, GPU budget {_gb(machine.budget_bytes)}; context {args.context:,} tokens")
+    print(f"{'model':<20} {'bits':>4} {'weights':>9} {'total':>9} {'verdict':<8} {'tok/s':>6} {'max context':>12}  downloaded")
+    for r in rows:
+        tps = f"{r['decode_tps_estimate']:.0f}" if r["decode_tps_estimate"] else "—"
+        print(
+            f"{r['model']:<20} {r['bits']:>4} {_gb(r['weights_bytes']):>9} {_gb(r['total_bytes']):>9} "
+            f"{VERDICT_WORDS[r['verdict']]:<8} {tps:>6} {r['max_context']:>12,}  {'yes' if r['downloaded'] else ''}"
+        )
+    return 0

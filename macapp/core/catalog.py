@@ -1,0 +1,373 @@
+"""The Qwen3.5 catalog: built-in rows (resources/catalog.json), hub refreshes, and resolving what a user names."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from macapp.core import paths
+
+SUPPORTED_MODEL_TYPES = {"qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"}
+REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
+REFRESH_CACHE = "catalog-refresh.json"
+
+
+class ConfigError(ValueError):
+    """A config.json that is missing fields or holds values that make no sense."""
+
+
+class UnknownModel(LookupError):
+    """A model name, repo id or folder that cannot be resolved; the message suggests what to do."""
+
+
+@dataclass(frozen=True)
+class Arch:
+    """The text-model fields the sizing model needs, read from a Qwen3.5 config."""
+
+    model_type: str
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    full_attention_interval: int
+    linear_num_key_heads: int
+    linear_num_value_heads: int
+    linear_key_head_dim: int
+    linear_value_head_dim: int
+    linear_conv_kernel_dim: int
+    vocab_size: int
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+    intermediate_size: int = 0
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+    shared_expert_intermediate_size: int = 0
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def full_attention_layers(self) -> int:
+        # mlx-lm decides by the interval (layer i is full attention when (i+1) % interval == 0).
+        return self.num_hidden_layers // self.full_attention_interval
+
+    @property
+    def linear_layers(self) -> int:
+        return self.num_hidden_layers - self.full_attention_layers
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> "Arch":
+        """Read a config.json (top level or its nested `text_config`); raise ConfigError on missing or nonsense fields."""
+        if not isinstance(config, dict):
+            raise ConfigError("config.json is not a JSON object")
+        text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+        model_type = str(text.get("model_type") or config.get("model_type") or "")
+        if model_type not in SUPPORTED_MODEL_TYPES:
+            raise ConfigError(
+                f"model_type {model_type or '(missing)'!r} is not a Qwen3.5 model "
+                f"(expected one of {', '.join(sorted(SUPPORTED_MODEL_TYPES))})"
+            )
+        hidden = _positive(text, "hidden_size")
+        heads = _positive(text, "num_attention_heads")
+        head_dim = text.get("head_dim") or hidden // heads
+        values: dict[str, Any] = {
+            "model_type": model_type,
+            "hidden_size": hidden,
+            "num_hidden_layers": _positive(text, "num_hidden_layers"),
+            "num_attention_heads": heads,
+            "num_key_value_heads": _positive(text, "num_key_value_heads"),
+            "head_dim": _positive({"head_dim": head_dim}, "head_dim"),
+            "full_attention_interval": _positive(text, "full_attention_interval", default=4),
+            "linear_num_key_heads": _positive(text, "linear_num_key_heads"),
+            "linear_num_value_heads": _positive(text, "linear_num_value_heads"),
+            "linear_key_head_dim": _positive(text, "linear_key_head_dim"),
+            "linear_value_head_dim": _positive(text, "linear_value_head_dim"),
+            "linear_conv_kernel_dim": _positive(text, "linear_conv_kernel_dim", default=4),
+            "vocab_size": _positive(text, "vocab_size"),
+            "max_position_embeddings": _positive(text, "max_position_embeddings", default=262144),
+            "tie_word_embeddings": bool(text.get("tie_word_embeddings", config.get("tie_word_embeddings", False))),
+        }
+        if values["num_key_value_heads"] > heads:
+            raise ConfigError(f"num_key_value_heads ({values['num_key_value_heads']}) exceeds num_attention_heads ({heads})")
+        experts = _non_negative(text, "num_experts")
+        if experts:
+            values.update(
+                num_experts=experts,
+                num_experts_per_tok=_positive(text, "num_experts_per_tok"),
+                moe_intermediate_size=_positive(text, "moe_intermediate_size"),
+                shared_expert_intermediate_size=_non_negative(text, "shared_expert_intermediate_size"),
+            )
+            if values["num_experts_per_tok"] > experts:
+                raise ConfigError(f"num_experts_per_tok ({values['num_experts_per_tok']}) exceeds num_experts ({experts})")
+        else:
+            values["intermediate_size"] = _positive(text, "intermediate_size")
+        return cls(**values)
+
+
+def _positive(source: dict, key: str, default: int | None = None) -> int:
+    value = source.get(key, default)
+    if value is None:
+        raise ConfigError(f"config field {key!r} is missing")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or value <= 0:
+        raise ConfigError(f"config field {key!r} must be a positive whole number, not {value!r}")
+    return int(value)
+
+
+def _non_negative(source: dict, key: str) -> int:
+    value = source.get(key) or 0
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or value < 0:
+        raise ConfigError(f"config field {key!r} must be a whole number ≥ 0, not {value!r}")
+    return int(value)
+
+
+def quantization_of(config: dict[str, Any]) -> tuple[int | None, int]:
+    """(bits, group_size) from an MLX config's `quantization` block; bits None means unquantized."""
+    quant = config.get("quantization") or config.get("quantization_config") or {}
+    bits = quant.get("bits") if isinstance(quant, dict) else None
+    group = quant.get("group_size", 64) if isinstance(quant, dict) else 64
+    if bits is not None and bits not in (2, 3, 4, 5, 6, 8):
+        raise ConfigError(f"quantization bits {bits!r} is not one MLX supports")
+    if not isinstance(group, int) or group <= 0:
+        raise ConfigError(f"quantization group_size {group!r} must be a positive whole number")
+    return bits, group
+
+
+@dataclass(frozen=True)
+class Build:
+    """One published MLX build of a catalog model."""
+
+    bits: int
+    repo: str
+    group_size: int = 64
+    weights_bytes: int | None = None  # exact safetensors bytes, once learnt from the hub
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    name: str
+    kind: str  # "dense" | "moe"
+    arch: Arch
+    builds: dict[int, Build]
+    source: str = ""
+
+    def build(self, bits: int) -> Build:
+        if bits not in self.builds:
+            raise UnknownModel(f"{self.name} has no {bits}-bit MLX build (available: {', '.join(map(str, sorted(self.builds)))})")
+        return self.builds[bits]
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """A resolved model: what to download or load, and what the sizing model needs."""
+
+    name: str
+    arch: Arch
+    bits: int | None
+    group_size: int = 64
+    repo: str | None = None
+    local_path: Path | None = None
+    weights_bytes: int | None = None  # exact bytes of the weight files when known
+    origin: str = "catalog"  # "catalog" | "hub" | "local"
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+def _entry_from_json(row: dict[str, Any]) -> CatalogEntry:
+    builds = {
+        int(bits): Build(bits=int(bits), repo=b["repo"], group_size=int(b.get("group_size", 64)), weights_bytes=b.get("weights_bytes"))
+        for bits, b in row["builds"].items()
+    }
+    return CatalogEntry(name=row["name"], kind=row["kind"], arch=Arch.from_config(row["text_config"]), builds=builds, source=row.get("source", ""))
+
+
+def builtin_catalog() -> list[CatalogEntry]:
+    data = json.loads((paths.resources_dir() / "catalog.json").read_text())
+    return [_entry_from_json(row) for row in data["models"]]
+
+
+def _refresh_cache_path() -> Path:
+    return paths.cache_dir() / REFRESH_CACHE
+
+
+def _read_refresh_cache() -> dict[str, Any]:
+    try:
+        return json.loads(_refresh_cache_path().read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def load_catalog() -> list[CatalogEntry]:
+    """The catalog: built-in rows, with exact sizes and real configs from the last hub refresh where there is one."""
+    cached = _read_refresh_cache()
+    entries = []
+    for entry in builtin_catalog():
+        arch = entry.arch
+        builds = dict(entry.builds)
+        for bits, build in entry.builds.items():
+            hit = cached.get(build.repo)
+            if not hit:
+                continue
+            builds[bits] = replace(build, weights_bytes=hit.get("weights_bytes"), group_size=hit.get("group_size", build.group_size))
+            try:
+                arch = Arch.from_config(hit["config"])
+            except (ConfigError, KeyError):
+                pass  # keep the built-in row rather than trust a bad download
+        entries.append(replace(entry, arch=arch, builds=builds))
+    return entries
+
+
+def refresh_catalog(entries: list[CatalogEntry] | None = None) -> dict[str, str]:
+    """Read each build's real config.json and exact file sizes from the hub and cache them; returns repo → error for failures."""
+    from huggingface_hub import HfApi, hf_hub_download  # network-only path, imported when used
+
+    api = HfApi()
+    cache = _read_refresh_cache()
+    errors: dict[str, str] = {}
+    for entry in entries or builtin_catalog():
+        for build in entry.builds.values():
+            try:
+                info = api.model_info(build.repo, files_metadata=True)
+                sizes = {s.rfilename: s.size for s in info.siblings or [] if s.size is not None}
+                config = json.loads(Path(hf_hub_download(build.repo, "config.json")).read_text())
+                bits, group = quantization_of(config)
+                cache[build.repo] = {
+                    "weights_bytes": sum(v for k, v in sizes.items() if k.endswith(".safetensors")) or None,
+                    "files": sizes,
+                    "config": config,
+                    "bits": bits,
+                    "group_size": group,
+                    "fetched_at": time.time(),
+                }
+            except Exception as exc:  # one unreachable repo must not stop the rest
+                errors[build.repo] = f"{type(exc).__name__}: {exc}"
+    _refresh_cache_path().write_text(json.dumps(cache, indent=1))
+    return errors
+
+
+def _normalise(name: str) -> str:
+    return re.sub(r"[^a-z0-9.]", "", name.lower())
+
+
+def find_entry(name: str, catalog: list[CatalogEntry] | None = None) -> CatalogEntry | None:
+    catalog = catalog if catalog is not None else load_catalog()
+    wanted = _normalise(name)
+    for entry in catalog:
+        if _normalise(entry.name) == wanted:
+            return entry
+    return None
+
+
+def _from_catalog_repo(repo: str, catalog: list[CatalogEntry]) -> ModelRef | None:
+    for entry in catalog:
+        for build in entry.builds.values():
+            if build.repo.lower() == repo.lower():
+                return _ref_from_entry(entry, build)
+    return None
+
+
+def _ref_from_entry(entry: CatalogEntry, build: Build) -> ModelRef:
+    return ModelRef(
+        name=entry.name,
+        arch=entry.arch,
+        bits=build.bits,
+        group_size=build.group_size,
+        repo=build.repo,
+        weights_bytes=build.weights_bytes,
+        origin="catalog",
+    )
+
+
+def weight_files_bytes(folder: Path) -> int | None:
+    total = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
+    return total or None
+
+
+def model_from_folder(folder: Path, name: str | None = None, repo: str | None = None) -> ModelRef:
+    """A ModelRef for a local MLX folder (its own config.json and exact file sizes)."""
+    config_path = folder / "config.json"
+    if not config_path.is_file():
+        raise UnknownModel(f"{folder} holds no config.json: point at a folder with an MLX Qwen3.5 model")
+    try:
+        config = json.loads(config_path.read_text())
+    except ValueError as exc:
+        raise ConfigError(f"{config_path} is not valid JSON ({exc})") from None
+    arch = Arch.from_config(config)
+    bits, group = quantization_of(config)
+    return ModelRef(
+        name=name or folder.name,
+        arch=arch,
+        bits=bits,
+        group_size=group,
+        repo=repo,
+        local_path=folder,
+        weights_bytes=weight_files_bytes(folder),
+        origin="local" if repo is None else "hub",
+    )
+
+
+def _hub_model(repo: str) -> ModelRef:
+    """A hub repo outside the catalog: from the HF cache if present, else config + file sizes from the hub."""
+    from huggingface_hub import HfApi, hf_hub_download, snapshot_download
+    from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError, RepositoryNotFoundError
+
+    try:
+        folder = Path(snapshot_download(repo, allow_patterns=["config.json"], local_files_only=True))
+        if (folder / "config.json").is_file():
+            return model_from_folder(folder, name=repo.split("/")[-1], repo=repo)
+    except (LocalEntryNotFoundError, OSError, ValueError):
+        pass
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on"):
+        raise UnknownModel(f"{repo} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set: go online or download it first")
+    try:
+        config = json.loads(Path(hf_hub_download(repo, "config.json")).read_text())
+        info = HfApi().model_info(repo, files_metadata=True)
+    except GatedRepoError:
+        raise UnknownModel(f"{repo} is gated or private: accept its licence on the hub and set HF_TOKEN (or run `hf auth login`)") from None
+    except RepositoryNotFoundError:
+        raise UnknownModel(f"{repo} does not exist on the hub (or is private: set HF_TOKEN)") from None
+    except Exception as exc:
+        raise UnknownModel(f"could not read {repo} from the hub ({type(exc).__name__}: {exc}); check the connection or HF_ENDPOINT") from None
+    bits, group = quantization_of(config)
+    weights = sum(s.size or 0 for s in info.siblings or [] if s.rfilename.endswith(".safetensors")) or None
+    return ModelRef(name=repo.split("/")[-1], arch=Arch.from_config(config), bits=bits, group_size=group, repo=repo, weights_bytes=weights, origin="hub")
+
+
+def resolve_model(spec: str, bits: int | None = None) -> ModelRef:
+    """A catalog name (case-insensitive), a hub repo id, or a local folder → ModelRef. Catalog names default to 4-bit."""
+    spec = (spec or "").strip()
+    if not spec:
+        raise UnknownModel("no model given: name one from `qwen-desk models`, a hub repo id, or a local folder")
+    if bits is not None and bits not in (4, 8):
+        raise UnknownModel(f"--bits must be 4 or 8, not {bits}")
+    folder = Path(spec).expanduser()
+    if folder.is_dir():
+        return model_from_folder(folder.resolve())
+    catalog = load_catalog()
+    entry = find_entry(re.sub(r"-(4|8)bit$", "", spec, flags=re.I), catalog)
+    if entry is not None:
+        suffix = re.search(r"-(4|8)bit$", spec, flags=re.I)
+        chosen = bits or (int(suffix.group(1)) if suffix else 4)
+        return _ref_from_entry(entry, entry.build(chosen))
+    if REPO_ID.match(spec):
+        known = _from_catalog_repo(spec, catalog)
+        if known is not None:
+            return known
+        return _hub_model(spec)
+    if "/" in spec or spec.startswith((".", "~")):
+        raise UnknownModel(f"{spec} is not a folder on this machine")
+    names = [e.name for e in catalog]
+    by_lower = {n.lower(): n for n in names}
+    wanted = spec.lower()
+    close = [n for low, n in by_lower.items() if low.startswith(wanted) or wanted in low]
+    close += [by_lower[c] for c in difflib.get_close_matches(wanted, list(by_lower), n=3, cutoff=0.5) if by_lower[c] not in close]
+    close = close[:3]
+    hint = f" Did you mean {', '.join(close)}?" if close else f" Known models: {', '.join(names)}."
+    raise UnknownModel(f"unknown model {spec!r}.{hint}")

@@ -1,0 +1,334 @@
+"""The sizing model: will a Qwen3.5 build fit this Mac at this context, and roughly how fast will it run.
+
+`estimate()` is the one function whose number every screen shows (library badge, details bar, load
+guardrail, `qwen-desk fit`). Memory = weights + KV cache (full-attention layers only) + DeltaNet state
+(fixed) + overhead (one prefill chunk's activations + the runtime). Speed = a bandwidth model over the
+bytes read per generated token, with a per-layer cost calibrated on measured Apple Silicon runs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+from macapp.core.catalog import Arch, ModelRef
+from macapp.core.hardware import MachineProfile
+
+KV_STEP = 256  # mlx-lm's KVCache grows in steps of 256 tokens
+DEFAULT_PREFILL_STEP = 2048  # mlx-lm's prefill_step_size
+DEFAULT_KV_GROUP = 64
+ACT_BYTES = 2  # bf16 activations, KV cache and unquantized weights
+STATE_BYTES = 4  # the DeltaNet recurrent state is float32 (mamba_ssm_dtype)
+
+RUNTIME_FIXED_BYTES = int(0.4 * 1024**3)  # MLX, Metal and Python runtime
+RUNTIME_WEIGHT_SHARE = 0.015  # allocator slack that grows with the model
+FITS_SHARE = 0.90  # above 90% of the budget the verdict is "tight"
+
+# Decode-speed model, calibrated on MLX measurements (see README, "How the numbers are made"):
+# M3 Ultra 8-bit 35B-A3B 80.6 tok/s, 122B-A10B 42.5, 27B 21.3; M3 Ultra 4-bit 397B-A17B ~39;
+# M5 Max 4-bit 122B-A10B 60-65; M4 4-bit 0.8B ~190.
+BANDWIDTH_EFFICIENCY = 0.82  # share of peak memory bandwidth reached while streaming weights
+LAYER_COST_MS = {"dense": 0.06, "moe": 0.19}  # fixed per-layer cost on an M3-generation GPU
+GENERATION_SPEEDUP = {"M1": 1.3, "M2": 1.15, "M3": 1.0, "M4": 0.8, "M5": 0.62}  # × layer cost
+EARLY_CONTEXT = 1024  # the "start of a conversation" context the headline speed is quoted at
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Memory and speed for one model, quantization, context and machine."""
+
+    model: str
+    repo: str | None
+    bits: int | None
+    context: int
+    kv_bits: int | None
+    weights_bytes: int
+    weights_exact: bool
+    kv_cache_bytes: int
+    kv_cache_all_layers_bytes: int  # what a KV cache on every layer would take (the naive formula)
+    state_bytes: int
+    prefill_bytes: int
+    runtime_bytes: int
+    overhead_bytes: int  # prefill + runtime
+    total_bytes: int
+    budget_bytes: int
+    verdict: str  # "fits" | "tight" | "too_big"
+    max_context: int
+    decode_tps_estimate: float | None  # at the start of a conversation
+    decode_tps_at_context: float | None  # with the whole chosen context filled
+    machine: str
+    derivation: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+# --- memory ---
+
+
+def _quantized_bytes(n_out: int, n_in: int, bits: int | None, group: int) -> int:
+    """Bytes of one linear/embedding weight: packed values plus a bf16 scale and bias per group."""
+    if bits is None or n_in % group:
+        return n_out * n_in * ACT_BYTES  # MLX leaves layers whose input is not a multiple of the group unquantized
+    return n_out * n_in * bits // 8 + n_out * (n_in // group) * 2 * ACT_BYTES
+
+
+def _layer_tensors(arch: Arch) -> dict[str, list[tuple[int, int]]]:
+    """(out, in) shapes of the quantizable matrices per layer kind, following mlx-lm's qwen3_5 model."""
+    h = arch.hidden_size
+    key_dim = arch.linear_num_key_heads * arch.linear_key_head_dim
+    value_dim = arch.linear_num_value_heads * arch.linear_value_head_dim
+    linear = [
+        (2 * key_dim + value_dim, h),  # in_proj_qkv
+        (value_dim, h),  # in_proj_z
+        (arch.linear_num_value_heads, h),  # in_proj_b
+        (arch.linear_num_value_heads, h),  # in_proj_a
+        (h, value_dim),  # out_proj
+    ]
+    q = arch.num_attention_heads * arch.head_dim
+    kv = arch.num_key_value_heads * arch.head_dim
+    full = [(2 * q, h), (kv, h), (kv, h), (h, q)]  # q_proj carries the output gate
+    return {"linear": linear, "full": full}
+
+
+def _mlp_tensors(arch: Arch, active_only: bool) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """(weights at the model's bits, weights MLX keeps at 8 bits) for one layer's MLP."""
+    h = arch.hidden_size
+    if not arch.is_moe:
+        i = arch.intermediate_size
+        return [(i, h), (i, h), (h, i)], []
+    experts = arch.num_experts_per_tok if active_only else arch.num_experts
+    m, s = arch.moe_intermediate_size, arch.shared_expert_intermediate_size
+    main = [(m, h)] * (2 * experts) + [(h, m)] * experts
+    if s:
+        main += [(s, h), (s, h), (h, s)]
+    router = [(arch.num_experts, h), (1, h)]  # mlp.gate and shared_expert_gate stay 8-bit
+    return main, router
+
+
+def _small_params(arch: Arch) -> tuple[int, int]:
+    """(bf16 parameters, float32 parameters) that are never quantized: norms, conv kernels, dt_bias, A_log."""
+    h = arch.hidden_size
+    key_dim = arch.linear_num_key_heads * arch.linear_key_head_dim
+    conv_dim = 2 * key_dim + arch.linear_num_value_heads * arch.linear_value_head_dim
+    per_linear = conv_dim * arch.linear_conv_kernel_dim + arch.linear_num_value_heads + arch.linear_value_head_dim
+    per_full = 2 * arch.head_dim
+    bf16 = h + arch.num_hidden_layers * 2 * h + arch.linear_layers * per_linear + arch.full_attention_layers * per_full
+    return bf16, arch.linear_layers * arch.linear_num_value_heads
+
+
+def _weights(arch: Arch, bits: int | None, group: int, active_only: bool) -> int:
+    shapes = _layer_tensors(arch)
+    total = arch.linear_layers * sum(_quantized_bytes(o, i, bits, group) for o, i in shapes["linear"])
+    total += arch.full_attention_layers * sum(_quantized_bytes(o, i, bits, group) for o, i in shapes["full"])
+    main, router = _mlp_tensors(arch, active_only)
+    router_bits = 8 if bits is not None else None
+    total += arch.num_hidden_layers * (
+        sum(_quantized_bytes(o, i, bits, group) for o, i in main)
+        + sum(_quantized_bytes(o, i, router_bits, group) for o, i in router)
+    )
+    embed = _quantized_bytes(arch.vocab_size, arch.hidden_size, bits, group)
+    if active_only:
+        total += embed  # the output projection reads the whole matrix each token (tied or not)
+    else:
+        total += embed if arch.tie_word_embeddings else 2 * embed
+    bf16, fp32 = _small_params(arch)
+    return total + bf16 * ACT_BYTES + fp32 * STATE_BYTES
+
+
+def computed_weights_bytes(arch: Arch, bits: int | None, group_size: int = 64) -> int:
+    """Weight bytes of an MLX build computed from the architecture (text model only, as mlx-lm loads it)."""
+    return _weights(arch, bits, group_size, active_only=False)
+
+
+def active_weights_bytes(arch: Arch, bits: int | None, group_size: int = 64) -> int:
+    """Weight bytes read to generate one token: every layer's attention, the routed + shared experts, the output head."""
+    return _weights(arch, bits, group_size, active_only=True)
+
+
+def parameter_count(arch: Arch, active_only: bool = False) -> int:
+    """Text-model parameters (bf16 bytes / 2), for the 'B' in the name."""
+    return _weights(arch, None, 64, active_only) // ACT_BYTES
+
+
+def kv_bytes_per_token(arch: Arch, kv_bits: int | None = None, kv_group_size: int = DEFAULT_KV_GROUP, all_layers: bool = False) -> float:
+    """K and V for one token across the full-attention layers (or every layer, for comparison)."""
+    layers = arch.num_hidden_layers if all_layers else arch.full_attention_layers
+    elements = 2 * layers * arch.num_key_value_heads * arch.head_dim
+    if kv_bits is None:
+        return float(elements * ACT_BYTES)
+    return elements * (kv_bits / 8 + 2 * ACT_BYTES / kv_group_size)
+
+
+def kv_cache_bytes(arch: Arch, tokens: int, kv_bits: int | None = None, all_layers: bool = False) -> int:
+    """The KV cache for `tokens` of context, as mlx-lm allocates it (in 256-token steps)."""
+    allocated = math.ceil(max(tokens, 0) / KV_STEP) * KV_STEP
+    return int(allocated * kv_bytes_per_token(arch, kv_bits, all_layers=all_layers))
+
+
+def state_bytes(arch: Arch) -> int:
+    """The fixed DeltaNet state: a float32 recurrent state (value heads × 128 × 128) and a bf16 conv state per linear layer."""
+    key_dim = arch.linear_num_key_heads * arch.linear_key_head_dim
+    conv_dim = 2 * key_dim + arch.linear_num_value_heads * arch.linear_value_head_dim
+    recurrent = arch.linear_num_value_heads * arch.linear_key_head_dim * arch.linear_value_head_dim * STATE_BYTES
+    conv = (arch.linear_conv_kernel_dim - 1) * conv_dim * ACT_BYTES
+    return arch.linear_layers * (recurrent + conv)
+
+
+def prefill_bytes(arch: Arch, context: int, prefill_step: int = DEFAULT_PREFILL_STEP) -> int:
+    """Activations alive while one prefill chunk goes through a layer (mlx-lm evaluates one chunk at a time)."""
+    chunk = max(1, min(context, prefill_step))
+    h = arch.hidden_size
+    key_dim = arch.linear_num_key_heads * arch.linear_key_head_dim
+    value_dim = arch.linear_num_value_heads * arch.linear_value_head_dim
+    if arch.is_moe:
+        ffn = arch.num_experts_per_tok * (3 * arch.moe_intermediate_size + h) + 3 * arch.shared_expert_intermediate_size
+    else:
+        ffn = 3 * arch.intermediate_size
+    mixer = max(2 * (2 * key_dim + value_dim) + value_dim, 2 * arch.num_attention_heads * arch.head_dim * 2)
+    per_token = ACT_BYTES * (4 * h + max(ffn, mixer))
+    return chunk * per_token + arch.vocab_size * STATE_BYTES  # + the last position's float32 logits
+
+
+def runtime_bytes(weights: int) -> int:
+    return RUNTIME_FIXED_BYTES + int(RUNTIME_WEIGHT_SHARE * weights)
+
+
+def _verdict(total: int, budget: int) -> str:
+    if total <= FITS_SHARE * budget:
+        return "fits"
+    return "tight" if total <= budget else "too_big"
+
+
+# --- speed ---
+
+
+def decode_tps(model: ModelRef, machine: MachineProfile, context: int, kv_bits: int | None = None) -> float | None:
+    """Estimated generation tok/s with `context` tokens already in the cache; None off Apple Silicon."""
+    if not machine.bandwidth_gbs or not machine.family:
+        return None
+    arch = model.arch
+    bytes_per_token = (
+        active_weights_bytes(arch, model.bits, model.group_size)
+        + 2 * state_bytes(arch)  # the recurrent state is read and written each step
+        + kv_cache_bytes(arch, context, kv_bits)
+    )
+    stream_ms = bytes_per_token / (machine.bandwidth_gbs * 1e9 * BANDWIDTH_EFFICIENCY) * 1e3
+    layer_ms = arch.num_hidden_layers * LAYER_COST_MS["moe" if arch.is_moe else "dense"] * GENERATION_SPEEDUP.get(machine.family, 1.0)
+    return round(1000.0 / (stream_ms + layer_ms), 1)
+
+
+# --- the one number ---
+
+
+def _weights_of(model: ModelRef) -> tuple[int, bool]:
+    if model.weights_bytes:
+        return int(model.weights_bytes), True
+    return computed_weights_bytes(model.arch, model.bits, model.group_size), False
+
+
+def _total(model: ModelRef, weights: int, context: int, kv_bits: int | None, prefill_step: int) -> int:
+    arch = model.arch
+    return (
+        weights
+        + kv_cache_bytes(arch, context, kv_bits)
+        + state_bytes(arch)
+        + prefill_bytes(arch, context, prefill_step)
+        + runtime_bytes(weights)
+    )
+
+
+def max_context(model: ModelRef, budget_bytes: int, kv_bits: int | None = None, prefill_step: int = DEFAULT_PREFILL_STEP) -> int:
+    """The largest context (a multiple of 256, up to the model's maximum) whose total stays within the budget; 0 if none."""
+    weights, _ = _weights_of(model)
+    limit = model.arch.max_position_embeddings
+    if _total(model, weights, KV_STEP, kv_bits, prefill_step) > budget_bytes:
+        return 0
+    lo, hi = 1, limit // KV_STEP  # in steps; total grows with the step count
+    if _total(model, weights, hi * KV_STEP, kv_bits, prefill_step) <= budget_bytes:
+        return limit
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if _total(model, weights, mid * KV_STEP, kv_bits, prefill_step) <= budget_bytes:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo * KV_STEP
+
+
+def validate_context(model: ModelRef, context: int) -> None:
+    if context <= 0:
+        raise ValueError(f"context must be at least 1 token, not {context}")
+    if context > model.arch.max_position_embeddings:
+        raise ValueError(
+            f"context {context:,} is above {model.name}'s maximum of {model.arch.max_position_embeddings:,} tokens"
+        )
+
+
+def estimate(
+    model: ModelRef,
+    context: int,
+    machine: MachineProfile,
+    kv_bits: int | None = None,
+    prefill_step: int = DEFAULT_PREFILL_STEP,
+) -> Estimate:
+    """Memory, verdict, largest context and speed for `model` at `context` tokens on `machine`."""
+    validate_context(model, context)
+    if kv_bits not in (None, 4, 8):
+        raise ValueError(f"kv_bits must be 4 or 8 (or none for a bf16 cache), not {kv_bits}")
+    arch = model.arch
+    weights, exact = _weights_of(model)
+    kv = kv_cache_bytes(arch, context, kv_bits)
+    kv_all = kv_cache_bytes(arch, context, kv_bits, all_layers=True)
+    state = state_bytes(arch)
+    prefill = prefill_bytes(arch, context, prefill_step)
+    runtime = runtime_bytes(weights)
+    total = weights + kv + state + prefill + runtime
+    early = decode_tps(model, machine, min(context, EARLY_CONTEXT), kv_bits)
+    late = decode_tps(model, machine, context, kv_bits)
+    gb = 1e9
+    derivation = [
+        f"weights {weights / gb:.2f} GB ({'exact file sizes' if exact else f'computed: {model.bits or 16}-bit, +0.5 bit/weight for MLX group-{model.group_size} scales and biases, router gates 8-bit, norms bf16'})",
+        f"KV cache {kv / gb:.2f} GB: {arch.full_attention_layers} of {arch.num_hidden_layers} layers × {arch.num_key_value_heads} KV heads × {arch.head_dim} × 2 (K,V) × "
+        f"{'bf16' if kv_bits is None else f'{kv_bits}-bit'} × {context:,} tokens ({kv_all / gb:.2f} GB if every layer cached)",
+        f"DeltaNet state {state / 1e6:.0f} MB: {arch.linear_layers} linear layers × {arch.linear_num_value_heads} heads × 128 × 128 float32, fixed at any context",
+        f"overhead {(prefill + runtime) / gb:.2f} GB: one {min(context, prefill_step):,}-token prefill chunk ({prefill / gb:.2f} GB) + runtime ({runtime / gb:.2f} GB)",
+        f"budget {machine.budget_bytes / gb:.2f} GB: {_budget_words(machine)}",
+    ]
+    if early is not None:
+        derivation.append(
+            f"speed ≈ {early:.0f} tok/s: {active_weights_bytes(arch, model.bits, model.group_size) / gb:.2f} GB read per token "
+            f"at {machine.bandwidth_gbs:.0f} GB/s × {BANDWIDTH_EFFICIENCY:.0%} efficiency, plus a fixed per-layer cost "
+            f"({'MoE routing' if arch.is_moe else 'dense'}); {late:.0f} tok/s with the whole context filled. An estimate, not a measurement."
+        )
+    return Estimate(
+        model=model.name,
+        repo=model.repo,
+        bits=model.bits,
+        context=context,
+        kv_bits=kv_bits,
+        weights_bytes=weights,
+        weights_exact=exact,
+        kv_cache_bytes=kv,
+        kv_cache_all_layers_bytes=kv_all,
+        state_bytes=state,
+        prefill_bytes=prefill,
+        runtime_bytes=runtime,
+        overhead_bytes=prefill + runtime,
+        total_bytes=total,
+        budget_bytes=machine.budget_bytes,
+        verdict=_verdict(total, machine.budget_bytes),
+        max_context=max_context(model, machine.budget_bytes, kv_bits, prefill_step),
+        decode_tps_estimate=early,
+        decode_tps_at_context=late,
+        machine=machine.chip,
+        derivation=derivation,
+    )
+
+
+def _budget_words(machine: MachineProfile) -> str:
+    ram = f"{machine.memory_bytes / 1024**3:.0f} GB RAM"
+    return {
+        "mlx": f"the GPU working-set limit Metal reports on this Mac ({ram})",
+        "wired-limit": f"the iogpu.wired_limit_mb override ({ram})",
+    }.get(machine.budget_source, f"macOS's default GPU share of {ram} (estimated: {machine.budget_bytes / machine.memory_bytes:.0%})")

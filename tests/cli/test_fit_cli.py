@@ -1,0 +1,104 @@
+"""`qwen-desk fit` and `qwen-desk models`: the JSON contract, the human output and every bad input."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from macapp.cli import main
+
+FIT_FIELDS = {
+    "model", "repo", "bits", "context", "weights_bytes", "kv_cache_bytes", "state_bytes", "overhead_bytes",
+    "total_bytes", "budget_bytes", "verdict", "max_context", "decode_tps_estimate",
+}
+
+
+def run_cli(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_fit_json_contract_from_a_real_process():
+    result = subprocess.run(
+        [sys.executable, "-m", "macapp", "fit", "Qwen3.5-35B-A3B", "--bits", "4", "--context", "262144", "--json"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert FIT_FIELDS <= set(data)
+    assert data["model"] == "Qwen3.5-35B-A3B" and data["repo"] == "mlx-community/Qwen3.5-35B-A3B-4bit"
+    assert data["bits"] == 4 and data["context"] == 262144
+    assert data["verdict"] in ("fits", "tight", "too_big")
+    assert data["total_bytes"] == data["weights_bytes"] + data["kv_cache_bytes"] + data["state_bytes"] + data["overhead_bytes"]
+    assert data["kv_cache_bytes"] == 5_368_709_120
+
+
+def test_fit_what_if_machine(capsys):
+    code, out, _ = run_cli(capsys, "fit", "qwen3.5-122b-a10b", "--bits", "8", "--chip", "M3 Ultra", "--memory", "512GB", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["verdict"] == "fits" and data["max_context"] == 262144
+    assert data["decode_tps_estimate"] == pytest.approx(42.5, rel=0.12)
+    code, out, _ = run_cli(capsys, "fit", "Qwen3.5-397B-A17B", "--chip", "M4 Max", "--memory", "128GB", "--json")
+    assert json.loads(out)["verdict"] == "too_big"
+
+
+def test_fit_kv_bits_and_context_suffix(capsys):
+    _, plain, _ = run_cli(capsys, "fit", "Qwen3.5-9B", "--context", "128k", "--chip", "M4", "--memory", "16GB", "--json")
+    _, quant, _ = run_cli(capsys, "fit", "Qwen3.5-9B", "--context", "128k", "--kv-bits", "4", "--chip", "M4", "--memory", "16GB", "--json")
+    plain, quant = json.loads(plain), json.loads(quant)
+    assert plain["context"] == 131072
+    assert quant["kv_cache_bytes"] < plain["kv_cache_bytes"] / 3
+
+
+def test_fit_human_output_is_a_short_breakdown(capsys):
+    code, out, _ = run_cli(capsys, "fit", "Qwen3.5-35B-A3B", "--chip", "M4 Pro", "--memory", "48GB")
+    assert code == 0
+    for words in ("weights", "KV cache", "DeltaNet state", "overhead", "total", "largest context", "tok/s"):
+        assert words in out
+    assert len(out.splitlines()) <= 10
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["fit", "Qwen3.5-36B"], "unknown model"),
+        (["fit", "Qwen3.5-9B", "--chip", "M9", "--memory", "16GB"], "M9"),
+        (["fit", "Qwen3.5-9B", "--chip", "M4", "--memory", "lots"], "cannot read memory"),
+        (["fit", "Qwen3.5-9B", "--context", "0"], "at least 1 token"),
+        (["fit", "Qwen3.5-9B", "--context", "300000"], "maximum of 262,144"),
+        (["fit", "/no/such/folder"], "not a folder"),
+    ],
+)
+def test_fit_bad_input_gives_a_clear_message_and_nonzero_exit(capsys, argv, message):
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 2
+    assert message in err and out == ""
+
+
+def test_fit_nonsense_config_in_a_folder(capsys, tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen3_5", "text_config": {"model_type": "qwen3_5_text", "hidden_size": "big"}}))
+    code, _, err = run_cli(capsys, "fit", str(tmp_path))
+    assert code == 2 and "hidden_size" in err
+
+
+def test_argparse_rejects_bad_bits_and_context():
+    with pytest.raises(SystemExit) as exc:
+        main(["fit", "Qwen3.5-9B", "--bits", "3"])
+    assert exc.value.code == 2
+    with pytest.raises(SystemExit):
+        main(["fit", "Qwen3.5-9B", "--context", "lots"])
+
+
+def test_models_lists_every_build_with_verdicts(capsys):
+    code, out, _ = run_cli(capsys, "models", "--context", "8192", "--json")
+    rows = json.loads(out)
+    assert code == 0 and len(rows) == 16
+    assert {r["bits"] for r in rows} == {4, 8}
+    assert all(r["verdict"] in ("fits", "tight", "too_big") and "downloaded" in r for r in rows)
+    small = next(r for r in rows if r["model"] == "Qwen3.5-0.8B" and r["bits"] == 4)
+    huge = next(r for r in rows if r["model"] == "Qwen3.5-397B-A17B" and r["bits"] == 8)
+    assert small["verdict"] == "fits" and huge["verdict"] == "too_big"
+    code, out, _ = run_cli(capsys, "models")
+    assert code == 0 and "Qwen3.5-35B-A3B" in out and "GPU budget" in out

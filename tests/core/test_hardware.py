@@ -1,0 +1,109 @@
+"""Hardware profile: parsing of recorded macOS output and the budget/bandwidth decisions."""
+
+from pathlib import Path
+
+import pytest
+
+from macapp.core import hardware
+from macapp.core.hardware import GiB, HardwareError
+
+RECORDED = Path(__file__).parent / "recorded"
+
+
+def recorded(name: str) -> str:
+    return (RECORDED / name).read_text()
+
+
+def test_gpu_cores_from_ioreg_and_system_profiler():
+    assert hardware.parse_gpu_cores(recorded("ioreg_agx_m4max.txt")) == 40
+    assert hardware.parse_gpu_cores(recorded("system_profiler_displays_m3max30.txt")) == 30
+    assert hardware.parse_gpu_cores("no such key") is None
+
+
+def test_wired_limit_override_parsing():
+    assert hardware.parse_wired_limit_mb(recorded("sysctl_wired_limit_default.txt")) is None
+    assert hardware.parse_wired_limit_mb(recorded("sysctl_wired_limit_56g.txt")) == 56 * GiB
+    assert hardware.parse_wired_limit_mb("garbage") is None
+
+
+def test_detected_mac_prefers_metal_budget():
+    brand = recorded("sysctl_brand_m4max.txt")
+    memory = int(recorded("sysctl_memsize_64g.txt"))
+    cores = hardware.parse_gpu_cores(recorded("ioreg_agx_m4max.txt"))
+    profile = hardware.profile_from_facts(brand, memory, cores, mlx_budget=51_539_607_552, wired_limit=None)
+    assert profile.chip == "Apple M4 Max"
+    assert profile.memory_bytes == 64 * GiB
+    assert profile.gpu_cores == 40
+    assert profile.bandwidth_gbs == 546
+    assert profile.budget_bytes == 51_539_607_552
+    assert profile.budget_source == "mlx"
+    assert profile.is_apple_silicon
+
+
+def test_binned_chip_bandwidth_follows_gpu_cores():
+    memory = 36 * GiB
+    small = hardware.profile_from_facts("Apple M3 Max", memory, 30, None, None)
+    big = hardware.profile_from_facts("Apple M3 Max", 48 * GiB, 40, None, None)
+    assert small.bandwidth_gbs == 300 and big.bandwidth_gbs == 400
+    # Unknown core count: the 36 GB M3 Max only ships with the 30-core GPU.
+    assert hardware.what_if_machine("M3 Max", 36 * GiB).gpu_cores == 30
+    assert hardware.what_if_machine("M4 Max", 128 * GiB).bandwidth_gbs == 546
+
+
+def test_wired_limit_used_when_metal_cannot_say():
+    profile = hardware.profile_from_facts("Apple M2 Ultra", 192 * GiB, 76, None, 180 * GiB)
+    assert profile.budget_bytes == 180 * GiB and profile.budget_source == "wired-limit"
+
+
+def test_budget_rule_matches_measured_defaults():
+    # Measured: 16 GB M3 → 11.84 GB; 24 GB → 17.76 GiB; 128 GB → 107.5 GiB (apple-silicon.md).
+    assert hardware.budget_by_rule(16 * GiB) == pytest.approx(11.84e9, rel=0.02)
+    assert hardware.budget_by_rule(24 * GiB) == pytest.approx(17.76 * GiB, rel=0.01)
+    assert hardware.budget_by_rule(128 * GiB) == pytest.approx(107.5 * GiB, rel=0.01)
+    sizes = [8, 16, 24, 36, 48, 64, 96, 128, 192, 512]
+    budgets = [hardware.budget_by_rule(s * GiB) for s in sizes]
+    assert budgets == sorted(budgets) and all(b < s * GiB for b, s in zip(budgets, sizes))
+
+
+def test_non_apple_machine_gets_rule_budget_and_no_bandwidth():
+    profile = hardware.profile_from_facts("AMD EPYC 7B13", 24 * GiB, None, None, None)
+    assert not profile.is_apple_silicon
+    assert profile.bandwidth_gbs is None
+    assert profile.budget_bytes == hardware.budget_by_rule(24 * GiB)
+    assert profile.source == "not-apple"
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [("M3 Ultra", ("M3", "Ultra")), ("Apple M4 Pro", ("M4", "Pro")), ("m4max", ("M4", "Max")), ("M2", ("M2", "")), ("  apple   m5  ", ("M5", ""))],
+)
+def test_parse_chip(text, expected):
+    assert hardware.parse_chip(text) == expected
+
+
+@pytest.mark.parametrize("text", ["M9", "M4 Ultra", "Intel Core i9", "", "RTX 4090"])
+def test_parse_chip_rejects_unknown(text):
+    with pytest.raises(HardwareError):
+        hardware.parse_chip(text)
+
+
+@pytest.mark.parametrize("text, gib", [("512GB", 512), ("24 GiB", 24), ("16384MB", 16), ("64", 64), ("1TB", 1024), ("36g", 36)])
+def test_parse_memory(text, gib):
+    assert hardware.parse_memory(text) == gib * GiB
+
+
+@pytest.mark.parametrize("text", ["12XB", "", "lots", "1GB", "-8GB", "9TB"])
+def test_parse_memory_rejects_nonsense(text):
+    with pytest.raises(HardwareError):
+        hardware.parse_memory(text)
+
+
+def test_what_if_rejects_silly_gpu_cores():
+    with pytest.raises(HardwareError):
+        hardware.what_if_machine("M4 Max", 64 * GiB, gpu_cores=1000)
+
+
+def test_detect_this_machine_is_consistent():
+    profile = hardware.detect_machine(use_mlx=False)
+    assert profile.memory_bytes > 0
+    assert 0 < profile.budget_bytes <= profile.memory_bytes
