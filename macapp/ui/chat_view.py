@@ -22,7 +22,7 @@ from macapp.core.settings import Settings
 from macapp.ui.bridge import EventBridge
 from macapp.ui.composer import Composer
 from macapp.ui.messages import AssistantMessage, UserMessage
-from macapp.ui.meter import Meter, stats_summary
+from macapp.ui.meter import Meter
 from macapp.ui.settings import SettingsDialog, sampling_for
 from macapp.ui.widgets import ElidedLabel
 
@@ -159,6 +159,10 @@ class ChatView(QWidget):
                 self.show_error(f"Could not load {ref.name}: {ev.message}")
                 self._update_state()
 
+    def context_limit(self) -> int | None:
+        ref = self.model_ref
+        return ref.arch.max_position_embeddings if ref is not None else None
+
     # -- conversation ---------------------------------------------------------------------------------------------
     def _clear_messages(self) -> None:
         while self.messages_layout.count() > 2:
@@ -243,12 +247,13 @@ class ChatView(QWidget):
         return self.composer.thinking.isChecked()
 
     def _sampling(self):
-        from macapp.core.engine import SamplingParams
+        from macapp.core.sampling import preset
 
         values = sampling_for(self.settings, self.thinking)
         budget = values.pop("thinking_budget", None)
-        known = set(SamplingParams.__dataclass_fields__)
-        return SamplingParams(**{k: v for k, v in values.items() if k in known}), budget
+        params = preset(self.thinking).with_overrides(**values)
+        params.validate()
+        return params, budget
 
     def send(self, text: str) -> None:
         if self.busy or self.model_ref is None or not text.strip():
@@ -322,7 +327,7 @@ class ChatView(QWidget):
             self.show_error(f"The reply could not be saved: {exc}")
         if error:
             self.show_error(error)
-        self.meter.show_text(stats_summary(stats))
+        self.meter.show_context(stats, self.context_limit())
         self.job = None
         self.writer = None
         self._update_state()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QTextDocument
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QToolButton, QVBoxLayout, QWidget
 
 from macapp.ui.meter import stats_summary
@@ -77,11 +78,16 @@ class UserMessage(QFrame):
         inner = QVBoxLayout(bubble)
         inner.setContentsMargins(12, 6, 12, 6)
         inner.addWidget(self.view)
-        bubble.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
+        # Hug the text: as wide as its longest line, wrapping only past the available width.
+        probe = QTextDocument()
+        probe.setDefaultFont(self.view.font())
+        probe.setPlainText(text)
+        bubble.setMaximumWidth(int(probe.idealWidth()) + 24 + 12)
+        bubble.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         lay = QHBoxLayout(self)
         lay.setContentsMargins(80, 4, 0, 4)
-        lay.addStretch(0)
-        lay.addWidget(bubble, 1)
+        lay.addStretch(1)
+        lay.addWidget(bubble, 100)
 
 
 class AssistantMessage(QFrame):

@@ -66,5 +66,14 @@ class Meter(QLabel):
         self.updates += 1
         self.setText(stats_summary(stats, live=True))
 
+    def show_context(self, stats: Any, limit: int | None) -> None:
+        """Between replies: how much of the context the conversation uses."""
+        used = _get(stats, "context_tokens")
+        if not used:
+            self.clear_meter()
+            return
+        of = f" of {limit:,}" if limit else ""
+        self.setText(f"Conversation: {used:,}{of} tokens of context in use")
+
     def show_text(self, text: str) -> None:
         self.setText(text)

@@ -30,10 +30,14 @@ FIELDS = [  # key, label, kind, minimum, maximum, step, tooltip
 
 
 def card_presets(thinking: bool) -> dict[str, Any]:
-    """The model card's sampling values for a mode, from the core."""
-    from macapp.core import thinking as core_thinking
+    """The model card's sampling values for a mode (macapp.core.sampling), as the panel shows them."""
+    from macapp.core.sampling import preset
 
-    return dict(core_thinking.card_presets(thinking))
+    card = preset(thinking).to_dict()
+    values = {key: card[key] for key, *_rest in FIELDS}
+    values["max_tokens"] = card["max_tokens"]
+    values["thinking_budget"] = None
+    return values
 
 
 def mode_key(thinking: bool) -> str:

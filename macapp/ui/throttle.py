@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 # Event kinds, by class name so this works for engine and download events alike.
 TEXT_DELTAS = frozenset({"AnswerDelta", "ReasoningDelta"})  # consecutive ones are concatenated
-TERMINAL = frozenset({"Finished", "Failed", "Cancelled", "Done", "Error", "Loaded", "Completed"})
+TERMINAL = frozenset({"Finished", "Failed", "Cancelled", "Loaded", "Unloaded"})
 
 
 def _kind(event: Any) -> str:
