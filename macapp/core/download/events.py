@@ -1,0 +1,95 @@
+"""What a download reports while it runs: small frozen records handed to the caller's `on_event` callback."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Union
+
+if TYPE_CHECKING:
+    from macapp.core.download.errors import DownloadError
+    from macapp.core.download.manager import DownloadResult
+    from macapp.core.download.plan import DownloadPlan
+
+# Per-file states, in the order a file normally goes through them.
+PENDING = "pending"  # not started (may hold partial bytes from an earlier run)
+CHECKING = "checking"  # hashing bytes already on disk (a resumed partial file, or a file another tool fetched)
+DOWNLOADING = "downloading"
+RETRYING = "retrying"  # waiting out a backoff after a transient error
+VERIFYING = "verifying"
+READY = "ready"  # complete and verified against the hub's hash
+FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class FileProgress:
+    path: str
+    size: int
+    done: int  # bytes on disk for this file
+    state: str
+
+
+@dataclass(frozen=True)
+class Planned:
+    plan: "DownloadPlan"
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A snapshot, sent a few times a second and on every file state change."""
+
+    bytes_done: int  # on disk, all needed files (includes what earlier runs fetched)
+    bytes_total: int
+    bytes_this_run: int  # received over the network by this run
+    speed_bps: float  # averaged over the last few seconds; 0 while stalled
+    eta_s: float | None  # None while the speed is unknown or zero
+    stalled_s: float  # seconds without a byte, once past the stall threshold; else 0
+    files: tuple[FileProgress, ...]
+
+    @property
+    def stalled(self) -> bool:
+        return self.stalled_s > 0
+
+    @property
+    def fraction(self) -> float:
+        return self.bytes_done / self.bytes_total if self.bytes_total else 1.0
+
+
+@dataclass(frozen=True)
+class Stalled:
+    """No byte arrived for `seconds`: reported once per stall (the transfer is retried if it lasts)."""
+
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Retrying:
+    path: str
+    attempt: int  # the attempt about to start (2 = first retry)
+    max_attempts: int
+    delay_s: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class Notice:
+    """Something a person should know that is not an error (a hash mismatch being re-fetched, adopted partial data)."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class Finished:
+    result: "DownloadResult"
+
+
+@dataclass(frozen=True)
+class Failed:
+    error: "DownloadError"
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    bytes_kept: int
+
+
+DownloadEvent = Union[Planned, Progress, Stalled, Retrying, Notice, Finished, Failed, Cancelled]

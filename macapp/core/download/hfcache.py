@@ -1,0 +1,362 @@
+"""The standard Hugging Face cache layout (what huggingface_hub and mlx-lm read and write), plus our small additions.
+
+    $HF_HOME/hub/models--org--name/
+        blobs/<etag>                 file contents, named by sha256 (LFS files) or git blob id (small files)
+        blobs/<etag>.incomplete      our resumable partial file (huggingface_hub's own are <etag>.<8 hex>.incomplete)
+        snapshots/<commit>/<path>    relative symlinks into blobs/
+        refs/main                    the commit the branch pointed at when the download finished
+        trees/<commit>.json          huggingface_hub's cached file listing (lets it check completeness offline)
+        .qwen-desk-verified.json     blobs whose hash we checked: etag -> [size, mtime_ns]
+    $HF_HOME/hub/.locks/models--org--name/<etag>.lock   the per-blob lock huggingface_hub also takes
+
+Everything is read from the environment at call time (HF_HUB_CACHE, HF_HOME), never at import.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import stat
+import tempfile
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+# The files an MLX chat needs: the same patterns mlx_lm.load fetches (mlx_lm.utils.DEFAULT_ALLOW_PATTERNS), so a
+# model we fetched is complete for mlx-lm and one mlx-lm fetched is complete for us. Copied, not imported: importing
+# mlx_lm loads MLX.
+NEEDED_PATTERNS = [
+    "*.json",
+    "model*.safetensors",
+    "*.py",
+    "tokenizer.model",
+    "*.tiktoken",
+    "tiktoken.model",
+    "*.txt",
+    "*.jsonl",
+    "*.jinja",
+]
+MARKS_FILE = ".qwen-desk-verified.json"
+PARTIAL_SUFFIX = ".incomplete"
+_HF_ORPHAN = re.compile(r"^(?P<etag>[0-9a-fA-F]+)\.(?P<tag>[0-9a-f]{8})\.incomplete$")
+TREE_FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    """One file of a repo at a commit, as the hub lists it."""
+
+    path: str
+    size: int
+    blob_id: str  # git object id
+    sha256: str | None = None  # set for LFS files (all weights)
+
+    @property
+    def etag(self) -> str:
+        """The blob's name in the cache: what huggingface_hub names it after the ETag header."""
+        return self.sha256 or self.blob_id
+
+    @property
+    def is_weight(self) -> bool:
+        return self.path.endswith(".safetensors")
+
+
+def needed_files(files: list[RemoteFile]) -> list[RemoteFile]:
+    from huggingface_hub.utils import filter_repo_objects
+
+    return list(filter_repo_objects(files, allow_patterns=NEEDED_PATTERNS, key=lambda f: f.path))
+
+
+# --- where things are --------------------------------------------------------------------------------------------
+def hub_cache_dir() -> Path:
+    """$HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub (read now, not at import)."""
+    explicit = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")
+    if explicit:
+        return Path(os.path.expandvars(explicit)).expanduser()
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "huggingface")
+    return Path(os.path.expandvars(home)).expanduser() / "hub"
+
+
+def repo_folder_name(repo: str) -> str:
+    return "--".join(["models", *repo.split("/")])
+
+
+def repo_from_folder_name(name: str) -> str | None:
+    if not name.startswith("models--"):
+        return None
+    return "/".join(name[len("models--"):].split("--"))
+
+
+def repo_dir(repo: str, cache: Path | None = None) -> Path:
+    return (cache or hub_cache_dir()) / repo_folder_name(repo)
+
+
+def locks_dir(repo: str, cache: Path | None = None) -> Path:
+    return (cache or hub_cache_dir()) / ".locks" / repo_folder_name(repo)
+
+
+def blob_path(rdir: Path, etag: str) -> Path:
+    return rdir / "blobs" / etag
+
+
+def partial_path(rdir: Path, etag: str) -> Path:
+    return rdir / "blobs" / (etag + PARTIAL_SUFFIX)
+
+
+def snapshot_dir(rdir: Path, commit: str) -> Path:
+    return rdir / "snapshots" / commit
+
+
+def ensure_repo_dirs(rdir: Path) -> None:
+    # snapshots/ must exist as soon as the folder does, or huggingface_hub's scan_cache_dir calls it corrupted.
+    for sub in ("blobs", "snapshots", "refs"):
+        (rdir / sub).mkdir(parents=True, exist_ok=True)
+
+
+# --- refs and listings -------------------------------------------------------------------------------------------
+def read_ref(rdir: Path, revision: str) -> str | None:
+    if re.fullmatch(r"[0-9a-f]{40}", revision):
+        return revision
+    try:
+        return (rdir / "refs" / revision).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def write_ref(rdir: Path, revision: str, commit: str) -> None:
+    if revision != commit and read_ref(rdir, revision) != commit:
+        _atomic_write(rdir / "refs" / revision, commit)
+
+
+def write_listing(rdir: Path, commit: str, files: list[RemoteFile]) -> None:
+    """Store the hub's listing in huggingface_hub's tree-cache format, so both tools can judge completeness offline."""
+    entries = {}
+    for f in sorted(files, key=lambda f: f.path):
+        info: dict = {"size": f.size, "blob_id": f.blob_id}
+        if f.sha256:
+            info.update(lfs_sha256=f.sha256, lfs_size=f.size)
+        entries[f.path] = info
+    _atomic_write(rdir / "trees" / f"{commit}.json",
+                  json.dumps({"format_version": TREE_FORMAT_VERSION, "files": entries}, indent=1))
+
+
+def read_listing(rdir: Path, commit: str) -> list[RemoteFile] | None:
+    try:
+        data = json.loads((rdir / "trees" / f"{commit}.json").read_text())
+        if data.get("format_version") != TREE_FORMAT_VERSION:
+            return None
+        return [RemoteFile(path=p, size=int(i["size"]), blob_id=i["blob_id"], sha256=i.get("lfs_sha256"))
+                for p, i in data["files"].items()]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+# --- verified marks ----------------------------------------------------------------------------------------------
+def load_marks(rdir: Path) -> dict[str, list[int]]:
+    try:
+        data = json.loads((rdir / MARKS_FILE).read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _stamp(path: Path) -> list[int]:
+    st = path.stat()
+    return [st.st_size, st.st_mtime_ns]
+
+
+def add_mark(rdir: Path, etag: str, path: Path) -> None:
+    marks = load_marks(rdir)
+    marks[etag] = _stamp(path)
+    _atomic_write(rdir / MARKS_FILE, json.dumps(marks, indent=1, sort_keys=True))
+
+
+def drop_mark(rdir: Path, etag: str) -> None:
+    marks = load_marks(rdir)
+    if marks.pop(etag, None) is not None:
+        _atomic_write(rdir / MARKS_FILE, json.dumps(marks, indent=1, sort_keys=True))
+
+
+def is_marked(marks: dict[str, list[int]], etag: str, path: Path) -> bool:
+    try:
+        return marks.get(etag) == _stamp(path)
+    except OSError:
+        return False
+
+
+# --- placing files -----------------------------------------------------------------------------------------------
+def publish_blob(partial: Path, blob: Path) -> None:
+    """Move a finished, verified partial file into place with the permissions huggingface_hub gives its blobs."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(partial, 0o666 & ~umask)
+    os.replace(partial, blob)
+
+
+def link_snapshot(rdir: Path, commit: str, relpath: str, etag: str) -> Path:
+    """snapshots/<commit>/<relpath> -> ../../blobs/<etag> (a relative symlink; a copy where symlinks fail)."""
+    dst = snapshot_dir(rdir, commit) / relpath
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    src = blob_path(rdir, etag)
+    if dst.is_symlink() or dst.exists():
+        if dst.resolve() == src.resolve():
+            return dst
+        dst.unlink()
+    try:
+        os.symlink(os.path.relpath(src, dst.parent), dst)
+    except OSError:
+        shutil.copyfile(src, dst)
+    return dst
+
+
+# --- locks -------------------------------------------------------------------------------------------------------
+@contextmanager
+def try_lock(path: Path) -> Iterator[bool]:
+    """Take an exclusive file lock without waiting; yields whether it was taken."""
+    from filelock import FileLock, Timeout
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(path), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        lock.release()
+
+
+def blob_lock_path(repo: str, etag: str, cache: Path | None = None) -> Path:
+    return locks_dir(repo, cache) / f"{etag}.lock"
+
+
+def repo_lock_path(repo: str, cache: Path | None = None) -> Path:
+    return locks_dir(repo, cache) / "qwen-desk-download.lock"
+
+
+# --- orphans -----------------------------------------------------------------------------------------------------
+@dataclass
+class OrphanReport:
+    adopted_bytes: int = 0
+    removed_bytes: int = 0
+    removed_files: int = 0
+
+
+def clean_orphans(repo: str, rdir: Path, wanted_etags: set[str], cache: Path | None = None) -> OrphanReport:
+    """Deal with huggingface_hub temp files left by a killed process (`<etag>.<8 hex>.incomplete`).
+
+    An orphan of a blob we still need is adopted as our partial file when it holds more bytes than ours (its
+    content is a prefix of the blob; the final hash check guards against anything else); other orphans are
+    removed. A temp file whose blob lock is held belongs to a live download and is left alone.
+    """
+    report = OrphanReport()
+    blobs = rdir / "blobs"
+    if not blobs.is_dir():
+        return report
+    for orphan in sorted(blobs.iterdir()):
+        m = _HF_ORPHAN.match(orphan.name)
+        if not m:
+            continue
+        etag = m["etag"]
+        with try_lock(blob_lock_path(repo, etag, cache)) as free:
+            if not free:
+                continue
+            try:
+                size = orphan.stat().st_size
+            except OSError:
+                continue
+            ours = partial_path(rdir, etag)
+            ours_size = ours.stat().st_size if ours.exists() else 0
+            if etag in wanted_etags and not blob_path(rdir, etag).exists() and size > ours_size:
+                os.replace(orphan, ours)
+                report.adopted_bytes += size
+            else:
+                orphan.unlink(missing_ok=True)
+                report.removed_bytes += size
+                report.removed_files += 1
+    return report
+
+
+# --- what is on disk ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LocalFile:
+    remote: RemoteFile
+    state: str  # "ready" (complete, hash checked) | "present" (complete, not yet checked) | "partial" | "missing"
+    bytes_on_disk: int
+    location: Path | None  # the complete file (snapshot entry or blob), when there is one
+
+
+def local_state(rdir: Path, commit: str, files: list[RemoteFile]) -> list[LocalFile]:
+    marks = load_marks(rdir)
+    out = []
+    for f in files:
+        candidates = [snapshot_dir(rdir, commit) / f.path, blob_path(rdir, f.etag)]
+        found = None
+        for c in candidates:
+            try:
+                if c.is_file() and c.stat().st_size == f.size:
+                    found = c
+                    break
+            except OSError:
+                continue
+        if found is not None:
+            state = "ready" if is_marked(marks, f.etag, found.resolve()) else "present"
+            out.append(LocalFile(f, state, f.size, found))
+            continue
+        part = partial_path(rdir, f.etag)
+        sizes = [part.stat().st_size] if part.exists() else []
+        blobs = rdir / "blobs"
+        if blobs.is_dir():
+            sizes += [p.stat().st_size for p in blobs.glob(f"{f.etag}.*.incomplete") if _HF_ORPHAN.match(p.name)]
+        have = min(max(sizes, default=0), f.size)
+        out.append(LocalFile(f, "partial" if have else "missing", have, None))
+    return out
+
+
+def free_bytes(path: Path) -> int:
+    """Free space on the volume that holds `path` (or its nearest existing parent)."""
+    for p in [path, *path.parents]:
+        try:
+            return shutil.disk_usage(p).free
+        except OSError:
+            continue
+    return 0
+
+
+def _tmp_on_same_volume(rdir: Path) -> Path:
+    return Path(tempfile.mkdtemp(dir=rdir.parent, prefix=".qwen-desk-delete-"))
+
+
+def remove_repo(repo: str, cache: Path | None = None) -> int:
+    """Delete a repo's cache folder (all revisions, partial files) and its locks; returns bytes freed."""
+    rdir = repo_dir(repo, cache)
+    if not rdir.exists():
+        return 0
+    freed = 0
+    for p in rdir.rglob("*"):
+        try:
+            st = p.lstat()
+            if stat.S_ISREG(st.st_mode):
+                freed += st.st_size
+        except OSError:
+            pass
+    # Rename first so a half-finished delete never looks like a model.
+    trash = _tmp_on_same_volume(rdir)
+    os.replace(rdir, trash / rdir.name)
+    shutil.rmtree(trash, ignore_errors=True)
+    shutil.rmtree(locks_dir(repo, cache), ignore_errors=True)
+    return freed

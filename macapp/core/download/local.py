@@ -1,0 +1,122 @@
+"""What is already downloaded: readiness, a listing with sizes, deletion. Reads the cache only, never the network."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from macapp.core.download import hfcache
+from macapp.core.download.hfcache import RemoteFile
+
+
+@dataclass(frozen=True)
+class LocalModel:
+    repo: str
+    commit: str | None
+    path: Path | None  # the snapshot folder (what mlx_lm.load takes), when there is one
+    bytes_on_disk: int  # everything under the repo's cache folder, partial files included
+    bytes_total: int | None  # the needed files' total, when the listing is known
+    complete: bool  # every needed file present at its listed size
+    verified: bool  # ... and every one hash-checked by us (what "ready" means)
+    partial_bytes: int  # bytes in resumable partial files
+
+    @property
+    def ready(self) -> bool:
+        return self.complete and self.verified
+
+
+def _folder_bytes(rdir: Path) -> tuple[int, int]:
+    total = partial = 0
+    blobs = rdir / "blobs"
+    for p in rdir.rglob("*"):
+        try:
+            if p.is_symlink() or not p.is_file():
+                continue
+            size = p.stat().st_size
+        except OSError:
+            continue
+        total += size
+        if p.parent == blobs and p.name.endswith(hfcache.PARTIAL_SUFFIX):
+            partial += size
+    return total, partial
+
+
+def _files_from_index(snapshot: Path) -> list[RemoteFile] | None:
+    """Without a stored listing (a model fetched by an older huggingface_hub): the weight index names the shards."""
+    try:
+        index = json.loads((snapshot / "model.safetensors.index.json").read_text())
+        shards = sorted(set(index["weight_map"].values()))
+    except (OSError, ValueError, KeyError, AttributeError):
+        shards = ["model.safetensors"]
+    names = ["config.json", *shards]
+    files = []
+    for name in names:
+        p = snapshot / name
+        if not p.is_file():
+            return None
+        files.append(RemoteFile(path=name, size=p.stat().st_size, blob_id=""))
+    return files
+
+
+def inspect_repo(repo: str, revision: str = "main", cache: Path | None = None) -> LocalModel | None:
+    """The state of one repo in the cache (None when nothing of it is there)."""
+    rdir = hfcache.repo_dir(repo, cache)
+    if not rdir.is_dir():
+        return None
+    on_disk, partial = _folder_bytes(rdir)
+    commit = hfcache.read_ref(rdir, revision)
+    if commit is None:
+        snaps = sorted((rdir / "snapshots").glob("*"), key=lambda p: p.stat().st_mtime) if (rdir / "snapshots").is_dir() else []
+        commit = snaps[-1].name if snaps else None
+    if commit is None:
+        return LocalModel(repo, None, None, on_disk, None, False, False, partial)
+    snapshot = hfcache.snapshot_dir(rdir, commit)
+    listing = hfcache.read_listing(rdir, commit)
+    if listing is None:
+        files = _files_from_index(snapshot) if snapshot.is_dir() else None
+        return LocalModel(repo, commit, snapshot if snapshot.is_dir() else None, on_disk, None, files is not None,
+                          False, partial)
+    needed = hfcache.needed_files(listing)
+    states = hfcache.local_state(rdir, commit, needed)
+    complete = bool(states) and all(s.state in ("ready", "present") for s in states)
+    verified = complete and all(s.state == "ready" for s in states)
+    return LocalModel(repo, commit, snapshot if snapshot.is_dir() else None, on_disk,
+                      sum(f.size for f in needed), complete, verified, partial)
+
+
+def is_ready(repo: str, revision: str = "main") -> bool:
+    """Every needed file is present and was hash-checked: safe to load without touching the network."""
+    model = inspect_repo(repo, revision)
+    return model is not None and model.ready
+
+
+def list_downloaded(include_partial: bool = True) -> list[LocalModel]:
+    """Every model repo in the Hugging Face cache (ours or fetched by other tools), with sizes on disk."""
+    cache = hfcache.hub_cache_dir()
+    if not cache.is_dir():
+        return []
+    out = []
+    for folder in sorted(cache.iterdir()):
+        repo = hfcache.repo_from_folder_name(folder.name)
+        if repo is None or not folder.is_dir():
+            continue
+        model = inspect_repo(repo, cache=cache)
+        if model is not None and (include_partial or model.complete):
+            out.append(model)
+    return out
+
+
+def downloaded_repos() -> dict[str, LocalModel]:
+    """repo id -> LocalModel for every complete model in the cache (for `qwen-desk models` and the model picker)."""
+    return {m.repo: m for m in list_downloaded(include_partial=False)}
+
+
+def delete_model(repo: str) -> int:
+    """Remove a repo from the cache (all its revisions and partial files); returns the bytes freed."""
+    from macapp.core.download.errors import DownloadError
+
+    with hfcache.try_lock(hfcache.repo_lock_path(repo)) as free:
+        if not free:
+            raise DownloadError("busy", f"{repo} is being downloaded right now; cancel that first", repo=repo)
+    return hfcache.remove_repo(repo)
