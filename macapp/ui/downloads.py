@@ -174,10 +174,9 @@ class DownloadController(QObject):
 
     # -- queries (core) -----------------------------------------------------------------------------------------
     def local_path(self, ref: Any) -> Path | None:
-        from macapp.core import download
+        from macapp.core.installed import local_model_path
 
-        finder = getattr(download, "local_model_path", None)  # TODO: the download module's API once it lands
-        return finder(ref.repo) if finder and ref.repo else None
+        return local_model_path(ref.repo) if ref.repo else None
 
     # -- panel --------------------------------------------------------------------------------------------------
     def show_for(self, row: Any) -> None:
@@ -222,24 +221,27 @@ class DownloadController(QObject):
         self.start_download(self.row.ref.repo)
 
     def start_download(self, repo: str) -> None:
-        from macapp.core import download
+        from macapp.core.download import manager
 
         job = self.jobs.get(repo)
         if job and job["state"] == "running":
             return
-        token = download.CancelToken()
+        token = manager.CancelToken()
         bridge = EventBridge(parent=self)
         bridge.delivered.connect(lambda batch, r=repo: self._on_events(r, batch))
         job = {"state": "running", "token": token, "bridge": bridge, "last": None, "error": None, "notice": ""}
         self.jobs[repo] = job
 
         def work() -> None:
-            try:
-                download.download(repo, on_event=bridge.feed, cancel=token)
-            except Exception as exc:  # the core reports failures as events too; this catches anything else
-                from macapp.core.download import events as ev
+            from macapp.core.download import events as ev
+            from macapp.core.download.errors import DownloadError
 
-                bridge.feed(ev.Failed(error=exc))
+            try:
+                manager.download(repo, on_event=bridge.feed, cancel=token)
+            except DownloadError:
+                pass  # already reported as a Failed or Cancelled event
+            except Exception as exc:  # anything unexpected still reaches the panel
+                bridge.feed(ev.Failed(error=DownloadError("error", f"{type(exc).__name__}: {exc}", repo=repo)))
 
         bridge.start()
         job["thread"] = threading.Thread(target=work, name=f"download {repo}", daemon=True)

@@ -1,0 +1,61 @@
+from pathlib import Path
+
+from macapp.ui.downloads import format_eta
+
+REPO = "mlx-community/Qwen3.5-0.8B-4bit"  # a catalog row, served by the hub stand-in with a tiny model's files
+
+
+def test_download_from_the_library_then_load_is_possible(window, library, hub_server, tiny_moe_4bit_path, qtbot):
+    hub_server.add_repo(REPO, tiny_moe_4bit_path)
+    row = library.select(REPO)
+    panel = library.details.download_panel
+    assert row.local_path is None and not library.details.load_button.isEnabled()
+    assert panel.download_button.isVisibleTo(window)
+    done = []
+    library.downloads.finished.connect(done.append)
+    panel.download_button.click()
+    qtbot.waitUntil(lambda: done == [REPO], timeout=20_000)
+    row = library.selected_row()
+    assert row.key == REPO and row.local_path is not None
+    assert (Path(row.local_path) / "config.json").is_file()
+    assert library.model.data(library.model.index(library.model.rows.index(row), 5)) == "Downloaded"
+    assert library.details.load_button.isEnabled()
+    assert "Downloaded" in panel.headline.text()
+    assert hub_server.bytes_served("*.safetensors") > 0
+
+
+def test_download_error_is_shown_with_the_action_to_take(window, library, hub_server, qtbot):
+    # The hub does not know this repo: the user sees why and what to do, and can try again.
+    library.select(REPO)
+    panel = library.details.download_panel
+    panel.download_button.click()
+    qtbot.waitUntil(lambda: panel.error.isVisibleTo(window), timeout=20_000)
+    assert panel.headline.text() == "Download failed"
+    assert REPO in panel.error.text()
+    assert "Check the model name" in panel.error.text()
+    assert panel.resume_button.isVisibleTo(window) and panel.resume_button.text() == "Try Again"
+
+
+def test_pause_keeps_data_and_resume_finishes(window, library, hub_server, tiny_moe_4bit_path, qtbot):
+    hub_server.add_repo(REPO, tiny_moe_4bit_path)
+    hub_server.stall("*.safetensors", after=20_000, seconds=20)
+    library.select(REPO)
+    panel = library.details.download_panel
+    panel.download_button.click()
+    qtbot.waitUntil(lambda: panel.pause_button.isVisibleTo(window) and "Downloading" in panel.headline.text(), timeout=20_000)
+    panel.pause_button.click()
+    qtbot.waitUntil(lambda: panel.headline.text().startswith("Paused"), timeout=5_000)
+    assert panel.resume_button.isVisibleTo(window)
+    hub_server.clear_faults()
+    done = []
+    library.downloads.finished.connect(done.append)
+    panel.resume_button.click()
+    qtbot.waitUntil(lambda: done == [REPO], timeout=20_000)
+    assert library.selected_row().local_path is not None
+
+
+def test_eta_reads_like_a_person_would_say_it():
+    assert format_eta(None) == ""
+    assert format_eta(12) == "about 12 s left"
+    assert format_eta(150) == "about 2 min left"
+    assert format_eta(7300) == "about 2 h 01 min left"
