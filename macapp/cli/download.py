@@ -1,7 +1,246 @@
-"""`qwen-desk download` (being built)."""
+"""`qwen-desk download MODEL`: fetch an MLX build into the Hugging Face cache, resumable and verified.
+
+Also `qwen-desk download --list` (what is in the cache) and `qwen-desk download --delete MODEL`.
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
+import shlex
+import sys
+import time
+
+from macapp.cli import UsageError
+from macapp.core import download as dl
+
+GB = 1024**3
+MB = 1024**2
+
 
 def register(subparsers) -> None:
-    subparsers.add_parser("download", help="(not built yet)").set_defaults(func=lambda args: 1)
+    parser = subparsers.add_parser(
+        "download", help="download a model into the Hugging Face cache (resumable, verified)",
+        description="Download an MLX build into the Hugging Face cache (HF_HOME). Interrupted downloads resume "
+                    "where they stopped; every file is checked against the hub's sha256 before the model is ready.")
+    parser.add_argument("model", nargs="?", help="catalog name (Qwen3.5-35B-A3B), hub repo id, or local folder")
+    parser.add_argument("--bits", type=int, choices=(4, 8), help="MLX build (default 4 for catalog names)")
+    parser.add_argument("--revision", default="main", help="branch, tag or commit (default main)")
+    parser.add_argument("--json", action="store_true", help="print a JSON object on stdout at the end")
+    parser.add_argument("--dry-run", action="store_true", help="show what would be fetched and whether it fits, then stop")
+    parser.add_argument("--list", action="store_true", help="list the models in the Hugging Face cache with their sizes")
+    parser.add_argument("--delete", action="store_true", help="remove MODEL from the Hugging Face cache")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.list:
+        return _list(args)
+    if not args.model:
+        raise UsageError("name a model to download, e.g. `qwen-desk download Qwen3.5-0.8B` (or use --list)")
+    repo, model = _resolve(args.model, args.bits)
+    if repo is None:
+        if args.delete:
+            raise UsageError(f"{args.model} is a local folder, not a download; delete it yourself if you mean to")
+        _say(args, f"{args.model} is a local folder: nothing to download")
+        if args.json:
+            print(json.dumps({"repo": None, "path": str(model.local_path), "bytes_total": model.weights_bytes or 0,
+                              "bytes_downloaded_this_run": 0, "files": [], "verified": False}, indent=2))
+        return 0
+    if args.delete:
+        return _delete(args, repo)
+    return _download(args, repo, model)
+
+
+def _resolve(spec: str, bits: int | None):
+    from macapp.core import catalog
+
+    try:
+        model = catalog.resolve_model(spec, bits)
+    except (catalog.UnknownModel, catalog.ConfigError) as exc:
+        raise UsageError(str(exc)) from None
+    return model.repo, model
+
+
+def _say(args: argparse.Namespace, text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _download(args: argparse.Namespace, repo: str, model) -> int:
+    command = "qwen-desk download " + shlex.quote(args.model) + (f" --bits {args.bits}" if args.bits else "")
+    view = _ProgressView(sys.stderr)
+    try:
+        plan = dl.plan_download(repo, args.revision, model=model)
+        _say(args, _describe_plan(plan))
+        if args.dry_run:
+            if args.json:
+                print(json.dumps(_plan_json(plan), indent=2))
+            return 0 if plan.disk_ok else 1
+        result = dl.download(plan, on_event=view.on_event)
+    except dl.DownloadCancelled as exc:
+        view.close()
+        kept = exc.bytes_kept
+        _say(args, f"stopped; {_size(kept)} kept. Run `{command}` again to resume.")
+        if args.json:
+            print(json.dumps({"repo": repo, "ready": False, "error": {"kind": "cancelled", "message": str(exc)}}, indent=2))
+        return 130
+    except dl.DownloadError as exc:
+        view.close()
+        _say(args, f"qwen-desk: {exc}")
+        if exc.kind in ("network", "server", "disk_full") and exc.bytes_kept:
+            _say(args, f"{_size(exc.bytes_kept)} kept; `{command}` resumes from there.")
+        if args.json:
+            print(json.dumps({"repo": repo, "ready": False, "error": {"kind": exc.kind, "message": str(exc)}}, indent=2))
+        return 1
+    view.close()
+    fetched = result.bytes_downloaded_this_run
+    _say(args, f"ready: {repo} ({_size(result.bytes_total)}, {len(result.files)} files, hashes checked; "
+               f"{_size(fetched)} fetched now) in {result.path}")
+    if args.json:
+        print(json.dumps({**result.to_json(), "ready": True}, indent=2))
+    return 0
+
+
+def _describe_plan(plan: dl.DownloadPlan) -> str:
+    lines = [f"{plan.repo} @ {plan.commit[:10]}: {len(plan.files)} files, {_size(plan.bytes_total)}"]
+    if plan.ready:
+        lines.append("  already downloaded and verified")
+    else:
+        here = plan.bytes_on_disk
+        lines.append(f"  to fetch: {_size(plan.bytes_to_fetch)}" + (f" ({_size(here)} already here)" if here else "")
+                     + f"; free on disk: {plan.disk_free / GB:.1f} GB")
+        if not plan.disk_ok:
+            lines.append("  " + plan.disk_message())
+    if plan.fit is not None:
+        fit = plan.fit
+        verdict = {"fits": "fits", "tight": "tight", "too_big": "too big"}.get(fit.verdict, fit.verdict)
+        lines.append(f"  on this machine: {verdict} ({fit.total_bytes / GB:.1f} GB of a {fit.budget_bytes / GB:.1f} GB "
+                     f"budget at {fit.context} tokens)")
+    if plan.from_cache_only:
+        lines.append("  (hub not asked: offline, or unreachable; using the cached listing)")
+    return "\n".join(lines)
+
+
+def _plan_json(plan: dl.DownloadPlan) -> dict:
+    return {
+        "repo": plan.repo, "revision": plan.revision, "commit": plan.commit, "path": str(plan.snapshot_path),
+        "bytes_total": plan.bytes_total, "bytes_on_disk": plan.bytes_on_disk, "bytes_to_fetch": plan.bytes_to_fetch,
+        "disk_free": plan.disk_free, "disk_ok": plan.disk_ok, "ready": plan.ready,
+        "files": [{"path": f.remote.path, "size": f.remote.size, "sha256": f.remote.sha256, "state": f.state}
+                  for f in plan.files],
+        "fit": plan.fit.verdict if plan.fit is not None else None,
+    }
+
+
+def _list(args: argparse.Namespace) -> int:
+    models = dl.list_downloaded()
+    if args.json:
+        print(json.dumps([{"repo": m.repo, "path": str(m.path) if m.path else None, "bytes_on_disk": m.bytes_on_disk,
+                           "bytes_total": m.bytes_total, "complete": m.complete, "verified": m.verified,
+                           "partial_bytes": m.partial_bytes} for m in models], indent=2))
+        return 0
+    if not models:
+        print(f"no models in {dl.hub_cache_dir()}")
+        return 0
+    for m in models:
+        if m.ready:
+            state = "ready"
+        elif m.complete:
+            state = "complete (hash check on first use)"
+        elif m.bytes_total:
+            state = f"partial {min(m.bytes_on_disk, m.bytes_total) / m.bytes_total:.0%} (resumable)"
+        else:
+            state = "partial (resumable)"
+        print(f"{m.repo:55s} {m.bytes_on_disk / GB:8.2f} GB  {state}")
+    return 0
+
+
+def _delete(args: argparse.Namespace, repo: str) -> int:
+    try:
+        freed = dl.delete_model(repo)
+    except dl.DownloadError as exc:
+        _say(args, f"qwen-desk: {exc}")
+        return 1
+    if args.json:
+        print(json.dumps({"repo": repo, "deleted": freed > 0, "bytes_freed": freed}))
+    else:
+        print(f"deleted {repo} ({_size(freed)} freed)" if freed else f"{repo} was not in the cache")
+    return 0
+
+
+class _ProgressView:
+    """A one-line bar redrawn in place on a terminal; plain lines (at most every few seconds) otherwise."""
+
+    def __init__(self, stream, plain_every_s: float = 5.0) -> None:
+        self.stream = stream
+        self.tty = hasattr(stream, "isatty") and stream.isatty()
+        self.plain_every_s = plain_every_s
+        self.last_plain = 0.0
+        self.states: dict[str, str] = {}
+        self.drawn = False
+        self.printed_full = False
+
+    def on_event(self, event) -> None:
+        if isinstance(event, dl.Progress):
+            self._progress(event)
+        elif isinstance(event, dl.Stalled):
+            self._line(f"stalled: no data for {event.seconds:.0f} s (the transfer is retried if it stays dead)")
+        elif isinstance(event, dl.Retrying):
+            self._line(f"retrying {event.path} in {event.delay_s:.0f} s (attempt {event.attempt}/{event.max_attempts}): "
+                       f"{event.reason}")
+        elif isinstance(event, dl.Notice):
+            self._line(event.message)
+
+    def _progress(self, p: dl.Progress) -> None:
+        for f in p.files:
+            if self.states.get(f.path) != f.state and f.state in (dl.events.READY, dl.events.FAILED) \
+                    and f.path in self.states:
+                self._line(f"{f.state}: {f.path} ({_size(f.size)})")
+            self.states[f.path] = f.state
+        ready = sum(1 for f in p.files if f.state == dl.events.READY)
+        speed = "stalled" if p.stalled else f"{p.speed_bps / MB:6.1f} MB/s"
+        eta = _clock(p.eta_s) if p.eta_s is not None and not p.stalled else "--:--"
+        text = (f"{p.fraction:4.0%} {_size(p.bytes_done)} of {_size(p.bytes_total)}  {speed}  ETA {eta}  "
+                f"{ready}/{len(p.files)} files")
+        if self.tty:
+            width = 24
+            fill = int(width * p.fraction)
+            self.stream.write("\r[" + "#" * fill + "." * (width - fill) + "] " + text + "\x1b[K")
+            self.stream.flush()
+            self.drawn = True
+        else:
+            now = time.monotonic()
+            done = p.fraction >= 1.0
+            if (now - self.last_plain >= self.plain_every_s and not done) or (done and not self.printed_full):
+                self.last_plain = now
+                self.printed_full = done
+                print(text, file=self.stream, flush=True)
+
+    def _line(self, text: str) -> None:
+        if self.tty and self.drawn:
+            self.stream.write("\r\x1b[K")
+        print(text, file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self.tty and self.drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+            self.drawn = False
+
+
+def _size(n: float) -> str:
+    """Bytes for people: 512 KB, 5.7 MB, 19.40 GB."""
+    if n >= GB:
+        return f"{n / GB:.2f} GB"
+    if n >= MB:
+        return f"{n / MB:.1f} MB"
+    if n >= 1024:
+        return f"{n / 1024:.0f} KB"
+    return f"{int(n)} B"
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(seconds)
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m:d}:{s:02d}"
