@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 
 from macapp.cli import UsageError
 from macapp.core import catalog, hardware, sizing
@@ -25,6 +26,7 @@ def register(subparsers) -> None:
 
     models = subparsers.add_parser("models", help="the Qwen3.5 catalog with the fit verdict for this machine")
     _add_common(models)
+    models.add_argument("--refresh", action="store_true", help="read each build's real config.json and exact file sizes from the hub first")
     models.set_defaults(func=run_models)
 
 
@@ -114,6 +116,10 @@ def _downloaded() -> set[str]:
 
 
 def run_models(args: argparse.Namespace) -> int:
+    if args.refresh:
+        errors = catalog.refresh_catalog()
+        for repo, error in errors.items():
+            print(f"qwen-desk: could not refresh {repo}: {error} (using built-in data)", file=sys.stderr)
     machine = hardware.detect_machine()
     downloaded = {r.lower() for r in _downloaded()}
     rows = []

@@ -6,6 +6,7 @@ import difflib
 import json
 import os
 import re
+import socket
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -193,6 +194,28 @@ def builtin_catalog() -> list[CatalogEntry]:
     return [_entry_from_json(row) for row in data["models"]]
 
 
+def hub_endpoint() -> str | None:
+    """HF_ENDPOINT as it is now (huggingface_hub reads it only once, at import)."""
+    return os.environ.get("HF_ENDPOINT") or None
+
+
+def hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() in ("1", "true", "yes", "on")
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """A quick TCP check of the hub's host, so an offline machine fails in seconds, not after the client's retries."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(hub_endpoint() or "https://huggingface.co")
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        socket.create_connection((parts.hostname, port), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
 def _refresh_cache_path() -> Path:
     return paths.cache_dir() / REFRESH_CACHE
 
@@ -228,7 +251,11 @@ def refresh_catalog(entries: list[CatalogEntry] | None = None) -> dict[str, str]
     """Read each build's real config.json and exact file sizes from the hub and cache them; returns repo → error for failures."""
     from huggingface_hub import HfApi, hf_hub_download  # network-only path, imported when used
 
-    api = HfApi()
+    if hub_offline():
+        return {"*": "HF_HUB_OFFLINE is set: using the built-in catalog"}
+    if not hub_reachable():
+        return {"*": f"the hub ({hub_endpoint() or 'huggingface.co'}) cannot be reached: using the built-in catalog"}
+    api = HfApi(endpoint=hub_endpoint())
     cache = _read_refresh_cache()
     errors: dict[str, str] = {}
     for entry in entries or builtin_catalog():
@@ -236,7 +263,8 @@ def refresh_catalog(entries: list[CatalogEntry] | None = None) -> dict[str, str]
             try:
                 info = api.model_info(build.repo, files_metadata=True)
                 sizes = {s.rfilename: s.size for s in info.siblings or [] if s.size is not None}
-                config = json.loads(Path(hf_hub_download(build.repo, "config.json")).read_text())
+                config = json.loads(Path(hf_hub_download(build.repo, "config.json", endpoint=hub_endpoint())).read_text())
+                Arch.from_config(config)  # refuse to cache a config the sizing model cannot use
                 bits, group = quantization_of(config)
                 cache[build.repo] = {
                     "weights_bytes": sum(v for k, v in sizes.items() if k.endswith(".safetensors")) or None,
@@ -324,15 +352,19 @@ def _hub_model(repo: str) -> ModelRef:
             return model_from_folder(folder, name=repo.split("/")[-1], repo=repo)
     except (LocalEntryNotFoundError, OSError, ValueError):
         pass
-    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on"):
+    if hub_offline():
         raise UnknownModel(f"{repo} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set: go online or download it first")
+    if not hub_reachable():
+        raise UnknownModel(f"{repo} is not in the local Hugging Face cache and the hub cannot be reached: check the connection (or HF_ENDPOINT)")
     try:
-        config = json.loads(Path(hf_hub_download(repo, "config.json")).read_text())
-        info = HfApi().model_info(repo, files_metadata=True)
+        config = json.loads(Path(hf_hub_download(repo, "config.json", endpoint=hub_endpoint())).read_text())
+        info = HfApi(endpoint=hub_endpoint()).model_info(repo, files_metadata=True)
     except GatedRepoError:
         raise UnknownModel(f"{repo} is gated or private: accept its licence on the hub and set HF_TOKEN (or run `hf auth login`)") from None
     except RepositoryNotFoundError:
         raise UnknownModel(f"{repo} does not exist on the hub (or is private: set HF_TOKEN)") from None
+    except ConfigError:
+        raise
     except Exception as exc:
         raise UnknownModel(f"could not read {repo} from the hub ({type(exc).__name__}: {exc}); check the connection or HF_ENDPOINT") from None
     bits, group = quantization_of(config)

@@ -102,3 +102,9 @@ def test_models_lists_every_build_with_verdicts(capsys):
     assert small["verdict"] == "fits" and huge["verdict"] == "too_big"
     code, out, _ = run_cli(capsys, "models")
     assert code == 0 and "Qwen3.5-35B-A3B" in out and "GPU budget" in out
+
+
+def test_models_refresh_reports_what_it_could_not_read(capsys, hub_server):
+    code, out, err = run_cli(capsys, "models", "--refresh", "--json")
+    assert code == 0 and len(json.loads(out)) == 16
+    assert "could not refresh mlx-community/Qwen3.5-35B-A3B-4bit" in err and "built-in data" in err
