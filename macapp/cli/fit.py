@@ -9,6 +9,7 @@ import sys
 
 from macapp.cli import UsageError
 from macapp.core import catalog, hardware, sizing
+from macapp.core.download import downloaded_repos
 
 DEFAULT_CONTEXT = 32768
 VERDICT_WORDS = {"fits": "fits", "tight": "tight", "too_big": "too big"}
@@ -105,23 +106,13 @@ def describe(e: sizing.Estimate, machine: hardware.MachineProfile) -> str:
     return "\n".join(lines)
 
 
-def _downloaded() -> set[str]:
-    """Repos whose MLX build is already complete in the Hugging Face cache."""
-    try:
-        from macapp.core import download
-    except ImportError:
-        return set()
-    finder = getattr(download, "downloaded_repos", None)
-    return set(finder()) if finder else set()
-
-
 def run_models(args: argparse.Namespace) -> int:
     if args.refresh:
         errors = catalog.refresh_catalog()
         for repo, error in errors.items():
             print(f"qwen-desk: could not refresh {repo}: {error} (using built-in data)", file=sys.stderr)
     machine = hardware.detect_machine()
-    downloaded = {r.lower() for r in _downloaded()}
+    downloaded = {repo.lower() for repo in downloaded_repos()}
     rows = []
     for entry in catalog.load_catalog():
         for bits in sorted(entry.builds):

@@ -108,3 +108,14 @@ def test_models_refresh_reports_what_it_could_not_read(capsys, hub_server):
     code, out, err = run_cli(capsys, "models", "--refresh", "--json")
     assert code == 0 and len(json.loads(out)) == 16
     assert "could not refresh mlx-community/Qwen3.5-35B-A3B-4bit" in err and "built-in data" in err
+
+
+def test_models_marks_downloaded_builds(capsys, hub_server, tiny_moe_4bit_path):
+    from macapp.core.download import download
+
+    hub_server.add_repo("mlx-community/Qwen3.5-0.8B-4bit", tiny_moe_4bit_path)
+    result = download("mlx-community/Qwen3.5-0.8B-4bit")
+    assert result.verified
+    _, out, _ = run_cli(capsys, "models", "--json")
+    marked = {(r["model"], r["bits"]) for r in json.loads(out) if r["downloaded"]}
+    assert marked == {("Qwen3.5-0.8B", 4)}
