@@ -70,7 +70,12 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    with Store.open() as store:
+    try:
+        store = Store.open()
+    except StoreError as exc:
+        print(f"qwen-desk: {exc}", file=sys.stderr)
+        return 1
+    with store:
         if store.notice:
             print(f"qwen-desk: note: {store.notice}", file=sys.stderr)
         try:

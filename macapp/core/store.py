@@ -463,19 +463,12 @@ class Store:
 
     @classmethod
     def _open_checked(cls, db: Path, busy_timeout_s: float) -> Store:
-        if db.exists() and db.stat().st_size > 0:
-            # Check with a read-only connection: closing a read-write one on a damaged file would checkpoint
-            # into it and delete its -wal, which may hold the newest messages.
-            probe = _connect(db, busy_timeout_s, read_only=True)
+        probe = _read_only_probe(db, busy_timeout_s)
+        if probe is not None:
             try:
                 version = probe.execute("PRAGMA user_version").fetchone()[0]
                 if version > SCHEMA_VERSION:
-                    notice = (
-                        f"This chat history was written by a newer version of Qwen Desk (schema {version}; this "
-                        f"app knows {SCHEMA_VERSION}), so it is open read-only. Update Qwen Desk to add to it. ({db})"
-                    )
-                    log.warning(notice)
-                    store, probe = cls(probe, db, read_only=True, notice=notice), None
+                    store, probe = cls._newer(probe, db, version), None
                     return store
                 problems = [row[0] for row in probe.execute("PRAGMA quick_check(5)")]
                 if problems != ["ok"]:
@@ -487,9 +480,9 @@ class Store:
         conn = _connect(db, busy_timeout_s)
         try:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:  # a newer app upgraded it just now
+            if version > SCHEMA_VERSION:  # a newer app upgraded it meanwhile
                 conn.close()
-                return cls._open_checked(db, busy_timeout_s)
+                return cls._newer(_connect(db, busy_timeout_s, read_only=True), db, version)
             mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if mode.lower() != "wal":
                 log.warning("SQLite kept journal mode %s for %s", mode, db)
@@ -505,6 +498,15 @@ class Store:
         except BaseException:
             conn.close()
             raise
+
+    @classmethod
+    def _newer(cls, conn: sqlite3.Connection, db: Path, version: int) -> Store:
+        notice = (
+            f"This chat history was written by a newer version of Qwen Desk (schema {version}; this app knows "
+            f"{SCHEMA_VERSION}), so it is open read-only. Update Qwen Desk to add to it. ({db})"
+        )
+        log.warning(notice)
+        return cls(conn, db, read_only=True, notice=notice)
 
     def _ensure_search_index(self) -> bool:
         """Keep the FTS index consistent with what this SQLite can do; True when search can use it."""
@@ -979,6 +981,33 @@ def _connect(db: Path, busy_timeout_s: float, read_only: bool = False) -> sqlite
     conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
     conn.execute("PRAGMA foreign_keys = ON")
     return conn
+
+
+def _read_only_probe(db: Path, busy_timeout_s: float) -> sqlite3.Connection | None:
+    """A read-only connection to check an existing file before writing to it; None when there is nothing to check.
+
+    Read-only on purpose: closing a read-write connection on a damaged file would checkpoint into it and
+    delete its -wal, which may hold the newest messages.
+    """
+    if not db.exists() or db.stat().st_size == 0:
+        return None
+    conn = None
+    try:
+        conn = _connect(db, busy_timeout_s, read_only=True)
+        conn.execute("PRAGMA schema_version").fetchone()
+        return conn
+    except sqlite3.OperationalError as exc:
+        if conn is not None:
+            conn.close()
+        if _is_corruption(exc):
+            raise
+        # e.g. a hot rollback journal, which only a read-write connection may recover: open that way unchecked.
+        log.info("Read-only check of %s skipped: %s", db, exc)
+        return None
+    except sqlite3.DatabaseError:
+        if conn is not None:
+            conn.close()
+        raise
 
 
 def _migrate(conn: sqlite3.Connection, version: int) -> None:

@@ -213,6 +213,31 @@ def test_a_failed_migration_leaves_the_old_database_untouched(tmp_path):
     assert list(tmp_path.glob("*.corrupt-*")) == []  # a failed migration is not mistaken for damage
 
 
+def test_an_old_database_killed_mid_write_is_rolled_back_then_migrated(tmp_path):
+    """A v1 file in rollback-journal mode with a hot journal: read-only checks cannot open it; recovery must."""
+    path = tmp_path / "history.sqlite3"
+    _build_old(path, 1)
+    killer = (
+        "import os, sqlite3, sys\n"
+        "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+        "c.execute('PRAGMA cache_size = 1')\n"
+        "c.execute('BEGIN')\n"
+        "c.execute(\"UPDATE messages SET content = 'half-written' WHERE id = 1\")\n"
+        "c.execute(\"INSERT INTO conversations (title, created, updated) "
+        "SELECT hex(randomblob(300)), 0, 0 FROM (WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r "
+        "WHERE i < 3000) SELECT i FROM r)\")\n"
+        "os.kill(os.getpid(), 9)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", killer, str(path)], timeout=60)
+    assert result.returncode == -signal.SIGKILL
+    assert (tmp_path / "history.sqlite3-journal").exists()  # a hot journal was left behind
+    with Store.open(path) as s:
+        assert s.notice is None and s.schema_version == SCHEMA_VERSION
+        assert [c.id for c in s.list_conversations()] == [7, 8]  # the 3000 half-inserted rows are gone
+        assert s.get_conversation(7).messages[0].content == "How to knead?"
+    assert list(tmp_path.glob("*.corrupt-*")) == []
+
+
 # ---------------------------------------------------------------- bad input
 
 
