@@ -69,11 +69,20 @@ EXCLUDED_MODULES = (
     "pip",
     "mlx_lm.evaluate",
     "mlx_lm.examples",
+    "sentencepiece",  # Qwen tokenizers are byte-level BPE (tokenizers)
+    "huggingface_hub.cli",
+    "transformers.pipelines",
+    "transformers.trainer",
+    "transformers.training_args",
+    "transformers.data",
+    "transformers.cli",
 )
 
 # transformers resolves tokenizer and config classes by name at run time (AutoTokenizer, AutoConfig):
-# the Qwen families' configuration and tokenization modules must be collected explicitly.
+# the Qwen families' configuration and tokenization modules must be collected explicitly. Its other ~550
+# model packages (2,000+ modules, 20 MB) are excluded: the app only ever loads Qwen tokenizers and configs.
 TRANSFORMERS_MODEL_PACKAGES = ("qwen2", "qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe")
+TRANSFORMERS_SUPPORT_PACKAGES = ("auto", "encoder_decoder")
 
 
 class BuildError(Exception):
@@ -140,16 +149,42 @@ def unused_qt_modules(pyside_dir: Path | None = None) -> list[str]:
     return sorted(names)
 
 
-def transformers_hidden_imports() -> list[str]:
-    """The transformers modules that AutoConfig/AutoTokenizer import by name for the Qwen families."""
+def _transformers_models_dir() -> Path | None:
+    import importlib.util
+
+    spec = importlib.util.find_spec("transformers")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations))) / "models"
+
+
+def transformers_hidden_imports(models_dir: Path | None = None) -> list[str]:
+    """The transformers modules that AutoConfig/AutoTokenizer import by name for the Qwen families (those installed)."""
+    models_dir = models_dir or _transformers_models_dir()
+    if models_dir is None:
+        return []
     modules = ["transformers.models.auto.tokenization_auto", "transformers.models.auto.configuration_auto"]
     for package in TRANSFORMERS_MODEL_PACKAGES:
-        modules += [
-            f"transformers.models.{package}",
-            f"transformers.models.{package}.configuration_{package}",
-            f"transformers.models.{package}.tokenization_{package}",
-        ]
+        if not (models_dir / package).is_dir():
+            continue
+        modules.append(f"transformers.models.{package}")
+        for kind in ("configuration", "tokenization"):
+            if (models_dir / package / f"{kind}_{package}.py").exists():
+                modules.append(f"transformers.models.{package}.{kind}_{package}")
     return modules
+
+
+def transformers_model_excludes(models_dir: Path | None = None) -> list[str]:
+    """Every `transformers.models.X` package except the Qwen ones and the auto machinery."""
+    models_dir = models_dir or _transformers_models_dir()
+    if models_dir is None:
+        return []
+    keep = set(TRANSFORMERS_MODEL_PACKAGES) | set(TRANSFORMERS_SUPPORT_PACKAGES)
+    return sorted(
+        f"transformers.models.{path.name}"
+        for path in models_dir.iterdir()
+        if path.is_dir() and not path.name.startswith("_") and path.name not in keep
+    )
 
 
 # ---------------------------------------------------------------- where things land

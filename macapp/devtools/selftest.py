@@ -27,6 +27,7 @@ from macapp import __version__
 log = logging.getLogger(__name__)
 
 CHAT_TOKENS = 8
+ENGINE_TIMEOUT_S = 300
 FIT_MODEL = "Qwen3.5-9B"
 FIT_BITS = 4
 FIT_CONTEXT = 8192
@@ -217,7 +218,18 @@ def _chat_with_mlx_lm(model_path: Path) -> tuple[str, str, int]:
 
 
 def _chat_with_engine(model_path: Path) -> tuple[str, str, int]:
-    raise SelfTestFailure("engine path not wired yet")
+    from macapp.core.engine import Engine
+    from macapp.core.sampling import SamplingParams
+
+    engine = Engine()
+    try:
+        engine.load(str(model_path)).result(timeout=ENGINE_TIMEOUT_S)
+        session = engine.new_session()
+        sampling = SamplingParams(max_tokens=CHAT_TOKENS, seed=0)
+        reply = session.send("Say hello.", thinking=False, sampling=sampling).result(timeout=ENGINE_TIMEOUT_S)
+    finally:
+        engine.close()
+    return "the engine", reply.reasoning + reply.text, reply.stats.generation_tokens
 
 
 # ---------------------------------------------------------------- running and reporting
