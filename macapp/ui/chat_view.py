@@ -44,9 +44,13 @@ class ChatView(QWidget):
         self.current: AssistantMessage | None = None
         self.conversation_id: int | None = None
         self.editing = False
+        self.renders = 0  # batches rendered (tests compare it with the tokens streamed)
         self.needs_replay = False  # a reopened conversation: the engine re-reads it once on the next send
         self._store = None
-        self._gen_started = 0.0
+        self.model_info = None  # the engine's Loaded event
+        self.sampling_overrides: dict[str, Any] = {}  # on top of the settings (benchmarks, tests, devtools)
+        self._turn_kind = ""  # "send" | "regenerate" | "edit" for the reply in flight
+        self._turn_text = ""
 
         self.title = ElidedLabel("No model loaded", self)
         self.title.setObjectName("PageTitle")
@@ -133,7 +137,7 @@ class ChatView(QWidget):
         self.title.setText(f"Loading {ref.name}…")
         self.model_changed.emit(f"Loading {ref.name}…")
         self.error.hide()
-        self.load_job = engine.load(ref.local_path)
+        self.load_job = engine.load(str(ref.local_path))
         bridge = EventBridge(parent=self)
         bridge.delivered.connect(lambda batch, r=ref: self._on_load_events(r, batch))
         bridge.attach(self.load_job)
@@ -145,7 +149,10 @@ class ChatView(QWidget):
             kind = type(ev).__name__
             if kind == "Loaded":
                 self.model_ref = ref
+                self.model_info = ev
                 self.load_job = None
+                self.session = None
+                self.composer.thinking.setEnabled(ev.has_thinking)
                 label = f"{ref.name} · {ref.bits}-bit" if ref.bits else ref.name
                 self.title.setText(label)
                 self.model_changed.emit(f"Loaded {label}")
@@ -160,8 +167,10 @@ class ChatView(QWidget):
                 self._update_state()
 
     def context_limit(self) -> int | None:
-        ref = self.model_ref
-        return ref.arch.max_position_embeddings if ref is not None else None
+        session = self.session
+        if session is not None and session.options.context_limit:
+            return session.options.context_limit
+        return self.model_info.max_context if self.model_info is not None else None
 
     # -- conversation ---------------------------------------------------------------------------------------------
     def _clear_messages(self) -> None:
@@ -208,9 +217,10 @@ class ChatView(QWidget):
         self.needs_replay = True
         for m in conv.messages:
             if m.role == "user":
-                self._add_widget(UserMessage(m.content, self.container))
+                self._add_widget(UserMessage(m.content, self.container)).position = m.position
             elif m.role == "assistant":
                 w = AssistantMessage(self.container)
+                w.position = m.position
                 if m.reasoning:
                     w.add_reasoning(m.reasoning)
                 w.add_answer(m.content)
@@ -227,13 +237,24 @@ class ChatView(QWidget):
         """A session for the current conversation; a reopened one is handed its history to re-read once."""
         if self.session is not None:
             return self.session
+        from macapp.core.engine import SessionOptions
+
         system = self.settings.get("chat.system_prompt", "") or None
         history = None
         if self.conversation_id is not None and self.needs_replay:
             conv = self.store.get_conversation(self.conversation_id)
             system = conv.system_prompt or system
-            history = [{"role": m.role, "content": m.content} for m in conv.messages if m.role in ("user", "assistant")]
-        self.session = self.engine.new_session(system_prompt=system, history=history)
+            history = [
+                {"role": m.role, "content": m.content, "reasoning": m.reasoning}
+                for m in conv.messages
+                if m.role in ("user", "assistant")
+            ]
+        # The context and KV-cache bits chosen in the library are the ones the fit was computed for.
+        limit = int(self.settings.get("library.context", 0) or 0) or None
+        if limit and self.model_info is not None:
+            limit = min(limit, self.model_info.max_context)
+        options = SessionOptions(context_limit=limit, kv_bits=self.settings.get("library.kv_bits"))
+        self.session = self.engine.new_session(system_prompt=system, messages=history, options=options)
         self.needs_replay = False
         return self.session
 
@@ -251,7 +272,7 @@ class ChatView(QWidget):
 
         values = sampling_for(self.settings, self.thinking)
         budget = values.pop("thinking_budget", None)
-        params = preset(self.thinking).with_overrides(**values)
+        params = preset(self.thinking).with_overrides(**values, **self.sampling_overrides)
         params.validate()
         return params, budget
 
@@ -269,18 +290,24 @@ class ChatView(QWidget):
             self.conversation_id = conv.id
         session = self._ensure_session()
         # The user's message is saved before generation starts: a crash never loses what they typed.
-        self.store.add_message(self.conversation_id, "user", text)
-        self._add_widget(UserMessage(text, self.container))
+        self._add_user(text)
         sampling, budget = self._sampling()
-        self._start(session.send(text, thinking=self.thinking, sampling=sampling, thinking_budget=budget))
+        self._start(session.send(text, thinking=self.thinking, sampling=sampling, thinking_budget=budget), "send", text)
         self.conversations_changed.emit()
 
-    def _start(self, job) -> None:
+    def _add_user(self, text: str) -> UserMessage:
+        saved = self.store.add_message(self.conversation_id, "user", text)
+        widget = UserMessage(text, self.container)
+        widget.position = saved.position
+        return self._add_widget(widget)
+
+    def _start(self, job, kind: str, text: str = "") -> None:
         self.current = self._add_widget(AssistantMessage(self.container))
         self.writer = self.store.begin_reply(self.conversation_id, thinking=self.thinking, model=self.model_ref.name)
+        self.current.position = self.writer.message.position
+        self._turn_kind, self._turn_text = kind, text
         self.job = job
         self._gen_started = time.monotonic()
-        self._stopped = False
         self.meter.show_text("Starting…")
         bridge = EventBridge(parent=self)
         bridge.delivered.connect(self._on_events)
@@ -313,21 +340,52 @@ class ChatView(QWidget):
                 self._finish(None, error=ev.message)
                 return
         msg.render()
+        self.renders += 1
 
     def _finish(self, reply: Any, error: str | None = None) -> None:
         msg = self.current
+        kept = error is None and getattr(reply, "kept", True)
+        if not kept:
+            self._roll_back(error)
+            return
         stats = getattr(reply, "stats", None) or msg.stats
         reason = getattr(reply, "finish_reason", None)
-        stopped = self._stopped or reason in ("stop_requested", "stopped", "cancelled")
-        note = "stopped" if stopped else ("cut off at the max tokens limit" if reason == "length" else "")
+        stopped = reason == "stopped"
+        notes = {
+            "stopped": "stopped",
+            "length": "cut off at the max tokens limit",
+            "context": "the context is full: start a new chat to go on",
+        }
+        note = notes.get(reason, "")
+        if getattr(reply, "budget_hit", False):
+            note = " · ".join(filter(None, [note, "thinking budget reached"]))
         msg.finish(stats, note)
         try:
-            self.writer.finish(stats=stats, finish_reason=reason, stopped=stopped or error is not None)
+            self.writer.finish(stats=stats, finish_reason=reason, stopped=stopped)
         except Exception as exc:  # noqa: BLE001 - a save failure is shown, never raised into Qt
             self.show_error(f"The reply could not be saved: {exc}")
+        self.meter.show_context(stats, self.context_limit())
+        self._end_turn()
+
+    def _roll_back(self, error: str | None) -> None:
+        """The engine kept nothing of this turn (stopped while reading, or refused): undo it here too."""
+        widgets = self._message_widgets()
+        first = len(widgets) - 1
+        if self._turn_kind in ("send", "edit") and first > 0 and getattr(widgets[first - 1], "role", "") == "user":
+            first -= 1
+            self.composer.input.setPlainText(self._turn_text)  # what they typed is never lost
+        self.writer.finish(stopped=True)
+        self._remove_from(first)
+        if self._turn_kind != "send" or error:
+            self.session = None  # the engine's view and ours may differ now: re-read from history next time
+            self.needs_replay = True
         if error:
             self.show_error(error)
-        self.meter.show_context(stats, self.context_limit())
+        self.meter.show_text("Stopped before the reply began" if not error else " ")
+        self._end_turn()
+
+    def _end_turn(self) -> None:
+        self.current = None
         self.job = None
         self.writer = None
         self._update_state()
@@ -335,7 +393,6 @@ class ChatView(QWidget):
 
     def stop(self) -> None:
         if self.job is not None:
-            self._stopped = True
             self.job.stop()
 
     def _last_index(self, role: str) -> int | None:
@@ -346,11 +403,14 @@ class ChatView(QWidget):
         return None
 
     def _remove_from(self, index: int) -> None:
-        for w in self._message_widgets()[index:]:
+        widgets = self._message_widgets()[index:]
+        if not widgets:
+            return
+        if self.conversation_id is not None:
+            self.store.truncate(self.conversation_id, widgets[0].position)
+        for w in widgets:
             self.messages_layout.removeWidget(w)
             w.deleteLater()
-        if self.conversation_id is not None:
-            self.store.truncate(self.conversation_id, index)
 
     def regenerate(self) -> None:
         """Replace the last reply with a new one."""
@@ -362,7 +422,7 @@ class ChatView(QWidget):
         session = self._ensure_session()
         self._remove_from(i)
         sampling, budget = self._sampling()
-        self._start(session.regenerate(thinking=self.thinking, sampling=sampling, thinking_budget=budget))
+        self._start(session.regenerate(thinking=self.thinking, sampling=sampling, thinking_budget=budget), "regenerate")
 
     def edit_last(self) -> None:
         """Put the last message back in the input box; sending replaces it and its reply."""
@@ -381,10 +441,9 @@ class ChatView(QWidget):
         i = self._last_index("user")
         session = self._ensure_session()
         self._remove_from(i)
-        self.store.add_message(self.conversation_id, "user", text)
-        self._add_widget(UserMessage(text, self.container))
+        self._add_user(text)
         sampling, budget = self._sampling()
-        self._start(session.edit_last(text, thinking=self.thinking, sampling=sampling, thinking_budget=budget))
+        self._start(session.edit_last(text, thinking=self.thinking, sampling=sampling, thinking_budget=budget), "edit", text)
 
     def cancel_edit(self) -> None:
         if self.editing:

@@ -1,0 +1,154 @@
+"""The chat page on a real tiny model through the real engine (greedy decoding follows the model's script)."""
+
+import time
+
+import pytest
+from PySide6.QtCore import Qt
+
+from macapp.devtools.tiny_model import SCRIPT_ANSWER, SCRIPT_REASONING
+from macapp.ui.main_window import CHAT
+
+REASONING = "".join(SCRIPT_REASONING)
+ANSWER = "".join(SCRIPT_ANSWER)
+GREEDY = {"temperature": 0.0, "presence_penalty": 0.0, "top_k": 0, "max_tokens": 64}
+NO_END = {"logit_bias": {2: -100.0, 0: -100.0}}  # bias against the tiny model's end tokens: a long reply
+
+
+@pytest.fixture
+def chat(window, library, settings, tiny_moe_path, qtbot):
+    settings.set("chat.sampling.thinking", GREEDY)
+    settings.set("chat.sampling.instant", GREEDY)
+    library.open_local_folder(str(tiny_moe_path))
+    assert library.selected_row().estimate.verdict == "fits"
+    view = window.chat
+    with qtbot.waitSignal(view.model_ready, timeout=60_000):
+        assert library.request_load()
+    assert window.stack.currentIndex() == CHAT
+    return view
+
+
+def send(chat, qtbot, text, thinking=True):
+    chat.composer.thinking.setChecked(thinking)
+    chat.composer.input.setPlainText(text)
+    qtbot.keyClick(chat.composer.input, Qt.Key.Key_Return)
+    assert chat.busy
+    qtbot.waitUntil(lambda: not chat.busy, timeout=60_000)
+    return chat._message_widgets()[-1]
+
+
+def test_chat_with_thinking_on_then_off(chat, qtbot, window):
+    reply = send(chat, qtbot, "What is the answer?", thinking=True)
+    assert reply.role == "assistant"
+    assert reply.reasoning is not None and reply.reasoning.text.strip() == REASONING
+    assert not reply.reasoning.expanded  # folded once the answer started
+    assert reply.reasoning.header.text().startswith("Thought for")
+    assert reply.view.source_text == ANSWER
+    assert "tok/s" in reply.stats_label.text() and "tokens" in reply.stats_label.text()
+    assert "tokens of context in use" in chat.meter.text()
+
+    reply = send(chat, qtbot, "And without thinking?", thinking=False)
+    assert reply.reasoning is None
+    assert reply.view.source_text == ANSWER
+
+    # Both turns are in the history store, reasoning kept apart.
+    conv = chat.store.get_conversation(chat.conversation_id)
+    assert [m.role for m in conv.messages] == ["user", "assistant", "user", "assistant"]
+    assert conv.messages[1].reasoning.strip() == REASONING and conv.messages[1].content == ANSWER
+    assert conv.messages[3].stats.generation_tokens > 0
+    assert window.sidebar.conversations.count() == 1
+    assert window.sidebar.conversations.item(0).text() == "What is the answer?"
+
+
+def test_shift_enter_adds_a_line_instead_of_sending(chat, qtbot):
+    chat.composer.input.setPlainText("first line")
+    chat.composer.input.moveCursor(chat.composer.input.textCursor().MoveOperation.End)
+    qtbot.keyClick(chat.composer.input, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
+    assert not chat.busy
+    assert chat.composer.input.toPlainText() == "first line\n"
+
+
+def test_stop_keeps_what_was_written_then_regenerate_replaces_it(chat, settings, qtbot, window):
+    settings.set("chat.sampling.instant", {**GREEDY, "max_tokens": 4000})
+    chat.sampling_overrides = NO_END
+    chat.composer.thinking.setChecked(False)
+    chat.composer.input.setPlainText("Tell me a long story")
+    qtbot.keyClick(chat.composer.input, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: chat.current is not None and len(chat.current.answer) > 20, timeout=30_000)
+    t0 = time.monotonic()
+    qtbot.keyClick(window, Qt.Key.Key_Escape)  # Esc stops
+    qtbot.waitUntil(lambda: not chat.busy, timeout=5_000)
+    assert time.monotonic() - t0 < 3
+    stopped = chat._message_widgets()[-1]
+    assert "stopped" in stopped.stats_label.text()
+    assert stopped.stats.generation_tokens < 4000
+    saved = chat.store.get_conversation(chat.conversation_id).messages
+    assert saved[-1].state == "stopped" and saved[-1].content == stopped.answer
+
+    chat.sampling_overrides = {}
+    assert chat.regenerate_button.isEnabled()
+    chat.regenerate_button.click()
+    qtbot.waitUntil(lambda: not chat.busy, timeout=60_000)
+    widgets = chat._message_widgets()
+    assert [w.role for w in widgets] == ["user", "assistant"]
+    assert widgets[-1].view.source_text == ANSWER
+    saved = chat.store.get_conversation(chat.conversation_id).messages
+    assert [m.role for m in saved] == ["user", "assistant"] and saved[-1].content == ANSWER
+
+
+def test_edit_and_resend_the_last_message(chat, qtbot):
+    send(chat, qtbot, "Frist try", thinking=False)
+    chat.edit_button.click()
+    assert chat.composer.input.toPlainText() == "Frist try"
+    chat.composer.input.setPlainText("First try")
+    qtbot.keyClick(chat.composer.input, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: not chat.busy, timeout=60_000)
+    widgets = chat._message_widgets()
+    assert [w.role for w in widgets] == ["user", "assistant"]
+    assert widgets[0].text == "First try" and widgets[1].view.source_text == ANSWER
+    saved = chat.store.get_conversation(chat.conversation_id).messages
+    assert [m.content for m in saved] == ["First try", ANSWER]
+
+
+def test_repaints_are_throttled_well_below_the_token_rate(chat, settings, qtbot):
+    settings.set("chat.sampling.instant", {**GREEDY, "max_tokens": 300})
+    chat.sampling_overrides = NO_END
+    chat.renders = 0
+    t0 = time.monotonic()
+    reply = send(chat, qtbot, "Write a lot", thinking=False)
+    elapsed = time.monotonic() - t0
+    tokens = reply.stats.generation_tokens
+    offered = chat._gen_bridge.throttle.offered
+    assert tokens > 100 and offered > tokens / 2  # about one event per token
+    # At most ~30 batches a second (+ the final flush), however fast the tokens come.
+    assert chat.renders <= elapsed * 30 * 1.3 + 3, (chat.renders, elapsed, tokens)
+    assert chat.renders < offered / 3
+    assert reply.view.renders <= chat.renders + 1
+
+
+def test_new_chat_then_reopen_restores_and_continues(chat, qtbot, window):
+    send(chat, qtbot, "Remember me", thinking=True)
+    first_id = chat.conversation_id
+    qtbot.keyClick(window, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)  # Ctrl/Cmd+N
+    assert chat.conversation_id is None and chat._message_widgets() == []
+    assert window.sidebar.conversations.count() == 1
+    window.open_conversation(first_id)
+    widgets = chat._message_widgets()
+    assert [w.role for w in widgets] == ["user", "assistant"]
+    assert widgets[1].reasoning is not None and widgets[1].view.source_text == ANSWER
+    assert chat.needs_replay
+    reply = send(chat, qtbot, "Still there?", thinking=False)
+    assert reply.view.source_text == ANSWER
+    assert not chat.needs_replay
+    # The reopened conversation was read once into the engine's cache: it holds all three turns' tokens.
+    assert chat.session.context_tokens > reply.stats.prompt_tokens - 1
+    assert [m["role"] for m in chat.session.messages] == ["user", "assistant", "user", "assistant"]
+
+
+def test_reading_progress_is_shown_for_a_long_prompt(chat, qtbot):
+    seen = []
+    original = chat.meter.show_progress
+    chat.meter.show_progress = lambda p, t: (seen.append((p, t)), original(p, t))
+    long_prompt = " ".join(["the answer is here"] * 1500)
+    send(chat, qtbot, long_prompt, thinking=False)
+    assert seen and seen[-1][1] > 2048
+    assert any(0 < p < t for p, t in seen) or seen[-1][0] == seen[-1][1]
