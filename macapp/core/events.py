@@ -1,0 +1,111 @@
+"""What the engine's worker thread reports: plain dataclasses, cheap to make (one per token at most).
+
+A chat job yields PromptProgress while the prompt is read, then ReasoningDelta / AnswerDelta text pieces
+with a StatsUpdate a few times a second, and ends with exactly one Finished (even when stopped) or Failed.
+A load job ends with Loaded or Failed. Text deltas carry a `text` field, so consumers may coalesce them
+with `dataclasses.replace(last, text=last.text + new.text)`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# Failure codes (Failed.code): bad input is refused before any work; "error" is anything unexpected.
+NOT_FOUND = "not_found"  # no such folder, or a repo that is not downloaded
+NOT_A_MODEL = "not_a_model"  # not a Qwen3.5-family MLX model folder
+CORRUPT = "corrupt"  # config/weights/tokenizer present but unreadable or inconsistent
+NO_MODEL = "no_model"  # chat before a model is loaded
+EMPTY_PROMPT = "empty_prompt"
+CONTEXT_LIMIT = "context_limit"  # the prompt would not fit the context limit
+MEMORY_BUDGET = "memory_budget"  # the prompt's KV cache would not fit the memory budget
+NOTHING_TO_REDO = "nothing_to_redo"  # regenerate/edit on a conversation with no user message
+CANCELLED = "cancelled"  # a load stopped before it began
+ERROR = "error"
+
+
+@dataclass
+class GenerationStats:
+    """Per-reply figures. Times in seconds; rates in tokens per second; memory in bytes."""
+
+    ttft_s: float = 0.0  # request start (template + prefill) to the first generated token
+    prompt_tokens: int = 0  # tokens actually prefilled for this reply (not the cached conversation)
+    prompt_tps: float = 0.0  # prompt_tokens / prefill time
+    generation_tokens: int = 0  # tokens sampled by the model (the final eos included, like mlx-lm)
+    generation_tps: float = 0.0  # (generation_tokens - 1) / time from the first token to the last
+    reasoning_tokens: int = 0  # of generation_tokens, spent inside the reasoning (closing tag included)
+    forced_tokens: int = 0  # tokens the engine fed itself (the thinking budget's "</think>")
+    peak_memory_bytes: int = 0  # MLX peak memory during this reply
+    context_tokens: int = 0  # tokens in the session's cache now (the whole conversation so far)
+    elapsed_s: float = 0.0  # request start to now / to the end
+    finish_reason: str | None = None  # None while running; see Reply.finish_reason
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Reply:
+    """One assistant reply as the session keeps it."""
+
+    text: str = ""  # the answer, without reasoning or tags
+    reasoning: str = ""  # the reasoning, without tags ("" when thinking is off)
+    thinking: bool = False
+    finish_reason: str = "stop"  # "stop" (eos) | "length" (max_tokens) | "stopped" (Job.stop) | "context" (limit reached)
+    stats: GenerationStats = field(default_factory=GenerationStats)
+    kept: bool = True  # False when stopped while the prompt was still being read: the turn was rolled back
+    budget_hit: bool = False  # the thinking budget closed the reasoning
+    token_ids: list[int] = field(default_factory=list)  # generated and forced tokens, as fed to the cache
+
+
+@dataclass
+class PromptProgress:
+    processed: int
+    total: int
+
+
+@dataclass
+class ReasoningDelta:
+    text: str
+
+
+@dataclass
+class AnswerDelta:
+    text: str
+
+
+@dataclass
+class StatsUpdate:
+    stats: GenerationStats
+
+
+@dataclass
+class Finished:
+    reply: Reply
+
+
+@dataclass
+class Failed:
+    message: str  # one clear, actionable sentence
+    code: str = ERROR
+
+
+@dataclass
+class Loaded:
+    path: str
+    name: str
+    model_type: str
+    load_time_s: float
+    memory_bytes: int  # MLX active memory after loading (the weights as they sit in memory)
+    weights_bytes: int  # bytes of the model's parameters
+    bits: int | None  # weight quantization (None: unquantized)
+    max_context: int  # the model's max_position_embeddings
+    has_thinking: bool
+
+
+@dataclass
+class Unloaded:
+    memory_bytes: int
+
+
+TERMINAL_EVENTS = (Finished, Failed, Loaded, Unloaded)

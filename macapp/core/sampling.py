@@ -1,0 +1,99 @@
+"""Sampling settings: the Qwen3.5 model card's presets per mode, every field overridable.
+
+| mode                    | temperature | top_p | top_k | min_p | presence_penalty |
+|-------------------------|-------------|-------|-------|-------|------------------|
+| thinking, general       | 1.0         | 0.95  | 20    | 0     | 1.5              |
+| thinking, precise       | 0.6         | 0.95  | 20    | 0     | 0                |
+| non-thinking, general   | 0.7         | 0.8   | 20    | 0     | 1.5              |
+| non-thinking, reasoning | 1.0         | 1.0   | 40    | 0     | 2.0              |
+
+The card suggests generous output budgets for thinking (~32K tokens). `temperature` 0 is greedy.
+mlx-lm applies the presence penalty over a window of recent tokens (`penalty_window`, default 20 in
+mlx-lm); the engine passes a wider window so it acts like the card's "penalise what was already said".
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+THINKING_MAX_TOKENS = 32768
+NON_THINKING_MAX_TOKENS = 16384
+PENALTY_WINDOW = 256
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.7
+    top_p: float = 0.8
+    top_k: int = 20
+    min_p: float = 0.0
+    presence_penalty: float = 0.0
+    repetition_penalty: float | None = None
+    max_tokens: int = NON_THINKING_MAX_TOKENS
+    seed: int | None = None
+    logit_bias: dict[int, float] | None = field(default=None)
+    penalty_window: int = PENALTY_WINDOW
+
+    def with_overrides(self, **overrides: Any) -> "SamplingParams":
+        """A copy with the given fields changed; None values are ignored (so CLI flags can pass through)."""
+        return replace(self, **{k: v for k, v in overrides.items() if v is not None})
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def validate(self) -> None:
+        """Raise ValueError with a clear message for values mlx-lm would misbehave on."""
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be 0 or more, not {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], not {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be 0 (off) or more, not {self.top_k}")
+        if not 0 <= self.min_p < 1:
+            raise ValueError(f"min_p must be in [0, 1), not {self.min_p}")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1, not {self.max_tokens}")
+
+
+PRESETS: dict[tuple[bool, str], SamplingParams] = {
+    (True, "general"): SamplingParams(1.0, 0.95, 20, 0.0, 1.5, max_tokens=THINKING_MAX_TOKENS),
+    (True, "precise"): SamplingParams(0.6, 0.95, 20, 0.0, 0.0, max_tokens=THINKING_MAX_TOKENS),
+    (False, "general"): SamplingParams(0.7, 0.8, 20, 0.0, 1.5, max_tokens=NON_THINKING_MAX_TOKENS),
+    (False, "reasoning"): SamplingParams(1.0, 1.0, 40, 0.0, 2.0, max_tokens=NON_THINKING_MAX_TOKENS),
+}
+
+STYLES = {True: ("general", "precise"), False: ("general", "reasoning")}
+
+
+def preset(thinking: bool, style: str = "general", **overrides: Any) -> SamplingParams:
+    """The model card's preset for a mode ("general" / "precise" with thinking, "general" / "reasoning" without)."""
+    key = (bool(thinking), style)
+    if key not in PRESETS:
+        raise ValueError(f"no {style!r} preset {'with' if thinking else 'without'} thinking; choose from {', '.join(STYLES[bool(thinking)])}")
+    return PRESETS[key].with_overrides(**overrides)
+
+
+def greedy(max_tokens: int = 256, **overrides: Any) -> SamplingParams:
+    """Deterministic decoding (temperature 0, no penalties): for tests and benchmarks."""
+    return SamplingParams(0.0, 1.0, 0, 0.0, 0.0, max_tokens=max_tokens).with_overrides(**overrides)
+
+
+def make_sampler_and_processors(params: SamplingParams):
+    """mlx-lm's own sampler and logits processors for these settings (imports MLX: call on the worker)."""
+    from mlx_lm.sample_utils import make_logits_processors, make_sampler
+
+    sampler = make_sampler(
+        temp=params.temperature,
+        top_p=params.top_p if params.top_p < 1 else 0.0,
+        min_p=params.min_p,
+        top_k=params.top_k,
+    )
+    processors = make_logits_processors(
+        logit_bias=params.logit_bias or None,
+        repetition_penalty=params.repetition_penalty or None,
+        repetition_context_size=params.penalty_window,
+        presence_penalty=params.presence_penalty or None,
+        presence_context_size=params.penalty_window,
+    )
+    return sampler, processors
