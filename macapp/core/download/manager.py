@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from macapp.core.download import events as ev
 from macapp.core.download import hfcache, hubapi
-from macapp.core.download.errors import RESUME_HINT, DownloadCancelled, DownloadError
+from macapp.core.download.errors import RESUME_HINT, DownloadCancelled, DownloadError, human_size
 from macapp.core.download.hfcache import LocalFile, RemoteFile
 from macapp.core.download.integrity import file_matches
 from macapp.core.download.plan import DownloadPlan, plan_download
@@ -221,9 +221,8 @@ def _download(target, revision, model, context, emit, cancel: CancelToken, setti
         margin = settings.disk_margin if settings.disk_margin is not None else plan.disk_margin
         free = hfcache.free_bytes(rdir)
         if to_fetch and free < to_fetch + margin:
-            gb = 1024**3
-            raise DownloadError("disk_full", f"not enough disk space for {repo}: {to_fetch / gb:.2f} GB to fetch plus "
-                                f"{margin / gb:.2f} GB kept free, but {free / gb:.2f} GB is free on the volume of "
+            raise DownloadError("disk_full", f"not enough disk space for {repo}: {human_size(to_fetch)} to fetch plus "
+                                f"{human_size(margin)} kept free, but {human_size(free)} is free on the volume of "
                                 f"{cache}; free some space (or point HF_HOME at a bigger disk) and run it again",
                                 repo=repo, bytes_kept=sum(f.bytes_on_disk for f in files))
         resumed = sum(f.bytes_on_disk for f in files)
@@ -310,10 +309,10 @@ def _run_files(repo: str, plan: DownloadPlan, files: list[LocalFile], emit, canc
     if error is not None:
         if isinstance(error, DownloadError):
             if error.kind == "disk_full":
-                gb = 1024**3
-                error = DownloadError("disk_full", f"the disk filled up while downloading {repo} ({error.path}): "
-                                      f"{final.bytes_done / gb:.2f} GB are kept; free some space and run it again "
-                                      "to resume", repo=repo, path=error.path, bytes_kept=final.bytes_done)
+                error = DownloadError("disk_full", f"{error.message or 'the disk filled up'} while downloading "
+                                      f"{repo} ({error.path}): {human_size(final.bytes_done)} are kept; free some "
+                                      "space and run it again to resume", repo=repo, path=error.path,
+                                      bytes_kept=final.bytes_done)
             error.repo = error.repo or repo
             error.bytes_kept = final.bytes_done
             raise error

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from macapp.core.download import hfcache, hubapi
-from macapp.core.download.errors import DownloadError
+from macapp.core.download.errors import DownloadError, human_size
 from macapp.core.download.hfcache import LocalFile, RemoteFile
 
 DEFAULT_DISK_MARGIN = 512 * 1024**2  # kept free on top of what the download needs (plus 1% of it)
@@ -74,9 +74,8 @@ class DownloadPlan:
         return hfcache.snapshot_dir(self.repo_dir, self.commit)
 
     def disk_message(self) -> str:
-        gb = 1024**3
-        return (f"not enough disk space for {self.repo}: {self.bytes_to_fetch / gb:.2f} GB to fetch plus "
-                f"{self.disk_margin / gb:.2f} GB kept free, but only {self.disk_free / gb:.2f} GB is free on the volume "
+        return (f"not enough disk space for {self.repo}: {human_size(self.bytes_to_fetch)} to fetch plus "
+                f"{human_size(self.disk_margin)} kept free, but only {human_size(self.disk_free)} is free on the volume "
                 f"of {self.cache_dir}; free some space (or point HF_HOME at a bigger disk) and run it again")
 
 

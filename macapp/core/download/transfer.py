@@ -7,6 +7,7 @@ bytes after it.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import socket
@@ -123,7 +124,9 @@ def fetch_into(client, url: str, headers: dict[str, str], part: PartialFile, *, 
                     except OSError as exc:
                         os.ftruncate(fd, part.done)  # keep the file equal to what was hashed
                         if is_disk_full(exc):
-                            raise DownloadError("disk_full", "", path=remote.path) from exc
+                            why = ("the volume refuses a file this large (a FAT32 disk?)" if exc.errno == errno.EFBIG
+                                   else "the disk filled up")
+                            raise DownloadError("disk_full", why, path=remote.path) from exc
                         raise
                     part.hasher.update(chunk)
                     part.done += len(chunk)
