@@ -235,6 +235,8 @@ def _migrate_2_reply_model(conn: sqlite3.Connection) -> None:
 
 def _migrate_3_search_index(conn: sqlite3.Connection) -> None:
     """Full-text index over content and reasoning (FTS5 trigram: substring search, CJK included)."""
+    # Replies in flight are not in the text index; search reads them through this small partial index.
+    conn.execute("CREATE INDEX messages_streaming ON messages(id) WHERE state = 'streaming'")
     if fts5_available():
         _create_search_index(conn)
     # Without FTS5 the version still advances: search falls back to a scan, and the index is built
@@ -248,16 +250,18 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
+# The index holds its own copy of the text and skips replies while they stream: re-indexing a long reply on
+# every 1 s commit would cost the engine's thread tens of ms; a reply is indexed once, when it ends.
 _FTS_TRIGGERS = {
-    "messages_fts_ai": """CREATE TRIGGER messages_fts_ai AFTER INSERT ON messages BEGIN
+    "messages_fts_ai": """CREATE TRIGGER messages_fts_ai AFTER INSERT ON messages WHEN new.state != 'streaming' BEGIN
         INSERT INTO messages_fts(rowid, content, reasoning) VALUES (new.id, new.content, new.reasoning); END""",
     "messages_fts_ad": """CREATE TRIGGER messages_fts_ad AFTER DELETE ON messages BEGIN
-        INSERT INTO messages_fts(messages_fts, rowid, content, reasoning)
-        VALUES ('delete', old.id, old.content, old.reasoning); END""",
-    "messages_fts_au": """CREATE TRIGGER messages_fts_au AFTER UPDATE OF content, reasoning ON messages BEGIN
-        INSERT INTO messages_fts(messages_fts, rowid, content, reasoning)
-        VALUES ('delete', old.id, old.content, old.reasoning);
-        INSERT INTO messages_fts(rowid, content, reasoning) VALUES (new.id, new.content, new.reasoning); END""",
+        DELETE FROM messages_fts WHERE rowid = old.id; END""",
+    "messages_fts_au": """CREATE TRIGGER messages_fts_au AFTER UPDATE OF content, reasoning, state ON messages
+        WHEN old.state != 'streaming' OR new.state != 'streaming' BEGIN
+        DELETE FROM messages_fts WHERE rowid = old.id;
+        INSERT INTO messages_fts(rowid, content, reasoning)
+        SELECT new.id, new.content, new.reasoning WHERE new.state != 'streaming'; END""",
 }
 
 _fts5_cache: bool | None = None
@@ -280,14 +284,15 @@ def fts5_available() -> bool:
 
 
 def _create_search_index(conn: sqlite3.Connection) -> None:
-    conn.execute(
-        """CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
-            content, reasoning, content='messages', content_rowid='id', tokenize='trigram')"""
-    )
+    conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(content, reasoning, tokenize='trigram')")
     for name, sql in _FTS_TRIGGERS.items():
         conn.execute(f"DROP TRIGGER IF EXISTS {name}")
         conn.execute(sql)
-    conn.execute("INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')")
+    conn.execute("DELETE FROM messages_fts")
+    conn.execute(
+        "INSERT INTO messages_fts(rowid, content, reasoning) "
+        "SELECT id, content, reasoning FROM messages WHERE state != 'streaming'"
+    )
 
 
 def _schema_names(conn: sqlite3.Connection, kind: str) -> set[str]:
@@ -840,7 +845,10 @@ class Store:
         with self._lock:
             if self._search_indexed and indexed:
                 match = " AND ".join('"' + t.replace('"', '""') + '"' for t in indexed)
-                sql = f"{base} WHERE m.id IN (SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?){order}"
+                sql = (
+                    f"{base} WHERE m.id IN (SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? "
+                    f"UNION ALL SELECT id FROM messages WHERE state = 'streaming'){order}"
+                )
                 rows = self._conn.execute(sql, (match,))
             else:
                 where = " AND ".join(["qd_contains(m.content || char(10) || m.reasoning, ?)"] * len(terms))

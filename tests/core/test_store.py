@@ -359,3 +359,21 @@ def test_import_minimal_and_bad_documents(db):
         with pytest.raises(ImportFormatError, match=why):
             db.import_json(bad)
     assert len(db.list_conversations()) == 1  # a failed import adds nothing
+
+
+def test_replies_in_flight_are_found_and_indexed_once_finished(db):
+    conv = db.create_conversation("m")
+    db.add_message(conv.id, "user", "q")
+    writer = db.begin_reply(conv.id, interval=0)
+    writer.append("streaming about pelicans")
+    assert [h.message_id for h in db.search("pelicans")] == [writer.message_id]
+    if db.search_uses_index:  # not re-indexed on every commit while it streams ...
+        assert db._conn.execute("SELECT COUNT(*) FROM messages_fts WHERE rowid = ?", (writer.message_id,)).fetchone()[0] == 0
+    writer.append(" and puffins")
+    writer.finish()
+    assert [h.message_id for h in db.search("puffins pelicans")] == [writer.message_id]
+    if db.search_uses_index:  # ... but once, when it ends
+        assert db._conn.execute("SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH 'puffins'").fetchone()[0] == 1
+        plan = " ".join(r[3] for r in db._conn.execute(
+            "EXPLAIN QUERY PLAN SELECT id FROM messages WHERE state = 'streaming'"))
+        assert "messages_streaming" in plan
