@@ -295,10 +295,14 @@ def _run_files(repo: str, plan: DownloadPlan, files: list[LocalFile], emit, canc
                 futures = set(futures)
                 break
     except KeyboardInterrupt:
+        # Ctrl-C in a terminal: the same clean stop as a cancel, with what is kept on disk.
         stop.set()
+        cancel.cancel()
         tracker.drop_connections()
         wait(futures, timeout=2.0)
-        raise
+        kept = tracker.snapshot(settings.stall_report_s).bytes_done
+        raise DownloadCancelled(f"download of {repo} interrupted at {human_size(kept)}; {RESUME_HINT}",
+                                repo=repo, bytes_kept=kept) from None
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
         while not messages.empty():
