@@ -6,11 +6,11 @@ from typing import Any
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
-from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QLabel, QPushButton, QScrollArea, QVBoxLayout, QWidget
 
 from macapp.core.memory import format_bytes
 from macapp.ui.style import BAR_COLOURS
-from macapp.ui.widgets import Badge, StackedBar
+from macapp.ui.widgets import Badge, ElidedLabel, StackedBar
 
 SEGMENTS = [
     ("weights", "Weights", "weights_bytes"),
@@ -36,13 +36,12 @@ class DetailsPanel(QFrame):
 
         self.setObjectName("Card")
         self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
-        self.setMinimumWidth(340)
+        self.setMinimumWidth(320)
         self.title = QLabel(self)
-        self.title.setObjectName("PageTitle")
+        self.title.setObjectName("DetailsTitle")
         self.title.setWordWrap(True)
-        self.repo = QLabel(self)
+        self.repo = ElidedLabel("", self)
         self.repo.setObjectName("Muted")
-        self.repo.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.badge = Badge("", self)
         self.total = QLabel(self)
         self.total.setWordWrap(True)
@@ -88,10 +87,25 @@ class DetailsPanel(QFrame):
         self.empty.setObjectName("Note")
         self.empty.setAlignment(Qt.AlignmentFlag.AlignCenter)
 
+        # The figures scroll if the window is short; the download panel and Load stay in view.
         self.body = QWidget(self)
-        body = QVBoxLayout(self.body)
-        body.setContentsMargins(0, 0, 0, 0)
+        info = QWidget()
+        body = QVBoxLayout(info)
+        body.setContentsMargins(0, 0, 6, 0)
         body.setSpacing(8)
+        scroll = QScrollArea(self.body)
+        scroll.setWidget(info)
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        info.setMinimumWidth(0)
+        self.bar.setMinimumWidth(0)
+        scroll.viewport().setAutoFillBackground(False)
+        info.setAutoFillBackground(False)
+        outer = QVBoxLayout(self.body)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.setSpacing(8)
+        outer.addWidget(scroll, 1)
         body.addWidget(self.title)
         body.addWidget(self.repo)
         body.addLayout(head)
@@ -103,8 +117,8 @@ class DetailsPanel(QFrame):
         body.addWidget(self.speed)
         body.addWidget(self.derivation)
         body.addStretch(1)
-        body.addWidget(self.download_panel)
-        body.addLayout(buttons)
+        outer.addWidget(self.download_panel)
+        outer.addLayout(buttons)
 
         lay = QVBoxLayout(self)
         lay.setContentsMargins(16, 14, 16, 14)
@@ -121,8 +135,8 @@ class DetailsPanel(QFrame):
         est = row.estimate
         ref = row.ref
         bits = f"{ref.bits}-bit" if ref.bits else "16-bit"
-        self.title.setText(f"{ref.name} · {bits}")
-        self.repo.setText(ref.repo or str(ref.local_path))
+        self.title.setText(ref.name)
+        self.repo.setText(f"{bits} · {ref.repo or ref.local_path}")
         self.badge.set_verdict(est.verdict)
         kv = f", {kv_bits}-bit KV cache" if kv_bits else ""
         self.total.setText(

@@ -36,7 +36,7 @@ from macapp.ui.widgets import paint_pill
 CONTEXT_STEPS = [2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144]
 MAX_CONTEXT = 262_144
 KV_CHOICES = [("Full precision", None), ("8-bit", 8), ("4-bit", 4)]
-COLUMNS = ["Model", "Quantization", "On disk", "Fit", "Speed", "Status"]
+COLUMNS = ["Model", "Bits", "On disk", "Fit", "Speed", "Status"]
 FIT_COL = 3
 
 
@@ -101,12 +101,14 @@ class LibraryModel(QAbstractTableModel):
             if col == 5:
                 if row.ref.origin == "local":
                     return "Local folder"
-                return "Downloaded" if row.downloaded else ("—" if offline() else "Not downloaded")
+                return "Downloaded" if row.downloaded else "—"
         if role == Qt.ItemDataRole.ToolTipRole:
             if col == FIT_COL:
                 return f"Needs {format_bytes(est.total_bytes)} of {format_bytes(est.budget_bytes)} GPU budget"
             if col == 0:
                 return row.ref.repo or str(row.ref.local_path)
+            if col == 5 and not row.downloaded:
+                return "Not downloaded yet" if not offline() else "Not downloaded (offline: downloads unavailable)"
         if role == Qt.ItemDataRole.TextAlignmentRole and col in (2, 4):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         if role == Qt.ItemDataRole.FontRole and col == 0:
@@ -199,6 +201,7 @@ class LibraryPage(QWidget):
         self.table.verticalHeader().hide()
         self.table.verticalHeader().setDefaultSectionSize(34)
         self.table.setWordWrap(False)
+        self.table.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         header = self.table.horizontalHeader()
         header.setHighlightSections(False)
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
@@ -214,7 +217,7 @@ class LibraryPage(QWidget):
         split.setStretchFactor(0, 3)
         split.setStretchFactor(1, 2)
         split.setChildrenCollapsible(False)
-        split.setSizes([600, 360])
+        split.setSizes([590, 370])
         self.splitter = split
 
         lay = QVBoxLayout(self)

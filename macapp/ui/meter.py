@@ -64,7 +64,7 @@ class Meter(QLabel):
 
     def show_stats(self, stats: Any) -> None:
         self.updates += 1
-        self.setText(stats_summary(stats, live=True))
+        self.setText(f"Generating · {stats_summary(stats, live=True)}")
 
     def show_context(self, stats: Any, limit: int | None) -> None:
         """Between replies: how much of the context the conversation uses."""

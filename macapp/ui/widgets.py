@@ -115,7 +115,10 @@ class StackedBar(QWidget):
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
 
     def sizeHint(self) -> QSize:  # noqa: N802
-        return QSize(360, 28)
+        return QSize(280, 28)
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802
+        return QSize(80, 28)
 
     def set_values(self, segments: list[tuple[str, float, QColor]], budget: float) -> None:
         self.segments = segments

@@ -148,7 +148,7 @@ def test_reading_progress_is_shown_for_a_long_prompt(chat, qtbot):
     seen = []
     original = chat.meter.show_progress
     chat.meter.show_progress = lambda p, t: (seen.append((p, t)), original(p, t))
-    long_prompt = " ".join(["the answer is here"] * 1500)
+    long_prompt = " ".join(["the answer is here"] * 600)
     send(chat, qtbot, long_prompt, thinking=False)
     assert seen and seen[-1][1] > 2048
     assert any(0 < p < t for p, t in seen) or seen[-1][0] == seen[-1][1]

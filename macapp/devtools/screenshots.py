@@ -1,0 +1,128 @@
+"""Screenshots of the real window for docs/: `python -m macapp.devtools.screenshots docs/` (or `make screenshots`).
+
+Runs offscreen on a throwaway app home and HF cache, sized for a 'what if' Mac (M4 Pro, 24 GB) so the shots
+do not depend on the machine that makes them. The chat shot streams from a tiny random-weights test model
+(its text is the model's script, not real prose); the download shot fetches from the local hub stand-in
+(tests/fixtures/hub.py), so run it from a checkout.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+WHAT_IF = {"chip": "M4 Pro", "memory_gb": 24}
+SIZE = (1180, 760)
+NO_END = {"logit_bias": {2: -100.0, 0: -100.0}}  # keeps the tiny model talking (its end tokens are 0 and 2)
+
+
+def _wait(app, condition, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError("the window did not reach the state to capture")
+        app.processEvents()
+        time.sleep(0.01)
+
+
+def _pause(app, seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        app.processEvents()
+        time.sleep(0.01)
+
+
+def _save(app, window, path: Path) -> None:
+    _pause(app, 0.2)
+    window.grab().save(str(path))
+    print(f"wrote {path}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    out = Path(argv[0] if argv else "docs").resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="qwen-desk-shots-"))
+    os.environ["QWEN_DESK_HOME"] = str(work / "home")
+    os.environ["HF_HOME"] = str(work / "hf")
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    os.environ.setdefault("HF_HUB_DISABLE_XET", "1")
+    os.environ["HF_HUB_OFFLINE"] = "0"
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, for tests.fixtures.hub
+    from tests.fixtures.hub import HubStandIn, random_repo_files
+
+    hub = HubStandIn().start()
+    os.environ["HF_ENDPOINT"] = hub.url
+
+    from macapp.core.settings import Settings
+    from macapp.devtools.tiny_model import make_tiny_model
+    from macapp.ui.app import make_application
+    from macapp.ui.main_window import CHAT, LIBRARY, MainWindow
+
+    app = make_application()
+    settings = Settings()
+    settings.update({"machine.what_if": WHAT_IF, "library.context": 32768, "chat.thinking": True})
+    window = MainWindow(settings)
+    window.resize(*SIZE)
+    window.show()
+    window.start_background_work(wait=True)
+    lib = window.library
+
+    # 1. The library as it opens: the best fit suggested and selected.
+    window.show_page(LIBRARY)
+    _save(app, window, out / "library.png")
+
+    # 2. Details of a bigger model at a long context with an 8-bit KV cache.
+    lib.set_context(131072)
+    lib.kv_combo.setCurrentIndex(lib.kv_combo.findData(8))
+    lib.select("mlx-community/Qwen3.5-35B-A3B-4bit")
+    _save(app, window, out / "details.png")
+
+    # 3. A download in progress (the hub stand-in holds the transfer part-way so the shot can be taken).
+    repo = "mlx-community/Qwen3.5-2B-4bit"
+    hub.add_repo(repo, random_repo_files(shards=3, shard_bytes=48_000_000, seed=7))
+    hub.stall("*.safetensors", after=30_000_000, seconds=20, times=3)
+    lib.set_context(32768)
+    lib.kv_combo.setCurrentIndex(0)
+    lib.select(repo)
+    lib.details.download_panel.download_button.click()
+    panel = lib.details.download_panel
+    _wait(app, lambda: "Downloading" in panel.headline.text() and panel.progress.value() > 400 and "/s" in panel.detail.text())
+    _save(app, window, out / "download.png")
+    lib.downloads.pause()
+    _wait(app, lambda: panel.headline.text().startswith("Paused"), 10)
+
+    # 4. Chat: one finished turn with its reasoning opened, and a second reply streaming with the live meter.
+    model = make_tiny_model(work / "tiny-qwen3.5-moe", kind="moe")
+    lib.open_local_folder(str(model))
+    chat = window.chat
+    lib.request_load()
+    _wait(app, lambda: chat.model_ref is not None)
+    settings.set("chat.sampling.thinking", {"temperature": 0.0, "presence_penalty": 0.0, "max_tokens": 64})
+    settings.set("chat.sampling.instant", {"temperature": 0.0, "presence_penalty": 0.0, "max_tokens": 2000})
+    chat.composer.thinking.setChecked(True)
+    chat.send("What is the answer to the question?")
+    _wait(app, lambda: not chat.busy)
+    first = chat._message_widgets()[-1]
+    first.reasoning.set_expanded(True)
+    chat.composer.thinking.setChecked(False)
+    chat.sampling_overrides = NO_END
+    chat.send("Say it again, at length.")
+    _wait(app, lambda: chat.current is not None and len(chat.current.answer) > 110 and "tok/s" in chat.meter.text())
+    chat.composer.input.setPlainText("")
+    window.show_page(CHAT)
+    _save(app, window, out / "chat.png")
+    chat.stop()
+    _wait(app, lambda: not chat.busy)
+
+    window.close()
+    hub.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
