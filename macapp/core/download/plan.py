@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from macapp.core.download import hfcache, hubapi
-from macapp.core.download.errors import DownloadError, human_size
+from macapp.core.download.errors import DownloadCancelled, DownloadError, human_size
 from macapp.core.download.hfcache import LocalFile, RemoteFile
 
 DEFAULT_DISK_MARGIN = 512 * 1024**2  # kept free on top of what the download needs (plus 1% of it)
@@ -135,7 +135,7 @@ def plan_download(repo: str, revision: str = "main", *, model: Any = None, conte
                     if on_retry is not None:
                         on_retry(attempt + 1, attempts, delay, str(error))
                     if wait is not None and wait(delay):
-                        raise DownloadError("cancelled", "download cancelled", repo=repo) from None
+                        raise DownloadCancelled(f"download of {repo} cancelled", repo=repo) from None
         else:
             # The hub cannot be reached right now: a model that is complete here is still usable.
             from_cache_only = True
