@@ -23,12 +23,17 @@ class LocalModel:
 def local_model(repo: str, revision: str = "main") -> LocalModel:
     rdir = hfcache.repo_dir(repo)
     commit = hfcache.read_ref(rdir, revision) if rdir.is_dir() else None
+    partial = commit is None
+    if partial and rdir.is_dir():
+        # A download under way or paused writes its listing first and the ref only at the end.
+        trees = sorted((rdir / "trees").glob("*.json"), key=lambda p: p.stat().st_mtime)
+        commit = trees[-1].stem if trees else None
     listing = hfcache.read_listing(rdir, commit) if commit else None
     if not listing:
         return LocalModel(repo, None, 0, 0)
     needed = hfcache.needed_files(listing)
     files = hfcache.local_state(rdir, commit, needed)
-    complete = bool(files) and all(f.state in ("ready", "present") for f in files)
+    complete = not partial and bool(files) and all(f.state in ("ready", "present") for f in files)
     return LocalModel(
         repo=repo,
         path=hfcache.snapshot_dir(rdir, commit) if complete else None,

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QObject, Qt, Signal
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QMessageBox, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
 from macapp.core.memory import format_bytes
 from macapp.ui.bridge import EventBridge
@@ -161,6 +161,7 @@ class DownloadController(QObject):
     """Runs core downloads on their own threads and shows the selected model's download in the panel."""
 
     finished = Signal(str)  # key (repo) of a completed download
+    status_changed = Signal(str, str)  # repo, short text for the library's Status column ("" = none)
 
     def __init__(self, panel: DownloadPanel, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -211,6 +212,14 @@ class DownloadController(QObject):
         if job.get("notice") and state == "running":
             self.panel.show_warning(job["notice"], kind="notice")
 
+    def status_text(self, repo: str) -> str:
+        job = self.jobs.get(repo)
+        if job is None:
+            return ""
+        last = job.get("last")
+        pct = f" {100 * last.fraction:.0f}%" if last is not None else ""
+        return {"running": f"Downloading{pct}", "paused": f"Paused{pct}", "failed": "Failed"}.get(job["state"], "")
+
     def _is_shown(self, repo: str) -> bool:
         return self.row is not None and self.row.ref.repo == repo
 
@@ -252,19 +261,51 @@ class DownloadController(QObject):
     def pause(self) -> None:
         job = self._current_job()
         if job and job["state"] == "running":
-            job["pausing"] = True
             job["token"].cancel()
 
     def cancel(self) -> None:
-        """Stop the download; partial data is kept (Resume continues) — nothing is deleted silently."""
+        """Stop the download, then ask whether to keep the part fetched (to resume later) or delete it."""
         job = self._current_job()
         if not job:
             return
+        repo = self.row.ref.repo
         if job["state"] == "running":
-            job["pausing"] = False
+            # Stop like a pause; the question asked once it has stopped decides what happens to the data.
+            job["cancel_after"] = True
             job["token"].cancel()
-        else:
-            self.jobs.pop(self.row.ref.repo, None)
+            return
+        self._ask_discard(repo)
+
+    def _ask_discard(self, repo: str) -> None:
+        from macapp.core.installed import local_model
+
+        kept = local_model(repo).bytes_on_disk
+        if kept:
+            box = QMessageBox(
+                QMessageBox.Icon.Question,
+                "Cancel Download",
+                f"{format_bytes(kept)} of {repo} is already on this Mac. Keep it to resume later, or delete it?",
+                parent=self.panel,
+            )
+            box.setObjectName("DiscardDialog")
+            keep = box.addButton("Keep", QMessageBox.ButtonRole.AcceptRole)
+            delete = box.addButton("Delete", QMessageBox.ButtonRole.DestructiveRole)
+            box.setDefaultButton(keep)
+            box.exec()
+            if box.clickedButton() is delete:
+                from macapp.core.download import hfcache
+
+                hfcache.remove_repo(repo)
+            else:
+                job = self.jobs.get(repo)
+                if job is not None:
+                    job["state"] = "paused"
+                    if self._is_shown(repo):
+                        self._render(job)
+                    return
+        self.jobs.pop(repo, None)
+        self.status_changed.emit(repo, "")
+        if self.row is not None:
             self.show_for(self.row)
 
     def _current_job(self) -> dict[str, Any] | None:
@@ -290,17 +331,16 @@ class DownloadController(QObject):
             elif isinstance(e, ev.Cancelled):
                 job["kept"] = e.bytes_kept
                 job["state"] = "paused"
-                if not job.get("pausing"):
-                    self.jobs.pop(repo, None)
+        self.status_changed.emit(repo, self.status_text(repo))
         if job["state"] == "done":
             self.jobs.pop(repo, None)
+            self.status_changed.emit(repo, "")
             self.finished.emit(repo)  # the library refreshes, which re-shows the panel
             return
         if self._is_shown(repo):
-            if repo in self.jobs:
-                self._render(job)
-            else:
-                self.show_for(self.row)
+            self._render(job)
+        if job["state"] == "paused" and job.pop("cancel_after", False):
+            self._ask_discard(repo)
 
     def shutdown(self) -> None:
         for job in self.jobs.values():

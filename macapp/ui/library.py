@@ -69,6 +69,7 @@ class LibraryModel(QAbstractTableModel):
         super().__init__(parent)
         self.rows: list[Row] = []
         self.context = 32768
+        self.live_status: dict[str, str] = {}  # repo -> "Downloading 42%" while a download runs
 
     def rowCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: N802
         return 0 if parent.isValid() else len(self.rows)
@@ -99,6 +100,8 @@ class LibraryModel(QAbstractTableModel):
             if col == 4:
                 return f"~{est.decode_tps_estimate:.0f} tok/s" if est.decode_tps_estimate else "—"
             if col == 5:
+                if self.live_status.get(row.key):
+                    return self.live_status[row.key]
                 if row.ref.origin == "local":
                     return "Local folder"
                 return "Downloaded" if row.downloaded else "—"
@@ -118,6 +121,13 @@ class LibraryModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.UserRole:
             return est.verdict
         return None
+
+    def set_live_status(self, key: str, text: str) -> None:
+        self.live_status[key] = text
+        for i, row in enumerate(self.rows):
+            if row.key == key:
+                idx = self.index(i, 5)
+                self.dataChanged.emit(idx, idx)
 
     def set_rows(self, rows: list[Row], context: int) -> None:
         self.beginResetModel()
@@ -366,6 +376,7 @@ class LibraryPage(QWidget):
 
             self.downloads = DownloadController(self.details.download_panel, self)
             self.downloads.finished.connect(lambda _key: self.refresh())
+            self.downloads.status_changed.connect(self.model.set_live_status)
             self.refresh()
         return self.machine
 

@@ -1,6 +1,8 @@
 from pathlib import Path
 
+from macapp.core.installed import local_model
 from macapp.ui.downloads import format_eta
+from tests.ui.helpers import answer_next_box
 
 REPO = "mlx-community/Qwen3.5-0.8B-4bit"  # a catalog row, served by the hub stand-in with a tiny model's files
 
@@ -46,6 +48,8 @@ def test_pause_keeps_data_and_resume_finishes(window, library, hub_server, tiny_
     panel.pause_button.click()
     qtbot.waitUntil(lambda: panel.headline.text().startswith("Paused"), timeout=5_000)
     assert panel.resume_button.isVisibleTo(window)
+    assert library.model.data(library.model.index(library.model.rows.index(library.selected_row()), 5)).startswith("Paused")
+    assert local_model(REPO).bytes_on_disk > 0
     hub_server.clear_faults()
     done = []
     library.downloads.finished.connect(done.append)
@@ -59,3 +63,20 @@ def test_eta_reads_like_a_person_would_say_it():
     assert format_eta(12) == "about 12 s left"
     assert format_eta(150) == "about 2 min left"
     assert format_eta(7300) == "about 2 h 01 min left"
+
+
+def test_cancel_asks_then_deletes_the_partial_download(window, library, hub_server, tiny_moe_4bit_path, qtbot):
+    hub_server.add_repo(REPO, tiny_moe_4bit_path)
+    hub_server.stall("*.safetensors", after=20_000, seconds=20)
+    library.select(REPO)
+    panel = library.details.download_panel
+    panel.download_button.click()
+    qtbot.waitUntil(lambda: "Downloading" in panel.headline.text() and panel.progress.value() > 0, timeout=20_000)
+    assert library.model.data(library.model.index(library.model.rows.index(library.selected_row()), 5)).startswith("Downloading")
+    seen = answer_next_box("Delete")
+    panel.cancel_button.click()
+    qtbot.waitUntil(lambda: "text" in seen and REPO not in library.downloads.jobs, timeout=10_000)
+    assert "Keep it to resume later, or delete it?" in seen["text"]
+    assert local_model(REPO).bytes_on_disk == 0
+    assert panel.download_button.isVisibleTo(window)
+    assert library.model.data(library.model.index(library.model.rows.index(library.selected_row()), 5)) == "—"

@@ -3,11 +3,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from PySide6.QtCore import QTimer
-from PySide6.QtWidgets import QApplication, QMessageBox
 
 from macapp.core import catalog, hardware, sizing
 from macapp.ui.library import FIT_COL
+from tests.ui.helpers import answer_next_box
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -70,26 +69,6 @@ def test_offline_shows_catalog_and_says_downloads_are_unavailable(qtbot, monkeyp
     assert not w.library.details.download_panel.download_button.isVisibleTo(w)
 
 
-def _answer_next_box(qtbot, button_text):
-    """Click a button in the next modal message box (it runs its own event loop)."""
-    seen = {}
-
-    def click():
-        box = QApplication.activeModalWidget()
-        if not isinstance(box, QMessageBox):
-            QTimer.singleShot(20, click)
-            return
-        seen["text"] = box.text()
-        for b in box.buttons():
-            if b.text().replace("&", "") == button_text:
-                b.click()
-                return
-        raise AssertionError([b.text() for b in box.buttons()])
-
-    QTimer.singleShot(0, click)
-    return seen
-
-
 def test_guardrail_refuses_a_model_that_does_not_fit_unless_load_anyway(window, library, tiny_dense_path, qtbot):
     library.load_requested.disconnect(window.chat.load_model)  # this test stops at the request
     library.set_machine(hardware.what_if_machine("M1", 512 * 1024**2))  # a Mac far too small for anything
@@ -98,12 +77,12 @@ def test_guardrail_refuses_a_model_that_does_not_fit_unless_load_anyway(window, 
     requested = []
     library.load_requested.connect(requested.append)
 
-    seen = _answer_next_box(qtbot, "Cancel")
+    seen = answer_next_box("Cancel")
     assert library.request_load() is False
     assert requested == []
     assert "GPU budget" in seen["text"] and "needs about" in seen["text"]
 
-    _answer_next_box(qtbot, "Load anyway")
+    answer_next_box("Load anyway")
     assert library.request_load() is True
     assert requested and Path(requested[0].local_path) == Path(tiny_dense_path)
 
