@@ -48,6 +48,7 @@ class ChatRecorder:
         self.last_reply: Message | None = None  # the last finished reply
         self._writer: ReplyWriter | None = None
         self._thinking = False
+        self._turn_over = False  # the reply ended: stray deltas (late listener replays) must not start another
         self._lock = threading.RLock()
 
     @classmethod
@@ -73,6 +74,7 @@ class ChatRecorder:
                 conv = self.store.create_conversation(self.model, self.system_prompt, self.settings)
                 self.conversation_id = conv.id
             self._thinking = thinking
+            self._turn_over = False
             return self.store.add_message(self.conversation_id, "user", text)
 
     def begin_assistant(self, thinking: bool | None = None, model: str | None = None) -> ReplyWriter:
@@ -81,6 +83,7 @@ class ChatRecorder:
             if self.conversation_id is None:
                 raise StoreError("Record the user's message (recorder.user) before the reply.")
             self._abandon_reply()
+            self._turn_over = False
             if model:
                 self.model = model
             self._writer = self.store.begin_reply(
@@ -93,6 +96,9 @@ class ChatRecorder:
 
     def on_delta(self, text: str = "", reasoning: str = "") -> None:
         with self._lock:
+            if self._writer is None and self._turn_over:
+                log.debug("Ignored a text piece that came after its reply ended")
+                return
             writer = self._writer or self.begin_assistant()
             writer.append(text, reasoning)
 
@@ -110,6 +116,7 @@ class ChatRecorder:
             if text is not None or reasoning is not None:
                 writer.update(writer.content if text is None else text, reasoning)
             self._writer = None
+            self._turn_over = True
             self.last_reply = writer.finish(stats, finish_reason, stopped)
             return self.last_reply
 
@@ -117,6 +124,7 @@ class ChatRecorder:
         """End the reply after an engine failure: kept as stopped ('error') if it has text, else removed."""
         with self._lock:
             writer, self._writer = self._writer, None
+            self._turn_over = True
             if writer is None:
                 return None
             if writer.content or writer.reasoning:
@@ -155,9 +163,10 @@ class ChatRecorder:
     # -- editing the last turn (mirror Session.regenerate / edit_last)
 
     def discard_last_reply(self) -> None:
-        """Remove the last assistant reply (call before regenerating it)."""
+        """Remove the last assistant reply (call before regenerating it); the next events record the new one."""
         with self._lock:
             self._abandon_reply()
+            self._turn_over = False
             last = self._last_message()
             if last is not None and last.role == "assistant":
                 self.store.truncate(self.conversation_id, last.position)

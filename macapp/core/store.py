@@ -163,12 +163,19 @@ class Conversation:
     def display_title(self) -> str:
         return self.title or "New chat"
 
-    def chat_messages(self, include_system: bool = True) -> list[dict[str, str]]:
-        """The conversation as chat-template messages ({role, content}), to re-read it into a session."""
-        out = []
+    def chat_messages(self, include_system: bool = True) -> list[dict[str, Any]]:
+        """The conversation in the engine's message shape, to reopen it: `engine.new_session(messages=...)`.
+
+        {role, content}; replies also carry reasoning, thinking and finish_reason, like ChatSession.messages.
+        """
+        out: list[dict[str, Any]] = []
         if include_system and self.system_prompt:
             out.append({"role": "system", "content": self.system_prompt})
-        out.extend({"role": m.role, "content": m.content} for m in self.messages)
+        for m in self.messages:
+            item: dict[str, Any] = {"role": m.role, "content": m.content}
+            if m.role == "assistant":
+                item.update(reasoning=m.reasoning, thinking=m.thinking, finish_reason=m.finish_reason)
+            out.append(item)
         return out
 
 

@@ -76,7 +76,8 @@ def test_the_final_reply_text_wins_over_the_streamed_pieces(store):
     rec.user("hi")
     rec.on_event(AnswerDelta("partial and wro"))
     rec.on_event(Finished(Reply(text="Hello!", finish_reason="stop")))
-    assert store.get_conversation(rec.conversation_id).messages[1].content == "Hello!"
+    rec.on_event(AnswerDelta("ng"))  # a late piece (e.g. a listener's replay racing the worker) starts nothing
+    assert [m.content for m in store.get_conversation(rec.conversation_id).messages] == ["hi", "Hello!"]
 
 
 def test_stopped_length_and_rolled_back_turns(store):
@@ -155,7 +156,9 @@ def test_regenerate_and_edit_last_mirror_the_session(store):
         rec.on_event(event)
     rec.discard_last_reply()
     assert [m.role for m in store.get_conversation(rec.conversation_id).messages] == ["user"]
-    rec.finish(text="A better joke.")  # regenerated reply
+    rec.on_event(AnswerDelta("A better"))  # the regenerated reply streams in as usual
+    assert store.get_conversation(rec.conversation_id).messages[-1].state == "streaming"
+    rec.finish(text="A better joke.")
     rec.edit_last_user("Tell me a pun")
     for event in _turn(thinking=False):
         rec.on_event(event)
@@ -176,11 +179,13 @@ def test_resume_continues_a_saved_conversation(store):
     conv = store.get_conversation(first.conversation_id)
     assert [m.model for m in conv.messages if m.role == "assistant"] == ["Qwen3.5-2B", "Qwen3.5-9B"]
     assert conv.model == "Qwen3.5-9B"
-    assert conv.chat_messages() == [
+    reply = {"reasoning": "", "thinking": False, "finish_reason": "stop"}
+    assert conv.chat_messages() == [  # the shape engine.new_session(messages=...) takes back
         {"role": "system", "content": "sys"}, {"role": "user", "content": "hello"},
-        {"role": "assistant", "content": "hi"}, {"role": "user", "content": "again"},
-        {"role": "assistant", "content": "hello again"},
+        {"role": "assistant", "content": "hi", **reply}, {"role": "user", "content": "again"},
+        {"role": "assistant", "content": "hello again", **reply},
     ]
+    assert conv.chat_messages(include_system=False)[0] == {"role": "user", "content": "hello"}
     with pytest.raises(NotFoundError):
         ChatRecorder.resume(store, 999)
 
@@ -206,3 +211,49 @@ def test_storage_failures_never_escape_on_event(tmp_path):
     assert isinstance(rec.error, (StoreError, sqlite3.Error))
     with pytest.raises(StoreError, match="user's message"):
         ChatRecorder(Store.open(tmp_path / "other.sqlite3")).begin_assistant()
+
+
+# ---------------------------------------------------------------- with the real engine on a tiny model
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_moe_path):
+    from macapp.core.engine import Engine
+
+    e = Engine()
+    e.load(str(tiny_moe_path)).result(timeout=120)
+    yield e
+    e.close()
+
+
+def test_a_real_engine_turn_is_recorded_and_reopens_into_a_session(engine, store):
+    from macapp.core.sampling import greedy
+    from macapp.devtools.tiny_model import SCRIPT_ANSWER, SCRIPT_REASONING
+
+    session = engine.new_session(system_prompt="Be brief.")
+    rec = ChatRecorder(store, model="tiny-moe", system_prompt="Be brief.")
+    for text in ("hello there", "and again"):
+        rec.user(text, thinking=True)  # committed before the engine sees it
+        job = session.send(text, thinking=True, sampling=greedy(60))
+        rec.begin_assistant(thinking=True)
+        for event in job.events(timeout=120):  # the chat CLI's loop; the window uses job.add_listener
+            rec.on_event(event)
+        reply = job.result(timeout=1)
+        assert rec.error is None
+        saved = store.get_conversation(rec.conversation_id).messages[-1]
+        assert (saved.content, saved.reasoning) == (reply.text, reply.reasoning)
+        assert saved.reasoning == "".join(SCRIPT_REASONING) and saved.content == "".join(SCRIPT_ANSWER)
+        assert saved.stats.generation_tokens == reply.stats.generation_tokens > 0
+        assert saved.stats.peak_memory_bytes == reply.stats.peak_memory_bytes
+        assert (saved.state, saved.finish_reason) == ("complete", reply.finish_reason)
+    conv = store.get_conversation(rec.conversation_id)
+    # The saved conversation is exactly what the session holds, so reopening it continues the same chat.
+    assert conv.chat_messages() == session.messages
+    reopened = engine.new_session(system_prompt=conv.system_prompt, messages=conv.chat_messages(include_system=False))
+    assert reopened.messages == session.messages
+    again = ChatRecorder.resume(store, conv.id)
+    again.user("third time", thinking=False)
+    job = reopened.send("third time", thinking=False, sampling=greedy(60))
+    for event in job.events(timeout=120):
+        again.on_event(event)
+    assert store.get_conversation(conv.id).chat_messages() == reopened.messages
