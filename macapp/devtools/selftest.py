@@ -108,8 +108,8 @@ def _dist_version(dist: str) -> str:
 
     try:
         return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        module = sys.modules.get(dist.replace("-", "_"))
+    except metadata.PackageNotFoundError:  # a bundle without that package's metadata
+        module = sys.modules.get({"mlx": "mlx.core"}.get(dist, dist.replace("-", "_")))
         return str(getattr(module, "__version__", "?"))
 
 
@@ -182,7 +182,10 @@ def check_tiny_model(workdir: Path) -> tuple[str, Path]:
 def check_chat(model_path: Path) -> str:
     import mlx.core as mx
 
+    if sys.platform == "darwin" and not mx.metal.is_available():
+        raise SelfTestFailure("MLX reports no Metal GPU: this Mac cannot run the models on its GPU")
     started = time.monotonic()
+    # On a Mac this runs on the GPU, so a bundle without MLX's mlx.metallib fails here.
     via, text, tokens = _chat_few_tokens(model_path)
     elapsed = time.monotonic() - started
     if tokens < 1:
