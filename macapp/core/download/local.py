@@ -67,8 +67,10 @@ def inspect_repo(repo: str, revision: str = "main", cache: Path | None = None) -
     on_disk, partial = _folder_bytes(rdir)
     commit = hfcache.read_ref(rdir, revision)
     if commit is None:
-        snaps = sorted((rdir / "snapshots").glob("*"), key=lambda p: p.stat().st_mtime) if (rdir / "snapshots").is_dir() else []
-        commit = snaps[-1].name if snaps else None
+        # No ref yet (a download in progress writes it at the end): the newest snapshot or stored listing.
+        seen = [*(rdir / "snapshots").glob("*"), *(rdir / "trees").glob("*.json")]
+        seen.sort(key=lambda p: p.stat().st_mtime)
+        commit = seen[-1].name.removesuffix(".json") if seen else None
     if commit is None:
         return LocalModel(repo, None, None, on_disk, None, False, False, partial)
     snapshot = hfcache.snapshot_dir(rdir, commit)
