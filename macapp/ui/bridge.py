@@ -12,11 +12,9 @@ from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
 from macapp.ui.throttle import TERMINAL, Throttle
 
-IDLE_STOP_TICKS = 60  # stop the timer after ~2 s with nothing to deliver (no idle wake-ups on battery)
-
 
 class EventBridge(QObject):
-    """Feed it from any thread; receive `delivered(list)` batches on the GUI thread."""
+    """Feed it from any thread; receive `delivered(list)` batches on the GUI thread until the terminal event."""
 
     delivered = Signal(list)
     _wake = Signal()
@@ -27,7 +25,6 @@ class EventBridge(QObject):
         self._timer = QTimer(self)
         self._timer.setInterval(interval_ms)
         self._timer.timeout.connect(self._tick)
-        self._idle_ticks = 0
         self._wake.connect(self._flush)  # queued when emitted from another thread
 
     # -- producer side (any thread) -------------------------------------------------------------------------
@@ -43,7 +40,6 @@ class EventBridge(QObject):
 
     # -- consumer side (GUI thread) -------------------------------------------------------------------------
     def start(self) -> None:
-        self._idle_ticks = 0
         if not self._timer.isActive():
             self._timer.start()
 
@@ -53,14 +49,10 @@ class EventBridge(QObject):
 
     @Slot()
     def _tick(self) -> None:
+        # The timer runs from attach() to the terminal event (a long prefill may send nothing for seconds).
         batch = self.throttle.drain()
         if batch:
-            self._idle_ticks = 0
             self._deliver(batch)
-        else:
-            self._idle_ticks += 1
-            if self._idle_ticks > IDLE_STOP_TICKS:
-                self._timer.stop()
 
     @Slot()
     def _flush(self) -> None:

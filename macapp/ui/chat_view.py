@@ -28,6 +28,8 @@ from macapp.ui.widgets import ElidedLabel
 
 
 class ChatView(QWidget):
+    repaint_interval_ms = 33  # at most ~30 repaints a second while streaming (bench/ui_bench.py tries 0)
+
     model_changed = Signal(str)  # status-bar text
     model_ready = Signal()
     conversations_changed = Signal()
@@ -272,7 +274,7 @@ class ChatView(QWidget):
 
         values = sampling_for(self.settings, self.thinking)
         budget = values.pop("thinking_budget", None)
-        params = preset(self.thinking).with_overrides(**values, **self.sampling_overrides)
+        params = preset(self.thinking).with_overrides(**{**values, **self.sampling_overrides})
         params.validate()
         return params, budget
 
@@ -309,7 +311,7 @@ class ChatView(QWidget):
         self.job = job
         self._gen_started = time.monotonic()
         self.meter.show_text("Starting…")
-        bridge = EventBridge(parent=self)
+        bridge = EventBridge(interval_ms=self.repaint_interval_ms, parent=self)
         bridge.delivered.connect(self._on_events)
         self._gen_bridge = bridge
         bridge.attach(job)

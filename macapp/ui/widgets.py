@@ -3,10 +3,25 @@
 from __future__ import annotations
 
 from PySide6.QtCore import QRectF, QSize, Qt
-from PySide6.QtGui import QColor, QFont, QFontDatabase, QPainter, QPalette, QTextBlockFormat, QTextCursor
+from PySide6.QtGui import QColor, QFont, QFontDatabase, QPainter, QPalette, QTextBlockFormat, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QLabel, QSizePolicy, QTextBrowser, QWidget
 
 from macapp.ui.style import BADGE_TEXT, badge_colour
+
+
+def stable_prefix_end(text: str) -> int:
+    """Where the finished part of a streaming Markdown text ends: after its last blank line outside a code fence."""
+    end = 0
+    in_fence = False
+    pos = 0
+    for line in text.splitlines(keepends=True):
+        stripped = line.strip()
+        if stripped.startswith(("```", "~~~")):
+            in_fence = not in_fence
+        pos += len(line)
+        if not in_fence and not stripped and line.endswith("\n") and pos < len(text):
+            end = pos
+    return end
 
 
 class MarkdownView(QTextBrowser):
@@ -29,23 +44,74 @@ class MarkdownView(QTextBrowser):
         self.document().documentLayout().documentSizeChanged.connect(self._fit_height)
         self.source_text = ""
         self.renders = 0  # how many times the document was rebuilt (tests count repaints by it)
+        self._stable_len = 0  # characters of source_text rendered for good (stream_markdown)
+        self._stable_pos: int | None = 0  # document position where the re-rendered tail starts
 
     def set_markdown(self, text: str) -> None:
         self.source_text = text
         self.renders += 1
         self.setMarkdown(text)
         self._style_code_blocks()
+        self._stable_len = len(text)
+        self._stable_pos = None
+
+    def stream_markdown(self, text: str) -> None:
+        """Render a growing Markdown text cheaply: finished blocks are added once, only the open tail is redone.
+
+        A full setMarkdown costs time in proportion to the whole reply (tens of ms for long ones), which would
+        stall the event loop while streaming; this costs the new part only. Call set_markdown() at the end
+        for the exact rendering (lists or tables split across blank lines come out right then).
+        """
+        if self._stable_pos is None or not text.startswith(self.source_text[: self._stable_len]):
+            self.document().clear()
+            self._stable_len, self._stable_pos = 0, 0
+        self.source_text = text
+        self.renders += 1
+        cut = stable_prefix_end(text)
+        doc = self.document()
+        cursor = QTextCursor(doc)
+        cursor.beginEditBlock()
+        cursor.setPosition(self._stable_pos)
+        cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+        cursor.removeSelectedText()
+        if cut > self._stable_len:
+            self._insert_block(cursor, text[self._stable_len : cut])
+            self._stable_len = cut
+            cursor.movePosition(QTextCursor.MoveOperation.End)
+            self._stable_pos = cursor.position()
+        tail = text[self._stable_len :]
+        if tail.strip():
+            self._insert_block(cursor, tail)
+        cursor.endEditBlock()
+
+    def _insert_block(self, cursor: QTextCursor, markdown: str) -> None:
+        start = cursor.position()
+        if start > 0:
+            cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
+        cursor.insertMarkdown(markdown)
+        self._style_code_blocks(from_position=start)
 
     def set_plain(self, text: str) -> None:
         self.source_text = text
         self.renders += 1
         self.setPlainText(text)
+        self._stable_pos = None
 
-    def _style_code_blocks(self) -> None:
+    def append_plain(self, text: str) -> None:
+        """Add text at the end without rebuilding the document (streamed reasoning)."""
+        if not text:
+            return
+        self.source_text += text
+        self.renders += 1
+        cursor = QTextCursor(self.document())
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        cursor.insertText(text)
+
+    def _style_code_blocks(self, from_position: int = 0) -> None:
         """Give fenced code blocks a tinted background and a monospace font, so they read as code."""
         doc = self.document()
         tint = self.palette().color(QPalette.ColorRole.AlternateBase)
-        block = doc.begin()
+        block = doc.findBlock(from_position) if from_position else doc.begin()
         cursor = None
         while block.isValid():
             fmt = block.blockFormat()
