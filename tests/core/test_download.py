@@ -506,3 +506,25 @@ def test_a_second_download_of_the_same_repo_is_refused_while_one_runs(hub_server
             dl.download(REPO, settings=FAST)
     assert err.value.kind == "busy"
     assert dl.download(REPO, settings=FAST).verified
+
+
+def test_through_a_cdn_redirect_like_the_real_hub_ranges_resume_and_the_token_stays_home(hub_server, monkeypatch):
+    hub_server.redirect_lfs = True
+    repo = hub_server.add_repo(REPO, random_repo_files(), gated=True)
+    monkeypatch.setenv("HF_TOKEN", hub_server.token)
+    hub_server.cut(SHARD1, after=600_000)
+    dl.download(REPO, settings=FAST)
+    content = hub_server.file_requests(SHARD1)
+    assert [r.path.startswith("/_cdn/") for r in content] == [True, True]
+    assert [r.range for r in content] == [None, "bytes=600000-"]
+    assert all(r.authorization is None for r in content)  # the token is not sent to the content host
+    redirects = [r for r in hub_server.file_requests(SHARD1, redirects=True) if r.status == 302]
+    assert redirects and all(r.authorization == f"Bearer {hub_server.token}" for r in redirects)
+    assert hub_server.bytes_served() == _needed_bytes(repo) and dl.is_ready(REPO)
+    # huggingface_hub itself accepts the stand-in's redirect answers (its HEAD stops at the 302 to another host).
+    from huggingface_hub import hf_hub_download
+
+    other = dl.hub_cache_dir().parent / "other-cache"
+    path = hf_hub_download(REPO, SHARD2, endpoint=hub_server.url, cache_dir=other, token=hub_server.token)
+    assert Path(path).read_bytes() == repo.files[SHARD2].data
+    assert Path(path).resolve().name == repo.files[SHARD2].sha256
