@@ -322,7 +322,7 @@ def _run_files(repo: str, plan: DownloadPlan, files: list[LocalFile], emit, canc
             raise error
         raise DownloadError("server", f"download of {repo} failed: {type(error).__name__}: {error}; {RESUME_HINT}",
                             repo=repo, bytes_kept=final.bytes_done) from error
-    if cancel.cancelled or any(t.state != ev.READY for t in final.files):
+    if any(t.state != ev.READY for t in final.files):  # a cancel that came after the last file changes nothing
         raise DownloadCancelled(f"download of {repo} stopped at {final.bytes_done} of {final.bytes_total} bytes; "
                                 f"{RESUME_HINT}", repo=repo, bytes_kept=final.bytes_done)
     return final.bytes_done, final.bytes_this_run, list(tracker.refetched)
