@@ -3,7 +3,7 @@
     python packaging/build.py                 # dist/Qwen Desk.app on macOS, dist/qwen-desk/ on Linux
     python packaging/build.py --self-test     # ... then run the bundle's own --self-test
     python packaging/build.py --dmg           # macOS: dist/Qwen-Desk-<version>.dmg (builds the app if missing)
-    python packaging/build.py --sign "Developer ID Application: Name (TEAMID)" --dmg --notarize PROFILE
+    python packaging/build.py --dmg --sign "Developer ID Application: Name (TEAMID)" --notarize PROFILE
 
 The decisions (Info.plist contents, PyInstaller, codesign, hdiutil and notarytool command lines) are
 small functions that return values, so they are tested on Linux; only `main` runs macOS tools.
@@ -347,6 +347,11 @@ def folder_size(path: Path) -> int:
     return total
 
 
+def should_build(dmg: bool, rebuild: bool, identity: str | None, app_exists: bool) -> bool:
+    """`make dmg` reuses the app `make app` just built, unless told to rebuild or to sign with an identity."""
+    return not dmg or rebuild or bool(identity and identity != "-") or not app_exists
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="packaging/build.py", description="Build the Qwen Desk bundle into dist/.")
     parser.add_argument("--dmg", action="store_true", help="macOS: make a compressed DMG (builds the app if missing)")
@@ -367,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         version = project_version()
         if args.dmg and sys.platform != "darwin":
             build_dmg(dist, version)  # raises the clear message
-        if not args.dmg or args.rebuild or not executable_path(dist).exists():
+        if should_build(args.dmg, args.rebuild, args.sign, executable_path(dist).exists()):
             build_app(dist, work, args.sign, args.entitlements)
         if args.self_test:
             status = run_bundle_self_test(dist)

@@ -90,7 +90,25 @@ def check_imports() -> str:
     if failed:
         raise SelfTestFailure("cannot import " + "; ".join(failed))
     versions = ", ".join(f"{dist} {_dist_version(dist)}" for dist in ("mlx", "mlx-lm", "transformers", "PySide6"))
-    return f"{len(names)} modules; {versions}"
+    root = bundle_root()
+    if root is None:
+        return f"{len(names)} modules; {versions}"
+    outside = _modules_outside(root)
+    if outside:
+        raise SelfTestFailure(f"{len(outside)} modules loaded from outside the bundle, e.g. {outside[0]}")
+    return f"{len(names)} modules, every loaded module from inside the bundle; {versions}"
+
+
+def _modules_outside(root: Path) -> list[str]:
+    """Loaded modules whose file is not in the bundle: a bundle leaning on a Python installed elsewhere."""
+    root = root.resolve()
+    outside = []
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        # Relative names are virtual (shiboken's embedded signature modules), not files on disk.
+        if file and os.path.isabs(file) and not Path(file).resolve().is_relative_to(root):
+            outside.append(f"{name} ({file})")
+    return sorted(outside)
 
 
 def _macapp_modules() -> set[str]:

@@ -173,6 +173,15 @@ def test_notarization_submits_waits_and_staples(build, tmp_path):
     assert build.codesign_verify_command(tmp_path / "Qwen Desk.app")[:2] == ["codesign", "--verify"]
 
 
+def test_dmg_reuses_the_built_app_unless_it_must_be_rebuilt(build):
+    assert build.should_build(dmg=False, rebuild=False, identity=None, app_exists=True)  # `make app` always builds
+    assert not build.should_build(dmg=True, rebuild=False, identity=None, app_exists=True)
+    assert build.should_build(dmg=True, rebuild=False, identity=None, app_exists=False)
+    assert build.should_build(dmg=True, rebuild=True, identity=None, app_exists=True)
+    assert build.should_build(dmg=True, rebuild=False, identity="Developer ID Application: X (T)", app_exists=True)
+    assert not build.should_build(dmg=True, rebuild=False, identity="-", app_exists=True)
+
+
 @pytest.mark.skipif(sys.platform == "darwin", reason="off macOS only: on a Mac --dmg builds the DMG")
 def test_dmg_off_macos_says_why_and_builds_nothing(tmp_path):
     result = subprocess.run(
@@ -190,11 +199,15 @@ def test_dmg_off_macos_says_why_and_builds_nothing(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def linux_bundle(tmp_path_factory):
-    """Build the one-folder bundle with the real spec (a few minutes on 2 cores), once for this module."""
+def linux_bundle():
+    """Build the one-folder bundle with the real spec (a few minutes on 2 cores), once for this module.
+
+    Into build/ (ignored by git), not pytest's temp folder: other pytest runs on a shared machine prune
+    old temp folders, and PyInstaller reuses its work folder when nothing changed.
+    """
     if sys.platform == "darwin":
         pytest.skip("on macOS the bundle is the .app, built by `make app`")
-    out = tmp_path_factory.mktemp("bundle")
+    out = ROOT / "build" / "test-bundle"
     dist, work = out / "dist", out / "work"
     result = subprocess.run(
         ["nice", "-n", "10", sys.executable, str(ROOT / "packaging" / "build.py"), "--dist", str(dist), "--work", str(work)],
@@ -220,12 +233,26 @@ def test_linux_bundle_passes_its_self_test_and_keeps_data_outside(linux_bundle, 
     before = sorted(p.relative_to(linux_bundle) for p in linux_bundle.rglob("*"))
 
     home = tmp_path / "home"
-    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", QWEN_DESK_HOME=str(home), HF_HOME=str(tmp_path / "hf"))
-    result = subprocess.run([str(exe), "--self-test"], capture_output=True, text=True, env=env, timeout=600)
+    # As on a user's machine: no virtualenv, no PYTHONPATH, a plain PATH, offline, started from elsewhere.
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "HOME": str(tmp_path),
+        "TMPDIR": str(tmp_path),
+        "QT_QPA_PLATFORM": "offscreen",
+        "QWEN_DESK_HOME": str(home),
+        "HF_HOME": str(tmp_path / "hf"),
+        "HF_HUB_OFFLINE": "1",
+        "MLX_DISABLE_COMPILE": "1",
+    }
+    result = subprocess.run(
+        [str(exe), "--self-test"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600
+    )
 
     report = result.stdout + result.stderr
     assert result.returncode == 0, report
     assert "PASS" in report and "FAIL" not in report
+    assert "every loaded module from inside the bundle" in report
     for check in ("imports", "qt", "data folders", "fit check", "tiny model", "chat"):
         assert f"ok   {check}" in report, report
     log_file = home / "logs" / "qwen-desk.log"
