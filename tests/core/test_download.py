@@ -528,3 +528,25 @@ def test_through_a_cdn_redirect_like_the_real_hub_ranges_resume_and_the_token_st
     path = hf_hub_download(REPO, SHARD2, endpoint=hub_server.url, cache_dir=other, token=hub_server.token)
     assert Path(path).read_bytes() == repo.files[SHARD2].data
     assert Path(path).resolve().name == repo.files[SHARD2].sha256
+
+
+def test_offline_a_model_without_a_stored_listing_is_still_checked_by_its_blob_names(hub_server, repo, monkeypatch):
+    # As left by an older huggingface_hub, which kept no trees/ listing: the blob names are the hashes.
+    import shutil
+
+    from huggingface_hub import snapshot_download
+
+    snapshot_download(REPO, endpoint=hub_server.url, cache_dir=dl.hub_cache_dir(), allow_patterns=dl.NEEDED_PATTERNS)
+    shutil.rmtree(hfcache.repo_dir(REPO) / "trees")
+    hub_server.reset_log()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    result = dl.download(REPO, settings=FAST)
+    assert result.verified and set(result.files) == NEEDED and hub_server.log == []
+    assert dl.is_ready(REPO)
+    blob = _blob(repo, SHARD2)
+    data = bytearray(blob.read_bytes())
+    data[-1] ^= 0xFF
+    blob.write_bytes(bytes(data))
+    with pytest.raises(dl.DownloadError) as err:
+        dl.download(REPO, settings=FAST)
+    assert err.value.kind == "offline" and SHARD2 in str(err.value) and hub_server.log == []

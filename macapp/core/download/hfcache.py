@@ -163,6 +163,37 @@ def read_listing(rdir: Path, commit: str) -> list[RemoteFile] | None:
         return None
 
 
+def listing_from_snapshot(rdir: Path, commit: str) -> list[RemoteFile] | None:
+    """Rebuild a listing from a snapshot folder when none was stored (a model fetched by an older huggingface_hub).
+
+    Blobs are named after their hash (sha256 for LFS files, the git blob id otherwise), so every file can still be
+    checked offline. None when a shard named in model.safetensors.index.json is missing.
+    """
+    snap = snapshot_dir(rdir, commit)
+    if not snap.is_dir():
+        return None
+    files = []
+    for entry in sorted(snap.rglob("*")):
+        if not entry.is_file():
+            continue
+        rel = entry.relative_to(snap).as_posix()
+        name = entry.resolve().name if entry.is_symlink() else ""
+        if re.fullmatch(r"[0-9a-f]{64}", name):
+            files.append(RemoteFile(rel, entry.stat().st_size, blob_id="", sha256=name))
+        elif re.fullmatch(r"[0-9a-f]{40}", name):
+            files.append(RemoteFile(rel, entry.stat().st_size, blob_id=name))
+        else:
+            return None  # a plain copy: nothing to check it against
+    present = {f.path for f in files}
+    try:
+        shards = set(json.loads((snap / "model.safetensors.index.json").read_text())["weight_map"].values())
+    except (OSError, ValueError, KeyError, AttributeError):
+        shards = set()
+    if not shards <= present or "config.json" not in present:
+        return None
+    return files
+
+
 # --- verified marks ----------------------------------------------------------------------------------------------
 def load_marks(rdir: Path) -> dict[str, list[int]]:
     try:

@@ -74,7 +74,7 @@ def inspect_repo(repo: str, revision: str = "main", cache: Path | None = None) -
     if commit is None:
         return LocalModel(repo, None, None, on_disk, None, False, False, partial)
     snapshot = hfcache.snapshot_dir(rdir, commit)
-    listing = hfcache.read_listing(rdir, commit)
+    listing = hfcache.read_listing(rdir, commit) or hfcache.listing_from_snapshot(rdir, commit)
     if listing is None:
         files = _files_from_index(snapshot) if snapshot.is_dir() else None
         return LocalModel(repo, commit, snapshot if snapshot.is_dir() else None, on_disk, None, files is not None,

@@ -374,6 +374,13 @@ class _Worker:
             self.messages.put(ev.Notice(f"{remote.path} on disk does not match the hub's hash; fetching it again"))
             self.tracker.refetched.append(remote.path)
             self.tracker.set(remote.path, ev.PENDING, done=0)
+        if self.plan.from_cache_only:
+            offline = hubapi.is_offline()
+            self.tracker.set(remote.path, ev.FAILED)
+            raise DownloadError("offline" if offline else "network",
+                                f"{remote.path} of {self.repo} needs fetching again (missing or damaged) but "
+                                + ("HF_HUB_OFFLINE is set" if offline else f"{self.base} cannot be reached")
+                                + f"; {RESUME_HINT} once online", repo=self.repo, path=remote.path)
         part_path = hfcache.partial_path(self.rdir, remote.etag)
         self.tracker.set(remote.path, ev.CHECKING)
         part = PartialFile.open(remote, part_path, cancelled=self.stop.is_set)

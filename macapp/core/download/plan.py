@@ -145,6 +145,8 @@ def plan_download(repo: str, revision: str = "main", *, model: Any = None, conte
     if from_cache_only:
         commit = hfcache.read_ref(rdir, revision)
         listing = hfcache.read_listing(rdir, commit) if commit else None
+        if listing is None and commit:
+            listing = hfcache.listing_from_snapshot(rdir, commit)
         if listing is None:
             if hubapi.is_offline():
                 raise DownloadError("offline", f"{repo} is not in the local cache and HF_HUB_OFFLINE is set: "
