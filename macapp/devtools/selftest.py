@@ -122,13 +122,17 @@ def _macapp_modules() -> set[str]:
 
 
 def _dist_version(dist: str) -> str:
+    """The version the module itself reports (bundles may lack package metadata)."""
     from importlib import metadata
 
+    module = sys.modules.get({"mlx": "mlx.core", "mlx-lm": "mlx_lm"}.get(dist, dist))
+    version = getattr(module, "__version__", None)
+    if version:
+        return str(version)
     try:
         return metadata.version(dist)
-    except metadata.PackageNotFoundError:  # a bundle without that package's metadata
-        module = sys.modules.get({"mlx": "mlx.core"}.get(dist, dist.replace("-", "_")))
-        return str(getattr(module, "__version__", "?"))
+    except metadata.PackageNotFoundError:
+        return "?"
 
 
 def check_qt() -> str:

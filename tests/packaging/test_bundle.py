@@ -263,7 +263,17 @@ def test_linux_bundle_passes_its_self_test_and_keeps_data_outside(linux_bundle, 
 
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
-def test_linux_bundle_answers_the_cli(linux_bundle):
-    result = subprocess.run([str(linux_bundle / "qwen-desk"), "--version"], capture_output=True, text=True, timeout=120)
+def test_linux_bundle_answers_the_cli_and_opens_the_window(linux_bundle, tmp_path):
+    exe = str(linux_bundle / "qwen-desk")
+    result = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0
     assert result.stdout.strip() == f"qwen-desk {macapp.__version__}"
+
+    # The real main window, started from the bundle (UI modules, style sheet from resources/, Qt plugins).
+    shot = tmp_path / "window.png"
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", QWEN_DESK_HOME=str(tmp_path / "home"), LANG="C.UTF-8")
+    result = subprocess.run([exe, "--screenshot", str(shot)], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    with Image.open(shot) as image:
+        assert image.width >= 800 and image.height >= 500
+        assert len(set(image.convert("RGB").resize((64, 64)).getdata())) > 8  # drawn, not one flat colour
