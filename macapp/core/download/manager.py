@@ -198,7 +198,8 @@ def _download(target, revision, model, context, emit, cancel: CancelToken, setti
     if plan.from_cache_only and not plan.complete:
         kind = "offline" if hubapi.is_offline() else "network"
         why = "HF_HUB_OFFLINE is set" if kind == "offline" else f"{hubapi.endpoint()} cannot be reached"
-        raise DownloadError(kind, f"{repo} is not fully downloaded ({plan.bytes_on_disk} of {plan.bytes_total} bytes) "
+        raise DownloadError(kind, f"{repo} is not fully downloaded ({human_size(plan.bytes_on_disk)} of "
+                            f"{human_size(plan.bytes_total)}) "
                             f"and {why}; {RESUME_HINT} once online", repo=repo, bytes_kept=plan.bytes_on_disk)
 
     cache = plan.cache_dir
@@ -442,8 +443,11 @@ class _Worker:
             target = blob
         if target == blob:
             hfcache.link_snapshot(self.rdir, self.plan.commit, remote.path, remote.etag)
-        with _MARKS_LOCK:
-            hfcache.add_mark(self.rdir, remote.etag, target)
+        try:
+            with _MARKS_LOCK:
+                hfcache.add_mark(self.rdir, remote.etag, target)
+        except OSError:
+            pass  # a read-only shared cache: the file was checked, it will just be checked again next time
         self.tracker.set(remote.path, ev.READY, done=remote.size)
 
 
