@@ -129,7 +129,9 @@ class _Tracker:
             socks = list(self.sockets.values())
         for sock in socks:
             try:
-                sock.shutdown(socket.SHUT_RDWR)
+                # The plain-socket shutdown, also for TLS sockets: it wakes the reader without touching SSL state
+                # that the reading thread is using.
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
             except OSError:
                 pass
 
