@@ -234,6 +234,35 @@ def locate_model(spec: str) -> Path:
         ) from exc
 
 
+def safetensors_problem(path: Path) -> str | None:
+    """Why a .safetensors file cannot be whole (truncated, bad header), or None; reads only its header."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                return "too short"
+            n = int.from_bytes(head, "little")
+            if n <= 0 or 8 + n > size:
+                return "bad header length"
+            header = json.loads(f.read(n))
+    except (OSError, ValueError) as exc:
+        return f"unreadable header: {exc}"
+    if not isinstance(header, dict):
+        return "bad header"
+    end = 0
+    for name, meta in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            end = max(end, int(meta["data_offsets"][1]))
+        except (KeyError, TypeError, ValueError, IndexError):
+            return f"bad entry for {name}"
+    if 8 + n + end > size:
+        return f"truncated: {size:,} bytes of {8 + n + end:,}"
+    return None
+
+
 def check_model_folder(path: Path) -> dict:
     """The folder's config.json if it looks like a Qwen3.5-family MLX model; EngineError with the reason otherwise."""
     config_file = path / "config.json"
@@ -252,8 +281,13 @@ def check_model_folder(path: Path) -> dict:
             f"{path.name} is not a Qwen3.5-family model (model_type {model_type!r}); Qwen Desk runs qwen3_5 and qwen3_5_moe models.",
             ev.NOT_A_MODEL,
         )
-    if not list(path.glob("model*.safetensors")):
+    weight_files = sorted(path.glob("model*.safetensors"))
+    if not weight_files:
         raise EngineError(f"{path} has no weights (model*.safetensors); download the model again.", ev.CORRUPT)
+    for weight_file in weight_files:
+        problem = safetensors_problem(weight_file)
+        if problem:
+            raise EngineError(f"{weight_file.name} in {path} is damaged ({problem}); download the model again.", ev.CORRUPT)
     if not (path / "tokenizer.json").is_file() and not (path / "tokenizer_config.json").is_file():
         raise EngineError(f"{path} has no tokenizer files; download the model again.", ev.CORRUPT)
     return config
@@ -427,8 +461,10 @@ class Engine:
             if job.stopped:
                 job.emit(Failed("Loading was cancelled.", ev.CANCELLED))
                 return
+            path = locate_model(str(spec))
+            check_model_folder(path)  # refuse bad folders before letting go of the current model
             self._model = None  # free the old model before reading the new one
-            self._model = _load_model(str(spec))
+            self._model = _load_model(str(path))
             job.emit(self._model.info)
 
         return self.submit("load", work)

@@ -218,8 +218,7 @@ def _shape_weights(model, tokenizer, seed: int) -> None:
     chain = [special["\n"], *reasoning, special["</think>"], special["\n\n"], *answer, special["<|im_end|>"]]
     lm = model.language_model
     hidden = lm.args.hidden_size
-    key = mx.random.key(seed + 1)
-    k1, k2 = mx.random.split(key)
+    k1, k2, k3 = mx.random.split(mx.random.key(seed + 1), 3)
     embed = mx.random.normal((MODEL_VOCAB, hidden), key=k1)
     unit = embed / mx.linalg.norm(embed, axis=-1, keepdims=True)
     head = mx.random.normal((MODEL_VOCAB, hidden), key=k2) * (0.6 / hidden**0.5)
@@ -235,8 +234,14 @@ def _shape_weights(model, tokenizer, seed: int) -> None:
     updates = []
     for path, value in tree_flatten(lm.model.parameters()):
         if path.endswith(("o_proj.weight", "out_proj.weight", "down_proj.weight")):
-            updates.append((path, value * 2.0))
+            updates.append((path, value * 2.5))
     lm.model.update(tree_unflatten(updates))
+    # Slow DeltaNet decay (mlx-lm draws A in [0, 16]: the state forgets within a token or two), so the
+    # recurrent state carries the conversation and a wrongly restored cache shows in the logits.
+    for layer in lm.model.layers:
+        if layer.is_linear:
+            shape = layer.linear_attn.A_log.shape
+            layer.linear_attn.A_log = mx.log(mx.random.uniform(0.05, 0.5, shape, key=k3))
 
 
 def _hub_weights(weights: dict, kind: str, text_config: dict) -> dict:
