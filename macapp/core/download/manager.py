@@ -232,7 +232,7 @@ def _download(target, revision, model, context, emit, cancel: CancelToken, setti
         result = _run_files(repo, plan, files, emit, cancel, settings, tok)
         if plan.revision != plan.commit and not plan.from_cache_only:
             hfcache.write_ref(rdir, plan.revision, plan.commit)
-    tracker_done, this_run, refetched = result
+    this_run, refetched = result
     final = DownloadResult(
         repo=repo, revision=plan.revision, commit=plan.commit, path=plan.snapshot_path,
         bytes_total=plan.bytes_total, bytes_downloaded_this_run=this_run,
@@ -243,7 +243,8 @@ def _download(target, revision, model, context, emit, cancel: CancelToken, setti
 
 
 def _run_files(repo: str, plan: DownloadPlan, files: list[LocalFile], emit, cancel: CancelToken,
-               settings: DownloadSettings, tok: str | None) -> tuple[int, int, list[str]]:
+               settings: DownloadSettings, tok: str | None) -> tuple[int, list[str]]:
+    """Run the per-file work on a pool; returns (bytes received this run, files re-fetched after a bad hash)."""
     import httpx2
 
     rdir = plan.repo_dir
@@ -263,7 +264,7 @@ def _run_files(repo: str, plan: DownloadPlan, files: list[LocalFile], emit, canc
     work = [f for f in files if f.state != "ready"]
     for f in files:
         if f.state == "ready":
-            hfcache.link_snapshot(rdir, plan.commit, f.remote.path, _linked_etag(f))
+            hfcache.link_snapshot(rdir, plan.commit, f.remote.path, f.remote.etag)
     emit(tracker.snapshot(settings.stall_report_s))
     pool = ThreadPoolExecutor(max_workers=max(1, settings.max_workers), thread_name_prefix="qwen-desk-download")
     futures: set[Future] = {pool.submit(ctx.run_file, f) for f in work}
@@ -328,12 +329,7 @@ def _run_files(repo: str, plan: DownloadPlan, files: list[LocalFile], emit, canc
     if any(t.state != ev.READY for t in final.files):  # a cancel that came after the last file changes nothing
         raise DownloadCancelled(f"download of {repo} stopped at {final.bytes_done} of {final.bytes_total} bytes; "
                                 f"{RESUME_HINT}", repo=repo, bytes_kept=final.bytes_done)
-    return final.bytes_done, final.bytes_this_run, list(tracker.refetched)
-
-
-def _linked_etag(f: LocalFile) -> str:
-    """The blob a snapshot entry should point at (the file's own etag; a copy outside blobs/ keeps its name)."""
-    return f.remote.etag
+    return final.bytes_this_run, list(tracker.refetched)
 
 
 @dataclass
