@@ -277,3 +277,6 @@ def test_linux_bundle_answers_the_cli_and_opens_the_window(linux_bundle, tmp_pat
     with Image.open(shot) as image:
         assert image.width >= 800 and image.height >= 500
         assert len(set(image.convert("RGB").resize((64, 64)).getdata())) > 8  # drawn, not one flat colour
+    # The window path writes the log file a user attaches to a bug report.
+    log_text = (tmp_path / "home" / "logs" / "qwen-desk.log").read_text()
+    assert "starting: Python" in log_text and "frozen=True" in log_text
