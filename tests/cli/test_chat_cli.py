@@ -1,0 +1,118 @@
+"""`qwen-desk chat` on the tiny model: scripted turns with --json, history, errors, the interactive loop."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from macapp.cli import main
+from macapp.devtools.tiny_model import SCRIPT_ANSWER, SCRIPT_REASONING
+
+REASONING = "".join(SCRIPT_REASONING)
+ANSWER = "".join(SCRIPT_ANSWER)
+CONTRACT = {
+    "turn", "text", "reasoning", "prompt_tokens", "generation_tokens", "ttft_s", "prompt_tps",
+    "generation_tps", "peak_memory_bytes", "finish_reason",
+}
+
+
+def run_json(capsys, *argv):
+    code = main(["chat", *argv, "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def test_prompts_are_turns_of_one_conversation_with_json_records(capsys, tiny_moe_path):
+    turns = run_json(capsys, "--model", str(tiny_moe_path), "--prompt", "hi", "--prompt", "again", "--temp", "0", "--no-history")
+    assert [t["turn"] for t in turns] == [1, 2]
+    for t in turns:
+        assert CONTRACT <= set(t)
+        assert (t["reasoning"], t["text"], t["finish_reason"]) == (REASONING, ANSWER, "stop")
+        assert t["generation_tokens"] == 18 and t["ttft_s"] > 0 and t["generation_tps"] > 0 and t["peak_memory_bytes"] > 0
+    # turn 2 prefills only its own turn: "\n" + "<|im_start|>user\nagain<|im_end|>\n<|im_start|>assistant\n<think>\n"
+    assert turns[1]["prompt_tokens"] < turns[0]["prompt_tokens"] + 5
+    assert turns[1]["context_tokens"] == turns[0]["context_tokens"] + turns[1]["prompt_tokens"] + turns[1]["generation_tokens"]
+
+
+def test_no_think_and_thinking_budget(capsys, tiny_moe_path):
+    (plain,) = run_json(capsys, "--model", str(tiny_moe_path), "--no-think", "--prompt", "hi", "--temp", "0", "--no-history")
+    assert (plain["reasoning"], plain["text"], plain["thinking"]) == ("", ANSWER, False)
+    (short,) = run_json(capsys, "--model", str(tiny_moe_path), "--prompt", "hi", "--temp", "0", "--thinking-budget", "2", "--no-history")
+    assert short["reasoning"] == "".join(SCRIPT_REASONING[:2]) and short["text"] == ANSWER and short["budget_hit"]
+    (cut,) = run_json(capsys, "--model", str(tiny_moe_path), "--prompt", "hi", "--temp", "0", "--max-tokens", "4", "--no-history")
+    assert cut["finish_reason"] == "length" and cut["text"] == "" and cut["generation_tokens"] == 4
+
+
+def test_conversations_are_saved_to_the_history_and_can_be_resumed(capsys, tiny_moe_path):
+    from macapp.core.store import Store
+
+    turns = run_json(capsys, "--model", str(tiny_moe_path), "--prompt", "first question", "--prompt", "second", "--temp", "0")
+    conv_id = turns[0]["conversation_id"]
+    with Store.open() as store:
+        conv = store.get_conversation(conv_id)
+        assert [(m.role, m.content) for m in conv.messages] == [
+            ("user", "first question"), ("assistant", ANSWER), ("user", "second"), ("assistant", ANSWER)
+        ]
+        assert conv.messages[1].reasoning == REASONING and conv.messages[1].stats.generation_tokens == 18
+    (resumed,) = run_json(capsys, "--model", str(tiny_moe_path), "--resume", str(conv_id), "--prompt", "third", "--temp", "0")
+    assert resumed["conversation_id"] == conv_id
+    assert resumed["prompt_tokens"] > turns[0]["prompt_tokens"] + turns[1]["prompt_tokens"]  # the history is read once
+    with Store.open() as store:
+        assert len(store.get_conversation(conv_id).messages) == 6
+    run_json(capsys, "--model", str(tiny_moe_path), "--prompt", "unsaved", "--temp", "0", "--no-history")
+    with Store.open() as store:
+        assert len(store.list_conversations()) == 1
+
+
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["--model", "{tmp}/nowhere", "--prompt", "hi"], "No model folder"),
+        (["--model", "{model}", "--prompt", "  "], "empty"),
+        (["--model", "{model}", "--json"], "--json needs"),
+        (["--model", "{model}", "--prompt", "word " * 100, "--context", "64", "--no-history"], "context"),
+        (["--model", "{model}", "--prompt", "hi", "--temp", "-1"], "temperature"),
+        (["--model", "{model}", "--prompt", "hi", "--no-think", "--preset", "precise"], "precise"),
+    ],
+)
+def test_bad_input_exits_2_with_a_clear_message(capsys, tmp_path, tiny_moe_path, argv, needle):
+    argv = [a.format(tmp=tmp_path, model=tiny_moe_path) for a in argv]
+    code = main(["chat", *argv])
+    out, err = capsys.readouterr()
+    assert code == 2 and needle in err and out == ""
+
+
+def _cli(*argv, stdin=None, home):
+    env = dict(os.environ, QWEN_DESK_HOME=str(home), MLX_DISABLE_COMPILE="1")
+    return subprocess.run(
+        [sys.executable, "-m", "macapp", "chat", *argv], input=stdin, capture_output=True, text=True, timeout=120, env=env
+    )
+
+
+def test_the_command_works_in_a_fresh_process(tiny_moe_path, tmp_path):
+    proc = _cli("--model", str(tiny_moe_path), "--prompt", "hi", "--prompt", "again", "--json", home=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [line["turn"] for line in lines] == [1, 2] and all(CONTRACT <= set(line) for line in lines)
+
+
+def test_interactive_chat_streams_replies_and_prints_stats(tiny_moe_path, tmp_path):
+    script = "hello\n/nothink\nsecond\n/regen\n/edit changed\n/quit\n"
+    proc = _cli("--model", str(tiny_moe_path), "--temp", "0", stdin=script, home=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count(ANSWER) == 4 and proc.stdout.count(REASONING) == 1
+    stats = [line for line in proc.stderr.splitlines() if line.startswith("prompt ")]
+    assert len(stats) == 4 and "prompt 1 tokens" in stats[2]  # /regen re-reads one token
+    assert all("tok/s" in line and "first token" in line and "peak" in line for line in stats)
+    from macapp.core.store import Store
+
+    os.environ["QWEN_DESK_HOME"] = str(tmp_path)  # the autouse fixture restores it after the test
+    with Store.open() as store:
+        (conv,) = store.list_conversations()
+        users = [m.content for m in store.get_conversation(conv.id).messages if m.role == "user"]
+    assert users == ["hello", "changed"]
