@@ -157,6 +157,59 @@ def check_qt() -> str:
     return f"platform {app.platformName()}, rendered a {image.width()}×{image.height()} label, icon {icon.width()} px"
 
 
+def check_bundle() -> str:
+    root = bundle_root()
+    if root is None:
+        return "running from source, not a bundle"
+    from macapp.core import paths
+
+    missing = [name for name in ("icon.png", "Info.plist") if not (paths.resources_dir() / name).exists()]
+    if missing:
+        raise SelfTestFailure(f"resources missing from the bundle: {', '.join(missing)}")
+    if root.suffix != ".app":
+        return f"one-folder bundle at {root}"
+    problems = mac_bundle_problems(root, __version__)
+    problems += _codesign_problems(root)
+    if problems:
+        raise SelfTestFailure("; ".join(problems))
+    return f"{root.name}: Info.plist {__version__}, mlx.metallib beside libmlx, signature valid"
+
+
+def mac_bundle_problems(app: Path, version: str) -> list[str]:
+    """What is wrong with a macOS .app's layout: Info.plist, executable, MLX's Metal library."""
+    import plistlib
+
+    problems = []
+    info_path = app / "Contents" / "Info.plist"
+    if not info_path.exists():
+        return [f"no Contents/Info.plist in {app.name}"]
+    with info_path.open("rb") as fh:
+        info = plistlib.load(fh)
+    if info.get("CFBundleShortVersionString") != version:
+        problems.append(f"Info.plist says version {info.get('CFBundleShortVersionString')!r}, the app is {version}")
+    executable = app / "Contents" / "MacOS" / str(info.get("CFBundleExecutable", ""))
+    if not info.get("CFBundleExecutable") or not executable.is_file():
+        problems.append(f"CFBundleExecutable {info.get('CFBundleExecutable')!r} is not in Contents/MacOS")
+    # MLX loads the Metal library that sits beside libmlx.dylib (PyInstaller links it into Frameworks).
+    libmlx_dir = app / "Contents" / "Frameworks" / "mlx" / "lib"
+    if not (libmlx_dir / "mlx.metallib").is_file():  # is_file follows the symlink
+        problems.append("mlx.metallib is not beside libmlx in Contents/Frameworks/mlx/lib: every GPU op would fail")
+    return problems
+
+
+def _codesign_problems(app: Path) -> list[str]:
+    import shutil
+    import subprocess
+
+    codesign = shutil.which("codesign") or "/usr/bin/codesign"
+    if not Path(codesign).exists():
+        return []
+    result = subprocess.run([codesign, "--verify", "--deep", "--strict", str(app)], capture_output=True, text=True)
+    if result.returncode != 0:
+        return [f"codesign --verify failed: {(result.stderr or result.stdout).strip().splitlines()[-1:]}"]
+    return []
+
+
 def check_data_folders() -> str:
     from huggingface_hub import constants
 
@@ -277,6 +330,7 @@ def run_checks(workdir: Path) -> Iterator[CheckResult]:
     """Every check in order, each a CheckResult; a failed step does not stop the independent ones."""
     yield _timed("imports", check_imports)
     yield _timed("qt", check_qt)
+    yield _timed("bundle", check_bundle)
     yield _timed("data folders", check_data_folders)
     yield _timed("fit check", check_fit)
     model_path: list[Path] = []

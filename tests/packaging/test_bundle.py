@@ -253,7 +253,7 @@ def test_linux_bundle_passes_its_self_test_and_keeps_data_outside(linux_bundle, 
     assert result.returncode == 0, report
     assert "PASS" in report and "FAIL" not in report
     assert "every loaded module from inside the bundle" in report
-    for check in ("imports", "qt", "data folders", "fit check", "tiny model", "chat"):
+    for check in ("imports", "qt", "bundle", "data folders", "fit check", "tiny model", "chat"):
         assert f"ok   {check}" in report, report
     log_file = home / "logs" / "qwen-desk.log"
     assert log_file.exists() and "self-test chat ok" in log_file.read_text()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import plistlib
 
 from macapp.devtools import selftest
 
@@ -13,9 +14,9 @@ def test_self_test_passes_from_source_and_reports_each_check(qapp):
     report = out.getvalue()
     assert status == 0, report
     assert report.splitlines()[0].startswith("Qwen Desk ")
-    for check in ("imports", "qt", "data folders", "fit check", "tiny model", "chat"):
+    for check in ("imports", "qt", "bundle", "data folders", "fit check", "tiny model", "chat"):
         assert f"ok   {check}" in report, report
-    assert "PASS: 6/6 checks" in report
+    assert "PASS: 7/7 checks" in report
     assert "log: " in report
 
 
@@ -46,3 +47,31 @@ def test_chat_runs_a_few_tokens_on_a_tiny_model(tmp_path):
     report = selftest.check_chat(path)
     tokens = int(report.split(" tokens", 1)[0])
     assert 1 <= tokens <= selftest.CHAT_TOKENS
+
+
+def _fake_app(tmp_path, version="0.1.0", metallib=True):
+    """The layout PyInstaller's BUNDLE writes, with the Metal library cross-linked from Resources."""
+    app = tmp_path / "Qwen Desk.app"
+    contents = app / "Contents"
+    (contents / "MacOS").mkdir(parents=True)
+    (contents / "MacOS" / "qwen-desk").write_bytes(b"\xcf\xfa\xed\xfe")
+    (contents / "Info.plist").write_bytes(
+        plistlib.dumps({"CFBundleShortVersionString": version, "CFBundleExecutable": "qwen-desk"})
+    )
+    (contents / "Frameworks" / "mlx" / "lib").mkdir(parents=True)
+    (contents / "Frameworks" / "mlx" / "lib" / "libmlx.dylib").write_bytes(b"lib")
+    if metallib:
+        (contents / "Resources" / "mlx" / "lib").mkdir(parents=True)
+        (contents / "Resources" / "mlx" / "lib" / "mlx.metallib").write_bytes(b"metal")
+        (contents / "Frameworks" / "mlx" / "lib" / "mlx.metallib").symlink_to("../../../Resources/mlx/lib/mlx.metallib")
+    return app
+
+
+def test_a_well_formed_mac_bundle_has_no_problems(tmp_path):
+    assert selftest.mac_bundle_problems(_fake_app(tmp_path), "0.1.0") == []
+
+
+def test_a_mac_bundle_without_the_metal_library_or_with_a_stale_plist_is_reported(tmp_path):
+    problems = selftest.mac_bundle_problems(_fake_app(tmp_path, version="0.0.9", metallib=False), "0.1.0")
+    assert any("mlx.metallib" in p for p in problems)
+    assert any("'0.0.9'" in p for p in problems)
