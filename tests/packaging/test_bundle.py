@@ -109,6 +109,31 @@ def test_transformers_keeps_the_qwen_tokenizers_and_drops_other_models(build):
     assert not {"transformers.models.auto", "transformers.models.qwen3_5", "transformers.models.qwen2"} & set(excluded)
 
 
+def test_pyinstaller_puts_the_metal_library_where_mlx_and_the_self_test_look():
+    """PyInstaller's own .app layout (run on Linux): data beside a binary goes to Resources, linked back.
+
+    MLX opens the mlx.metallib next to libmlx.dylib (Contents/Frameworks/mlx/lib); resources_dir() is
+    sys._MEIPASS/resources, and _MEIPASS is Contents/Frameworks in an .app.
+    """
+    from PyInstaller.building.osx import BUNDLE
+
+    toc = [
+        ("qwen-desk", "/src/qwen-desk", "EXECUTABLE"),
+        ("mlx/core.cpython-311-darwin.so", "/src/core.so", "EXTENSION"),
+        ("mlx/lib/libmlx.dylib", "/src/libmlx.dylib", "BINARY"),
+        ("mlx/lib/mlx.metallib", "/src/mlx.metallib", "DATA"),
+        ("resources/icon.png", "/src/icon.png", "DATA"),
+    ]
+    layout = {dest: (src, kind) for dest, src, kind in BUNDLE._process_bundle_toc(BUNDLE.__new__(BUNDLE), toc)}
+
+    assert layout["Contents/Frameworks/mlx/lib/libmlx.dylib"] == ("/src/libmlx.dylib", "BINARY")
+    link, kind = layout["Contents/Frameworks/mlx/lib/mlx.metallib"]
+    assert kind == "SYMLINK"
+    assert os.path.normpath(os.path.join("Contents/Frameworks/mlx/lib", link)) == "Contents/Resources/mlx/lib/mlx.metallib"
+    assert layout["Contents/Resources/mlx/lib/mlx.metallib"] == ("/src/mlx.metallib", "DATA")
+    assert layout["Contents/Frameworks/resources"][1] == "SYMLINK"
+
+
 # ---------------------------------------------------------------- output paths and command lines
 
 
