@@ -86,6 +86,23 @@ def test_icns_holds_every_size_from_16_to_1024():
         assert icns.getpixel((0, 0))[3] == 0 and icns.getpixel((512, 200))[3] == 255
 
 
+@pytest.mark.slow
+def test_committed_icon_is_what_make_icon_draws(tmp_path):
+    import importlib.util
+
+    from PIL import ImageChops, ImageStat
+
+    spec = importlib.util.spec_from_file_location("qwen_desk_make_icon", ROOT / "packaging" / "make_icon.py")
+    make_icon = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_icon)
+    png, icns = make_icon.write_icons(tmp_path / "icon.png", tmp_path / "icon.icns")
+
+    with Image.open(png) as fresh, Image.open(ROOT / "resources" / "icon.png") as committed:
+        diff = ImageStat.Stat(ImageChops.difference(fresh.convert("RGBA"), committed.convert("RGBA")))
+        assert max(diff.mean) < 1.0  # same drawing; tiny resampling differences between Pillow versions allowed
+    assert icns.stat().st_size > 50_000
+
+
 # ---------------------------------------------------------------- what the spec collects
 
 
