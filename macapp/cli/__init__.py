@@ -34,6 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from macapp.core.logs import setup_logging
+
+    setup_logging()
     try:
         if args.self_test:
             from macapp.devtools.selftest import run_self_test
