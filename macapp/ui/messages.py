@@ -43,14 +43,19 @@ class ReasoningBlock(QFrame):
         self.text += text
 
     def render(self) -> None:
-        self.body.set_plain(self.text.strip())
+        """Add what arrived since the last render (no rebuild of the whole text while it streams)."""
+        shown = self.body.source_text
+        if self.text.startswith(shown):
+            self.body.append_plain(self.text[len(shown):] if shown else self.text.lstrip())
+        else:
+            self.body.set_plain(self.text.strip())
 
     def finish(self, seconds: float | None = None) -> None:
         """The answer began (or the reply ended): show the duration and fold the block away."""
         if self.seconds is not None:
             return
         self.seconds = seconds if seconds is not None else time.monotonic() - self._started
-        self.render()
+        self.body.set_plain(self.text.strip())
         self.header.setText(f"Thought for {self.seconds:.0f} s" if self.seconds >= 1 else "Thought for a moment")
         self.header.setChecked(False)
 
@@ -131,12 +136,14 @@ class AssistantMessage(QFrame):
         self.answer += text
         self._dirty_answer = True
 
-    def render(self) -> None:
+    def render(self, final: bool = False) -> None:
         """Repaint what changed since the last batch (called at most a few tens of times a second)."""
         if self._dirty_reasoning and self.reasoning is not None and self.reasoning.expanded:
             self.reasoning.render()
-        if self._dirty_answer:
-            self.view.set_markdown(self.answer.lstrip("\n"))
+        if self._dirty_answer or final:
+            text = self.answer.lstrip("\n")
+            # While streaming only the new part is laid out; the finished reply is rendered whole, exactly.
+            self.view.set_markdown(text) if final else self.view.stream_markdown(text)
         self._dirty_answer = self._dirty_reasoning = False
 
     def set_stats(self, stats, note: str = "") -> None:
@@ -150,7 +157,6 @@ class AssistantMessage(QFrame):
     def finish(self, stats=None, note: str = "") -> None:
         if self.reasoning is not None:
             self.reasoning.finish()
-        self._dirty_answer = True
-        self.render()
+        self.render(final=True)
         if stats is not None or note:
             self.set_stats(stats if stats is not None else self.stats, note)
