@@ -112,12 +112,22 @@ def main(argv: list[str] | None = None) -> int:
     chat.composer.thinking.setChecked(False)
     chat.sampling_overrides = NO_END
     chat.send("Say it again, at length.")
-    _wait(app, lambda: chat.current is not None and len(chat.current.answer) > 110 and "tok/s" in chat.meter.text())
+    _wait(app, lambda: chat.current is not None and len(chat.current.answer) > 45 and "tok/s" in chat.meter.text())
     chat.composer.input.setPlainText("")
     window.show_page(CHAT)
     _save(app, window, out / "chat.png")
     chat.stop()
     _wait(app, lambda: not chat.busy)
+
+    # 5. The library in dark appearance (the palette follows the system; forced here for the shot).
+    from macapp.ui.style import apply_style
+
+    os.environ["QWEN_DESK_APPEARANCE"] = "dark"
+    apply_style(app)
+    window.show_page(LIBRARY)
+    lib.select("mlx-community/Qwen3.5-9B-8bit")
+    _save(app, window, out / "library-dark.png")
+    del os.environ["QWEN_DESK_APPEARANCE"]
 
     window.close()
     hub.stop()

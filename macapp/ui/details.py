@@ -134,7 +134,7 @@ class DetailsPanel(QFrame):
             return
         est = row.estimate
         ref = row.ref
-        bits = f"{ref.bits}-bit" if ref.bits else "16-bit"
+        bits = f"{ref.bits}-bit" if ref.bits else "unquantized"
         self.title.setText(ref.name)
         self.repo.setText(f"{bits} · {ref.repo or ref.local_path}")
         self.badge.set_verdict(est.verdict)

@@ -92,7 +92,7 @@ class LibraryModel(QAbstractTableModel):
             if col == 0:
                 return row.title
             if col == 1:
-                return f"{row.ref.bits}-bit" if row.ref.bits else "16-bit"
+                return f"{row.ref.bits}-bit" if row.ref.bits else "full"
             if col == 2:
                 return format_bytes(est.weights_bytes)
             if col == FIT_COL:

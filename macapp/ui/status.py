@@ -28,7 +28,8 @@ class StatusArea(QStatusBar):
         self.refresh_memory()
 
     def set_machine(self, machine: Any) -> None:
-        self.machine_label.setText(f"{machine.chip} · {format_bytes(machine.memory_bytes)} memory")
+        ram_gb = machine.memory_bytes / 1024**3  # as Apple labels it: a "24 GB" Mac has 24 GiB
+        self.machine_label.setText(f"{machine.chip} · {ram_gb:.0f} GB memory")
         self.budget_label.setText(f"GPU budget {format_bytes(machine.budget_bytes)}")
         src = getattr(machine, "source", "")
         self.machine_label.setToolTip(f"Detected from: {src}" if src else "")

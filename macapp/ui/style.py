@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 from PySide6.QtCore import Qt
@@ -10,11 +11,11 @@ from PySide6.QtWidgets import QApplication
 
 from macapp.core.paths import resources_dir
 
-# Apple's system colours (light, dark) for the fit badges and meters.
+# Fit badge colours (light, dark): white text on these reads well on both backgrounds.
 BADGE_COLOURS = {
-    "fits": ("#248A3D", "#30D158"),
-    "tight": ("#C93400", "#FF9F0A"),
-    "too_big": ("#D70015", "#FF453A"),
+    "fits": ("#248A3D", "#248A3D"),
+    "tight": ("#C93400", "#C25E00"),
+    "too_big": ("#D70015", "#D70015"),
 }
 BADGE_TEXT = {"fits": "Fits", "tight": "Tight", "too_big": "Too big"}
 BAR_COLOURS = {  # stacked memory bar: weights, KV cache, DeltaNet state, overhead
@@ -26,6 +27,9 @@ BAR_COLOURS = {  # stacked memory bar: weights, KV cache, DeltaNet state, overhe
 
 
 def is_dark() -> bool:
+    forced = os.environ.get("QWEN_DESK_APPEARANCE", "").lower()  # "dark" / "light": for screenshots and checks
+    if forced in ("dark", "light"):
+        return forced == "dark"
     hints = QGuiApplication.styleHints()
     scheme = hints.colorScheme() if hasattr(hints, "colorScheme") else Qt.ColorScheme.Unknown
     if scheme == Qt.ColorScheme.Dark:
@@ -64,7 +68,7 @@ def _mac_like_palette(dark: bool) -> QPalette:
 
 
 def apply_style(app: QApplication) -> None:
-    if sys.platform != "darwin":
+    if sys.platform != "darwin" or os.environ.get("QWEN_DESK_APPEARANCE"):
         app.setStyle("Fusion")
         app.setPalette(_mac_like_palette(is_dark()))
         font = app.font()

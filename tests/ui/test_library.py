@@ -102,3 +102,22 @@ def test_screenshot_flag_paints_the_window_without_importing_mlx(tmp_path):
 
     img = QImage(str(out))
     assert img.width() >= 900 and img.height() >= 600
+
+
+def test_window_size_and_choices_persist_between_runs(qtbot, settings):
+    from macapp.ui.main_window import MainWindow
+
+    w = MainWindow(settings)
+    qtbot.addWidget(w)
+    w.show()
+    w.resize(900, 700)  # the offscreen screen is small: restoreGeometry keeps a window inside the screen
+    w.library.set_context(65536)
+    w.chat.composer.thinking.setChecked(False)
+    w.close()
+    again = MainWindow(settings)
+    qtbot.addWidget(again)
+    again.show()
+    assert settings.get("window.geometry")
+    assert (again.width(), again.height()) == (900, 700)
+    assert again.library.context == 65536
+    assert not again.chat.composer.thinking.isChecked()
