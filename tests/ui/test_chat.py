@@ -45,6 +45,9 @@ def test_chat_with_thinking_on_then_off(chat, qtbot, window):
     assert reply.view.source_text == ANSWER
     assert "tok/s" in reply.stats_label.text() and "tokens" in reply.stats_label.text()
     assert "tokens of context in use" in chat.meter.text()
+    window.status.refresh_memory()  # the status bar polls every 2 s; the app's own share now includes MLX's
+    assert "(model + cache)" in window.status.app_label.text()
+    assert window.status.model_label.text().startswith("Loaded tiny-qwen3.5-moe")
 
     reply = send(chat, qtbot, "And without thinking?", thinking=False)
     assert reply.reasoning is None

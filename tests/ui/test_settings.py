@@ -1,0 +1,36 @@
+from macapp.core.sampling import preset
+from macapp.ui.settings import SettingsDialog, sampling_for
+
+
+def test_reset_to_the_cards_values_and_only_changes_are_stored(qtbot, settings):
+    dialog = SettingsDialog(settings, thinking=True)
+    qtbot.addWidget(dialog)
+    card = preset(True)
+    assert dialog.inputs["temperature"].value() == card.temperature
+    assert dialog.max_tokens.value() == card.max_tokens
+    dialog.inputs["temperature"].setValue(0.3)
+    dialog.thinking_budget.setValue(2048)
+    dialog.system_prompt.setPlainText("Answer briefly.")
+    dialog.accept()
+    assert settings.get("chat.sampling.thinking") == {"temperature": 0.3, "thinking_budget": 2048}
+    assert settings.get("chat.system_prompt") == "Answer briefly."
+    values = sampling_for(settings, thinking=True)
+    assert values["temperature"] == 0.3 and values["top_p"] == card.top_p
+    # The other mode keeps the card's own values.
+    assert sampling_for(settings, thinking=False)["temperature"] == preset(False).temperature
+
+    again = SettingsDialog(settings, thinking=True)
+    qtbot.addWidget(again)
+    assert again.inputs["temperature"].value() == 0.3
+    again.reset_button.click()
+    assert again.inputs["temperature"].value() == card.temperature
+    assert again.thinking_budget.value() == 0 and again.thinking_budget.text() == "No limit"
+    again.accept()
+    assert settings.get("chat.sampling.thinking") == {}
+
+
+def test_preferences_shortcut_opens_the_settings(window, qtbot):
+    assert window.preferences_action.shortcut().toString() in ("Ctrl+,", "Meta+,")
+    window.preferences_action.trigger()
+    qtbot.waitUntil(lambda: window.chat.settings_dialog.isVisible(), timeout=2000)
+    window.chat.settings_dialog.reject()
