@@ -6,10 +6,12 @@ from PySide6.QtCore import QByteArray, Qt, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QFileDialog,
+    QInputDialog,
     QLabel,
     QListWidget,
     QListWidgetItem,
     QMainWindow,
+    QMenu,
     QMessageBox,
     QPushButton,
     QSplitter,
@@ -29,6 +31,8 @@ class Sidebar(QWidget):
     page_requested = Signal(int)
     new_chat_requested = Signal()
     conversation_selected = Signal(object)
+    delete_requested = Signal(object)
+    rename_requested = Signal(object)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -49,6 +53,8 @@ class Sidebar(QWidget):
         self.conversations.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.conversations.setTextElideMode(Qt.TextElideMode.ElideRight)
         self.conversations.setWordWrap(False)
+        self.conversations.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.conversations.customContextMenuRequested.connect(self._conversation_menu)
         self.conversations.itemClicked.connect(lambda item: self.conversation_selected.emit(item.data(Qt.ItemDataRole.UserRole)))
         self.empty_note = QLabel("No conversations yet", self)
         self.empty_note.setObjectName("Note")
@@ -61,6 +67,16 @@ class Sidebar(QWidget):
         lay.addWidget(self.conversations, 1)
         lay.addWidget(self.empty_note)
         lay.addWidget(self.new_chat)
+
+    def _conversation_menu(self, pos) -> None:
+        item = self.conversations.itemAt(pos)
+        if item is None:
+            return
+        key = item.data(Qt.ItemDataRole.UserRole)
+        menu = QMenu(self)
+        menu.addAction("Rename…", lambda: self.rename_requested.emit(key))
+        menu.addAction("Delete", lambda: self.delete_requested.emit(key))
+        menu.exec(self.conversations.viewport().mapToGlobal(pos))
 
     def set_conversations(self, rows: list[tuple[object, str]], current: object = None) -> None:
         self.conversations.blockSignals(True)
@@ -106,6 +122,8 @@ class MainWindow(QMainWindow):
         self.sidebar.page_requested.connect(self.show_page)
         self.sidebar.new_chat_requested.connect(self.new_chat)
         self.sidebar.conversation_selected.connect(self.open_conversation)
+        self.sidebar.delete_requested.connect(self.delete_conversation)
+        self.sidebar.rename_requested.connect(self.rename_conversation)
         self.library.load_requested.connect(self.chat.load_model)
         self.library.machine_changed.connect(self.status.set_machine)
         self.chat.model_changed.connect(self._on_model_changed)
@@ -172,6 +190,28 @@ class MainWindow(QMainWindow):
     def open_conversation(self, key) -> None:
         self.chat.open_conversation(key)
         self.show_page(CHAT)
+
+    def delete_conversation(self, key, confirm: bool = True) -> bool:
+        title = self.chat.store.get_conversation(key).display_title
+        if confirm:
+            answer = QMessageBox.question(
+                self, "Delete Conversation", f"Delete “{title}”? This cannot be undone.",
+                QMessageBox.StandardButton.Cancel | QMessageBox.StandardButton.Yes, QMessageBox.StandardButton.Cancel,
+            )
+            if answer != QMessageBox.StandardButton.Yes:
+                return False
+        if key == self.chat.conversation_id:
+            self.chat.new_chat()
+        self.chat.store.delete(key)
+        self.refresh_conversations()
+        return True
+
+    def rename_conversation(self, key) -> None:
+        current = self.chat.store.get_conversation(key).display_title
+        title, ok = QInputDialog.getText(self, "Rename Conversation", "Title:", text=current)
+        if ok and title.strip():
+            self.chat.store.rename(key, title.strip())
+            self.refresh_conversations()
 
     def refresh_conversations(self) -> None:
         self.sidebar.set_conversations(self.chat.conversation_rows(), self.chat.conversation_id)

@@ -155,3 +155,12 @@ def test_reading_progress_is_shown_for_a_long_prompt(chat, qtbot):
     send(chat, qtbot, long_prompt, thinking=False)
     assert seen and seen[-1][1] > 2048
     assert any(0 < p < t for p, t in seen) or seen[-1][0] == seen[-1][1]
+
+
+def test_delete_a_conversation_from_the_sidebar(chat, qtbot, window):
+    send(chat, qtbot, "Short lived", thinking=False)
+    key = chat.conversation_id
+    assert window.sidebar.conversations.count() == 1
+    assert window.delete_conversation(key, confirm=False)
+    assert window.sidebar.conversations.count() == 0 and chat.conversation_id is None
+    assert chat.store.list_conversations() == []
