@@ -39,8 +39,6 @@ Design (see also docs in README's chat section):
 
 from __future__ import annotations
 
-import contextlib
-import io
 import itertools
 import json
 import os
@@ -48,6 +46,7 @@ import queue
 import re
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -71,6 +70,8 @@ from macapp.core.thinking import ANSWER, ThinkingSplitter
 QWEN35_MODEL_TYPES = {"qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"}
 REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 STATS_INTERVAL_S = 0.25
+NOTIFY_INTERVAL_S = 0.02  # a blocked events() reader sees text deltas within this (Job.emit)
+_DELTA_TYPES = (AnswerDelta, ReasoningDelta)
 DEFAULT_PREFILL_STEP = 2048
 
 
@@ -109,6 +110,8 @@ class Job:
         self._listeners: list[Callable[[Any], None]] = []
         self._stop = threading.Event()
         self._done = False
+        self._waiting = 0  # readers blocked in events()
+        self._last_notify = 0.0
         self.stop_requested_at: float | None = None
 
     # producer side (worker thread)
@@ -117,7 +120,14 @@ class Job:
             self._events.append(event)
             if isinstance(event, ev.TERMINAL_EVENTS):
                 self._done = True
-            self._cond.notify_all()
+                self._cond.notify_all()
+            elif self._waiting:
+                # Wake a blocked events() reader at most every NOTIFY_INTERVAL_S for text deltas: a thread
+                # switch per token costs generation time; the reader also polls at that interval.
+                now = time.perf_counter()
+                if now - self._last_notify >= NOTIFY_INTERVAL_S or type(event) not in _DELTA_TYPES:
+                    self._last_notify = now
+                    self._cond.notify_all()
             listeners = self._listeners
         for callback in listeners:
             try:
@@ -139,11 +149,18 @@ class Job:
         i = 0
         while True:
             with self._cond:
-                if i >= len(self._events):
+                waited = 0.0
+                while i >= len(self._events):
                     if self._done:
                         return
-                    if not self._cond.wait_for(lambda: i < len(self._events), timeout):
+                    if timeout is not None and waited >= timeout:
                         raise TimeoutError(f"no event from the engine in {timeout} s")
+                    self._waiting += 1
+                    try:
+                        self._cond.wait(NOTIFY_INTERVAL_S)
+                    finally:
+                        self._waiting -= 1
+                    waited += NOTIFY_INTERVAL_S
                 batch = self._events[i:]
             i += len(batch)
             yield from batch
@@ -304,8 +321,7 @@ def _load_model(spec: str) -> _Model:
     before = mx.get_active_memory()
     start = time.perf_counter()
     try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            model, tokenizer, loaded_config = mlx_lm.load(str(path), return_config=True)
+        model, tokenizer, loaded_config = mlx_lm.load(str(path), return_config=True)
     except Exception as exc:
         raise EngineError(f"Could not read the model in {path}: {exc}. The files may be damaged; download it again.", ev.CORRUPT) from exc
     load_time = time.perf_counter() - start
@@ -319,9 +335,12 @@ def _load_model(spec: str) -> _Model:
     except Exception:
         arch = None
     vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else {}
+    name = path.name
+    if path.parent.name == "snapshots":  # a Hugging Face cache snapshot: name it by its repo id
+        name = path.parent.parent.name.removeprefix("models--").replace("--", "/")
     info = Loaded(
         path=str(path),
-        name=path.name if not path.parent.name.startswith("snapshots") else path.parent.parent.name,
+        name=name,
         model_type=str(config.get("model_type")),
         load_time_s=load_time,
         memory_bytes=int(mx.get_active_memory() - before),
@@ -330,8 +349,6 @@ def _load_model(spec: str) -> _Model:
         max_context=int(text.get("max_position_embeddings") or 262144),
         has_thinking=bool(tokenizer.has_thinking),
     )
-    if path.parent.name == "snapshots":
-        info.name = path.parent.parent.name.removeprefix("models--").replace("--", "/")
     return _Model(
         model=model,
         tokenizer=tokenizer,
@@ -432,20 +449,37 @@ class Engine:
         self._model: _Model | None = None
         self._budget: int | None = None
         self._closed = False
+        self._sessions: weakref.WeakSet = weakref.WeakSet()
+        self._jobs: weakref.WeakSet = weakref.WeakSet()
 
     def submit(self, kind: str, work: Callable[[Job], None]) -> Job:
         """Run `work(job)` on the worker thread (for engine extensions and tests)."""
         if self._closed:
             raise RuntimeError("this engine is closed")
         job = Job(kind)
+        self._jobs.add(job)
         _get_worker().queue.put((job, work))
         return job
 
+    def _forget_caches(self) -> None:
+        """Drop every session's cache (worker thread): they belong to the model being replaced."""
+        for session in list(self._sessions):
+            session._drop_cache()
+
     def close(self, timeout: float = 30.0) -> None:
-        """Let queued jobs finish, then drop the model (the worker thread stays, parked)."""
+        """Stop this engine's jobs, drop the model and caches (the worker thread stays, parked)."""
         if self._closed:
             return
-        done = self.submit("close", lambda job: (setattr(self, "_model", None), job.emit(Unloaded(memory_bytes=0))))
+        for job in list(self._jobs):
+            if not job.done:
+                job.stop()
+
+        def work(job: Job) -> None:
+            self._forget_caches()
+            self._model = None
+            job.emit(Unloaded(memory_bytes=0))
+
+        done = self.submit("close", work)
         self._closed = True
         try:
             done.wait(timeout)
@@ -463,8 +497,10 @@ class Engine:
                 return
             path = locate_model(str(spec))
             check_model_folder(path)  # refuse bad folders before letting go of the current model
-            self._model = None  # free the old model before reading the new one
+            self._forget_caches()  # free the old model and its caches before reading the new one
+            self._model = None
             self._model = _load_model(str(path))
+            self.memory_budget_bytes()  # learn the machine now, not on the first message
             job.emit(self._model.info)
 
         return self.submit("load", work)
@@ -473,6 +509,7 @@ class Engine:
         def work(job: Job) -> None:
             import mlx.core as mx
 
+            self._forget_caches()
             self._model = None
             mx.clear_cache()
             job.emit(Unloaded(memory_bytes=int(mx.get_active_memory())))
@@ -502,7 +539,9 @@ class Engine:
         options: SessionOptions | None = None,
     ) -> "ChatSession":
         """A conversation; `messages` (role/content[/reasoning] dicts) reopens a saved one."""
-        return ChatSession(self, system_prompt=system_prompt, messages=messages, options=options or SessionOptions())
+        session = ChatSession(self, system_prompt=system_prompt, messages=messages, options=options or SessionOptions())
+        self._sessions.add(session)
+        return session
 
 
 # ------------------------------------------------------------------------------------------------ sessions

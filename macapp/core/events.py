@@ -55,7 +55,7 @@ class Reply:
     stats: GenerationStats = field(default_factory=GenerationStats)
     kept: bool = True  # False when stopped while the prompt was still being read: the turn was rolled back
     budget_hit: bool = False  # the thinking budget closed the reasoning
-    token_ids: list[int] = field(default_factory=list)  # generated and forced tokens, as fed to the cache
+    token_ids: list[int] = field(default_factory=list)  # the sampled tokens (the budget's forced ones are not included)
 
 
 @dataclass

@@ -471,6 +471,7 @@ def test_a_session_follows_a_newly_loaded_model_by_reading_the_conversation_once
         s = e.new_session()
         s.send("hello", thinking=False, sampling=greedy(30)).result(timeout=TIMEOUT)
         e.load(str(tiny_dense_path)).result(timeout=TIMEOUT)
+        assert s._cache is None and s.context_tokens == 0  # the old model's cache is freed with it
         reply = s.send("again", thinking=False, sampling=greedy(30)).result(timeout=TIMEOUT)
         expected = template(e, [{"role": "user", "content": "hello"}, {"role": "assistant", "content": ANSWER}, {"role": "user", "content": "again"}], False)
         assert reply.stats.prompt_tokens == len(expected) and reply.text == ANSWER
@@ -487,3 +488,16 @@ def test_listeners_run_on_the_worker_and_late_listeners_get_a_replay(engine):
     job.add_listener(late.append)
     assert "qwen-desk-engine" in threads
     assert late == job.history and isinstance(late[-1], Finished)
+
+
+def test_close_stops_a_running_reply(tiny_moe_path, off_script):
+    e = Engine()
+    e.load(str(tiny_moe_path)).result(timeout=TIMEOUT)
+    job = e.new_session().send("go", thinking=False, sampling=off_script.with_overrides(max_tokens=100_000))
+    started = threading.Event()
+    job.add_listener(lambda event: started.set() if isinstance(event, AnswerDelta) else None)
+    assert started.wait(TIMEOUT)
+    e.close()
+    assert job.result(timeout=10).finish_reason == "stopped" and e.loaded is None
+    with pytest.raises(RuntimeError, match="closed"):
+        e.new_session().send("again")
