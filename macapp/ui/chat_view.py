@@ -160,6 +160,10 @@ class ChatView(QWidget):
                 self.model_changed.emit(f"Loaded {label}")
                 self.needs_replay = bool(self.conversation_id)
                 self._update_state()
+                if ref.extra.get("load_anyway"):
+                    self.meter.show_text(
+                        "Loaded anyway: it may not fit the GPU budget — macOS may swap; replies can be slow or fail"
+                    )
                 self.model_ready.emit()
             elif kind == "Failed":
                 self.load_job = None
@@ -255,7 +259,11 @@ class ChatView(QWidget):
         limit = int(self.settings.get("library.context", 0) or 0) or None
         if limit and self.model_info is not None:
             limit = min(limit, self.model_info.max_context)
-        options = SessionOptions(context_limit=limit, kv_bits=self.settings.get("library.kv_bits"))
+        options = SessionOptions(
+            context_limit=limit,
+            kv_bits=self.settings.get("library.kv_bits"),
+            memory_budget_bytes=self.model_ref.extra.get("memory_budget_bytes"),  # set by "Load anyway"
+        )
         self.session = self.engine.new_session(system_prompt=system, messages=history, options=options)
         self.needs_replay = False
         return self.session

@@ -426,7 +426,11 @@ class LibraryPage(QWidget):
                 return False
         from dataclasses import replace
 
-        self.load_requested.emit(replace(row.ref, local_path=Path(path)))
+        extra = dict(row.ref.extra)
+        if reason:
+            # The user took the risk: the engine's per-message memory check then uses all of the RAM, not the GPU budget.
+            extra.update(load_anyway=True, memory_budget_bytes=int(self.machine.memory_bytes))
+        self.load_requested.emit(replace(row.ref, local_path=Path(path), extra=extra))
         return True
 
     def shutdown(self) -> None:

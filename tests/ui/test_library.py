@@ -85,6 +85,7 @@ def test_guardrail_refuses_a_model_that_does_not_fit_unless_load_anyway(window, 
     answer_next_box("Load anyway")
     assert library.request_load() is True
     assert requested and Path(requested[0].local_path) == Path(tiny_dense_path)
+    assert requested[0].extra["load_anyway"] and requested[0].extra["memory_budget_bytes"] == 512 * 1024**2
 
 
 def test_screenshot_flag_paints_the_window_without_importing_mlx(tmp_path):
