@@ -36,7 +36,12 @@ def _pause(app, seconds: float) -> None:
 
 
 def _save(app, window, path: Path) -> None:
+    from PySide6.QtCore import QEvent
+
     _pause(app, 0.2)
+    # Apply pending layout requests first: a reply that grew in the last batch is laid out before a frame is drawn.
+    for _ in range(3):
+        app.sendPostedEvents(None, QEvent.Type.LayoutRequest)
     window.grab().save(str(path))
     print(f"wrote {path}")
 

@@ -18,7 +18,10 @@ def _get(stats: Any, *names: str, default: Any = None) -> Any:
 
 
 def stats_summary(stats: Any, live: bool = False) -> str:
-    """'128 tokens · 41.2 tok/s · reading 512 tok/s · first token 0.21 s · 1.3 GB' from an engine stats record."""
+    """'128 tokens · 41.2 tok/s · prompt 412 tokens at 1830 tok/s · first token 0.21 s · peak 1.3 GB'.
+
+    Generation tok/s excludes the time to first token (the engine's figure); prompt tok/s is the reading speed.
+    """
     if stats is None:
         return ""
     parts = []
@@ -36,12 +39,12 @@ def stats_summary(stats: Any, live: bool = False) -> str:
     if gen_tps:
         parts.append(f"{gen_tps:.1f} tok/s")
     if prompt_tps:
-        label = f"read {prompt_tokens} at " if prompt_tokens else "reading "
+        label = f"prompt {prompt_tokens:,} tokens at " if prompt_tokens else "prompt at "
         parts.append(f"{label}{prompt_tps:.0f} tok/s")
     if ttft is not None:
         parts.append(f"first token {ttft:.2f} s")
     if mem:
-        parts.append(format_bytes(mem))
+        parts.append(f"peak {format_bytes(mem)}")
     return " · ".join(parts)
 
 
