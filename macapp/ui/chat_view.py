@@ -199,8 +199,7 @@ class ChatView(QWidget):
         return widget
 
     def new_chat(self) -> None:
-        if self.busy:
-            self.stop()
+        self._detach()
         self.conversation_id = None
         self.session = None
         self.needs_replay = False
@@ -214,8 +213,7 @@ class ChatView(QWidget):
 
     def open_conversation(self, conversation_id: int) -> None:
         """Show a saved conversation; the next message re-reads it once into a fresh engine session."""
-        if self.busy:
-            self.stop()
+        self._detach()
         conv = self.store.get_conversation(conversation_id)
         self._clear_messages()
         self.conversation_id = conv.id
@@ -319,14 +317,19 @@ class ChatView(QWidget):
         self.job = job
         self._gen_started = time.monotonic()
         self.meter.show_text("Starting…")
+        turn = {"job": job, "writer": self.writer, "detached": False}
+        self._turn = turn
         bridge = EventBridge(interval_ms=self.repaint_interval_ms, parent=self)
-        bridge.delivered.connect(self._on_events)
+        bridge.delivered.connect(lambda batch, t=turn: self._on_events(batch, t))
         self._gen_bridge = bridge
         bridge.attach(job)
         self._stick_to_bottom = True
         self._update_state()
 
-    def _on_events(self, batch: list[Any]) -> None:
+    def _on_events(self, batch: list[Any], turn: dict | None = None) -> None:
+        if turn is not None and turn["detached"]:
+            self._finish_detached(batch, turn)
+            return
         msg = self.current
         if msg is None:
             return
@@ -376,6 +379,37 @@ class ChatView(QWidget):
             self.show_error(f"The reply could not be saved: {exc}")
         self.meter.show_context(stats, self.context_limit())
         self._end_turn()
+
+    def _detach(self) -> None:
+        """Leave the reply in flight (New Chat, another conversation): stop it; it is saved when it ends."""
+        turn = getattr(self, "_turn", None)
+        if self.job is None or turn is None:
+            return
+        turn["detached"] = True
+        turn["msg_position"] = self.current.position if self.current is not None else None
+        self.job.stop()
+        self.current = None
+        self.job = None
+        self.writer = None
+        self._update_state()
+
+    def _finish_detached(self, batch: list[Any], turn: dict) -> None:
+        writer = turn["writer"]
+        for ev in batch:
+            kind = type(ev).__name__
+            if kind == "ReasoningDelta":
+                writer.append(reasoning=ev.text)
+            elif kind == "AnswerDelta":
+                writer.append(text=ev.text)
+            elif kind in ("Finished", "Failed"):
+                reply = getattr(ev, "reply", None)
+                try:
+                    writer.finish(stats=getattr(reply, "stats", None), finish_reason="stopped", stopped=True)
+                    if reply is None or not reply.kept:  # nothing of the reply was kept by the engine
+                        self.store.truncate(writer.message.conversation_id, writer.message.position)
+                except Exception:  # noqa: BLE001 - best effort for a reply nobody is looking at
+                    pass
+                self.conversations_changed.emit()
 
     def _roll_back(self, error: str | None) -> None:
         """The engine kept nothing of this turn (stopped while reading, or refused): undo it here too."""

@@ -164,3 +164,23 @@ def test_delete_a_conversation_from_the_sidebar(chat, qtbot, window):
     assert window.delete_conversation(key, confirm=False)
     assert window.sidebar.conversations.count() == 0 and chat.conversation_id is None
     assert chat.store.list_conversations() == []
+
+
+def test_new_chat_while_a_reply_streams_stops_and_saves_it(chat, settings, qtbot):
+    settings.set("chat.sampling.instant", {**GREEDY, "max_tokens": 4000})
+    chat.sampling_overrides = NO_END
+    chat.composer.thinking.setChecked(False)
+    chat.send("Keep talking")
+    first = chat.conversation_id
+    qtbot.waitUntil(lambda: chat.current is not None and len(chat.current.answer) > 10, timeout=30_000)
+    chat.new_chat()
+    assert not chat.busy and chat.conversation_id is None
+    qtbot.waitUntil(lambda: chat.store.get_conversation(first).messages[-1].state != "streaming", timeout=10_000)
+    saved = chat.store.get_conversation(first).messages
+    assert [m.role for m in saved] == ["user", "assistant"]
+    assert saved[-1].state == "stopped" and saved[-1].content.startswith("The answer is here")
+    # The next chat works normally.
+    chat.sampling_overrides = {}
+    settings.set("chat.sampling.instant", GREEDY)
+    reply = send(chat, qtbot, "Fresh start", thinking=False)
+    assert reply.view.source_text == ANSWER
