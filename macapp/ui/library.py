@@ -104,7 +104,7 @@ class LibraryModel(QAbstractTableModel):
                     return self.live_status[row.key]
                 if row.ref.origin == "local":
                     return "Local folder"
-                return "Downloaded" if row.downloaded else "—"
+                return "Downloaded" if row.downloaded else ""
         if role == Qt.ItemDataRole.ToolTipRole:
             if col == FIT_COL:
                 return f"Needs {format_bytes(est.total_bytes)} of {format_bytes(est.budget_bytes)} GPU budget"
