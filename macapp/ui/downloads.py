@@ -218,7 +218,7 @@ class DownloadController(QObject):
             return ""
         last = job.get("last")
         pct = f" {100 * last.fraction:.0f}%" if last is not None else ""
-        return {"running": f"Downloading{pct}", "paused": f"Paused{pct}", "failed": "Failed"}.get(job["state"], "")
+        return {"running": f"↓{pct}", "paused": f"Paused{pct}", "failed": "Failed"}.get(job["state"], "")
 
     def _is_shown(self, repo: str) -> bool:
         return self.row is not None and self.row.ref.repo == repo

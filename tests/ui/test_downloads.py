@@ -72,7 +72,7 @@ def test_cancel_asks_then_deletes_the_partial_download(window, library, hub_serv
     panel = library.details.download_panel
     panel.download_button.click()
     qtbot.waitUntil(lambda: "Downloading" in panel.headline.text() and panel.progress.value() > 0, timeout=20_000)
-    assert library.model.data(library.model.index(library.model.rows.index(library.selected_row()), 5)).startswith("Downloading")
+    assert library.model.data(library.model.index(library.model.rows.index(library.selected_row()), 5)).startswith("↓")
     seen = answer_next_box("Delete")
     panel.cancel_button.click()
     qtbot.waitUntil(lambda: "text" in seen and REPO not in library.downloads.jobs, timeout=10_000)
