@@ -243,7 +243,9 @@ def locate_model(spec: str) -> Path:
     try:
         from huggingface_hub import snapshot_download
 
-        return Path(snapshot_download(repo, local_files_only=True))
+        from macapp.core.download.hfcache import hub_cache_dir  # HF_HOME / HF_HUB_CACHE read now, not at import
+
+        return Path(snapshot_download(repo, local_files_only=True, cache_dir=str(hub_cache_dir())))
     except Exception as exc:
         raise EngineError(
             f"{repo} is not downloaded yet: run `qwen-desk download {repo}` first (or pass a model folder).",

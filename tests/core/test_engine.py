@@ -163,6 +163,8 @@ def test_bad_model_folders_are_refused_with_a_reason(tmp_path, tiny_moe_path, mo
         monkeypatch.setenv("HF_HUB_OFFLINE", "1")
         absent = _load_failure(e, "mlx-community/Qwen3.5-0.8B-4bit")
         assert absent.code == ev.NOT_FOUND and "qwen-desk download" in absent.message
+        by_name = _load_failure(e, "Qwen3.5-0.8B")  # a catalog name resolves to its 4-bit repo
+        assert by_name.code == ev.NOT_FOUND and "mlx-community/Qwen3.5-0.8B-4bit" in by_name.message
 
         with pytest.raises(EngineError) as err:
             e.load(str(tmp_path / "nowhere")).result(timeout=TIMEOUT)
@@ -501,3 +503,20 @@ def test_close_stops_a_running_reply(tiny_moe_path, off_script):
     assert job.result(timeout=10).finish_reason == "stopped" and e.loaded is None
     with pytest.raises(RuntimeError, match="closed"):
         e.new_session().send("again")
+
+
+def test_a_downloaded_repo_id_loads_from_the_hugging_face_cache(tiny_moe_path, monkeypatch, tmp_path):
+    hub = tmp_path / "hf" / "hub"
+    snapshot = hub / "models--acme--tiny-qwen" / "snapshots" / "0123abc"
+    shutil.copytree(tiny_moe_path, snapshot)
+    (hub / "models--acme--tiny-qwen" / "refs").mkdir()
+    (hub / "models--acme--tiny-qwen" / "refs" / "main").write_text("0123abc")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    e = Engine()
+    try:
+        info = e.load("acme/tiny-qwen").result(timeout=TIMEOUT)
+        assert info.name == "acme/tiny-qwen" and info.path == str(snapshot)
+    finally:
+        e.close()
