@@ -178,6 +178,24 @@ class ChatView(QWidget):
             return session.options.context_limit
         return self.model_info.max_context if self.model_info is not None else None
 
+    def unload_model(self) -> None:
+        """Free the model's memory (the conversation stays; loading a model again continues it)."""
+        if self.engine is None or self.model_ref is None:
+            return
+        self._detach()
+        job = self.engine.unload()
+        self.model_ref = None
+        self.model_info = None
+        self.session = None
+        self.needs_replay = self.conversation_id is not None
+        self.title.setText("No model loaded")
+        self.model_changed.emit("No model loaded")
+        bridge = EventBridge(parent=self)
+        bridge.delivered.connect(lambda _batch: self.meter.show_text("Model unloaded: its memory is free again"))
+        bridge.attach(job)
+        self._unload_bridge = bridge
+        self._update_state()
+
     # -- conversation ---------------------------------------------------------------------------------------------
     def _clear_messages(self) -> None:
         while self.messages_layout.count() > 2:

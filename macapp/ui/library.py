@@ -36,7 +36,7 @@ from macapp.ui.widgets import paint_pill
 CONTEXT_STEPS = [2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144]
 MAX_CONTEXT = 262_144
 KV_CHOICES = [("Full precision", None), ("8-bit", 8), ("4-bit", 4)]
-COLUMNS = ["Model", "Bits", "On disk", "Fit", "Speed", "Status"]
+COLUMNS = ["Model", "Bits", "On disk", "Fit", "Est. speed", "Status"]
 FIT_COL = 3
 
 

@@ -166,8 +166,9 @@ class MainWindow(QMainWindow):
         self.stop_action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
         self.regenerate_action = self._action("Regenerate Last Reply", self.chat.regenerate, QKeySequence("Ctrl+R"))
         self.edit_action = self._action("Edit Last Message", self.chat.edit_last, QKeySequence("Ctrl+E"))
-        for a in (self.stop_action, self.regenerate_action, self.edit_action):
-            chat_menu.addAction(a)
+        self.unload_action = self._action("Unload Model", self.chat.unload_model)
+        for a in (self.stop_action, self.regenerate_action, self.edit_action, None, self.unload_action):
+            chat_menu.addSeparator() if a is None else chat_menu.addAction(a)
 
         view_menu = bar.addMenu("&View")
         view_menu.addAction(self._action("Models", lambda: self.show_page(LIBRARY), QKeySequence("Ctrl+1")))

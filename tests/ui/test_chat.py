@@ -184,3 +184,18 @@ def test_new_chat_while_a_reply_streams_stops_and_saves_it(chat, settings, qtbot
     settings.set("chat.sampling.instant", GREEDY)
     reply = send(chat, qtbot, "Fresh start", thinking=False)
     assert reply.view.source_text == ANSWER
+
+
+def test_unload_frees_the_model_and_keeps_the_conversation(chat, qtbot, window, library):
+    send(chat, qtbot, "Before unloading", thinking=False)
+    window.unload_action.trigger()
+    assert chat.model_ref is None and not chat.composer.send_button.isEnabled()
+    qtbot.waitUntil(lambda: "unloaded" in chat.meter.text(), timeout=10_000)
+    assert window.status.model_label.text() == "No model loaded"
+    assert len(chat._message_widgets()) == 2
+    # Loading again continues the same conversation (read once into the new session).
+    with qtbot.waitSignal(chat.model_ready, timeout=60_000):
+        library.request_load()
+    reply = send(chat, qtbot, "After loading again", thinking=False)
+    assert reply.view.source_text == ANSWER
+    assert [m["role"] for m in chat.session.messages] == ["user", "assistant", "user", "assistant"]
