@@ -238,10 +238,13 @@ def multi_turn(engine: Engine, turns: int, reply_tokens: int, reps: int) -> tupl
         prompt_tokens = statistics.median(x[0] for x in per_turn[t])
         ttft = statistics.median(x[1] for x in per_turn[t])
         context = statistics.median(x[2] for x in per_turn[t])
-        rows.append(f"| {t} | {prompt_tokens:.0f} | {context:.0f} | {ttft * 1000:.1f} |")
+        best = min(x[1] for x in per_turn[t])
+        rows.append(f"| {t} | {prompt_tokens:.0f} | {context:.0f} | {ttft * 1000:.1f} | {best * 1000:.1f} |")
     summary = {k: statistics.median(v) for k, v in extra.items()}
     summary["ttft_1"] = statistics.median(x[1] for x in per_turn[1])
     summary["ttft_last"] = statistics.median(x[1] for x in per_turn[turns])
+    summary["ttft_1_min"] = min(x[1] for x in per_turn[1])
+    summary["ttft_last_min"] = min(x[1] for x in per_turn[turns])
     return rows, summary
 
 
@@ -299,12 +302,13 @@ def main() -> int:
             rows, s = multi_turn(engine, 10, 32, 2 if args.quick else (5 if "test" in label else 3))
             out.append(f"### 10-turn conversation, {label}: each turn prefills only itself")
             out.append("")
-            out.append("| turn | tokens prefilled | context after the turn | TTFT ms |")
-            out.append("|---|---|---|---|")
+            out.append("| turn | tokens prefilled | context after the turn | TTFT ms (median) | TTFT ms (best) |")
+            out.append("|---|---|---|---|---|")
             out += rows
             out.append("")
             out.append(
-                f"- Turn-10 TTFT / turn-1 TTFT: **{s['ttft_last'] / s['ttft_1']:.2f}×** (target ≤ 1.2×). "
+                f"- Turn-10 TTFT / turn-1 TTFT: **{s['ttft_last'] / s['ttft_1']:.2f}×** with medians, "
+                f"{s['ttft_last_min'] / s['ttft_1_min']:.2f}× best-of-runs (target ≤ 1.2×). "
                 f"Reading the same conversation afresh at turn 10: {s['reread_tokens']:.0f} tokens, TTFT {s['reread_ttft'] * 1000:.1f} ms "
                 f"({s['reread_ttft'] / s['ttft_last']:.1f}× the append-only turn)."
             )

@@ -573,6 +573,9 @@ class _Plan:
     close_before: str
     restore: CacheSnapshot | None = None  # regenerate/edit: go back here first
     turn_start: CacheSnapshot | None = None  # known start of the turn (regenerate); None: snapshot now
+    can_roll_back: bool = True  # a stop while reading undoes the turn; a regenerate from a snapshot reads on (one
+    # short turn) and stops at its first token, so the user message stays in the cache
+    keep_user_on_stop: bool = False  # a stop while re-reading a whole conversation keeps its last user message
 
 
 class ChatSession:
@@ -716,7 +719,7 @@ class ChatSession:
                 # regenerate: back to just before the prompt's last token, and feed that one token again
                 plan = _Plan(
                     [turn.last_token], text, history, turn.prefix, turn.close_before,
-                    restore=turn.before_last, turn_start=turn.before_turn,
+                    restore=turn.before_last, turn_start=turn.before_turn, can_roll_back=False,
                 )
                 self._run_turn(job, m, start, plan, mode, sampling, budget)
                 return
@@ -725,7 +728,7 @@ class ChatSession:
                 prompt = turn.prefix + self._template(m, [{"role": "user", "content": text}], mode)
                 plan = _Plan(
                     self._close_thinking(m, prompt, mode, budget), text, history, turn.prefix, turn.close_before,
-                    restore=turn.before_turn, turn_start=turn.before_turn,
+                    restore=turn.before_turn, turn_start=turn.before_turn, can_roll_back=new_text is not None,
                 )
                 self._run_turn(job, m, start, plan, mode, sampling, budget)
                 return
@@ -733,7 +736,7 @@ class ChatSession:
         self._drop_cache()
         self._model = m
         prefix, prompt = self._full_parts(m, history, text, mode)
-        plan = _Plan(self._close_thinking(m, prompt, mode, budget), text, history, prefix, "")
+        plan = _Plan(self._close_thinking(m, prompt, mode, budget), text, history, prefix, "", keep_user_on_stop=new_text is None)
         self._messages = history
         self._run_turn(job, m, start, plan, mode, sampling, budget)
 
@@ -820,11 +823,15 @@ class ChatSession:
             step = max(1, opts.prefill_step_size)
             with mx.stream(generation_stream):
                 while total - done > 1:
-                    if stop.is_set():
+                    if plan.can_roll_back and stop.is_set():
                         restore_snapshot(cache, turn_start)
                         del self.tokens[turn_start.length :]
                         self._close_text = plan.close_before
                         self._turn = prev_turn if plan.restore is None else None
+                        if plan.keep_user_on_stop:  # not read yet: the next send reads it all, this message included
+                            self._drop_cache()
+                            self._model = m
+                            self._messages.append({"role": "user", "content": plan.user_text})
                         stats = GenerationStats(
                             finish_reason="stopped", elapsed_s=time.perf_counter() - start, context_tokens=len(self.tokens)
                         )

@@ -520,3 +520,31 @@ def test_a_downloaded_repo_id_loads_from_the_hugging_face_cache(tiny_moe_path, m
         assert info.name == "acme/tiny-qwen" and info.path == str(snapshot)
     finally:
         e.close()
+
+
+def test_stopping_a_regenerate_that_rereads_the_conversation_keeps_the_message(engine):
+    history = [{"role": "user", "content": "word " * 150}, {"role": "assistant", "content": "old"}]
+    s = engine.new_session(messages=history, options=SessionOptions(prefill_step_size=8))
+    job = s.regenerate(thinking=False, sampling=greedy(30))
+    reading = threading.Event()
+    job.add_listener(lambda e: reading.set() if isinstance(e, PromptProgress) and e.processed > 0 else None)
+    assert reading.wait(TIMEOUT)
+    job.stop()
+    assert not job.result(timeout=10).kept
+    assert [m["role"] for m in s.messages] == ["user"] and s.context_tokens == 0
+    again = s.regenerate(thinking=False, sampling=greedy(30)).result(timeout=TIMEOUT)
+    assert again.text == ANSWER and again.stats.prompt_tokens == len(template(engine, history[:1], False))
+    assert cache_error(engine, s) < EXACT
+
+
+def test_a_regenerate_from_a_snapshot_is_never_rolled_back(engine, off_script):
+    s = engine.new_session(options=SessionOptions(prefill_step_size=4))
+    s.send("word " * 40, thinking=False, sampling=greedy(30)).result(timeout=TIMEOUT)
+    job = s.regenerate(thinking=True, sampling=off_script.with_overrides(max_tokens=100_000))  # re-reads the user turn
+    job.stop()  # before or while it reads: it reads on, then stops at its first token
+    reply = job.result(timeout=TIMEOUT)
+    if reply.kept:  # stopped after reading: the turn is whole
+        assert reply.finish_reason == "stopped" and reply.stats.generation_tokens >= 1
+        assert [m["role"] for m in s.messages] == ["user", "assistant"] and cache_error(engine, s) < EXACT
+    else:  # stopped before the job began: nothing changed
+        assert [m["role"] for m in s.messages] == ["user", "assistant"] and s.messages[-1]["thinking"] is False
