@@ -175,9 +175,10 @@ class DownloadController(QObject):
 
     # -- queries (core) -----------------------------------------------------------------------------------------
     def local_path(self, ref: Any) -> Path | None:
-        from macapp.core.installed import local_model_path
+        from macapp.core.download import inspect_repo
 
-        return local_model_path(ref.repo) if ref.repo else None
+        local = inspect_repo(ref.repo) if ref.repo else None
+        return local.path if local is not None and local.complete else None
 
     # -- panel --------------------------------------------------------------------------------------------------
     def show_for(self, row: Any) -> None:
@@ -277,9 +278,10 @@ class DownloadController(QObject):
         self._ask_discard(repo)
 
     def _ask_discard(self, repo: str) -> None:
-        from macapp.core.installed import local_model
+        from macapp.core.download import inspect_repo
 
-        kept = local_model(repo).bytes_on_disk
+        local = inspect_repo(repo)
+        kept = local.bytes_on_disk if local is not None else 0
         if kept:
             box = QMessageBox(
                 QMessageBox.Icon.Question,

@@ -1,6 +1,6 @@
 from pathlib import Path
 
-from macapp.core.installed import local_model
+from macapp.core.download import inspect_repo
 from macapp.ui.downloads import format_eta
 from tests.ui.helpers import answer_next_box
 
@@ -49,7 +49,7 @@ def test_pause_keeps_data_and_resume_finishes(window, library, hub_server, tiny_
     qtbot.waitUntil(lambda: panel.headline.text().startswith("Paused"), timeout=5_000)
     assert panel.resume_button.isVisibleTo(window)
     assert library.model.data(library.model.index(library.model.rows.index(library.selected_row()), 5)).startswith("Paused")
-    assert local_model(REPO).bytes_on_disk > 0
+    assert inspect_repo(REPO).bytes_on_disk > 0
     hub_server.clear_faults()
     done = []
     library.downloads.finished.connect(done.append)
@@ -77,6 +77,6 @@ def test_cancel_asks_then_deletes_the_partial_download(window, library, hub_serv
     panel.cancel_button.click()
     qtbot.waitUntil(lambda: "text" in seen and REPO not in library.downloads.jobs, timeout=10_000)
     assert "Keep it to resume later, or delete it?" in seen["text"]
-    assert local_model(REPO).bytes_on_disk == 0
+    assert inspect_repo(REPO) is None or inspect_repo(REPO).bytes_on_disk == 0
     assert panel.download_button.isVisibleTo(window)
     assert library.model.data(library.model.index(library.model.rows.index(library.selected_row()), 5)) == ""
