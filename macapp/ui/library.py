@@ -151,7 +151,9 @@ class LibraryPage(QWidget):
 
     load_requested = Signal(object)
     machine_changed = Signal(object)
+    hub_refreshed = Signal(object)  # {repo: error} for the builds the hub could not tell us about
     _machine_detected = Signal(object)
+    _hub_answered = Signal(object)
 
     def __init__(self, settings: Settings, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -379,6 +381,23 @@ class LibraryPage(QWidget):
             self.downloads.status_changed.connect(self.model.set_live_status)
             self.refresh()
         return self.machine
+
+    def refresh_from_hub(self, wait: bool = False) -> None:
+        """Read every build's real config.json and exact file sizes from the hub (off the GUI thread), then redo the rows."""
+        import threading
+
+        if not getattr(self, "_hub_wired", False):
+            self._hub_answered.connect(self._hub_done)
+            self._hub_wired = True
+        worker = threading.Thread(target=lambda: self._hub_answered.emit(catalog.refresh_catalog()), daemon=True)
+        worker.start()
+        if wait:
+            worker.join()
+
+    def _hub_done(self, errors: dict) -> None:
+        self.entries = catalog.load_catalog()
+        self.refresh()
+        self.hub_refreshed.emit(errors)
 
     def open_local_folder(self, folder: str) -> Row | None:
         try:

@@ -126,6 +126,7 @@ class MainWindow(QMainWindow):
         self.sidebar.rename_requested.connect(self.rename_conversation)
         self.library.load_requested.connect(self.chat.load_model)
         self.library.machine_changed.connect(self.status.set_machine)
+        self.library.hub_refreshed.connect(self._catalog_refreshed)
         self.chat.model_changed.connect(self._on_model_changed)
         self.chat.conversations_changed.connect(self.refresh_conversations)
         self.chat.model_ready.connect(lambda: self.show_page(CHAT))
@@ -150,6 +151,7 @@ class MainWindow(QMainWindow):
         file_menu = bar.addMenu("&File")
         self.new_chat_action = self._action("New Chat", self.new_chat, QKeySequence.StandardKey.New)
         self.open_folder_action = self._action("Open Model Folder…", self.open_model_folder, QKeySequence.StandardKey.Open)
+        self.refresh_catalog_action = self._action("Refresh Catalog from Hub", self.refresh_catalog)
         self.preferences_action = self._action(
             "Preferences…", self.show_preferences, QKeySequence.StandardKey.Preferences, QAction.MenuRole.PreferencesRole
         )
@@ -157,7 +159,8 @@ class MainWindow(QMainWindow):
             self.preferences_action.setShortcut(QKeySequence("Ctrl+,"))
         self.about_action = self._action(f"About {APP_NAME}", self.show_about, None, QAction.MenuRole.AboutRole)
         self.quit_action = self._action("Quit", self.close, QKeySequence.StandardKey.Quit, QAction.MenuRole.QuitRole)
-        for a in (self.new_chat_action, self.open_folder_action, None, self.preferences_action, self.about_action,
+        for a in (self.new_chat_action, self.open_folder_action, self.refresh_catalog_action, None,
+                  self.preferences_action, self.about_action,
                   None, self.quit_action):
             file_menu.addSeparator() if a is None else file_menu.addAction(a)
 
@@ -183,6 +186,18 @@ class MainWindow(QMainWindow):
         self.sidebar.nav.setCurrentRow(index)
         self.sidebar.nav.blockSignals(False)
         self.settings.set("window.page", index)
+
+    def refresh_catalog(self) -> None:
+        self.status.showMessage("Reading the catalog's configs and file sizes from the hub…")
+        self.library.refresh_from_hub()
+
+    def _catalog_refreshed(self, errors: dict) -> None:
+        if "*" in errors:
+            self.status.showMessage(f"Catalog not refreshed: {errors['*']}", 10000)
+        elif errors:
+            self.status.showMessage(f"Catalog refreshed; {len(errors)} builds could not be read (built-in data kept)", 10000)
+        else:
+            self.status.showMessage("Catalog refreshed: exact sizes from the hub", 10000)
 
     def new_chat(self) -> None:
         self.chat.new_chat()

@@ -122,3 +122,20 @@ def test_window_size_and_choices_persist_between_runs(qtbot, settings):
     assert (again.width(), again.height()) == (900, 700)
     assert again.library.context == 65536
     assert not again.chat.composer.thinking.isChecked()
+
+
+def test_refresh_from_hub_brings_exact_sizes_into_the_badges(window, qtbot, hub_server):
+    import json as _json
+
+    library = window.library
+    config = {"model_type": "qwen3_5", "text_config": {**library.entries[0].arch.__dict__}, "quantization": {"group_size": 64, "bits": 4}}
+    hub_server.add_repo("mlx-community/Qwen3.5-0.8B-4bit", {"config.json": _json.dumps(config).encode(), "model.safetensors": b"\0" * 2_345_678})
+    before = _row_for(library, "Qwen3.5-0.8B", 4).estimate
+    assert not before.weights_exact
+    with qtbot.waitSignal(library.hub_refreshed, timeout=60000) as signal:
+        window.refresh_catalog_action.trigger()
+    errors = signal.args[0]
+    assert "mlx-community/Qwen3.5-0.8B-4bit" not in errors and "mlx-community/Qwen3.5-9B-4bit" in errors
+    after = _row_for(library, "Qwen3.5-0.8B", 4).estimate
+    assert after.weights_exact and after.weights_bytes == 2_345_678
+    assert "could not be read" in window.status.currentMessage()
