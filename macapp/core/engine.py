@@ -10,8 +10,9 @@ Public API (everything returns at once; work happens on the worker, in submissio
     job = session.edit_last(text, thinking=None, sampling=None, thinking_budget=None)  # replace the last user message
     for event in job.events(): ...                      # blocking iterator (events.py), ends after Finished/Failed
     job.add_listener(callback)                          # called on the worker thread (past events replayed at once)
-    job.stop()                                          # honoured within one token (or one prefill chunk)
+    job.stop()                                          # honoured within one token; at once while reading
     job.result(timeout=None)                            # the Reply / Loaded, or raises EngineError
+    job.join(timeout=None)                              # wait until the worker is done with the job
     engine.unload(); engine.close()
 
 Design (see also docs in README's chat section):
@@ -30,9 +31,12 @@ Design (see also docs in README's chat section):
   user turn. A snapshot costs no copy; it keeps the DeltaNet states alive (`Session.snapshot_bytes`).
 - The thinking budget closes the reasoning after N reasoning tokens by feeding ``</think>\\n\\n`` to the
   model and letting it answer.
-- Stop: checked on every token and between prefill chunks. A reply stopped while generating is kept
-  (finish_reason "stopped") and the next turn closes it; one stopped while its prompt was still being
-  read is rolled back (Reply.kept False) so the conversation is as before the send.
+- Stop: checked on every token. A reply stopped while generating is kept (finish_reason "stopped") and
+  the next turn closes it. Stopped while its prompt is still being read, a send or edit is undone
+  (Reply.kept False: the conversation is as before it); `Job.stop()` then emits that Finished at once, from
+  the calling thread, and the worker undoes the turn when the prefill chunk in flight ends, before any
+  later job runs (`Job.join()` waits for that). A regenerate from a snapshot re-reads one short turn and
+  stops at its first token instead, so its user message is never lost.
 - Bad input fails before any work, with a code from events.py: missing folder, not a Qwen3.5 model,
   corrupt files, no model loaded, empty prompt, prompt over the context limit or the memory budget.
 """
@@ -112,11 +116,15 @@ class Job:
         self._done = False
         self._waiting = 0  # readers blocked in events()
         self._last_notify = 0.0
+        self._stop_reply: Any = None  # while a prompt is read: the terminal event stop() may emit at once
+        self._settled = threading.Event()  # the worker is done with this job (see join())
         self.stop_requested_at: float | None = None
 
     # producer side (worker thread)
     def emit(self, event: Any) -> None:
         with self._cond:
+            if self._done:  # nothing after the terminal event (stop() may have sent it early)
+                return
             self._events.append(event)
             if isinstance(event, ev.TERMINAL_EVENTS):
                 self._done = True
@@ -172,6 +180,11 @@ class Job:
                 raise TimeoutError(f"the engine did not finish in {timeout} s")
             return self._events[-1]
 
+    def join(self, timeout: float | None = None) -> None:
+        """Block until the worker is done with this job (after a stop while reading, Finished comes first)."""
+        if not self._settled.wait(timeout):
+            raise TimeoutError(f"the engine did not finish in {timeout} s")
+
     def result(self, timeout: float | None = None) -> Any:
         """The Reply (chat), Loaded (load) or Unloaded; raises EngineError on Failed."""
         last = self.wait(timeout)
@@ -182,9 +195,21 @@ class Job:
         return last
 
     def stop(self) -> None:
+        """Ask the job to stop. While a prompt is being read, its Finished(kept=False) comes at once (from
+        this thread); the worker undoes the turn when the chunk in flight is done, before any later job."""
         if not self._stop.is_set():
             self.stop_requested_at = time.perf_counter()
             self._stop.set()
+        with self._cond:
+            early, self._stop_reply = self._stop_reply, None
+        if early is not None:
+            self.emit(early)
+
+    def _arm_stop_reply(self, event: Any) -> bool:
+        """Worker: let stop() answer with `event` at once (None disarms). True if it already did."""
+        with self._cond:
+            self._stop_reply = event
+            return self._done
 
     @property
     def stopped(self) -> bool:
@@ -425,6 +450,7 @@ class _Worker:
                 job.emit(Failed(f"Unexpected engine error: {type(exc).__name__}: {exc}", ev.ERROR))
             if not job.done:  # every job ends with a terminal event
                 job.emit(Failed("The engine ended this job without a result.", ev.ERROR))
+            job._settled.set()
 
 
 _worker: _Worker | None = None
@@ -817,26 +843,31 @@ class ChatSession:
         with wired_limit(m.model, [generation_stream]):
             # Prefill all but the last prompt token here (the same steps as mlx-lm's generate_step), to
             # report progress, honour stop between chunks and snapshot the cache right before the reply.
+            # A stop during a chunk is answered at once by Job.stop(); the turn is undone after the chunk.
             job.emit(PromptProgress(0, total))
             prefill_start = time.perf_counter()
             done = 0
             step = max(1, opts.prefill_step_size)
+
+            def roll_back() -> None:
+                restore_snapshot(cache, turn_start)
+                del self.tokens[turn_start.length :]
+                self._close_text = plan.close_before
+                self._turn = prev_turn if plan.restore is None else None
+                if plan.keep_user_on_stop:  # not read yet: the next send reads it all, this message included
+                    self._drop_cache()
+                    self._model = m
+                    self._messages.append({"role": "user", "content": plan.user_text})
+
+            stopped = Finished(
+                Reply(thinking=thinking, finish_reason="stopped", kept=False, stats=GenerationStats(finish_reason="stopped", context_tokens=turn_start.length))
+            )
+            if plan.can_roll_back:
+                job._arm_stop_reply(stopped)
             with mx.stream(generation_stream):
                 while total - done > 1:
                     if plan.can_roll_back and stop.is_set():
-                        restore_snapshot(cache, turn_start)
-                        del self.tokens[turn_start.length :]
-                        self._close_text = plan.close_before
-                        self._turn = prev_turn if plan.restore is None else None
-                        if plan.keep_user_on_stop:  # not read yet: the next send reads it all, this message included
-                            self._drop_cache()
-                            self._model = m
-                            self._messages.append({"role": "user", "content": plan.user_text})
-                        stats = GenerationStats(
-                            finish_reason="stopped", elapsed_s=time.perf_counter() - start, context_tokens=len(self.tokens)
-                        )
-                        job.emit(Finished(Reply(thinking=thinking, finish_reason="stopped", stats=stats, kept=False)))
-                        return None
+                        break
                     n = min(step, total - done - 1)
                     m.model(mx.array(prompt[done : done + n])[None], cache=cache)
                     maybe_quantize_kv_cache(cache, **kv)
@@ -845,6 +876,11 @@ class ChatSession:
                     done += n
                     job.emit(PromptProgress(done, total))
                     mx.clear_cache()
+            if plan.can_roll_back and (job._arm_stop_reply(None) or stop.is_set()):
+                roll_back()
+                stopped.reply.stats.elapsed_s = time.perf_counter() - start
+                job.emit(stopped)  # ignored if stop() already sent it
+                return None
             before_last = take_snapshot(cache, len(self.tokens))
             self._turn = _Turn(turn_start, plan.close_before, plan.prefix, before_last, prompt[-1], thinking, thinking and budget == 0)
             self._messages.append({"role": "user", "content": plan.user_text})

@@ -294,6 +294,7 @@ def test_stop_while_reading_rolls_the_turn_back(engine):
     job.stop()
     reply = job.result(timeout=10)
     assert reply.finish_reason == "stopped" and not reply.kept
+    job.join(TIMEOUT)  # the undo happens once the chunk in flight is done
     assert s.tokens == before_tokens and s.messages == before_messages and kv_offsets(s) == [len(before_tokens)]
     assert cache_error(engine, s) < EXACT
     again = s.send("short", thinking=False, sampling=greedy(30)).result(timeout=TIMEOUT)
@@ -531,6 +532,7 @@ def test_stopping_a_regenerate_that_rereads_the_conversation_keeps_the_message(e
     assert reading.wait(TIMEOUT)
     job.stop()
     assert not job.result(timeout=10).kept
+    job.join(TIMEOUT)
     assert [m["role"] for m in s.messages] == ["user"] and s.context_tokens == 0
     again = s.regenerate(thinking=False, sampling=greedy(30)).result(timeout=TIMEOUT)
     assert again.text == ANSWER and again.stats.prompt_tokens == len(template(engine, history[:1], False))
@@ -543,8 +545,29 @@ def test_a_regenerate_from_a_snapshot_is_never_rolled_back(engine, off_script):
     job = s.regenerate(thinking=True, sampling=off_script.with_overrides(max_tokens=100_000))  # re-reads the user turn
     job.stop()  # before or while it reads: it reads on, then stops at its first token
     reply = job.result(timeout=TIMEOUT)
+    job.join(TIMEOUT)
     if reply.kept:  # stopped after reading: the turn is whole
         assert reply.finish_reason == "stopped" and reply.stats.generation_tokens >= 1
         assert [m["role"] for m in s.messages] == ["user", "assistant"] and cache_error(engine, s) < EXACT
     else:  # stopped before the job began: nothing changed
         assert [m["role"] for m in s.messages] == ["user", "assistant"] and s.messages[-1]["thinking"] is False
+
+
+def test_stop_during_a_long_chunk_answers_at_once_and_undoes_the_turn(engine):
+    s = engine.new_session(options=SessionOptions(prefill_step_size=100_000))  # the whole prompt in one chunk
+    s.send("hi", thinking=False, sampling=greedy(30)).result(timeout=TIMEOUT)
+    before = list(s.tokens)
+    job = s.send("word " * 2500, thinking=False, sampling=greedy(30))
+    reading = threading.Event()
+    job.add_listener(lambda e: reading.set() if isinstance(e, PromptProgress) else None)
+    assert reading.wait(TIMEOUT)
+    time.sleep(0.05)
+    job.stop()
+    last = job.wait(1.0)  # the chunk itself takes seconds here
+    assert time.perf_counter() - job.stop_requested_at < 1.0
+    assert isinstance(last, Finished) and not last.reply.kept and last.reply.finish_reason == "stopped"
+    nxt = s.send("short", thinking=False, sampling=greedy(30)).result(timeout=TIMEOUT)  # runs after the undo
+    assert nxt.stats.prompt_tokens == 1 + len(template(engine, [{"role": "user", "content": "short"}], False))
+    assert s.tokens[: len(before)] == before and cache_error(engine, s) < EXACT
+    assert [m["content"] for m in s.messages if m["role"] == "user"] == ["hi", "short"]
+    assert sum(isinstance(e, Finished) for e in job.history) == 1
