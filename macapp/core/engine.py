@@ -9,13 +9,16 @@ Public API (everything returns at once; work happens on the worker, in submissio
     job = session.regenerate(thinking=None, sampling=None, thinking_budget=None)   # redo the last reply
     job = session.edit_last(text, thinking=None, sampling=None, thinking_budget=None)  # replace the last user message
     for event in job.events(): ...                      # blocking iterator (events.py), ends after Finished/Failed
-    job.add_listener(callback)                          # called on the worker thread (past events replayed at once)
+    job.add_listener(callback)                          # called on the worker thread (past events replayed at once;
+                                                        # an early stop reply comes from a helper thread)
     job.stop()                                          # honoured within one token; at once while reading
     job.result(timeout=None)                            # the Reply / Loaded, or raises EngineError
     job.join(timeout=None)                              # wait until the worker is done with the job
     engine.unload(); engine.close()
 
-Design (see also docs in README's chat section):
+Design:
+- One worker thread per process (shared by Engine objects) does all MLX work; it never ends, because with
+  mlx 0.32 a process whose MLX thread has exited can abort at exit.
 - Generation is mlx-lm's own `stream_generate`, with nothing added per token but a list append, the
   thinking splitter's string work and an event append; so decode speed is mlx-lm's.
 - Each session keeps ONE prompt cache and appends only the new turn: the previous reply is closed with
@@ -28,15 +31,16 @@ Design (see also docs in README's chat section):
   (KV layers: their length, since they only grow; DeltaNet layers: references to their immutable state
   arrays), and again just before the prompt's last token. Regenerate restores the second and prefills one
   token (or the user turn when the thinking mode changes); edit restores the first and prefills the new
-  user turn. A snapshot costs no copy; it keeps the DeltaNet states alive (`Session.snapshot_bytes`).
+  user turn. A snapshot costs no copy; it keeps the DeltaNet states alive (`ChatSession.snapshot_bytes`).
 - The thinking budget closes the reasoning after N reasoning tokens by feeding ``</think>\\n\\n`` to the
   model and letting it answer.
 - Stop: checked on every token. A reply stopped while generating is kept (finish_reason "stopped") and
   the next turn closes it. Stopped while its prompt is still being read, a send or edit is undone
-  (Reply.kept False: the conversation is as before it); `Job.stop()` then emits that Finished at once, from
-  the calling thread, and the worker undoes the turn when the prefill chunk in flight ends, before any
-  later job runs (`Job.join()` waits for that). A regenerate from a snapshot re-reads one short turn and
-  stops at its first token instead, so its user message is never lost.
+  (Reply.kept False: the conversation is as before it): `Job.stop()` has that Finished emitted at once
+  (from a helper thread, never inside the caller's stop()) and the worker undoes the turn when the
+  prefill chunk in flight ends, before any later job runs (`Job.join()` waits for that). A regenerate
+  from a snapshot re-reads one short turn and stops at its first token instead, so its user message is
+  never lost.
 - Bad input fails before any work, with a code from events.py: missing folder, not a Qwen3.5 model,
   corrupt files, no model loaded, empty prompt, prompt over the context limit or the memory budget.
 """
@@ -195,15 +199,15 @@ class Job:
         return last
 
     def stop(self) -> None:
-        """Ask the job to stop. While a prompt is being read, its Finished(kept=False) comes at once (from
-        this thread); the worker undoes the turn when the chunk in flight is done, before any later job."""
+        """Ask the job to stop. While a prompt is being read, its Finished(kept=False) comes at once (from a
+        helper thread); the worker undoes the turn when the chunk in flight is done, before any later job."""
         if not self._stop.is_set():
             self.stop_requested_at = time.perf_counter()
             self._stop.set()
         with self._cond:
             early, self._stop_reply = self._stop_reply, None
-        if early is not None:
-            self.emit(early)
+        if early is not None:  # from a helper thread, so no listener runs inside the caller's stop()
+            threading.Thread(target=self.emit, args=(early,), name="qwen-desk-stop", daemon=True).start()
 
     def _arm_stop_reply(self, event: Any) -> bool:
         """Worker: let stop() answer with `event` at once (None disarms). True if it already did."""
