@@ -317,7 +317,7 @@ def _interactive(args, engine, session, history) -> int:
             print(f"[{last.message}]", file=sys.stderr)
             continue
         reply = last.reply
-        if redo and reply.kept:
+        if redo and (reply.kept or text.startswith("/edit ")):  # an edit replaces the old turn even if stopped
             history.truncate_last_turn()
         if user_text is None:
             users = [m for m in session.messages if m["role"] == "user"]
