@@ -11,7 +11,7 @@ from macapp.cli import UsageError
 from macapp.core import catalog, hardware, sizing
 from macapp.core.download import downloaded_repos
 
-DEFAULT_CONTEXT = 32768
+DEFAULT_CONTEXT = sizing.DEFAULT_CONTEXT
 VERDICT_WORDS = {"fits": "fits", "tight": "tight", "too_big": "too big"}
 
 
@@ -111,12 +111,17 @@ def run_models(args: argparse.Namespace) -> int:
         errors = catalog.refresh_catalog()
         for repo, error in errors.items():
             print(f"qwen-desk: could not refresh {repo}: {error} (using built-in data)", file=sys.stderr)
+    entries = catalog.load_catalog()
+    longest = max(e.arch.max_position_embeddings for e in entries)
+    if not 1 <= args.context <= longest:
+        raise UsageError(f"context must be between 1 and {longest:,} tokens (the family's maximum), not {args.context:,}")
     machine = hardware.detect_machine()
     downloaded = {repo.lower() for repo in downloaded_repos()}
     rows = []
-    for entry in catalog.load_catalog():
+    for entry in entries:
         for bits in sorted(entry.builds):
             model = catalog.resolve_model(entry.build(bits).repo)
+            # A model with a shorter maximum is judged at its maximum (the row says which context it used).
             context = min(args.context, model.arch.max_position_embeddings)
             e = sizing.estimate(model, context, machine, kv_bits=args.kv_bits)
             row = e.to_json()

@@ -15,6 +15,7 @@ from macapp.core.catalog import Arch, ModelRef
 from macapp.core.hardware import MachineProfile
 
 KV_STEP = 256  # mlx-lm's KVCache grows in steps of 256 tokens
+DEFAULT_CONTEXT = 32768  # the context a fit is judged at unless the user picks one (CLI, window, downloads)
 DEFAULT_PREFILL_STEP = 2048  # mlx-lm's prefill_step_size
 DEFAULT_KV_GROUP = 64
 ACT_BYTES = 2  # bf16 activations, KV cache and unquantized weights

@@ -83,6 +83,12 @@ def test_fit_nonsense_config_in_a_folder(capsys, tmp_path):
     assert code == 2 and "hidden_size" in err
 
 
+@pytest.mark.parametrize("context", ["0", "300k"])
+def test_models_refuses_a_context_outside_the_family(capsys, context):
+    code, out, err = run_cli(capsys, "models", "--context", context)
+    assert code == 2 and out == "" and "between 1 and 262,144" in err
+
+
 def test_argparse_rejects_bad_bits_and_context():
     with pytest.raises(SystemExit) as exc:
         main(["fit", "Qwen3.5-9B", "--bits", "3"])
