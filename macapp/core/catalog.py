@@ -216,6 +216,15 @@ def hub_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
+def _fetch_config(repo: str) -> dict[str, Any]:
+    """A repo's config.json, kept in the app's own cache: a lone config.json in the shared HF cache would look
+    like a started download to other tools."""
+    from huggingface_hub import hf_hub_download
+
+    path = hf_hub_download(repo, "config.json", endpoint=hub_endpoint(), cache_dir=paths.cache_dir() / "hub-configs")
+    return json.loads(Path(path).read_text())
+
+
 def _refresh_cache_path() -> Path:
     return paths.cache_dir() / REFRESH_CACHE
 
@@ -249,7 +258,7 @@ def load_catalog() -> list[CatalogEntry]:
 
 def refresh_catalog(entries: list[CatalogEntry] | None = None) -> dict[str, str]:
     """Read each build's real config.json and exact file sizes from the hub and cache them; returns repo → error for failures."""
-    from huggingface_hub import HfApi, hf_hub_download  # network-only path, imported when used
+    from huggingface_hub import HfApi  # network-only path, imported when used
 
     if hub_offline():
         return {"*": "HF_HUB_OFFLINE is set: using the built-in catalog"}
@@ -263,11 +272,11 @@ def refresh_catalog(entries: list[CatalogEntry] | None = None) -> dict[str, str]
             try:
                 info = api.model_info(build.repo, files_metadata=True)
                 sizes = {s.rfilename: s.size for s in info.siblings or [] if s.size is not None}
-                config = json.loads(Path(hf_hub_download(build.repo, "config.json", endpoint=hub_endpoint())).read_text())
+                config = _fetch_config(build.repo)
                 Arch.from_config(config)  # refuse to cache a config the sizing model cannot use
                 bits, group = quantization_of(config)
                 cache[build.repo] = {
-                    "weights_bytes": sum(v for k, v in sizes.items() if k.endswith(".safetensors")) or None,
+                    "weights_bytes": _hub_loaded_bytes(api, build.repo, sizes),
                     "files": sizes,
                     "config": config,
                     "bits": bits,
@@ -313,9 +322,45 @@ def _ref_from_entry(entry: CatalogEntry, build: Build) -> ModelRef:
     )
 
 
+def loaded_by_mlx_lm(tensor: str) -> bool:
+    """mlx-lm's qwen3_5 sanitize drops the vision tower and the multi-token-prediction head."""
+    return not (tensor.startswith(("vision_tower", "model.visual")) or tensor.startswith("mtp.") or ".mtp." in tensor)
+
+
+def _safetensors_offsets(path: Path) -> dict[str, tuple[int, int]]:
+    """Tensor name → (start, end) byte offsets, from a safetensors header (8-byte length + JSON)."""
+    with open(path, "rb") as handle:
+        length = int.from_bytes(handle.read(8), "little")
+        if not 0 < length < 100_000_000:
+            raise ValueError(f"{path.name} has no safetensors header")
+        header = json.loads(handle.read(length))
+    return {k: tuple(v["data_offsets"]) for k, v in header.items() if k != "__metadata__"}
+
+
 def weight_files_bytes(folder: Path) -> int | None:
-    total = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
+    """Bytes of the weights mlx-lm will load from a folder: tensor sizes from the headers, vision/MTP tensors left out
+    (a repo converted with its vision tower is bigger on disk than in memory); file sizes if a header is unreadable."""
+    total = 0
+    for path in sorted(folder.glob("*.safetensors")):
+        try:
+            total += sum(end - start for name, (start, end) in _safetensors_offsets(path).items() if loaded_by_mlx_lm(name))
+        except (OSError, ValueError, KeyError, TypeError):
+            total += path.stat().st_size
     return total or None
+
+
+def _hub_loaded_bytes(api, repo: str, file_sizes: dict[str, int]) -> int | None:
+    """Like weight_files_bytes, for a hub repo: its safetensors headers are read with range requests."""
+    try:
+        meta = api.get_safetensors_metadata(repo)
+        return sum(
+            info.data_offsets[1] - info.data_offsets[0]
+            for file_meta in meta.files_metadata.values()
+            for name, info in file_meta.tensors.items()
+            if loaded_by_mlx_lm(name)
+        ) or None
+    except Exception:  # no headers readable: the files' sizes are the next best thing
+        return sum(v for k, v in file_sizes.items() if k.endswith(".safetensors")) or None
 
 
 def model_from_folder(folder: Path, name: str | None = None, repo: str | None = None) -> ModelRef:
@@ -343,11 +388,13 @@ def model_from_folder(folder: Path, name: str | None = None, repo: str | None = 
 
 def _hub_model(repo: str) -> ModelRef:
     """A hub repo outside the catalog: from the HF cache if present, else config + file sizes from the hub."""
-    from huggingface_hub import HfApi, hf_hub_download, snapshot_download
+    from huggingface_hub import HfApi, snapshot_download
     from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError, RepositoryNotFoundError
 
     try:
-        folder = Path(snapshot_download(repo, allow_patterns=["config.json"], local_files_only=True))
+        from macapp.core.download.hfcache import hub_cache_dir
+
+        folder = Path(snapshot_download(repo, allow_patterns=["config.json"], local_files_only=True, cache_dir=hub_cache_dir()))
         if (folder / "config.json").is_file():
             return model_from_folder(folder, name=repo.split("/")[-1], repo=repo)
     except (LocalEntryNotFoundError, OSError, ValueError):
@@ -357,7 +404,7 @@ def _hub_model(repo: str) -> ModelRef:
     if not hub_reachable():
         raise UnknownModel(f"{repo} is not in the local Hugging Face cache and the hub cannot be reached: check the connection (or HF_ENDPOINT)")
     try:
-        config = json.loads(Path(hf_hub_download(repo, "config.json", endpoint=hub_endpoint())).read_text())
+        config = _fetch_config(repo)
         info = HfApi(endpoint=hub_endpoint()).model_info(repo, files_metadata=True)
     except GatedRepoError:
         raise UnknownModel(f"{repo} is gated or private: accept its licence on the hub and set HF_TOKEN (or run `hf auth login`)") from None
@@ -368,7 +415,8 @@ def _hub_model(repo: str) -> ModelRef:
     except Exception as exc:
         raise UnknownModel(f"could not read {repo} from the hub ({type(exc).__name__}: {exc}); check the connection or HF_ENDPOINT") from None
     bits, group = quantization_of(config)
-    weights = sum(s.size or 0 for s in info.siblings or [] if s.rfilename.endswith(".safetensors")) or None
+    api = HfApi(endpoint=hub_endpoint())
+    weights = _hub_loaded_bytes(api, repo, {s.rfilename: s.size or 0 for s in info.siblings or []})
     return ModelRef(name=repo.split("/")[-1], arch=Arch.from_config(config), bits=bits, group_size=group, repo=repo, weights_bytes=weights, origin="hub")
 
 

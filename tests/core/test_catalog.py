@@ -117,3 +117,27 @@ def test_refreshed_sizes_and_config_override_builtin(tmp_path):
     cache[repo]["config"] = {"model_type": "qwen3_5", "text_config": {"hidden_size": -3}}
     catalog._refresh_cache_path().write_text(json.dumps(cache))
     assert catalog.resolve_model("Qwen3.5-9B").arch.max_position_embeddings == 262144
+
+
+def _write_mixed_safetensors(path: Path) -> int:
+    """A real safetensors file with text, vision-tower and MTP tensors; returns the bytes mlx-lm would load."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    tensors = {
+        "language_model.model.embed_tokens.weight": np.zeros((64, 32), dtype=np.float16),
+        "language_model.model.layers.0.mlp.gate_proj.weight": np.zeros((32, 32), dtype=np.uint32),
+        "vision_tower.blocks.0.attn.qkv.weight": np.zeros((96, 32), dtype=np.float16),
+        "model.visual.merger.weight": np.zeros((16, 16), dtype=np.float32),
+        "mtp.layers.0.weight": np.zeros((8, 32), dtype=np.float16),
+    }
+    save_file(tensors, str(path))
+    return 64 * 32 * 2 + 32 * 32 * 4
+
+
+def test_local_weights_count_only_what_mlx_lm_loads(tmp_path):
+    config = json.loads((REFERENCE / "Qwen3.5-0.8B.config.json").read_text())
+    folder = _write_folder(tmp_path / "vlm-build", config)
+    text_bytes = _write_mixed_safetensors(folder / "model.safetensors")
+    assert (folder / "model.safetensors").stat().st_size > text_bytes  # vision and MTP are on disk...
+    assert catalog.resolve_model(str(folder)).weights_bytes == text_bytes  # ...but not in memory

@@ -63,3 +63,14 @@ def test_hub_errors_are_actionable(hub_server):
     hub_server.stop()
     with pytest.raises(UnknownModel, match="cannot be reached"):
         catalog.resolve_model("org/unreachable")
+
+
+def test_hub_weights_leave_out_vision_tensors_read_from_the_headers(hub_server, tmp_path):
+    from tests.core.test_catalog import _write_mixed_safetensors
+
+    text_bytes = _write_mixed_safetensors(tmp_path / "model.safetensors")
+    files = published_build(4)
+    files["model.safetensors"] = (tmp_path / "model.safetensors").read_bytes()
+    hub_server.add_repo("someone/qwen3.5-vlm-4bit", files)
+    ref = catalog.resolve_model("someone/qwen3.5-vlm-4bit")
+    assert ref.weights_bytes == text_bytes < len(files["model.safetensors"])
