@@ -550,3 +550,56 @@ def test_offline_a_model_without_a_stored_listing_is_still_checked_by_its_blob_n
     with pytest.raises(dl.DownloadError) as err:
         dl.download(REPO, settings=FAST)
     assert err.value.kind == "offline" and SHARD2 in str(err.value) and hub_server.log == []
+
+
+# --- what counts as downloaded ---------------------------------------------------------------------------------------
+def test_a_cache_folder_holding_only_config_json_is_not_a_downloaded_model(hub_server, repo):
+    from huggingface_hub import hf_hub_download
+
+    # What a tool reading one config leaves behind: refs/main and a snapshot with config.json alone (no listing).
+    hf_hub_download(REPO, "config.json", endpoint=hub_server.url, cache_dir=dl.hub_cache_dir())
+    rdir = hfcache.repo_dir(REPO)
+    assert (rdir / "snapshots" / repo.commit / "config.json").is_file() and not (rdir / "trees").exists()
+    local = dl.inspect_repo(REPO)
+    assert local is not None and not local.complete and not local.ready
+    assert REPO not in dl.downloaded_repos() and not dl.is_ready(REPO)
+    [listed] = dl.list_downloaded()
+    assert listed.repo == REPO and not listed.complete  # shown as started, not as a model
+    # The same folder with the tokenizer too but no weights (no index, no model.safetensors): still not a model.
+    hf_hub_download(REPO, "tokenizer.json", endpoint=hub_server.url, cache_dir=dl.hub_cache_dir())
+    assert not dl.inspect_repo(REPO).complete
+    # Once downloaded for real it is complete and verified.
+    dl.download(REPO, settings=FAST)
+    assert dl.inspect_repo(REPO).ready and REPO in dl.downloaded_repos()
+
+
+def test_a_stored_listing_without_safetensors_is_never_complete(hub_server):
+    files = {"config.json": b'{"model_type": "qwen3_5"}', "tokenizer.json": b"{}"}
+    served = hub_server.add_repo(REPO, files)
+    rdir = hfcache.repo_dir(REPO)
+    hfcache.ensure_repo_dirs(rdir)
+    listing = [hfcache.RemoteFile(p, f.size, f.blob_id, f.sha256) for p, f in served.files.items()]
+    hfcache.write_listing(rdir, served.commit, listing)
+    hfcache.write_ref(rdir, "main", served.commit)
+    for f in listing:
+        hfcache.blob_path(rdir, f.etag).write_bytes(served.files[f.path].data)
+        hfcache.link_snapshot(rdir, served.commit, f.path, f.etag)
+    local = dl.inspect_repo(REPO)
+    assert local.bytes_total == sum(f.size for f in listing)  # every listed file is here at its size...
+    assert not local.complete and REPO not in dl.downloaded_repos()  # ...but there are no weights
+    with pytest.raises(dl.DownloadError) as err:
+        dl.plan_download(REPO)
+    assert err.value.kind == "not_found" and "weight" in str(err.value)
+
+
+def test_a_sharded_snapshot_missing_a_shard_the_index_names_is_not_complete(hub_server, repo, monkeypatch):
+    import shutil
+
+    from huggingface_hub import snapshot_download
+
+    snapshot_download(REPO, endpoint=hub_server.url, cache_dir=dl.hub_cache_dir(), allow_patterns=dl.NEEDED_PATTERNS)
+    rdir = hfcache.repo_dir(REPO)
+    shutil.rmtree(rdir / "trees")  # no stored listing: the index is all there is to go by
+    assert dl.inspect_repo(REPO).complete and not dl.inspect_repo(REPO).verified
+    (rdir / "snapshots" / repo.commit / SHARD2).unlink()
+    assert not dl.inspect_repo(REPO).complete and REPO not in dl.downloaded_repos()

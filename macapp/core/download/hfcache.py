@@ -24,7 +24,7 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 # The files an MLX chat needs: the same patterns mlx_lm.load fetches (mlx_lm.utils.DEFAULT_ALLOW_PATTERNS), so a
 # model we fetched is complete for mlx-lm and one mlx-lm fetched is complete for us. Copied, not imported: importing
@@ -44,6 +44,8 @@ MARKS_FILE = ".qwen-desk-verified.json"
 PARTIAL_SUFFIX = ".incomplete"
 _HF_ORPHAN = re.compile(r"^(?P<etag>[0-9a-fA-F]+)\.(?P<tag>[0-9a-f]{8})\.incomplete$")
 TREE_FORMAT_VERSION = 1
+WEIGHT_INDEX = "model.safetensors.index.json"
+SINGLE_WEIGHTS = "model.safetensors"
 
 
 @dataclass(frozen=True)
@@ -167,7 +169,8 @@ def listing_from_snapshot(rdir: Path, commit: str) -> list[RemoteFile] | None:
     """Rebuild a listing from a snapshot folder when none was stored (a model fetched by an older huggingface_hub).
 
     Blobs are named after their hash (sha256 for LFS files, the git blob id otherwise), so every file can still be
-    checked offline. None when a shard named in model.safetensors.index.json is missing.
+    checked offline. None when config.json or a weight file (the shards the index names, else model.safetensors)
+    is missing.
     """
     snap = snapshot_dir(rdir, commit)
     if not snap.is_dir():
@@ -185,13 +188,22 @@ def listing_from_snapshot(rdir: Path, commit: str) -> list[RemoteFile] | None:
         else:
             return None  # a plain copy: nothing to check it against
     present = {f.path for f in files}
-    try:
-        shards = set(json.loads((snap / "model.safetensors.index.json").read_text())["weight_map"].values())
-    except (OSError, ValueError, KeyError, AttributeError):
-        shards = set()
-    if not shards <= present or "config.json" not in present:
+    if not weight_names(snap) <= present or "config.json" not in present:
         return None
     return files
+
+
+def weight_names(snapshot: Path) -> set[str]:
+    """The weight files a snapshot needs: the shards its model.safetensors.index.json names, else model.safetensors."""
+    try:
+        shards = set(json.loads((snapshot / WEIGHT_INDEX).read_text())["weight_map"].values())
+    except (OSError, ValueError, KeyError, AttributeError, TypeError):
+        shards = set()
+    return {s for s in shards if isinstance(s, str)} or {SINGLE_WEIGHTS}
+
+
+def has_weights(files: Sequence[RemoteFile]) -> bool:
+    return any(f.is_weight for f in files)
 
 
 # --- verified marks ----------------------------------------------------------------------------------------------
@@ -359,6 +371,17 @@ def local_state(rdir: Path, commit: str, files: list[RemoteFile]) -> list[LocalF
         have = min(max(sizes, default=0), f.size)
         out.append(LocalFile(f, "partial" if have else "missing", have, None))
     return out
+
+
+def is_complete(files: Sequence[LocalFile]) -> bool:
+    """The one test of a downloaded model: it has weight files, and every needed file is on disk at its listed size
+    (a cache folder holding only config.json is not a model)."""
+    return has_weights([f.remote for f in files]) and all(f.state in ("ready", "present") for f in files)
+
+
+def is_verified(files: Sequence[LocalFile]) -> bool:
+    """Complete, and every file's hash was checked by us (what "ready" means)."""
+    return is_complete(files) and all(f.state == "ready" for f in files)
 
 
 def free_bytes(path: Path) -> int:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,15 +42,9 @@ def _folder_bytes(rdir: Path) -> tuple[int, int]:
 
 
 def _files_from_index(snapshot: Path) -> list[RemoteFile] | None:
-    """Without a stored listing (a model fetched by an older huggingface_hub): the weight index names the shards."""
-    try:
-        index = json.loads((snapshot / "model.safetensors.index.json").read_text())
-        shards = sorted(set(index["weight_map"].values()))
-    except (OSError, ValueError, KeyError, AttributeError):
-        shards = ["model.safetensors"]
-    names = ["config.json", *shards]
+    """Without a stored listing or hash-named blobs (plain copies): config.json and the weights the index names."""
     files = []
-    for name in names:
+    for name in ["config.json", *sorted(hfcache.weight_names(snapshot))]:
         p = snapshot / name
         if not p.is_file():
             return None
@@ -81,8 +74,8 @@ def inspect_repo(repo: str, revision: str = "main", cache: Path | None = None) -
                           False, partial)
     needed = hfcache.needed_files(listing)
     states = hfcache.local_state(rdir, commit, needed)
-    complete = bool(states) and all(s.state in ("ready", "present") for s in states)
-    verified = complete and all(s.state == "ready" for s in states)
+    complete = hfcache.is_complete(states)
+    verified = hfcache.is_verified(states)
     return LocalModel(repo, commit, snapshot if snapshot.is_dir() else None, on_disk,
                       sum(f.size for f in needed), complete, verified, partial)
 

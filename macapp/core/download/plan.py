@@ -58,12 +58,12 @@ class DownloadPlan:
     @property
     def ready(self) -> bool:
         """Every needed file is present and its hash was checked."""
-        return bool(self.files) and all(f.state == "ready" for f in self.files)
+        return hfcache.is_verified(self.files)
 
     @property
     def complete(self) -> bool:
         """Every needed file is present at the right size (hash checks may remain)."""
-        return bool(self.files) and all(f.state in ("ready", "present") for f in self.files)
+        return hfcache.is_complete(self.files)
 
     @property
     def repo_dir(self) -> Path:
@@ -153,7 +153,7 @@ def plan_download(repo: str, revision: str = "main", *, model: Any = None, conte
                                     "unset it (or set HF_HUB_OFFLINE=0) to download it", repo=repo)
             raise DownloadError(unreachable.kind, f"{unreachable}; {repo} is not in the local cache", repo=repo)
     needed = hfcache.needed_files(listing)
-    if not any(f.is_weight for f in needed):
+    if not hfcache.has_weights(needed):
         raise DownloadError("not_found", f"{repo} has no MLX weight files (model*.safetensors): is it an MLX build?",
                             repo=repo)
     files = tuple(hfcache.local_state(rdir, commit, needed))
