@@ -105,6 +105,9 @@ def _describe_plan(plan: dl.DownloadPlan) -> str:
     lines = [f"{plan.repo} @ {plan.commit[:10]}: {len(plan.files)} files, {_size(plan.bytes_total)}"]
     if plan.ready:
         lines.append("  already downloaded and verified")
+    elif plan.complete:
+        lines.append("  already downloaded, not yet verified: the hashes of the files on disk are checked, "
+                     "nothing is fetched")
     else:
         here = plan.bytes_on_disk
         lines.append(f"  to fetch: {_size(plan.bytes_to_fetch)}" + (f" ({_size(here)} already here)" if here else "")
@@ -146,7 +149,8 @@ def _list(args: argparse.Namespace) -> int:
         if m.ready:
             state = "ready"
         elif m.complete:
-            state = "complete (hash check on first use)"
+            # Usable (mlx-lm loads it), but no one here has checked its hashes: nothing checks them on load.
+            state = f"complete, not yet verified: run `qwen-desk download {m.repo}` to verify"
         elif m.bytes_total:
             state = f"partial {min(m.bytes_on_disk, m.bytes_total) / m.bytes_total:.0%} (resumable)"
         else:

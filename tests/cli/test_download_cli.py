@@ -148,3 +148,22 @@ def test_list_and_delete(hub_server, capsys):
     code, out, _ = run_cli(capsys, "download", MODEL, "--delete")
     assert code == 0 and "deleted" in out
     assert not hfcache.repo_dir(REPO).exists() and dl.list_downloaded() == []
+
+
+def test_a_model_fetched_by_another_tool_is_listed_as_not_yet_verified_and_download_verifies_it(hub_server, capsys):
+    from huggingface_hub import snapshot_download
+
+    repo = hub_server.add_repo(REPO, random_repo_files())
+    snapshot_download(REPO, endpoint=hub_server.url, cache_dir=dl.hub_cache_dir(), allow_patterns=dl.NEEDED_PATTERNS)
+    served = hub_server.bytes_served()
+    assert REPO in dl.downloaded_repos() and not dl.downloaded_repos()[REPO].verified  # usable, listed, unchecked
+    code, out, _ = run_cli(capsys, "download", "--list")
+    assert code == 0 and "not yet verified" in out and f"qwen-desk download {REPO}" in out
+    code, out, err = run_cli(capsys, "download", REPO, "--json")  # the command the listing names
+    assert code == 0, err
+    assert "not yet verified" in err and "nothing is fetched" in err
+    data = json.loads(out)
+    assert data["verified"] is True and data["bytes_downloaded_this_run"] == 0
+    assert hub_server.bytes_served() == served == _needed(repo)  # hashes checked, not one byte fetched again
+    code, out, _ = run_cli(capsys, "download", "--list")
+    assert "not yet verified" not in out and "ready" in out and dl.is_ready(REPO)

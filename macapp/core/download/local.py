@@ -103,7 +103,10 @@ def list_downloaded(include_partial: bool = True) -> list[LocalModel]:
 
 
 def downloaded_repos() -> dict[str, LocalModel]:
-    """repo id -> LocalModel for every complete model in the cache (for `qwen-desk models` and the model picker)."""
+    """repo id -> LocalModel for every complete model in the cache (for `qwen-desk models` and the model picker).
+
+    Complete is not ready: a model fetched by another tool (`hf download`, snapshot_download) is usable but its
+    hashes were not checked here until `download()` runs on it (`LocalModel.verified` tells which)."""
     return {m.repo: m for m in list_downloaded(include_partial=False)}
 
 
