@@ -170,6 +170,23 @@ def test_a_dropped_connection_is_resumed_with_a_range_request(hub_server, repo):
     assert _blob(repo, SHARD1).read_bytes() == repo.files[SHARD1].data
 
 
+def test_a_server_that_ignores_range_restarts_the_file_and_progress_never_passes_100_percent(hub_server, repo):
+    size = repo.files[SHARD1].size
+    hub_server.cut(SHARD1, after=700_000)
+    hub_server.ignore_range(SHARD1)  # the resume request gets 200 and the whole file
+    hub_server.stall(SHARD1, after=size - 100_000, seconds=0.5, times=2)  # hold the restarted transfer near its end
+    events: list = []
+    result = dl.download(REPO, on_event=events.append, settings=FAST)
+    gets = hub_server.file_requests(SHARD1)
+    assert [(g.range, g.status) for g in gets] == [(None, 200), ("bytes=700000-", 200)]
+    progress = [e for e in events if isinstance(e, dl.Progress)]
+    shard = [f for p in progress for f in p.files if f.path == SHARD1]
+    assert any(f.done == size - 100_000 for f in shard)  # seen mid-restart: counted from 0, not from 700 000
+    assert all(f.done <= f.size for f in shard)
+    assert all(p.bytes_done <= p.bytes_total for p in progress)
+    assert result.verified and _blob(repo, SHARD1).read_bytes() == repo.files[SHARD1].data
+
+
 def test_a_corrupted_byte_is_caught_and_only_that_file_is_fetched_again(hub_server, repo):
     hub_server.corrupt(SHARD2, offset=123_456)
     events: list = []

@@ -394,7 +394,8 @@ class _Worker:
             try:
                 fetch_into(self.client, url, self.headers, part, cancelled=self.stop.is_set,
                            on_bytes=lambda n: self.tracker.add(remote.path, n),
-                           on_socket=lambda s: self.tracker.set_socket(remote.path, s))
+                           on_socket=lambda s: self.tracker.set_socket(remote.path, s),
+                           on_restart=lambda: self.tracker.set(remote.path, ev.DOWNLOADING, done=0))
             except Exception as exc:
                 if self.stop.is_set():
                     return  # cancelled (our own socket shutdown surfaces as a read error)

@@ -80,9 +80,11 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def fetch_into(client, url: str, headers: dict[str, str], part: PartialFile, *, cancelled: Callable[[], bool],
-               on_bytes: Callable[[int], None], on_socket: Callable[[socket.socket | None], None]) -> None:
+               on_bytes: Callable[[int], None], on_socket: Callable[[socket.socket | None], None],
+               on_restart: Callable[[], None] | None = None) -> None:
     """One request for the rest of `part`. Returns when complete or cancelled; raises on errors (httpx2 transport
-    errors and ConnectionDropped are transient; DownloadError and huggingface_hub HTTP errors are not)."""
+    errors and ConnectionDropped are transient; DownloadError and huggingface_hub HTTP errors are not).
+    `on_restart` is called when the server ignores the Range header and the file starts again from byte 0."""
     from huggingface_hub.utils import hf_raise_for_status
 
     remote = part.remote
@@ -108,6 +110,8 @@ def fetch_into(client, url: str, headers: dict[str, str], part: PartialFile, *, 
                     raise ConnectionDropped(f"server answered an unexpected range for {remote.path}")
             elif part.done:
                 part.restart()  # the server ignored our Range header and sends the whole file
+                if on_restart is not None:
+                    on_restart()
             fd = os.open(part.path, os.O_WRONLY | os.O_CREAT, 0o644)
             try:
                 os.lseek(fd, part.done, os.SEEK_SET)
