@@ -109,14 +109,21 @@ def stats_line(reply: Any) -> str:
 
 
 class _History:
-    """Saves turns to the history store (macapp.core.store); a no-op with --no-history."""
+    """Records turns into the history store as they stream (macapp.core.recorder); a no-op with --no-history.
+
+    The user message is committed before generation starts and the reply at least every second while it
+    streams, so a kill mid-reply loses at most about a second of it. The conversation is created by its
+    first user message, never empty.
+    """
 
     def __init__(self, enabled: bool, model: str, system: str | None, settings: dict, resume: int | None):
         self.store = None
-        self.conversation_id: int | None = None
+        self.recorder = None
         self.messages: list[dict] | None = None
+        self._resumed: int | None = None
         if not enabled and resume is None:
             return
+        from macapp.core.recorder import ChatRecorder
         from macapp.core.store import NotFoundError, Store, StoreError
 
         try:
@@ -132,46 +139,90 @@ class _History:
             except NotFoundError as exc:
                 raise UsageError(f"{exc} See `qwen-desk history list`.") from exc
             self.messages = conv.chat_messages()
-            self.conversation_id = conv.id
+            self._resumed = conv.id
         if not enabled or self.store.read_only:
-            self.store = None
             return
-        if self.conversation_id is None:
-            self.conversation_id = self.store.create_conversation(model=model, system_prompt=system, settings=settings).id
+        self.recorder = ChatRecorder(self.store, self._resumed, model=model, system_prompt=system, settings=settings)
 
-    def truncate_last_turn(self) -> None:
-        if self.store is None:
-            return
-        conv = self.store.get_conversation(self.conversation_id)
-        users = [m.position for m in conv.messages if m.role == "user"]
-        if users:
-            self.store.truncate(self.conversation_id, users[-1])
+    @property
+    def conversation_id(self) -> int | None:
+        return self.recorder.conversation_id if self.recorder is not None else self._resumed
 
-    def save(self, user_text: str, reply: Any, model: str) -> None:
-        if self.store is None or not reply.kept:
+    def _guard(self, what) -> None:
+        if self.recorder is None:
             return
         try:
-            self.store.add_message(self.conversation_id, "user", user_text)
-            self.store.add_message(
-                self.conversation_id, "assistant", reply.text, reasoning=reply.reasoning, thinking=reply.thinking,
-                state="stopped" if reply.finish_reason == "stopped" else "complete", stats=reply.stats,
-                finish_reason=reply.finish_reason, model=model,
-            )
-        except Exception as exc:  # the chat goes on; say why it was not saved
+            what(self.recorder)
+        except Exception as exc:  # the chat goes on; say why it is not saved
             print(f"qwen-desk: could not save to the history: {exc}", file=sys.stderr)
+
+    def user(self, text: str, thinking: bool) -> None:
+        """Before `session.send`: commit the user message and an empty reply in state 'streaming'."""
+        self._guard(lambda r: (r.user(text, thinking=thinking), r.begin_assistant()))
+
+    def regenerate(self, thinking: bool) -> None:
+        """Before `session.regenerate`: drop the last reply."""
+        self._guard(lambda r: (r.discard_last_reply(), r.conversation_id is not None and r.begin_assistant(thinking)))
+
+    def edit(self, text: str, thinking: bool) -> None:
+        """Before `session.edit_last`: replace the last user message (and its reply)."""
+        self._guard(lambda r: (r.edit_last_user(text, thinking=thinking), r.begin_assistant()))
+
+    def on_event(self, event: Any) -> None:
+        if self.recorder is not None:
+            self.recorder.on_event(event)  # never raises; a storage failure is kept in recorder.error
+
+    def settle(self, session: Any) -> None:
+        """After a turn that kept no reply (refused, failed, stopped while reading): make the history match
+        the session's messages again (e.g. a refused message is taken back, a refused edit puts the old turn back)."""
+        rec = self.recorder
+        if rec is None or rec.conversation_id is None:
+            return
+
+        def sync(r) -> None:
+            want = [m for m in session.messages if m["role"] != "system"]
+            have = [m for m in self.store.get_conversation(r.conversation_id).messages if m.role != "system"]
+            k = 0
+            while k < min(len(want), len(have)) and (have[k].role, have[k].content) == (want[k]["role"], want[k].get("content") or ""):
+                k += 1
+            if k < len(have):
+                self.store.truncate(r.conversation_id, have[k].position)
+            for m in want[k:]:
+                extra = {}
+                if m["role"] == "assistant":
+                    reason = m.get("finish_reason")
+                    extra = dict(reasoning=m.get("reasoning") or "", thinking=bool(m.get("thinking")), finish_reason=reason,
+                                 state="stopped" if reason == "stopped" else "complete")
+                self.store.add_message(r.conversation_id, m["role"], m.get("content") or "", **extra)
+            if not want and r.conversation_id != self._resumed:
+                self.store.delete(r.conversation_id)  # its only message was taken back: no empty conversation
+                r.conversation_id = None
+
+        self._guard(sync)
+
+    def report(self) -> None:
+        """Say (once) if recording failed during the last turn."""
+        if self.recorder is not None and self.recorder.error is not None:
+            print(f"qwen-desk: could not save to the history: {self.recorder.error}", file=sys.stderr)
+            self.recorder.error = None
 
     def close(self) -> None:
         if self.store is not None:
             self.store.close()
 
 
-def _stream(job: Any, out: TextIO, color: bool, show: bool) -> Any:
-    """Print a job's text as it arrives (reasoning dimmed); return its terminal event. Ctrl-C stops the reply."""
+def _stream(job: Any, out: TextIO, color: bool, show: bool, on_event: Any = None) -> Any:
+    """Print a job's text as it arrives (reasoning dimmed), passing every event to `on_event` in order;
+    return its terminal event. Ctrl-C stops the reply."""
     from macapp.core.events import AnswerDelta, ReasoningDelta
 
     in_reasoning = wrote = False
+    seen = 0
     try:
         for event in job.events():
+            if on_event is not None:
+                on_event(event)
+            seen += 1
             if not show:
                 continue
             if isinstance(event, (ReasoningDelta, AnswerDelta)):
@@ -191,17 +242,15 @@ def _stream(job: Any, out: TextIO, color: bool, show: bool) -> Any:
     except KeyboardInterrupt:
         job.stop()
     last = job.wait()
+    if on_event is not None:
+        for event in job.history[seen:]:  # what came after Ctrl-C, the terminal event included
+            on_event(event)
     if show and wrote:
         if in_reasoning:
             out.write(RESET if color else "\n</think>")
         out.write("\n")
         out.flush()
     return last
-
-
-def _model_name(engine: Any) -> str:
-    info = engine.loaded
-    return info.name if info else ""
 
 
 def run(args: argparse.Namespace) -> int:
@@ -254,14 +303,17 @@ def _scripted(args, engine, session, prompts, history) -> int:
 
     color = sys.stdout.isatty() and not args.json
     for turn, text in enumerate(prompts, 1):
+        history.user(text, args.think)
         job = session.send(text, thinking=args.think, sampling=_sampling(args, args.think), thinking_budget=args.thinking_budget)
-        last = _stream(job, sys.stdout, color, show=not args.json)
+        last = _stream(job, sys.stdout, color, show=not args.json, on_event=history.on_event)
+        history.report()
+        if isinstance(last, Failed) or not last.reply.kept:
+            history.settle(session)
         if isinstance(last, Failed):
             print(f"qwen-desk: turn {turn}: {last.message}", file=sys.stderr)
             return 2 if last.code in INPUT_CODES else 1
         assert isinstance(last, Finished)
         reply = last.reply
-        history.save(text, reply, _model_name(engine))
         if args.json:
             print(json.dumps(_turn_record(turn, reply, history.conversation_id)), flush=True)
         else:
@@ -302,26 +354,25 @@ def _interactive(args, engine, session, history) -> int:
             continue
         sampling = _sampling(args, thinking)
         if text == "/regen":
-            job, user_text, redo = session.regenerate(thinking=thinking, sampling=sampling, thinking_budget=args.thinking_budget), None, True
+            history.regenerate(thinking)
+            job = session.regenerate(thinking=thinking, sampling=sampling, thinking_budget=args.thinking_budget)
         elif text.startswith("/edit "):
-            user_text = text[len("/edit ") :].strip()
-            job, redo = session.edit_last(user_text, thinking=thinking, sampling=sampling, thinking_budget=args.thinking_budget), True
+            new_text = text[len("/edit ") :].strip()
+            history.edit(new_text, thinking)
+            job = session.edit_last(new_text, thinking=thinking, sampling=sampling, thinking_budget=args.thinking_budget)
         elif text.startswith("/"):
             print(f"unknown command {text.split()[0]}; {HELP}", file=sys.stderr)
             continue
         else:
-            user_text, redo = line, False
+            history.user(line, thinking)
             job = session.send(line, thinking=thinking, sampling=sampling, thinking_budget=args.thinking_budget)
-        last = _stream(job, sys.stdout, color, show=True)
+        last = _stream(job, sys.stdout, color, show=True, on_event=history.on_event)
+        history.report()
+        if isinstance(last, Failed) or not last.reply.kept:
+            history.settle(session)
         if isinstance(last, Failed):
             print(f"[{last.message}]", file=sys.stderr)
             continue
         reply = last.reply
-        if redo and (reply.kept or text.startswith("/edit ")):  # an edit replaces the old turn even if stopped
-            history.truncate_last_turn()
-        if user_text is None:
-            users = [m for m in session.messages if m["role"] == "user"]
-            user_text = users[-1]["content"] if users else ""
-        history.save(user_text, reply, _model_name(engine))
         last_reply = reply
         print(stats_line(reply) if reply.kept else "[stopped before the reply began; nothing kept]", file=sys.stderr)

@@ -116,3 +116,81 @@ def test_interactive_chat_streams_replies_and_prints_stats(tiny_moe_path, tmp_pa
         (conv,) = store.list_conversations()
         users = [m.content for m in store.get_conversation(conv.id).messages if m.role == "user"]
     assert users == ["hello", "changed"]
+
+
+def _endless_copy(model_path, dest):
+    """The tiny model with its end-of-turn tokens' lm_head rows zeroed: greedy decoding never ends a reply."""
+    import shutil
+
+    import mlx.core as mx
+
+    shutil.copytree(model_path, dest)
+    vocab = json.loads((dest / "tokenizer.json").read_text())["model"]["vocab"]
+    weights = mx.load(str(dest / "model.safetensors"))
+    head = weights["language_model.lm_head.weight"]
+    for token in ("<|im_end|>", "<|endoftext|>"):
+        head[vocab[token]] = 0.0  # logit 0, below the best of the other 510 random logits
+    weights["language_model.lm_head.weight"] = head
+    mx.save_safetensors(str(dest / "model.safetensors"), weights, metadata={"format": "mlx"})
+    return dest
+
+
+def test_a_kill_mid_reply_keeps_the_user_message_and_the_reply_so_far(tiny_moe_path, tmp_path):
+    import signal
+    import sqlite3
+    import time
+
+    model = _endless_copy(tiny_moe_path, tmp_path / "endless")
+    home = tmp_path / "home"
+    env = dict(os.environ, QWEN_DESK_HOME=str(home), MLX_DISABLE_COMPILE="1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "macapp", "chat", "--model", str(model), "--prompt", "tell me everything",
+         "--temp", "0", "--max-tokens", "1000000"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+    )
+    try:
+        assert proc.stdout.read(1)  # the reply has begun streaming
+        db = home / "history.sqlite3"
+        deadline, partial = time.monotonic() + 30, None
+        while partial is None and time.monotonic() < deadline:  # the reply so far is committed within ~1 s
+            time.sleep(0.1)
+            with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+                partial = conn.execute(
+                    "SELECT 1 FROM messages WHERE role = 'assistant' AND length(content) + length(reasoning) > 0"
+                ).fetchone()
+        assert proc.poll() is None, "the reply ended on its own: the test needs an endless one"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    from macapp.core.store import Store
+
+    os.environ["QWEN_DESK_HOME"] = str(home)  # the autouse fixture restores it after the test
+    with Store.open() as store:
+        (conv,) = store.list_conversations()
+        user, reply = store.get_conversation(conv.id).messages
+    assert (user.role, user.content) == ("user", "tell me everything")
+    assert reply.role == "assistant" and reply.state in ("streaming", "stopped") and (reply.content or reply.reasoning)
+    with sqlite3.connect(home / "history.sqlite3") as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+
+def test_a_refused_first_message_leaves_no_conversation_behind(capsys, tiny_moe_path):
+    from macapp.core.store import Store
+
+    code = main(["chat", "--model", str(tiny_moe_path), "--prompt", "word " * 100, "--context", "64"])
+    assert code == 2 and "context" in capsys.readouterr().err
+    with Store.open() as store:
+        assert store.list_conversations() == []
+
+
+def test_a_refused_edit_keeps_the_turn_it_would_have_replaced(tiny_moe_path, tmp_path):
+    script = "hello\n/edit " + "word " * 100 + "\n/quit\n"
+    proc = _cli("--model", str(tiny_moe_path), "--temp", "0", "--context", "80", stdin=script, home=tmp_path)
+    assert proc.returncode == 0 and "context" in proc.stderr, proc.stderr
+    from macapp.core.store import Store
+
+    os.environ["QWEN_DESK_HOME"] = str(tmp_path)  # the autouse fixture restores it after the test
+    with Store.open() as store:
+        (conv,) = store.list_conversations()
+        messages = store.get_conversation(conv.id).messages
+    assert [(m.role, m.content) for m in messages] == [("user", "hello"), ("assistant", ANSWER)]
