@@ -374,6 +374,37 @@ def test_cancel_stops_within_a_second_and_resume_fetches_only_the_rest(hub_serve
     assert hub_server.bytes_served() == _needed_bytes(repo)
 
 
+def test_after_a_cancel_no_worker_outlives_the_download_and_the_repo_lock(hub_server, repo):
+    # SHARD1's request waits for its headers (no socket to shut down yet): a straggler past any short grace period.
+    hub_server.hold(SHARD1, seconds=4.0)
+    token = dl.CancelToken()
+    outcome: dict = {}
+    settings = dl.DownloadSettings(**{**FAST.__dict__, "stall_timeout_s": 15.0})
+
+    def run():
+        try:
+            dl.download(REPO, cancel=token, settings=settings)
+        except BaseException as exc:  # noqa: BLE001 - the test inspects it
+            outcome["error"] = exc
+        # The moment download() returns, the repo lock is free: no worker may still be running.
+        outcome["workers"] = [t.name for t in threading.enumerate() if t.name.startswith("qwen-desk-download")]
+        outcome["ended"] = time.monotonic()
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    _wait_for(lambda: hub_server.file_requests(SHARD1), what="the held request")
+    cancelled_at = time.monotonic()
+    token.cancel()
+    worker.join(timeout=20)
+    assert isinstance(outcome.get("error"), dl.DownloadCancelled)
+    assert outcome["workers"] == []
+    assert outcome["ended"] - cancelled_at < 10  # the held request ends, then the stop is prompt
+    with hfcache.try_lock(hfcache.repo_lock_path(REPO)) as free:
+        assert free
+    assert not _blob(repo, SHARD1).exists()
+    assert dl.download(REPO, settings=FAST).verified
+
+
 def test_kill_9_mid_file_then_resume_fetches_only_the_missing_bytes(hub_server, repo):
     hub_server.stall(SHARD1, after=1_000_000, seconds=30)
     code = "from macapp.core.download import download; download(%r)" % REPO

@@ -271,6 +271,7 @@ def _run_files(repo: str, plan: DownloadPlan, files: list[LocalFile], emit, canc
     error: BaseException | None = None
     last_emit = 0.0
     stall_reported = False
+    interrupted = False
     try:
         while futures:
             done, futures = wait(futures, timeout=min(0.1, settings.progress_interval_s), return_when=FIRST_COMPLETED)
@@ -293,25 +294,25 @@ def _run_files(repo: str, plan: DownloadPlan, files: list[LocalFile], emit, canc
                 stall_reported = progress.stalled
                 emit(progress)
                 last_emit = now
-            if stop.is_set() and futures:
-                # Workers see `stop` between chunks and their sockets were shut down: give them a moment.
-                done_late, futures = wait(futures, timeout=2.0)
-                futures = set(futures)
-                break
+            if stop.is_set():
+                break  # the workers are joined below
     except KeyboardInterrupt:
         # Ctrl-C in a terminal: the same clean stop as a cancel, with what is kept on disk.
-        stop.set()
         cancel.cancel()
-        tracker.drop_connections()
-        wait(futures, timeout=2.0)
-        kept = tracker.snapshot(settings.stall_report_s).bytes_done
-        raise DownloadCancelled(f"download of {repo} interrupted at {human_size(kept)}; {RESUME_HINT}",
-                                repo=repo, bytes_kept=kept) from None
+        interrupted = True
     finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+        # No worker may outlive this call: the repo lock is released next, and nothing may write into the cache
+        # after that. Workers see `stop` between chunks and their sockets are shut down, so the wait is short.
+        stop.set()
+        _join(futures, tracker)
+        pool.shutdown(wait=True, cancel_futures=True)
         while not messages.empty():
             emit(messages.get_nowait())
         client.close()
+    if interrupted:
+        kept = tracker.snapshot(settings.stall_report_s).bytes_done
+        raise DownloadCancelled(f"download of {repo} interrupted at {human_size(kept)}; {RESUME_HINT}",
+                                repo=repo, bytes_kept=kept)
     final = tracker.snapshot(settings.stall_report_s)
     emit(final)
     if error is not None:
@@ -330,6 +331,14 @@ def _run_files(repo: str, plan: DownloadPlan, files: list[LocalFile], emit, canc
         raise DownloadCancelled(f"download of {repo} stopped at {final.bytes_done} of {final.bytes_total} bytes; "
                                 f"{RESUME_HINT}", repo=repo, bytes_kept=final.bytes_done)
     return final.bytes_this_run, list(tracker.refetched)
+
+
+def _join(futures: set[Future], tracker: _Tracker) -> None:
+    """Wait for every worker; the repeated socket shutdown also wakes one whose response arrived after the stop."""
+    pending = set(futures)
+    while pending:
+        tracker.drop_connections()
+        _, pending = wait(pending, timeout=0.25)
 
 
 @dataclass
