@@ -85,6 +85,17 @@ def test_plan_with_a_catalog_model_carries_the_fit_verdict(hub_server):
     assert plan.fit.weights_bytes == plan.weights_bytes  # the exact listing, not the catalog's guess
 
 
+def test_without_a_context_the_fit_is_judged_at_the_apps_one_default_context(hub_server):
+    from macapp.core import sizing
+    from macapp.core.catalog import resolve_model
+
+    model = resolve_model("Qwen3.5-0.8B", 4)
+    hub_server.add_repo(model.repo, random_repo_files())
+    plan = dl.plan_download(model.repo, model=model)
+    assert plan.fit is not None, plan.fit_note
+    assert plan.fit.context == sizing.DEFAULT_CONTEXT  # what `qwen-desk fit` and the window use
+
+
 # --- the happy path and the shared cache -----------------------------------------------------------------------------
 def test_download_lands_in_the_hf_cache_layout_verified_and_a_second_run_fetches_nothing(hub_server, repo):
     events: list = []

@@ -94,7 +94,7 @@ def _fit(model: Any, weights_bytes: int, context: int | None) -> tuple[Any, str]
     try:
         if weights_bytes and hasattr(model, "weights_bytes"):
             model = dataclasses.replace(model, weights_bytes=weights_bytes)
-        ctx = context or getattr(sizing, "DEFAULT_CONTEXT", 32768)  # the same default as `qwen-desk fit`
+        ctx = context or sizing.DEFAULT_CONTEXT  # the same default as `qwen-desk fit` and the window
         return sizing.estimate(model, ctx, hardware.detect_machine()), ""
     except Exception as exc:  # a verdict is advice: never let it stop a download
         return None, f"sizing failed: {type(exc).__name__}: {exc}"
