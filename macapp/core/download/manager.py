@@ -26,7 +26,8 @@ _MARKS_LOCK = threading.Lock()
 
 class CancelToken:
     """Hand one to `download()`; `cancel()` from any thread stops it within about a second, keeping what is on disk
-    (so pause = cancel, resume = download again)."""
+    (so pause = cancel, resume = download again). A request still waiting for the server's first answer is waited
+    out (at most the read timeout, `stall_timeout_s`): `download()` returns only when no worker is left."""
 
     def __init__(self) -> None:
         self._event = threading.Event()
