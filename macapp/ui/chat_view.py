@@ -33,6 +33,7 @@ class ChatView(QWidget):
     model_changed = Signal(str)  # status-bar text
     model_ready = Signal()
     conversations_changed = Signal()
+    history_notice = Signal(str)  # the history cannot be written: chats are not saved (said once)
 
     def __init__(self, settings: Settings, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -49,10 +50,15 @@ class ChatView(QWidget):
         self.renders = 0  # batches rendered (tests compare it with the tokens streamed)
         self.needs_replay = False  # a reopened conversation: the engine re-reads it once on the next send
         self._store = None
+        self._read_only_store = None
+        self.unsaved = False  # True once chats go to a scratch history that is not kept
+        self.unsaved_reason = ""
         self.model_info = None  # the engine's Loaded event
         self.sampling_overrides: dict[str, Any] = {}  # on top of the settings (benchmarks, tests, devtools)
         self._turn_kind = ""  # "send" | "regenerate" | "edit" for the reply in flight
         self._turn_text = ""
+        self._turn = None
+        self._pending = None  # a regenerate/edit whose old turn is hidden until the new reply is under way
 
         self.title = ElidedLabel("No model loaded", self)
         self.title.setObjectName("PageTitle")
@@ -91,6 +97,10 @@ class ChatView(QWidget):
         self.error.setObjectName("Error")
         self.error.setWordWrap(True)
         self.error.hide()
+        self.notice = QLabel(self)
+        self.notice.setObjectName("Warning")
+        self.notice.setWordWrap(True)
+        self.notice.hide()
         self.composer = Composer(self)
         self.composer.thinking.setChecked(bool(settings.get("chat.thinking", True)))
         self.composer.send.connect(self.send)
@@ -103,6 +113,7 @@ class ChatView(QWidget):
         lay.setSpacing(8)
         lay.addLayout(header)
         lay.addWidget(self.scroll, 1)
+        lay.addWidget(self.notice)
         lay.addWidget(self.error)
         lay.addWidget(self.meter)
         lay.addWidget(self.composer)
@@ -111,12 +122,51 @@ class ChatView(QWidget):
     # -- store ----------------------------------------------------------------------------------------------------
     @property
     def store(self):
+        """The history, opened on first use (after the first paint). If it cannot be opened, chats still work
+        in a scratch history that is not kept, and the user is told why."""
         if self._store is None:
-            from macapp.core.store import Store
+            from macapp.core.store import Store, StoreError
 
-            self._store = Store.open()
-            self._store.recover_interrupted()
+            try:
+                self._store = Store.open()
+                self._store.recover_interrupted()
+            except StoreError as exc:
+                self._store = self._scratch_store()
+                self._tell_unsaved(f"{exc} Chats work but are not saved until Qwen Desk is restarted.")
         return self._store
+
+    @staticmethod
+    def _scratch_store():
+        import tempfile
+        from pathlib import Path
+
+        from macapp.core.store import Store
+
+        return Store.open(Path(tempfile.mkdtemp(prefix="qwen-desk-unsaved-")) / "history.sqlite3")
+
+    def _tell_unsaved(self, text: str) -> None:
+        self.unsaved = True
+        self.unsaved_reason = text
+        self.notice.setText(text)
+        self.notice.show()
+        self.history_notice.emit(text)
+
+    def _writable_store(self):
+        """The store to write this turn to. A read-only history (written by a newer app) is left untouched:
+        the chat goes on in a scratch history that is not kept (the open conversation copied into it), told once."""
+        store = self.store
+        if not store.read_only:
+            return store
+        scratch = self._scratch_store()
+        if self.conversation_id is not None:
+            self.conversation_id = scratch.restore(store.get_conversation(self.conversation_id))
+        self._read_only_store = store
+        self._store = scratch
+        self._tell_unsaved(
+            "This chat is not being saved: the history is read-only (written by a newer Qwen Desk). "
+            "Update Qwen Desk to keep new chats."
+        )
+        return scratch
 
     def conversation_rows(self) -> list[tuple[int, str]]:
         return [(c.id, c.display_title) for c in self.store.list_conversations(limit=200)]
@@ -302,24 +352,44 @@ class ChatView(QWidget):
         params.validate()
         return params, budget
 
-    def send(self, text: str) -> None:
+    def _checked_sampling(self):
+        """(params, budget), or None after showing why the settings cannot be used."""
+        try:
+            return self._sampling()
+        except ValueError as exc:
+            self.show_error(f"The chat settings cannot be used: {exc}. Fix them in Settings…, then send again.")
+            return None
+
+    def send(self, text: str) -> bool:
+        """Send `text`; False (and the text back in the input box) when it could not be sent."""
         if self.busy or self.model_ref is None or not text.strip():
-            return
+            return False
         self.error.hide()
-        if self.editing:
-            self._do_edit(text)
-            return
-        if self.conversation_id is None:
-            conv = self.store.create_conversation(
-                model=self.model_ref.name, system_prompt=self.settings.get("chat.system_prompt", "") or None
-            )
-            self.conversation_id = conv.id
-        session = self._ensure_session()
-        # The user's message is saved before generation starts: a crash never loses what they typed.
-        self._add_user(text)
-        sampling, budget = self._sampling()
-        self._start(session.send(text, thinking=self.thinking, sampling=sampling, thinking_budget=budget), "send", text)
+        try:
+            if self.editing:
+                return self._do_edit(text)
+            checked = self._checked_sampling()  # before anything is saved: bad settings lose nothing
+            if checked is None:
+                self.composer.input.setPlainText(text)
+                return False
+            sampling, budget = checked
+            store = self._writable_store()
+            if self.conversation_id is None:
+                conv = store.create_conversation(
+                    model=self.model_ref.name, system_prompt=self.settings.get("chat.system_prompt", "") or None
+                )
+                self.conversation_id = conv.id
+            session = self._ensure_session()
+            # The user's message is saved before generation starts: a crash never loses what they typed.
+            self._add_user(text)
+            self._start(session.send(text, thinking=self.thinking, sampling=sampling, thinking_budget=budget), "send", text)
+        except Exception as exc:  # noqa: BLE001 - never raised into Qt's event loop; what was typed is kept
+            self.composer.input.setPlainText(text)
+            self.show_error(f"Could not send: {exc}")
+            self._update_state()
+            return False
         self.conversations_changed.emit()
+        return True
 
     def _add_user(self, text: str) -> UserMessage:
         saved = self.store.add_message(self.conversation_id, "user", text)
@@ -327,10 +397,23 @@ class ChatView(QWidget):
         widget.position = saved.position
         return self._add_widget(widget)
 
-    def _start(self, job, kind: str, text: str = "") -> None:
+    def _start(self, job, kind: str, text: str = "", replacing: list[QWidget] | None = None) -> None:
+        """Show the reply in flight. With `replacing` (regenerate, edit), the old turn stays in the history,
+        hidden here, until the new reply is under way: a refused or failed turn puts it back."""
         self.current = self._add_widget(AssistantMessage(self.container))
-        self.writer = self.store.begin_reply(self.conversation_id, thinking=self.thinking, model=self.model_ref.name)
-        self.current.position = self.writer.message.position
+        self._pending = None
+        if replacing is None:
+            self.writer = self.store.begin_reply(self.conversation_id, thinking=self.thinking, model=self.model_ref.name)
+            self.current.position = self.writer.message.position
+        else:
+            self.writer = None
+            new_user = None
+            if kind == "edit":
+                new_user = UserMessage(text, self.container)
+                self.messages_layout.insertWidget(self.messages_layout.indexOf(self.current), new_user)
+            for w in replacing:
+                w.hide()
+            self._pending = {"old": replacing, "user": new_user, "thinking": self.thinking}
         self._turn_kind, self._turn_text = kind, text
         self.job = job
         self._gen_started = time.monotonic()
@@ -353,6 +436,8 @@ class ChatView(QWidget):
             return
         for ev in batch:
             kind = type(ev).__name__
+            if kind in ("ReasoningDelta", "AnswerDelta") and self._pending is not None:
+                self._commit_pending()
             if kind == "ReasoningDelta":
                 msg.add_reasoning(ev.text)
                 self.writer.append(reasoning=ev.text)
@@ -379,6 +464,8 @@ class ChatView(QWidget):
         if not kept:
             self._roll_back(error)
             return
+        if self._pending is not None:
+            self._commit_pending()
         stats = getattr(reply, "stats", None) or msg.stats
         reason = getattr(reply, "finish_reason", None)
         stopped = reason == "stopped"
@@ -398,6 +485,23 @@ class ChatView(QWidget):
         self.meter.show_context(stats, self.context_limit())
         self._end_turn()
 
+    def _commit_pending(self) -> None:
+        """The new reply is under way: now replace the old turn in the history (and save an edited message)."""
+        pending, self._pending = self._pending, None
+        old = pending["old"]
+        if self.conversation_id is not None and old:
+            self.store.truncate(self.conversation_id, old[0].position)
+        for w in old:
+            self.messages_layout.removeWidget(w)
+            w.deleteLater()
+        if pending["user"] is not None:
+            saved = self.store.add_message(self.conversation_id, "user", self._turn_text)
+            pending["user"].position = saved.position
+        self.writer = self.store.begin_reply(self.conversation_id, thinking=pending["thinking"], model=self.model_ref.name)
+        self.current.position = self.writer.message.position
+        if self._turn is not None:
+            self._turn["writer"] = self.writer
+
     def _detach(self) -> None:
         """Leave the reply in flight (New Chat, another conversation): stop it; it is saved when it ends."""
         turn = getattr(self, "_turn", None)
@@ -405,6 +509,7 @@ class ChatView(QWidget):
             return
         turn["detached"] = True
         turn["msg_position"] = self.current.position if self.current is not None else None
+        self._pending = None  # a regenerate/edit not under way yet: the old turn stays in the history
         self.job.stop()
         self.current = None
         self.job = None
@@ -413,6 +518,8 @@ class ChatView(QWidget):
 
     def _finish_detached(self, batch: list[Any], turn: dict) -> None:
         writer = turn["writer"]
+        if writer is None:  # it was detached before it got under way: nothing of it was saved
+            return
         for ev in batch:
             kind = type(ev).__name__
             if kind == "ReasoningDelta":
@@ -431,12 +538,16 @@ class ChatView(QWidget):
 
     def _roll_back(self, error: str | None) -> None:
         """The engine kept nothing of this turn (stopped while reading, or refused): undo it here too."""
+        if self._pending is not None:
+            self._restore_pending(error)
+            return
         widgets = self._message_widgets()
         first = len(widgets) - 1
         if self._turn_kind in ("send", "edit") and first > 0 and getattr(widgets[first - 1], "role", "") == "user":
             first -= 1
             self.composer.input.setPlainText(self._turn_text)  # what they typed is never lost
-        self.writer.finish(stopped=True)
+        if self.writer is not None:
+            self.writer.finish(stopped=True)
         self._remove_from(first)
         if self._turn_kind != "send" or error:
             self.session = None  # the engine's view and ours may differ now: re-read from history next time
@@ -444,6 +555,24 @@ class ChatView(QWidget):
         if error:
             self.show_error(error)
         self.meter.show_text("Stopped before the reply began" if not error else " ")
+        self._end_turn()
+
+    def _restore_pending(self, error: str | None) -> None:
+        """A regenerate/edit that never got under way: show the old turn again (the history still has it)."""
+        pending, self._pending = self._pending, None
+        for w in (self.current, pending["user"]):
+            if w is not None:
+                self.messages_layout.removeWidget(w)
+                w.deleteLater()
+        for w in pending["old"]:
+            w.show()
+        if self._turn_kind == "edit":
+            self.composer.input.setPlainText(self._turn_text)  # what they typed is never lost
+        self.session = None  # re-read the conversation from the history next time
+        self.needs_replay = True
+        if error:
+            self.show_error(error)
+        self.meter.show_text("Stopped before the reply began; the previous reply is kept" if not error else " ")
         self._end_turn()
 
     def _end_turn(self) -> None:
@@ -481,10 +610,19 @@ class ChatView(QWidget):
         i = self._last_index("assistant")
         if i is None:
             return
-        session = self._ensure_session()
-        self._remove_from(i)
-        sampling, budget = self._sampling()
-        self._start(session.regenerate(thinking=self.thinking, sampling=sampling, thinking_budget=budget), "regenerate")
+        self.error.hide()
+        checked = self._checked_sampling()
+        if checked is None:
+            return
+        sampling, budget = checked
+        try:
+            self._writable_store()
+            session = self._ensure_session()
+            job = session.regenerate(thinking=self.thinking, sampling=sampling, thinking_budget=budget)
+        except Exception as exc:  # noqa: BLE001 - shown, never raised into Qt
+            self.show_error(f"Could not regenerate: {exc}")
+            return
+        self._start(job, "regenerate", replacing=self._message_widgets()[i:])
 
     def edit_last(self) -> None:
         """Put the last message back in the input box; sending replaces it and its reply."""
@@ -498,14 +636,20 @@ class ChatView(QWidget):
         self.editing = True
         self.meter.show_text("Editing your last message — Send replaces it and its reply; Esc cancels")
 
-    def _do_edit(self, text: str) -> None:
-        self.editing = False
+    def _do_edit(self, text: str) -> bool:
+        checked = self._checked_sampling()
         i = self._last_index("user")
+        if checked is None or i is None:
+            self.composer.input.setPlainText(text)
+            return False
+        sampling, budget = checked
+        self._writable_store()
         session = self._ensure_session()
-        self._remove_from(i)
-        self._add_user(text)
-        sampling, budget = self._sampling()
-        self._start(session.edit_last(text, thinking=self.thinking, sampling=sampling, thinking_budget=budget), "edit", text)
+        job = session.edit_last(text, thinking=self.thinking, sampling=sampling, thinking_budget=budget)
+        self.editing = False
+        self._start(job, "edit", text, replacing=self._message_widgets()[i:])
+        self.conversations_changed.emit()
+        return True
 
     def cancel_edit(self) -> None:
         if self.editing:
@@ -568,5 +712,6 @@ class ChatView(QWidget):
                 pass
         if self.engine is not None and hasattr(self.engine, "close"):
             self.engine.close()
-        if self._store is not None:
-            self._store.close()
+        for store in (self._store, self._read_only_store):
+            if store is not None:
+                store.close()

@@ -20,11 +20,12 @@ from PySide6.QtWidgets import (
 
 from macapp.core.settings import Settings
 
+# The ranges match macapp.core.sampling.SamplingParams.validate(): top_p in (0, 1], min_p in [0, 1).
 FIELDS = [  # key, label, kind, minimum, maximum, step, tooltip
     ("temperature", "Temperature", float, 0.0, 2.0, 0.05, "Higher is more varied; 0 always picks the likeliest token"),
-    ("top_p", "Top P", float, 0.0, 1.0, 0.05, "Sample only from the smallest set of tokens whose probabilities add up to this"),
+    ("top_p", "Top P", float, 0.01, 1.0, 0.05, "Sample only from the smallest set of tokens whose probabilities add up to this"),
     ("top_k", "Top K", int, 0, 1000, 1, "Sample only from the K likeliest tokens (0 = no limit)"),
-    ("min_p", "Min P", float, 0.0, 1.0, 0.01, "Drop tokens less likely than this fraction of the likeliest one"),
+    ("min_p", "Min P", float, 0.0, 0.99, 0.01, "Drop tokens less likely than this fraction of the likeliest one"),
     ("presence_penalty", "Presence penalty", float, 0.0, 2.0, 0.1, "Discourage repeating tokens already used (curbs endless loops)"),
 ]
 

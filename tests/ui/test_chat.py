@@ -199,3 +199,72 @@ def test_unload_frees_the_model_and_keeps_the_conversation(chat, qtbot, window, 
     reply = send(chat, qtbot, "After loading again", thinking=False)
     assert reply.view.source_text == ANSWER
     assert [m["role"] for m in chat.session.messages] == ["user", "assistant", "user", "assistant"]
+
+
+def _limit_context(chat, tokens):
+    from dataclasses import replace
+
+    chat.session.options = replace(chat.session.options, context_limit=tokens)
+
+
+def test_a_refused_regenerate_keeps_the_old_reply(chat, qtbot):
+    send(chat, qtbot, "Keep my reply", thinking=False)
+    _limit_context(chat, 4)  # the engine now refuses any turn: too little context left
+    chat.regenerate_button.click()
+    qtbot.waitUntil(lambda: not chat.busy, timeout=30_000)
+    assert chat.error.isVisible() and "context" in chat.error.text()
+    widgets = chat._message_widgets()
+    assert [w.role for w in widgets] == ["user", "assistant"]
+    assert all(w.isVisibleTo(chat) for w in widgets) and widgets[1].view.source_text == ANSWER
+    saved = chat.store.get_conversation(chat.conversation_id).messages
+    assert [(m.role, m.content) for m in saved] == [("user", "Keep my reply"), ("assistant", ANSWER)]
+    # The next regenerate (the limit gone with a fresh session) replaces it for real.
+    chat.session = None
+    chat.regenerate_button.click()
+    qtbot.waitUntil(lambda: not chat.busy, timeout=60_000)
+    saved = chat.store.get_conversation(chat.conversation_id).messages
+    assert [m.role for m in saved] == ["user", "assistant"] and [w.role for w in chat._message_widgets()] == ["user", "assistant"]
+
+
+def test_a_refused_edit_keeps_the_old_turn_and_the_typed_text(chat, qtbot):
+    send(chat, qtbot, "Original question", thinking=False)
+    _limit_context(chat, 4)
+    chat.edit_button.click()
+    chat.composer.input.setPlainText("Edited question")
+    qtbot.keyClick(chat.composer.input, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: not chat.busy, timeout=30_000)
+    assert chat.error.isVisible()
+    assert chat.composer.input.toPlainText() == "Edited question"
+    widgets = chat._message_widgets()
+    assert [w.role for w in widgets] == ["user", "assistant"] and widgets[0].text == "Original question"
+    assert all(w.isVisibleTo(chat) for w in widgets)
+    saved = chat.store.get_conversation(chat.conversation_id).messages
+    assert [m.content for m in saved] == ["Original question", ANSWER]
+
+
+def test_bad_sampling_settings_keep_the_typed_text_and_save_nothing(chat, settings, qtbot):
+    settings.set("chat.sampling.instant", {**GREEDY, "top_p": 0.0})  # validate() refuses top_p = 0
+    chat.composer.thinking.setChecked(False)
+    chat.composer.input.setPlainText("Do not lose me")
+    qtbot.keyClick(chat.composer.input, Qt.Key.Key_Return)
+    assert not chat.busy
+    assert chat.composer.input.toPlainText() == "Do not lose me"
+    assert chat.error.isVisible() and "top_p" in chat.error.text()
+    assert chat._message_widgets() == [] and chat.store.list_conversations() == []
+
+
+def test_a_read_only_history_still_chats_and_says_it_is_not_saved(chat, qtbot, window):
+    send(chat, qtbot, "Saved before", thinking=False)
+    kept = chat.store.get_conversation(chat.conversation_id)
+    chat.store.read_only = True  # what Store.open gives for a history written by a newer app
+    chat.store.notice = "This chat history was written by a newer version of Qwen Desk."
+    seen = []
+    chat.history_notice.connect(seen.append)
+    reply = send(chat, qtbot, "After it became read-only", thinking=False)
+    assert reply.view.source_text == ANSWER and not chat.error.isVisible()
+    assert chat.unsaved and chat.notice.isVisible() and "not being saved" in chat.notice.text()
+    assert len(seen) == 1 and window.status.notice_label.isVisible()
+    send(chat, qtbot, "Once more", thinking=False)
+    assert len(seen) == 1  # told once
+    # The read-only history itself was not written to.
+    assert len(chat._read_only_store.get_conversation(kept.id).messages) == len(kept.messages)

@@ -34,3 +34,16 @@ def test_preferences_shortcut_opens_the_settings(window, qtbot):
     window.preferences_action.trigger()
     qtbot.waitUntil(lambda: window.chat.settings_dialog.isVisible(), timeout=2000)
     window.chat.settings_dialog.reject()
+
+
+def test_the_panel_cannot_hold_values_the_sampler_refuses(qtbot, settings):
+    from macapp.core.sampling import SamplingParams
+
+    dialog = SettingsDialog(settings, thinking=False)
+    qtbot.addWidget(dialog)
+    dialog.inputs["top_p"].setValue(0.0)
+    dialog.inputs["min_p"].setValue(1.0)
+    values = dialog.values()
+    assert values["top_p"] > 0 and values["min_p"] < 1
+    preset(False).with_overrides(top_p=values["top_p"], min_p=values["min_p"]).validate()  # raises if refused
+    assert isinstance(preset(False), SamplingParams)
