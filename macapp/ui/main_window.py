@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import QByteArray, Qt, Signal
+from PySide6.QtCore import QByteArray, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QFileDialog,
+    QHBoxLayout,
     QInputDialog,
     QLabel,
+    QLineEdit,
     QListWidget,
     QListWidgetItem,
     QMainWindow,
@@ -33,6 +35,7 @@ class Sidebar(QWidget):
     conversation_selected = Signal(object)
     delete_requested = Signal(object)
     rename_requested = Signal(object)
+    search_changed = Signal(str)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -48,6 +51,11 @@ class Sidebar(QWidget):
         self.new_chat.clicked.connect(self.new_chat_requested)
         title = QLabel("Conversations", self)
         title.setObjectName("SectionTitle")
+        self.search = QLineEdit(self)
+        self.search.setObjectName("Search")
+        self.search.setPlaceholderText("Search messages")
+        self.search.setClearButtonEnabled(True)
+        self.search.textChanged.connect(lambda text: self.search_changed.emit(text.strip()))
         self.conversations = QListWidget(self)
         self.conversations.setObjectName("ConversationList")
         self.conversations.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
@@ -64,6 +72,7 @@ class Sidebar(QWidget):
         lay.setSpacing(4)
         lay.addWidget(self.nav)
         lay.addWidget(title)
+        lay.addWidget(self.search)
         lay.addWidget(self.conversations, 1)
         lay.addWidget(self.empty_note)
         lay.addWidget(self.new_chat)
@@ -78,7 +87,7 @@ class Sidebar(QWidget):
         menu.addAction("Delete", lambda: self.delete_requested.emit(key))
         menu.exec(self.conversations.viewport().mapToGlobal(pos))
 
-    def set_conversations(self, rows: list[tuple[object, str]], current: object = None) -> None:
+    def set_conversations(self, rows: list[tuple[object, str]], current: object = None, empty: str = "No conversations yet") -> None:
         self.conversations.blockSignals(True)
         self.conversations.clear()
         for key, title in rows:
@@ -89,6 +98,7 @@ class Sidebar(QWidget):
             if key == current:
                 self.conversations.setCurrentItem(item)
         self.conversations.blockSignals(False)
+        self.empty_note.setText(empty)
         self.empty_note.setVisible(not rows)
 
 
@@ -124,16 +134,22 @@ class MainWindow(QMainWindow):
         self.sidebar.conversation_selected.connect(self.open_conversation)
         self.sidebar.delete_requested.connect(self.delete_conversation)
         self.sidebar.rename_requested.connect(self.rename_conversation)
+        self.sidebar.search_changed.connect(lambda _q: self.refresh_conversations())
         self.library.load_requested.connect(self.chat.load_model)
         self.library.machine_changed.connect(self.status.set_machine)
         self.library.hub_refreshed.connect(self._catalog_refreshed)
         self.chat.model_changed.connect(self._on_model_changed)
         self.chat.conversations_changed.connect(self.refresh_conversations)
+        self.chat.history_notice.connect(self.status.show_notice)
         self.chat.model_ready.connect(lambda: self.show_page(CHAT))
 
         self._build_menus()
         self._restore_state()
-        self.refresh_conversations()
+        self.history_ready = False  # the history is opened after the first paint (its integrity check takes time)
+        self.deleted = None  # the last deleted conversation (store.delete's snapshot) while Undo is offered
+        self._undo_timer = QTimer(self)
+        self._undo_timer.setSingleShot(True)
+        self._undo_timer.timeout.connect(self._forget_deleted)
 
     # -- menus ---------------------------------------------------------------------------------------------------
     def _action(self, text: str, slot, shortcut=None, role=None) -> QAction:
@@ -207,30 +223,68 @@ class MainWindow(QMainWindow):
         self.chat.open_conversation(key)
         self.show_page(CHAT)
 
+    undo_seconds = 10
+
     def delete_conversation(self, key, confirm: bool = True) -> bool:
+        """Delete a conversation; Undo in the status bar puts it back for a few seconds."""
         title = self.chat.store.get_conversation(key).display_title
         if confirm:
             answer = QMessageBox.question(
-                self, "Delete Conversation", f"Delete “{title}”? This cannot be undone.",
+                self, "Delete Conversation", f"Delete “{title}”? You can undo it for a few seconds.",
                 QMessageBox.StandardButton.Cancel | QMessageBox.StandardButton.Yes, QMessageBox.StandardButton.Cancel,
             )
             if answer != QMessageBox.StandardButton.Yes:
                 return False
         if key == self.chat.conversation_id:
             self.chat.new_chat()
-        self.chat.store.delete(key)
+        try:
+            self.deleted = self.chat.store.delete(key)
+        except Exception as exc:  # noqa: BLE001 - e.g. a read-only history: said, never raised into Qt
+            self.status.showMessage(f"Could not delete “{title}”: {exc}", 10000)
+            return False
         self.refresh_conversations()
+        self.status.offer_undo(f"Deleted “{title}”", self.undo_delete, self.undo_seconds * 1000)
+        self._undo_timer.start(self.undo_seconds * 1000)
         return True
+
+    def undo_delete(self) -> int | None:
+        """Put back the conversation deleted last; returns its id."""
+        snapshot, self.deleted = self.deleted, None
+        self.status.clear_undo()
+        if snapshot is None:
+            return None
+        key = self.chat.store.restore(snapshot)
+        self.refresh_conversations()
+        self.status.showMessage(f"Restored “{snapshot.display_title}”", 5000)
+        return key
+
+    def _forget_deleted(self) -> None:
+        self.deleted = None
+        self.status.clear_undo()
 
     def rename_conversation(self, key) -> None:
         current = self.chat.store.get_conversation(key).display_title
         title, ok = QInputDialog.getText(self, "Rename Conversation", "Title:", text=current)
         if ok and title.strip():
-            self.chat.store.rename(key, title.strip())
+            try:
+                self.chat.store.rename(key, title.strip())
+            except Exception as exc:  # noqa: BLE001 - e.g. a read-only history: said, never raised into Qt
+                self.status.showMessage(f"Could not rename: {exc}", 10000)
             self.refresh_conversations()
 
     def refresh_conversations(self) -> None:
-        self.sidebar.set_conversations(self.chat.conversation_rows(), self.chat.conversation_id)
+        if not self.history_ready:
+            return
+        query = self.sidebar.search.text().strip()
+        if not query:
+            self.sidebar.set_conversations(self.chat.conversation_rows(), self.chat.conversation_id)
+            return
+        titles = dict(self.chat.conversation_rows())
+        rows: list[tuple[int, str]] = []
+        for hit in self.chat.store.search(query):
+            if hit.conversation_id not in (key for key, _title in rows):
+                rows.append((hit.conversation_id, titles.get(hit.conversation_id, hit.conversation_title)))
+        self.sidebar.set_conversations(rows, self.chat.conversation_id, empty=f"No messages match “{query}”")
 
     def open_model_folder(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Open a Model Folder (MLX format)")
@@ -251,9 +305,20 @@ class MainWindow(QMainWindow):
         self.status.set_model(text)
 
     def start_background_work(self, wait: bool = False) -> None:
-        """After the first paint: probe the hardware and the download state."""
+        """After the first paint: open the history, probe the hardware and the download state."""
+        self.open_history()
         self.status.set_machine(self.library.machine)
         self.library.start(wait=wait)
+
+    def open_history(self) -> None:
+        """Open the chat history (integrity check included) and say what happened to a damaged or newer one."""
+        if self.history_ready:
+            return
+        self.history_ready = True
+        notice = getattr(self.chat.store, "notice", None)
+        if notice and not self.chat.unsaved:
+            self.status.show_notice(notice)
+        self.refresh_conversations()
 
     # -- state ---------------------------------------------------------------------------------------------------
     def _restore_state(self) -> None:

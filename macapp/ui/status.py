@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from collections.abc import Callable
+
 from PySide6.QtCore import QTimer
-from PySide6.QtWidgets import QLabel, QStatusBar, QWidget
+from PySide6.QtWidgets import QLabel, QPushButton, QStatusBar, QWidget
 
 from macapp.core.memory import app_memory, format_bytes
 
@@ -18,8 +20,20 @@ class StatusArea(QStatusBar):
         self.budget_label = QLabel(self)
         self.app_label = QLabel(self)
         self.model_label = QLabel(self)
-        for w in (self.model_label, self.machine_label, self.budget_label, self.app_label):
+        self.undo_label = QLabel(self)
+        self.undo_button = QPushButton("Undo", self)
+        self.undo_button.setObjectName("UndoButton")
+        self.undo_button.setFlat(True)
+        self.undo_button.clicked.connect(self._undo)
+        self._undo_action: Callable[[], object] | None = None
+        self.notice_label = QLabel(self)
+        self.notice_label.setObjectName("Warning")
+        self.notice_label.setWordWrap(False)
+        self.addWidget(self.notice_label, 1)
+        for w in (self.undo_label, self.undo_button, self.model_label, self.machine_label, self.budget_label, self.app_label):
             self.addPermanentWidget(w)
+        self.notice_label.hide()
+        self.clear_undo()
         self.model_label.setText("No model loaded")
         self._timer = QTimer(self)
         self._timer.setInterval(poll_ms)
@@ -29,10 +43,35 @@ class StatusArea(QStatusBar):
 
     def set_machine(self, machine: Any) -> None:
         ram_gb = machine.memory_bytes / 1024**3  # as Apple labels it: a "24 GB" Mac has 24 GiB
-        self.machine_label.setText(f"{machine.chip} · {ram_gb:.0f} GB memory")
+        what_if = "what" in str(getattr(machine, "source", "")).lower()
+        prefix = "What if: " if what_if else ""
+        self.machine_label.setText(f"{prefix}{machine.chip} · {ram_gb:.0f} GB memory")
         self.budget_label.setText(f"GPU budget {format_bytes(machine.budget_bytes)}")
         src = getattr(machine, "source", "")
         self.machine_label.setToolTip(f"Detected from: {src}" if src else "")
+
+    def show_notice(self, text: str) -> None:
+        """A lasting warning (e.g. about the chat history); the whole text is in the tooltip."""
+        first = text.split(". ")[0].rstrip(".")
+        self.notice_label.setText(f"⚠ {first}")
+        self.notice_label.setToolTip(text)
+        self.notice_label.show()
+
+    def offer_undo(self, text: str, action: Callable[[], object], timeout_ms: int = 10000) -> None:
+        self._undo_action = action
+        self.undo_label.setText(text)
+        self.undo_label.show()
+        self.undo_button.show()
+
+    def clear_undo(self) -> None:
+        self._undo_action = None
+        self.undo_label.hide()
+        self.undo_button.hide()
+
+    def _undo(self) -> None:
+        action, self._undo_action = self._undo_action, None
+        if action is not None:
+            action()
 
     def set_model(self, text: str) -> None:
         self.model_label.setText(text)

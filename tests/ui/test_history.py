@@ -1,0 +1,106 @@
+"""The chat history in the window: opened after the first paint, its notices shown, delete with Undo, search."""
+
+import pytest
+
+from macapp.core import paths
+from macapp.core.store import Store
+
+
+@pytest.fixture
+def make_window(qtbot, settings):
+    made = []
+
+    def make(start: bool = True):
+        from macapp.ui.app import make_application
+        from macapp.ui.main_window import MainWindow
+
+        make_application()
+        w = MainWindow(settings)
+        qtbot.addWidget(w)
+        w.show()
+        qtbot.waitExposed(w)
+        if start:
+            w.start_background_work(wait=True)
+        made.append(w)
+        return w
+
+    yield make
+    for w in made:
+        w.close()
+
+
+def seed(*chats: tuple[str, str]) -> list[int]:
+    """Conversations of (question, answer) saved the way the window saves them."""
+    ids = []
+    with Store.open() as store:
+        for question, answer in chats:
+            conv = store.create_conversation(model="tiny")
+            store.add_message(conv.id, "user", question)
+            store.add_message(conv.id, "assistant", answer)
+            ids.append(conv.id)
+    return ids
+
+
+def titles(window) -> list[str]:
+    lst = window.sidebar.conversations
+    return [lst.item(i).text() for i in range(lst.count())]
+
+
+def test_the_history_is_opened_after_the_first_paint(make_window):
+    seed(("First question", "An answer"))
+    w = make_window(start=False)
+    assert w.chat._store is None and titles(w) == []  # nothing read yet: the window painted without it
+    w.start_background_work(wait=True)
+    assert w.chat._store is not None and titles(w) == ["First question"]
+
+
+def test_a_damaged_history_is_set_aside_and_the_user_is_told(make_window):
+    paths.db_path().parent.mkdir(parents=True, exist_ok=True)
+    paths.db_path().write_bytes(b"this is not a database" * 200)
+    w = make_window()
+    assert w.status.notice_label.isVisible()
+    assert "damaged" in w.status.notice_label.text() and "moved" in w.status.notice_label.toolTip()
+    assert w.chat.store.set_aside is not None and w.chat.store.set_aside.exists()
+
+
+def test_a_history_that_cannot_be_opened_does_not_stop_the_app(make_window):
+    paths.db_path().mkdir(parents=True)  # a folder where the file should be: SQLite cannot open it
+    w = make_window()
+    assert w.chat.unsaved and w.chat.notice.isVisibleTo(w.chat) and "not saved" in w.chat.notice.text()
+    assert w.status.notice_label.isVisible()
+    assert w.chat.store.create_conversation(model="tiny").id  # a scratch history still takes chats
+
+
+def test_delete_offers_undo_that_puts_the_conversation_back(make_window):
+    keep, gone = seed(("Keep this one", "ok"), ("Delete this one", "ok"))
+    w = make_window()
+    assert w.delete_conversation(gone, confirm=False)
+    assert titles(w) == ["Keep this one"]
+    assert w.status.undo_button.isVisible() and "Delete this one" in w.status.undo_label.text()
+    w.status.undo_button.click()
+    assert sorted(titles(w)) == ["Delete this one", "Keep this one"]
+    restored = w.chat.store.get_conversation(gone)
+    assert [m.content for m in restored.messages] == ["Delete this one", "ok"]
+    assert not w.status.undo_button.isVisible()
+
+
+def test_undo_is_withdrawn_after_a_few_seconds(make_window, qtbot):
+    (gone,) = seed(("Short lived", "ok"))
+    w = make_window()
+    w.undo_seconds = 0.2
+    w.delete_conversation(gone, confirm=False)
+    assert w.status.undo_button.isVisible()
+    qtbot.waitUntil(lambda: not w.status.undo_button.isVisible(), timeout=3000)
+    assert w.deleted is None and titles(w) == []
+
+
+def test_search_filters_the_conversations_and_clearing_shows_all(make_window):
+    seed(("Tell me about otters", "Otters hold hands while they sleep."), ("Plan a trip", "Pack light."))
+    w = make_window()
+    assert len(titles(w)) == 2
+    w.sidebar.search.setText("sleep")  # found in an answer, not in a title
+    assert titles(w) == ["Tell me about otters"]
+    w.sidebar.search.setText("zebra")
+    assert titles(w) == [] and "zebra" in w.sidebar.empty_note.text() and w.sidebar.empty_note.isVisibleTo(w)
+    w.sidebar.search.clear()
+    assert len(titles(w)) == 2
