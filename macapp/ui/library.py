@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,10 +37,6 @@ MAX_CONTEXT = 262_144
 KV_CHOICES = [("Full precision", None), ("8-bit", 8), ("4-bit", 4)]
 COLUMNS = ["Model", "Bits", "On disk", "Fit", "Est. speed", "Status"]
 FIT_COL = 3
-
-
-def offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() in ("1", "true", "yes", "on")
 
 
 def short_context(tokens: int) -> str:
@@ -111,7 +106,7 @@ class LibraryModel(QAbstractTableModel):
             if col == 0:
                 return row.ref.repo or str(row.ref.local_path)
             if col == 5 and not row.downloaded:
-                return "Not downloaded yet" if not offline() else "Not downloaded (offline: downloads unavailable)"
+                return "Not downloaded yet" if not catalog.hub_offline() else "Not downloaded (offline: downloads unavailable)"
         if role == Qt.ItemDataRole.TextAlignmentRole and col in (2, 4):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         if role == Qt.ItemDataRole.FontRole and col == 0:
@@ -160,7 +155,8 @@ class LibraryPage(QWidget):
         from macapp.ui.details import DetailsPanel
 
         self.settings = settings
-        self.machine = None
+        self.machine = None  # the profile the badges are computed for (a "what if" Mac when one is set)
+        self.detected = None  # this machine, always: "Load anyway" budgets with its real memory
         self.entries: list = []
         self.local_refs: list = []
         self.downloads = None  # macapp.ui.downloads.DownloadController, created in start()
@@ -253,8 +249,9 @@ class LibraryPage(QWidget):
 
         self.entries = catalog.load_catalog()
         # A quick profile for the first paint (no MLX import); start() replaces it with the full one.
-        self.machine = self._what_if() or hardware.detect_machine(use_mlx=False)
-        self._machine_detected.connect(self.set_machine)
+        self.detected = hardware.detect_machine(use_mlx=False)
+        self.machine = self._what_if() or self.detected
+        self._machine_detected.connect(self._on_detected)
         self.refresh()
 
     def _what_if(self):
@@ -266,6 +263,11 @@ class LibraryPage(QWidget):
             return hardware.what_if_machine(spec["chip"], int(float(spec.get("memory_gb", 16)) * 1024**3), spec.get("gpu_cores"))
         except (hardware.HardwareError, ValueError, TypeError):
             return None
+
+    def _on_detected(self, machine) -> None:
+        self.detected = machine
+        if self._what_if() is None:
+            self.set_machine(machine)
 
     def set_machine(self, machine) -> None:
         self.machine = machine
@@ -303,7 +305,7 @@ class LibraryPage(QWidget):
         refs = []
         for entry in self.entries:
             for bits in sorted(entry.builds):
-                refs.append(catalog.resolve_model(entry.build(bits).repo))
+                refs.append(catalog._ref_from_entry(entry, entry.build(bits)))  # no catalog.json re-read per build
         return refs + self.local_refs
 
     def refresh(self) -> None:
@@ -340,7 +342,7 @@ class LibraryPage(QWidget):
             )
         else:
             parts.append(f"No model fits this Mac at {short_context(self.context)} context: try a shorter context or a 4-bit KV cache")
-        if offline():
+        if catalog.hub_offline():
             parts.append("You are offline (HF_HUB_OFFLINE): sizes and badges come from built-in data; downloads are unavailable")
         self.summary.setText(" · ".join(parts))
 
@@ -366,13 +368,13 @@ class LibraryPage(QWidget):
     # -- actions ------------------------------------------------------------------------------------------------
     def start(self, wait: bool = False):
         """After the first paint: the full hardware probe (MLX's Metal budget, off the GUI thread) and downloads."""
-        if self._what_if() is None:
-            import threading
+        import threading
 
-            probe = threading.Thread(target=lambda: self._machine_detected.emit(hardware.detect_machine()), daemon=True)
-            probe.start()
-            if wait:
-                probe.join()
+        # Always probe this machine: with a "what if" profile the badges use it, but "Load anyway" needs the real RAM.
+        probe = threading.Thread(target=lambda: self._machine_detected.emit(hardware.detect_machine()), daemon=True)
+        probe.start()
+        if wait:
+            probe.join()
         if self.downloads is None:
             from macapp.ui.downloads import DownloadController
 
@@ -448,7 +450,8 @@ class LibraryPage(QWidget):
         extra = dict(row.ref.extra)
         if reason:
             # The user took the risk: the engine's per-message memory check then uses all of the RAM, not the GPU budget.
-            extra.update(load_anyway=True, memory_budget_bytes=int(self.machine.memory_bytes))
+            # This machine's RAM, never a "what if" profile's.
+            extra.update(load_anyway=True, memory_budget_bytes=int((self.detected or self.machine).memory_bytes))
         self.load_requested.emit(replace(row.ref, local_path=Path(path), extra=extra))
         return True
 

@@ -85,7 +85,29 @@ def test_guardrail_refuses_a_model_that_does_not_fit_unless_load_anyway(window, 
     answer_next_box("Load anyway")
     assert library.request_load() is True
     assert requested and Path(requested[0].local_path) == Path(tiny_dense_path)
-    assert requested[0].extra["load_anyway"] and requested[0].extra["memory_budget_bytes"] == 512 * 1024**2
+    # The engine's budget is this machine's real RAM, never the "what if" profile's.
+    real = hardware.detect_machine(use_mlx=False).memory_bytes
+    assert real != 512 * 1024**2 and library.detected.memory_bytes == real
+    assert requested[0].extra["load_anyway"] and requested[0].extra["memory_budget_bytes"] == real
+
+
+def test_status_bar_says_when_it_shows_a_what_if_machine(window, library):
+    text = window.status.machine_label.text()
+    assert text.startswith("What if:") and "M4 Pro" in text and "24 GB" in text  # the fixture's what-if profile, labelled
+    window.status.set_machine(library.detected)
+    assert not window.status.machine_label.text().startswith("What if")
+
+
+def test_rows_are_built_without_reading_the_catalog_again(library, monkeypatch):
+    from macapp.core import catalog
+
+    def no_reads(*_a, **_k):
+        raise AssertionError("the catalog was read again for a context change")
+
+    monkeypatch.setattr(catalog, "load_catalog", no_reads)
+    before = len(library.model.rows)
+    library.set_context(8192)
+    assert len(library.model.rows) == before and library.model.context == 8192
 
 
 def test_screenshot_flag_paints_the_window_without_importing_mlx(tmp_path):
