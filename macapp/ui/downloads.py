@@ -244,8 +244,17 @@ class DownloadController(QObject):
 
         def work() -> None:
             from macapp.core.download import events as ev
+            from macapp.core.catalog import hub_reachable
             from macapp.core.download.errors import DownloadError
 
+            # A quick TCP check first: with the network down the client would retry for half a minute.
+            if not hub_reachable():
+                bridge.feed(ev.Failed(error=DownloadError(
+                    "offline",
+                    f"Cannot reach the hub to download {repo}: this Mac seems to be offline, or the hub is down.",
+                    repo=repo,
+                )))
+                return
             try:
                 manager.download(repo, on_event=bridge.feed, cancel=token)
             except DownloadError:
@@ -295,9 +304,13 @@ class DownloadController(QObject):
             box.setDefaultButton(keep)
             box.exec()
             if box.clickedButton() is delete:
-                from macapp.core.download import hfcache
+                from macapp.core.download import DownloadError, delete_model
 
-                hfcache.remove_repo(repo)
+                try:
+                    delete_model(repo)  # refuses while another process is downloading it
+                except DownloadError as exc:
+                    QMessageBox.warning(self.panel, "Cannot Delete", str(exc))
+                    return
             else:
                 job = self.jobs.get(repo)
                 if job is not None:
@@ -351,6 +364,6 @@ class DownloadController(QObject):
 
 
 def _offline() -> bool:
-    from macapp.ui.library import offline
+    from macapp.core.catalog import hub_offline
 
-    return offline()
+    return hub_offline()

@@ -80,3 +80,49 @@ def test_cancel_asks_then_deletes_the_partial_download(window, library, hub_serv
     assert inspect_repo(REPO) is None or inspect_repo(REPO).bytes_on_disk == 0
     assert panel.download_button.isVisibleTo(window)
     assert library.model.data(library.model.index(library.model.rows.index(library.selected_row()), 5)) == ""
+
+
+def test_download_with_the_network_down_fails_at_once_with_a_readable_reason(window, library, monkeypatch, qtbot):
+    import socket
+    import time
+
+    with socket.socket() as s:  # a port nobody listens on: the hub cannot be reached
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    library.select(REPO)
+    panel = library.details.download_panel
+    t0 = time.monotonic()
+    panel.download_button.click()
+    qtbot.waitUntil(lambda: panel.error.isVisibleTo(window), timeout=10_000)
+    assert time.monotonic() - t0 < 5  # not half a minute of retries
+    assert "Cannot reach the hub" in panel.error.text() and "Connect to the internet" in panel.error.text()
+    assert panel.resume_button.isVisibleTo(window)
+
+
+def test_delete_of_a_kept_part_respects_another_download_in_progress(window, library, hub_server, tiny_moe_4bit_path, qtbot):
+    from PySide6.QtCore import QTimer
+
+    from macapp.core.download import hfcache
+
+    hub_server.add_repo(REPO, tiny_moe_4bit_path)
+    hub_server.stall("*.safetensors", after=20_000, seconds=20)
+    library.select(REPO)
+    panel = library.details.download_panel
+    panel.download_button.click()
+    qtbot.waitUntil(lambda: panel.pause_button.isVisibleTo(window) and "Downloading" in panel.headline.text(), timeout=20_000)
+    panel.pause_button.click()
+    qtbot.waitUntil(lambda: panel.headline.text().startswith("Paused"), timeout=5_000)
+    kept = inspect_repo(REPO).bytes_on_disk
+    assert kept > 0
+    with hfcache.try_lock(hfcache.repo_lock_path(REPO)) as taken:  # as if another qwen-desk were downloading it
+        assert taken
+        seen = answer_next_box("Delete")
+        later: dict = {}
+        QTimer.singleShot(300, lambda: later.setdefault("warning", answer_next_box("OK")))
+        panel.cancel_button.click()
+        qtbot.waitUntil(lambda: "text" in later.get("warning", {}), timeout=5_000)
+    assert "already on this Mac" in seen["text"]
+    assert "being downloaded right now" in later["warning"]["text"]
+    assert inspect_repo(REPO).bytes_on_disk == kept  # nothing was deleted under the other download
+    hub_server.clear_faults()
