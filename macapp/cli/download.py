@@ -13,9 +13,7 @@ import time
 
 from macapp.cli import UsageError
 from macapp.core import download as dl
-
-GB = 1024**3
-MB = 1024**2
+from macapp.core.memory import format_bytes  # decimal units (GB = 1e9), like `qwen-desk fit` and the window
 
 
 def register(subparsers) -> None:
@@ -80,7 +78,7 @@ def _download(args: argparse.Namespace, repo: str, model) -> int:
     except dl.DownloadCancelled as exc:
         view.close()
         kept = exc.bytes_kept
-        _say(args, f"stopped; {_size(kept)} kept. Run `{command}` again to resume.")
+        _say(args, f"stopped; {format_bytes(kept)} kept. Run `{command}` again to resume.")
         if args.json:
             print(json.dumps({"repo": repo, "ready": False, "error": {"kind": "cancelled", "message": str(exc)}}, indent=2))
         return 130
@@ -88,37 +86,38 @@ def _download(args: argparse.Namespace, repo: str, model) -> int:
         view.close()
         _say(args, f"qwen-desk: {exc}")
         if exc.kind in ("network", "server", "disk_full") and exc.bytes_kept:
-            _say(args, f"{_size(exc.bytes_kept)} kept; `{command}` resumes from there.")
+            _say(args, f"{format_bytes(exc.bytes_kept)} kept; `{command}` resumes from there.")
         if args.json:
             print(json.dumps({"repo": repo, "ready": False, "error": {"kind": exc.kind, "message": str(exc)}}, indent=2))
         return 1
     view.close()
     fetched = result.bytes_downloaded_this_run
-    _say(args, f"ready: {repo} ({_size(result.bytes_total)}, {len(result.files)} files, hashes checked; "
-               f"{_size(fetched)} fetched now) in {result.path}")
+    _say(args, f"ready: {repo} ({format_bytes(result.bytes_total)}, {len(result.files)} files, hashes checked; "
+               f"{format_bytes(fetched)} fetched now) in {result.path}")
     if args.json:
         print(json.dumps({**result.to_json(), "ready": True}, indent=2))
     return 0
 
 
 def _describe_plan(plan: dl.DownloadPlan) -> str:
-    lines = [f"{plan.repo} @ {plan.commit[:10]}: {len(plan.files)} files, {_size(plan.bytes_total)}"]
+    lines = [f"{plan.repo} @ {plan.commit[:10]}: {len(plan.files)} files, {format_bytes(plan.bytes_total)}"]
     if plan.ready:
         lines.append("  already downloaded and verified")
     elif plan.complete:
-        lines.append("  already downloaded, not yet verified: the hashes of the files on disk are checked, "
+        lines.append("  already downloaded, not yet verified: a download checks the hashes of the files on disk; "
                      "nothing is fetched")
     else:
         here = plan.bytes_on_disk
-        lines.append(f"  to fetch: {_size(plan.bytes_to_fetch)}" + (f" ({_size(here)} already here)" if here else "")
-                     + f"; free on disk: {plan.disk_free / GB:.1f} GB")
+        lines.append(f"  to fetch: {format_bytes(plan.bytes_to_fetch)}"
+                     + (f" ({format_bytes(here)} already here)" if here else "")
+                     + f"; free on disk: {format_bytes(plan.disk_free)}")
         if not plan.disk_ok:
             lines.append("  " + plan.disk_message())
     if plan.fit is not None:
         fit = plan.fit
         verdict = {"fits": "fits", "tight": "tight", "too_big": "too big"}.get(fit.verdict, fit.verdict)
-        lines.append(f"  on this machine: {verdict} ({fit.total_bytes / GB:.1f} GB of a {fit.budget_bytes / GB:.1f} GB "
-                     f"budget at {fit.context} tokens)")
+        lines.append(f"  on this machine: {verdict} ({format_bytes(fit.total_bytes)} of a "
+                     f"{format_bytes(fit.budget_bytes)} budget at {fit.context} tokens)")
     if plan.from_cache_only:
         lines.append("  (hub not asked: offline, or unreachable; using the cached listing)")
     return "\n".join(lines)
@@ -155,7 +154,7 @@ def _list(args: argparse.Namespace) -> int:
             state = f"partial {min(m.bytes_on_disk, m.bytes_total) / m.bytes_total:.0%} (resumable)"
         else:
             state = "partial (resumable)"
-        print(f"{m.repo:55s} {m.bytes_on_disk / GB:8.2f} GB  {state}")
+        print(f"{m.repo:55s} {format_bytes(m.bytes_on_disk):>9s}  {state}")
     return 0
 
 
@@ -168,7 +167,7 @@ def _delete(args: argparse.Namespace, repo: str) -> int:
     if args.json:
         print(json.dumps({"repo": repo, "deleted": freed > 0, "bytes_freed": freed}))
     else:
-        print(f"deleted {repo} ({_size(freed)} freed)" if freed else f"{repo} was not in the cache")
+        print(f"deleted {repo} ({format_bytes(freed)} freed)" if freed else f"{repo} was not in the cache")
     return 0
 
 
@@ -199,12 +198,12 @@ class _ProgressView:
         for f in p.files:
             if self.states.get(f.path) != f.state and f.state in (dl.events.READY, dl.events.FAILED) \
                     and f.path in self.states:
-                self._line(f"{f.state}: {f.path} ({_size(f.size)})")
+                self._line(f"{f.state}: {f.path} ({format_bytes(f.size)})")
             self.states[f.path] = f.state
         ready = sum(1 for f in p.files if f.state == dl.events.READY)
-        speed = "stalled" if p.stalled else f"{p.speed_bps / MB:6.1f} MB/s"
+        speed = "stalled" if p.stalled else f"{format_bytes(p.speed_bps):>8s}/s"
         eta = _clock(p.eta_s) if p.eta_s is not None and not p.stalled else "--:--"
-        text = (f"{p.fraction:4.0%} {_size(p.bytes_done)} of {_size(p.bytes_total)}  {speed}  ETA {eta}  "
+        text = (f"{p.fraction:4.0%} {format_bytes(p.bytes_done)} of {format_bytes(p.bytes_total)}  {speed}  ETA {eta}  "
                 f"{ready}/{len(p.files)} files")
         if self.tty:
             width = 24
@@ -230,17 +229,6 @@ class _ProgressView:
             self.stream.write("\n")
             self.stream.flush()
             self.drawn = False
-
-
-def _size(n: float) -> str:
-    """Bytes for people: 512 KB, 5.7 MB, 19.40 GB."""
-    if n >= GB:
-        return f"{n / GB:.2f} GB"
-    if n >= MB:
-        return f"{n / MB:.1f} MB"
-    if n >= 1024:
-        return f"{n / 1024:.0f} KB"
-    return f"{int(n)} B"
 
 
 def _clock(seconds: float) -> str:

@@ -44,6 +44,9 @@ def test_json_contract_then_a_second_run_fetches_nothing(hub_server, capsys):
     assert (hfcache.snapshot_dir(hfcache.repo_dir(REPO), repo.commit) / "config.json").is_file()
     assert data["path"] == str(hfcache.snapshot_dir(hfcache.repo_dir(REPO), repo.commit))
     assert "ready:" in err and "hashes checked" in err
+    from macapp.core.memory import format_bytes
+
+    assert f"ready: {REPO} ({format_bytes(data['bytes_total'])}," in err  # decimal units: 1 MB = 1e6 bytes
     code, out, _ = run_cli(capsys, "download", MODEL, "--json")
     assert code == 0 and json.loads(out)["bytes_downloaded_this_run"] == 0
 
@@ -145,6 +148,9 @@ def test_list_and_delete(hub_server, capsys):
     assert row["repo"] == REPO and row["verified"] and row["complete"] and row["bytes_on_disk"] > 0
     code, out, _ = run_cli(capsys, "download", "--list")
     assert REPO in out and "ready" in out
+    from macapp.core.memory import format_bytes
+
+    assert format_bytes(row["bytes_on_disk"]) in out and " MB " in out  # decimal units, like `qwen-desk fit`
     code, out, _ = run_cli(capsys, "download", MODEL, "--delete")
     assert code == 0 and "deleted" in out
     assert not hfcache.repo_dir(REPO).exists() and dl.list_downloaded() == []

@@ -479,9 +479,15 @@ def test_not_enough_disk_is_refused_before_any_byte_is_fetched(hub_server):
     hub_server.add_repo(REPO, files, claimed_sizes={SHARD1: 50 * 1024**4})  # the listing says 50 TB
     plan = dl.plan_download(REPO)
     assert not plan.disk_ok and "disk space" in plan.disk_message()
+    from macapp.core.memory import format_bytes
+
+    # Decimal units like `qwen-desk fit` and the window: 50 TiB of claimed shard is "55.0 TB", not "51200.00 GB".
+    assert f"{format_bytes(plan.bytes_to_fetch)} to fetch" in plan.disk_message()
+    assert format_bytes(plan.bytes_to_fetch) == "55.0 TB"
     with pytest.raises(dl.DownloadError) as err:
         dl.download(plan, settings=FAST)
     assert err.value.kind == "disk_full" and "free" in str(err.value)
+    assert "55.0 TB to fetch" in str(err.value)
     assert hub_server.bytes_served() == 0
 
 

@@ -50,13 +50,3 @@ class DownloadCancelled(DownloadError):
 def is_disk_full(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in DISK_ERRNOS
 
-
-def human_size(n: float) -> str:
-    """Bytes for people: 512 KB, 5.7 MB, 19.40 GB."""
-    if n >= 1024**3:
-        return f"{n / 1024**3:.2f} GB"
-    if n >= 1024**2:
-        return f"{n / 1024**2:.1f} MB"
-    if n >= 1024:
-        return f"{n / 1024:.0f} KB"
-    return f"{int(n)} B"

@@ -15,8 +15,9 @@ from typing import Any, Callable
 
 from macapp.core.download import events as ev
 from macapp.core.download import hfcache, hubapi
-from macapp.core.download.errors import RESUME_HINT, DownloadCancelled, DownloadError, human_size
+from macapp.core.download.errors import RESUME_HINT, DownloadCancelled, DownloadError
 from macapp.core.download.hfcache import LocalFile, RemoteFile
+from macapp.core.memory import format_bytes
 from macapp.core.download.integrity import file_matches
 from macapp.core.download.plan import DownloadPlan, plan_download
 from macapp.core.download.transfer import ConnectionDropped, PartialFile, fetch_into
@@ -201,8 +202,8 @@ def _download(target, revision, model, context, emit, cancel: CancelToken, setti
     if plan.from_cache_only and not plan.complete:
         kind = "offline" if hubapi.is_offline() else "network"
         why = "HF_HUB_OFFLINE is set" if kind == "offline" else f"{hubapi.endpoint()} cannot be reached"
-        raise DownloadError(kind, f"{repo} is not fully downloaded ({human_size(plan.bytes_on_disk)} of "
-                            f"{human_size(plan.bytes_total)}) "
+        raise DownloadError(kind, f"{repo} is not fully downloaded ({format_bytes(plan.bytes_on_disk)} of "
+                            f"{format_bytes(plan.bytes_total)}) "
                             f"and {why}; {RESUME_HINT} once online", repo=repo, bytes_kept=plan.bytes_on_disk)
 
     cache = plan.cache_dir
@@ -225,8 +226,8 @@ def _download(target, revision, model, context, emit, cancel: CancelToken, setti
         margin = settings.disk_margin if settings.disk_margin is not None else plan.disk_margin
         free = hfcache.free_bytes(rdir)
         if to_fetch and free < to_fetch + margin:
-            raise DownloadError("disk_full", f"not enough disk space for {repo}: {human_size(to_fetch)} to fetch plus "
-                                f"{human_size(margin)} kept free, but {human_size(free)} is free on the volume of "
+            raise DownloadError("disk_full", f"not enough disk space for {repo}: {format_bytes(to_fetch)} to fetch "
+                                f"plus {format_bytes(margin)} kept free, but {format_bytes(free)} is free on the volume of "
                                 f"{cache}; free some space (or point HF_HOME at a bigger disk) and run it again",
                                 repo=repo, bytes_kept=sum(f.bytes_on_disk for f in files))
         resumed = sum(f.bytes_on_disk for f in files)
@@ -312,7 +313,7 @@ def _run_files(repo: str, plan: DownloadPlan, files: list[LocalFile], emit, canc
         client.close()
     if interrupted:
         kept = tracker.snapshot(settings.stall_report_s).bytes_done
-        raise DownloadCancelled(f"download of {repo} interrupted at {human_size(kept)}; {RESUME_HINT}",
+        raise DownloadCancelled(f"download of {repo} interrupted at {format_bytes(kept)}; {RESUME_HINT}",
                                 repo=repo, bytes_kept=kept)
     final = tracker.snapshot(settings.stall_report_s)
     emit(final)
@@ -320,7 +321,7 @@ def _run_files(repo: str, plan: DownloadPlan, files: list[LocalFile], emit, canc
         if isinstance(error, DownloadError):
             if error.kind == "disk_full":
                 error = DownloadError("disk_full", f"{error.message or 'the disk filled up'} while downloading "
-                                      f"{repo} ({error.path}): {human_size(final.bytes_done)} are kept; free some "
+                                      f"{repo} ({error.path}): {format_bytes(final.bytes_done)} are kept; free some "
                                       "space and run it again to resume", repo=repo, path=error.path,
                                       bytes_kept=final.bytes_done)
             error.repo = error.repo or repo

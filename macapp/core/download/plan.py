@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from macapp.core.download import hfcache, hubapi
-from macapp.core.download.errors import DownloadCancelled, DownloadError, human_size
+from macapp.core.download.errors import DownloadCancelled, DownloadError
 from macapp.core.download.hfcache import LocalFile, RemoteFile
+from macapp.core.memory import format_bytes
 
 DEFAULT_DISK_MARGIN = 512 * 1024**2  # kept free on top of what the download needs (plus 1% of it)
 
@@ -74,9 +75,9 @@ class DownloadPlan:
         return hfcache.snapshot_dir(self.repo_dir, self.commit)
 
     def disk_message(self) -> str:
-        return (f"not enough disk space for {self.repo}: {human_size(self.bytes_to_fetch)} to fetch plus "
-                f"{human_size(self.disk_margin)} kept free, but only {human_size(self.disk_free)} is free on the volume "
-                f"of {self.cache_dir}; free some space (or point HF_HOME at a bigger disk) and run it again")
+        return (f"not enough disk space for {self.repo}: {format_bytes(self.bytes_to_fetch)} to fetch plus "
+                f"{format_bytes(self.disk_margin)} kept free, but only {format_bytes(self.disk_free)} is free on the "
+                f"volume of {self.cache_dir}; free some space (or point HF_HOME at a bigger disk) and run it again")
 
 
 def disk_margin_for(to_fetch: int, minimum: int = DEFAULT_DISK_MARGIN) -> int:
