@@ -19,6 +19,15 @@ SIZE = (1180, 760)
 NO_END = {"logit_bias": {2: -100.0, 0: -100.0}}  # keeps the tiny model talking (its end tokens are 0 and 2)
 
 
+def _no_broken_bytes(model: Path) -> dict[int, float]:
+    """Bias against the tiny tokenizer's lone non-ASCII byte tokens: random weights string them into invalid
+    UTF-8 that shows as replacement characters, which a real model does not write."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(model / "tokenizer.json"))
+    return {i: -100.0 for i in range(tok.get_vocab_size()) if "\ufffd" in tok.decode([i])}
+
+
 def _wait(app, condition, timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -115,9 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     first = chat._message_widgets()[-1]
     first.reasoning.set_expanded(True)
     chat.composer.thinking.setChecked(False)
-    chat.sampling_overrides = NO_END
+    chat.sampling_overrides = {"logit_bias": {**NO_END["logit_bias"], **_no_broken_bytes(model)}}
     chat.send("Say it again, at length.")
-    _wait(app, lambda: chat.current is not None and len(chat.current.answer) > 45 and "tok/s" in chat.meter.text())
+    _wait(app, lambda: chat.current is not None and len(chat.current.answer) > 45 and "tok/s" in chat.meter.text()
+          and (getattr(chat.current.stats, "generation_tokens", 0) or 0) >= 20)
     chat.composer.input.setPlainText("")
     window.show_page(CHAT)
     _save(app, window, out / "chat.png")

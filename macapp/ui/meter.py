@@ -35,7 +35,7 @@ def stats_summary(stats: Any, live: bool = False) -> str:
         gb = _get(stats, "peak_memory", "peak_memory_gb")
         mem = gb * 1e9 if gb is not None else None
     if tokens is not None:
-        parts.append(f"{tokens} tokens")
+        parts.append(f"{tokens:,} token{'' if tokens == 1 else 's'}")
     if gen_tps:
         parts.append(f"{gen_tps:.1f} tok/s")
     if prompt_tps:
