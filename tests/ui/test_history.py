@@ -104,3 +104,17 @@ def test_search_filters_the_conversations_and_clearing_shows_all(make_window):
     assert titles(w) == [] and "zebra" in w.sidebar.empty_note.text() and w.sidebar.empty_note.isVisibleTo(w)
     w.sidebar.search.clear()
     assert len(titles(w)) == 2
+
+
+def test_a_history_from_a_newer_app_is_shown_read_only_with_a_notice(make_window):
+    import sqlite3
+
+    seed(("From the future", "ok"))
+    with sqlite3.connect(paths.db_path()) as conn:
+        conn.execute("PRAGMA user_version = 99")
+    w = make_window()
+    assert w.chat.store.read_only
+    assert w.status.notice_label.isVisible() and "newer version" in w.status.notice_label.text()
+    assert titles(w) == ["From the future"]  # still readable
+    w.sidebar.search.setText("future")
+    assert titles(w) == ["From the future"]
