@@ -27,8 +27,8 @@ _MARKS_LOCK = threading.Lock()
 
 class CancelToken:
     """Hand one to `download()`; `cancel()` from any thread stops it within about a second, keeping what is on disk
-    (so pause = cancel, resume = download again). A request still waiting for the server's first answer is waited
-    out (at most the read timeout, `stall_timeout_s`): `download()` returns only when no worker is left."""
+    (so pause = cancel, resume = download again). A worker whose request is still waiting for the server's first
+    answer cannot be woken; it is left to end on its own and writes nothing once it sees the cancel."""
 
     def __init__(self) -> None:
         self._event = threading.Event()
@@ -52,6 +52,7 @@ class DownloadSettings:
     backoff_s: float = 1.0  # first retry delay, doubled each time
     backoff_max_s: float = 30.0
     stall_report_s: float = 5.0  # no byte for this long: reported as a stall
+    cancel_grace_s: float = 1.0  # how long a stop waits for workers before returning
     stall_timeout_s: float = 30.0  # no byte for this long: the connection is dropped and the transfer resumed
     connect_timeout_s: float = 15.0
     progress_interval_s: float = 0.25
@@ -303,11 +304,12 @@ def _run_files(repo: str, plan: DownloadPlan, files: list[LocalFile], emit, canc
         cancel.cancel()
         interrupted = True
     finally:
-        # No worker may outlive this call: the repo lock is released next, and nothing may write into the cache
-        # after that. Workers see `stop` between chunks and their sockets are shut down, so the wait is short.
+        # Workers see `stop` between chunks and their sockets are shut down, so they end at once. One still waiting
+        # for its response headers has no socket to shut down: it is not waited for (a cancel must take about a
+        # second), and it checks `stop` before writing anything, so the cache is safe after the lock is released.
         stop.set()
-        _join(futures, tracker)
-        pool.shutdown(wait=True, cancel_futures=True)
+        stragglers = _join(futures, tracker, grace_s=settings.cancel_grace_s)
+        pool.shutdown(wait=not stragglers, cancel_futures=True)
         while not messages.empty():
             emit(messages.get_nowait())
         client.close()
@@ -335,12 +337,15 @@ def _run_files(repo: str, plan: DownloadPlan, files: list[LocalFile], emit, canc
     return final.bytes_this_run, list(tracker.refetched)
 
 
-def _join(futures: set[Future], tracker: _Tracker) -> None:
-    """Wait for every worker; the repeated socket shutdown also wakes one whose response arrived after the stop."""
+def _join(futures: set[Future], tracker: _Tracker, grace_s: float) -> set[Future]:
+    """Wait up to `grace_s` for the workers (the repeated socket shutdown also wakes one whose response arrived after
+    the stop); returns those still waiting for a server's first answer."""
     pending = set(futures)
-    while pending:
+    deadline = time.monotonic() + grace_s
+    while pending and time.monotonic() < deadline:
         tracker.drop_connections()
         _, pending = wait(pending, timeout=0.25)
+    return pending
 
 
 @dataclass

@@ -96,6 +96,8 @@ def fetch_into(client, url: str, headers: dict[str, str], part: PartialFile, *, 
     with client.stream("GET", url, headers=request_headers) as response:
         on_socket(_socket_of(response))
         try:
+            if cancelled():
+                return  # an answer that arrives after a cancel touches nothing on disk
             if response.status_code >= 400:
                 response.read()
                 hf_raise_for_status(response)
