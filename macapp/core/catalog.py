@@ -306,11 +306,12 @@ def _from_catalog_repo(repo: str, catalog: list[CatalogEntry]) -> ModelRef | Non
     for entry in catalog:
         for build in entry.builds.values():
             if build.repo.lower() == repo.lower():
-                return _ref_from_entry(entry, build)
+                return model_ref(entry, build)
     return None
 
 
-def _ref_from_entry(entry: CatalogEntry, build: Build) -> ModelRef:
+def model_ref(entry: CatalogEntry, build: Build) -> ModelRef:
+    """The ModelRef of one build of a catalog entry (no re-read of the catalog)."""
     return ModelRef(
         name=entry.name,
         arch=entry.arch,
@@ -435,7 +436,7 @@ def resolve_model(spec: str, bits: int | None = None) -> ModelRef:
     if entry is not None:
         suffix = re.search(r"-(4|8)bit$", spec, flags=re.I)
         chosen = bits or (int(suffix.group(1)) if suffix else 4)
-        return _ref_from_entry(entry, entry.build(chosen))
+        return model_ref(entry, entry.build(chosen))
     if REPO_ID.match(spec):
         known = _from_catalog_repo(spec, catalog)
         if known is not None:
