@@ -305,7 +305,7 @@ class LibraryPage(QWidget):
         refs = []
         for entry in self.entries:
             for bits in sorted(entry.builds):
-                refs.append(catalog._ref_from_entry(entry, entry.build(bits)))  # no catalog.json re-read per build
+                refs.append(catalog.model_ref(entry, entry.build(bits)))  # no catalog.json re-read per build
         return refs + self.local_refs
 
     def refresh(self) -> None:
