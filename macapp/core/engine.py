@@ -9,8 +9,9 @@ Public API (everything returns at once; work happens on the worker, in submissio
     job = session.regenerate(thinking=None, sampling=None, thinking_budget=None)   # redo the last reply
     job = session.edit_last(text, thinking=None, sampling=None, thinking_budget=None)  # replace the last user message
     for event in job.events(): ...                      # blocking iterator (events.py), ends after Finished/Failed
-    job.add_listener(callback)                          # called on the worker thread (past events replayed at once;
-                                                        # an early stop reply comes from a helper thread)
+    job.add_listener(callback)                          # every event once, in order (past ones replayed at once);
+                                                        # called on the worker thread, or on whichever thread is
+                                                        # already delivering to it (see Job.add_listener)
     job.stop()                                          # honoured within one token; at once while reading
     job.result(timeout=None)                            # the Reply / Loaded, or raises EngineError
     job.join(timeout=None)                              # wait until the worker is done with the job
@@ -47,6 +48,7 @@ Design:
 
 from __future__ import annotations
 
+import collections
 import itertools
 import json
 import os
@@ -105,6 +107,29 @@ class SessionOptions:
 # ------------------------------------------------------------------------------------------------ jobs
 
 
+class _Listener:
+    """One listener's queue of undelivered events; whichever thread holds `busy` delivers them, in order."""
+
+    def __init__(self, callback: Callable[[Any], None]):
+        self.callback = callback
+        self.pending: collections.deque[Any] = collections.deque()  # filled under the job's lock
+        self.busy = threading.Lock()
+
+    def deliver(self) -> None:
+        # Never blocks: if another thread is delivering, it also delivers what was just queued (the
+        # re-check after releasing closes the gap between its last pop and its release).
+        while self.pending and self.busy.acquire(blocking=False):
+            try:
+                while self.pending:
+                    event = self.pending.popleft()
+                    try:
+                        self.callback(event)
+                    except Exception:  # a listener's bug must not kill the worker
+                        pass
+            finally:
+                self.busy.release()
+
+
 class Job:
     """A unit of work on the worker thread and the stream of events it reports."""
 
@@ -115,7 +140,7 @@ class Job:
         self.kind = kind
         self._events: list[Any] = []
         self._cond = threading.Condition()
-        self._listeners: list[Callable[[Any], None]] = []
+        self._listeners: list[_Listener] = []
         self._stop = threading.Event()
         self._done = False
         self._waiting = 0  # readers blocked in events()
@@ -141,20 +166,23 @@ class Job:
                     self._last_notify = now
                     self._cond.notify_all()
             listeners = self._listeners
-        for callback in listeners:
-            try:
-                callback(event)
-            except Exception:  # a listener's bug must not kill the worker
-                pass
+            for listener in listeners:  # queued under the lock: each listener's order is the job's order
+                listener.pending.append(event)
+        for listener in listeners:
+            listener.deliver()
 
     # consumer side (any thread)
     def add_listener(self, callback: Callable[[Any], None]) -> None:
-        """Call `callback(event)` for every event: past ones now (on this thread), new ones on the worker."""
+        """Call `callback(event)` for every event of the job, each once and in order, the terminal one last.
+
+        Past events are delivered now, on this thread; new ones on the thread that emits them (the worker),
+        except that events arriving while this thread is still delivering are delivered by it, after the
+        ones before them. A callback must not wait for the job: it may run on the worker."""
+        listener = _Listener(callback)
         with self._cond:
-            past = list(self._events)
-            self._listeners = [*self._listeners, callback]
-        for event in past:
-            callback(event)
+            listener.pending.extend(self._events)
+            self._listeners = [*self._listeners, listener]
+        listener.deliver()
 
     def events(self, timeout: float | None = None) -> Iterator[Any]:
         """Every event of this job, blocking until the terminal one (TimeoutError after `timeout` idle seconds)."""
