@@ -17,6 +17,8 @@ import sys
 from typing import Any, TextIO
 
 from macapp.cli import UsageError
+from macapp.cli.fit import parse_context
+from macapp.core.sizing import DEFAULT_PREFILL_STEP
 
 DIM, RESET = "\033[2m", "\033[0m"
 HELP = (
@@ -50,9 +52,12 @@ def register(subparsers) -> None:
     parser.add_argument("--min-p", type=float, metavar="P")
     parser.add_argument("--presence-penalty", type=float, metavar="X")
     parser.add_argument("--thinking-budget", type=int, metavar="N", help="close the reasoning after N tokens and let the model answer")
-    parser.add_argument("--context", type=int, metavar="TOKENS", help="context limit (default: the model's maximum)")
+    parser.add_argument("--context", type=parse_context, metavar="TOKENS", help="context limit, e.g. 32768 or 128k (default: the model's maximum)")
     parser.add_argument("--kv-bits", type=int, choices=(4, 8), help="quantize the KV cache")
-    parser.add_argument("--prefill-step-size", type=int, default=2048, metavar="N", help="prompt tokens read per step (default 2048)")
+    parser.add_argument(
+        "--prefill-step-size", type=int, default=DEFAULT_PREFILL_STEP, metavar="N",
+        help=f"prompt tokens read per step (default {DEFAULT_PREFILL_STEP})",
+    )
     parser.add_argument("--resume", type=int, metavar="ID", help="continue a saved conversation (see `qwen-desk history`)")
     parser.add_argument("--no-history", action="store_true", help="do not save this conversation to the history")
     parser.set_defaults(func=run)

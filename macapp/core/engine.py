@@ -53,7 +53,6 @@ import itertools
 import json
 import os
 import queue
-import re
 import threading
 import time
 import weakref
@@ -62,6 +61,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from macapp.core import events as ev
+from macapp.core.catalog import REPO_ID, SUPPORTED_MODEL_TYPES
 from macapp.core.events import (
     AnswerDelta,
     Failed,
@@ -75,14 +75,12 @@ from macapp.core.events import (
     Unloaded,
 )
 from macapp.core.sampling import SamplingParams, make_sampler_and_processors, preset
+from macapp.core.sizing import DEFAULT_PREFILL_STEP
 from macapp.core.thinking import ANSWER, ThinkingSplitter
 
-QWEN35_MODEL_TYPES = {"qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"}
-REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 STATS_INTERVAL_S = 0.25
 NOTIFY_INTERVAL_S = 0.02  # a blocked events() reader sees text deltas within this (Job.emit)
 _DELTA_TYPES = (AnswerDelta, ReasoningDelta)
-DEFAULT_PREFILL_STEP = 2048
 
 
 class EngineError(Exception):
@@ -352,7 +350,7 @@ def check_model_folder(path: Path) -> dict:
         raise EngineError(f"{config_file} is damaged (not a JSON object); download the model again.", ev.CORRUPT)
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
     model_type = config.get("model_type") or text.get("model_type")
-    if model_type not in QWEN35_MODEL_TYPES:
+    if model_type not in SUPPORTED_MODEL_TYPES:
         raise EngineError(
             f"{path.name} is not a Qwen3.5-family model (model_type {model_type!r}); Qwen Desk runs qwen3_5 and qwen3_5_moe models.",
             ev.NOT_A_MODEL,
@@ -369,13 +367,12 @@ def check_model_folder(path: Path) -> dict:
     return config
 
 
-def _load_model(spec: str) -> _Model:
+def _load_model(path: Path, config: dict) -> _Model:
+    """Read a model folder already found by locate_model and checked by check_model_folder (its config)."""
     import mlx.core as mx
     import mlx_lm
     from mlx.utils import tree_flatten
 
-    path = locate_model(spec)
-    config = check_model_folder(path)
     mx.clear_cache()
     before = mx.get_active_memory()
     start = time.perf_counter()
@@ -556,10 +553,10 @@ class Engine:
                 job.emit(Failed("Loading was cancelled.", ev.CANCELLED))
                 return
             path = locate_model(str(spec))
-            check_model_folder(path)  # refuse bad folders before letting go of the current model
+            config = check_model_folder(path)  # refuse bad folders before letting go of the current model
             self._forget_caches()  # free the old model and its caches before reading the new one
             self._model = None
-            self._model = _load_model(str(path))
+            self._model = _load_model(path, config)
             self.memory_budget_bytes()  # learn the machine now, not on the first message
             job.emit(self._model.info)
 

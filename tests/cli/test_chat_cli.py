@@ -194,3 +194,9 @@ def test_a_refused_edit_keeps_the_turn_it_would_have_replaced(tiny_moe_path, tmp
         (conv,) = store.list_conversations()
         messages = store.get_conversation(conv.id).messages
     assert [(m.role, m.content) for m in messages] == [("user", "hello"), ("assistant", ANSWER)]
+
+
+def test_context_takes_k_like_fit(capsys, tiny_moe_path):
+    code = main(["chat", "--model", str(tiny_moe_path), "--prompt", "word " * 1100, "--context", "1k", "--no-history"])
+    out, err = capsys.readouterr()
+    assert code == 2 and "1,024-token context" in err

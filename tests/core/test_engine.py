@@ -593,3 +593,20 @@ def test_stop_during_a_long_chunk_answers_at_once_and_undoes_the_turn(engine):
     assert s.tokens[: len(before)] == before and cache_error(engine, s) < EXACT
     assert [m["content"] for m in s.messages if m["role"] == "user"] == ["hi", "short"]
     assert sum(isinstance(e, Finished) for e in job.history) == 1
+
+
+def test_load_finds_and_checks_the_folder_once_with_the_catalog_rules(tiny_moe_path, monkeypatch):
+    from macapp.core import catalog, engine as engine_mod, sizing
+
+    assert engine_mod.SUPPORTED_MODEL_TYPES is catalog.SUPPORTED_MODEL_TYPES and engine_mod.REPO_ID is catalog.REPO_ID
+    assert SessionOptions().prefill_step_size == sizing.DEFAULT_PREFILL_STEP
+    calls = []
+    for name in ("locate_model", "check_model_folder"):
+        real = getattr(engine_mod, name)
+        monkeypatch.setattr(engine_mod, name, lambda *a, real=real, name=name: (calls.append(name), real(*a))[1])
+    e = Engine()
+    try:
+        assert e.load(str(tiny_moe_path)).result(timeout=TIMEOUT).name
+    finally:
+        e.close()
+    assert sorted(calls) == ["check_model_folder", "locate_model"]
