@@ -99,18 +99,11 @@ def _turn_record(turn: int, reply: Any, conversation_id: int | None) -> dict[str
 
 
 def stats_line(reply: Any) -> str:
-    """Like mlx_lm.chat's: prompt and generation tok/s, TTFT and peak memory."""
-    st = reply.stats
-    parts = [
-        f"prompt {st.prompt_tokens} tokens at {st.prompt_tps:.1f} tok/s",
-        f"generation {st.generation_tokens} tokens at {st.generation_tps:.1f} tok/s",
-    ]
-    if st.reasoning_tokens:
-        parts.append(f"{st.reasoning_tokens} reasoning")
-    parts += [f"first token {st.ttft_s:.2f} s", f"peak {st.peak_memory_bytes / 1e9:.2f} GB", f"context {st.context_tokens}"]
-    if reply.finish_reason != "stop":
-        parts.append(f"[{reply.finish_reason}]")
-    return " · ".join(parts)
+    """The stats line after a reply (macapp.core.events.format_stats), plus why it ended if not at eos."""
+    from macapp.core.events import format_stats
+
+    line = format_stats(reply.stats)
+    return line if reply.finish_reason == "stop" else f"{line} · [{reply.finish_reason}]"
 
 
 class _History:

@@ -44,6 +44,29 @@ class GenerationStats:
         return asdict(self)
 
 
+def format_stats(stats: Any) -> str:
+    """One line like mlx_lm.chat's, e.g. 'prompt 120 tokens at 410.0 tok/s · generation 412 tokens at 38.2 tok/s ·
+    30 reasoning · first token 0.31 s · peak 2.10 GB · context 532'. Takes a GenerationStats or any object with
+    those field names (the history's ReplyStats); figures that are None or absent are left out."""
+
+    def get(name: str) -> Any:
+        return getattr(stats, name, None)
+
+    parts = []
+    for label, tokens, tps in (("prompt", get("prompt_tokens"), get("prompt_tps")), ("generation", get("generation_tokens"), get("generation_tps"))):
+        if tokens is not None:
+            parts.append(f"{label} {tokens} tokens" + (f" at {tps:.1f} tok/s" if tps is not None else ""))
+    if get("reasoning_tokens"):
+        parts.append(f"{get('reasoning_tokens')} reasoning")
+    if get("ttft_s") is not None:
+        parts.append(f"first token {get('ttft_s'):.2f} s")
+    if get("peak_memory_bytes") is not None:
+        parts.append(f"peak {get('peak_memory_bytes') / 1e9:.2f} GB")
+    if get("context_tokens") is not None:
+        parts.append(f"context {get('context_tokens')}")
+    return " · ".join(parts)
+
+
 @dataclass
 class Reply:
     """One assistant reply as the session keeps it."""

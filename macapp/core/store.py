@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterator
 
 from macapp import __version__
 from macapp.core import paths
+from macapp.core.events import format_stats
 
 log = logging.getLogger(__name__)
 
@@ -92,12 +93,6 @@ class ReplyStats:
         values: dict[str, Any] = {}
         for f in fields(cls):
             value = get(f.name)
-            if value is None and f.name == "peak_memory_bytes":
-                # mlx-lm reports peak memory in GB (float).
-                gb = get("peak_memory") if get("peak_memory_gb") is None else get("peak_memory_gb")
-                value = int(float(gb) * 1e9) if gb is not None else None
-            if value is None and f.name == "ttft_s":
-                value = get("ttft")
             if value is not None:
                 value = int(value) if f.type in ("int | None",) else float(value)
             values[f.name] = value
@@ -107,24 +102,8 @@ class ReplyStats:
         return all(getattr(self, f.name) is None for f in fields(self))
 
     def summary(self) -> str:
-        """One line like mlx-lm's: '412 tokens · 38.2 tok/s · prompt 120 tok at 410 tok/s · TTFT 0.31 s · peak 2.1 GB'."""
-        parts = []
-        if self.generation_tokens is not None:
-            parts.append(f"{self.generation_tokens} tokens")
-        if self.generation_tps is not None:
-            parts.append(f"{self.generation_tps:.1f} tok/s")
-        if self.reasoning_tokens:
-            parts.append(f"{self.reasoning_tokens} reasoning")
-        if self.prompt_tokens is not None:
-            prompt = f"prompt {self.prompt_tokens} tok"
-            if self.prompt_tps is not None:
-                prompt += f" at {self.prompt_tps:.0f} tok/s"
-            parts.append(prompt)
-        if self.ttft_s is not None:
-            parts.append(f"TTFT {self.ttft_s:.2f} s")
-        if self.peak_memory_bytes is not None:
-            parts.append(f"peak {self.peak_memory_bytes / 1e9:.1f} GB")
-        return " · ".join(parts)
+        """The same one-line stats as the chat command line (macapp.core.events.format_stats)."""
+        return format_stats(self)
 
 
 @dataclass

@@ -70,13 +70,18 @@ def test_conversation_round_trip_with_stats_and_title(db):
     assert db.list_conversations()[0].message_count == 2
 
 
-def test_stats_accept_engine_like_objects():
-    class EngineStats:  # the shape mlx-lm's GenerationResponse uses: peak memory in GB
-        prompt_tokens, prompt_tps, generation_tokens, generation_tps, peak_memory = 10, 100.0, 5, 20.0, 1.5
+def test_stats_come_from_the_engine_and_read_like_the_chat_command_line():
+    from macapp.core.events import GenerationStats, format_stats
 
-    stats = ReplyStats.from_any(EngineStats())
-    assert stats.peak_memory_bytes == 1_500_000_000 and stats.generation_tokens == 5
-    assert "5 tokens" in stats.summary() and "peak 1.5 GB" in stats.summary()
+    engine_stats = GenerationStats(ttft_s=0.31, prompt_tokens=10, prompt_tps=100.0, generation_tokens=5, generation_tps=20.0,
+                                   reasoning_tokens=2, peak_memory_bytes=1_500_000_000, context_tokens=532)
+    stats = ReplyStats.from_any(engine_stats)
+    assert stats == ReplyStats(0.31, 10, 100.0, 5, 20.0, 2, 1_500_000_000)
+    assert stats.summary() == (
+        "prompt 10 tokens at 100.0 tok/s · generation 5 tokens at 20.0 tok/s · 2 reasoning · first token 0.31 s · peak 1.50 GB"
+    )
+    assert format_stats(engine_stats) == stats.summary() + " · context 532"  # one formatter for the CLI and the history
+    assert ReplyStats.from_any({"generation_tokens": 3}).summary() == "generation 3 tokens"
 
 
 @pytest.mark.parametrize(
@@ -316,7 +321,7 @@ def test_export_markdown_with_and_without_reasoning(db):
     assert "## User\n\nHow do I bake sourdough bread at home?" in md
     assert "## Assistant" in md and "The user wants a recipe." in md
     assert "## System\n\nYou are concise." in md
-    assert "24 tokens · 35.5 tok/s" in md
+    assert "generation 24 tokens at 35.5 tok/s" in md
     bare = db.export_markdown(cid, include_reasoning=False)
     assert "The user wants a recipe." not in bare and "proof overnight" in bare
 
