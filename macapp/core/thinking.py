@@ -115,11 +115,3 @@ class ThinkingSplitter:
     @property
     def answer_text(self) -> str:
         return "".join(self.answer)
-
-
-def split_reply(text: str, started_in_reasoning: bool) -> tuple[str, str]:
-    """(reasoning, answer) of a whole reply: the same rules as the streaming splitter."""
-    splitter = ThinkingSplitter(in_reasoning=started_in_reasoning)
-    splitter.feed(text)
-    splitter.flush()
-    return splitter.reasoning_text, splitter.answer_text

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from macapp.core.thinking import ANSWER, REASONING, ThinkingSplitter, split_reply
+from macapp.core.thinking import ANSWER, REASONING, ThinkingSplitter
 
 
 def _run(pieces, in_reasoning):
@@ -38,7 +38,7 @@ def test_a_tag_split_across_pieces_is_recognised(cut):
 
 def test_every_split_of_a_whole_reply_gives_the_same_texts():
     text = "step one\nstep two\n</think>\n\nfinal <b>answer</b>\nwith </thi lookalike"
-    expected = split_reply(text, True)
+    expected = _run([text], True)[:2]  # the whole reply in one piece
     assert expected == ("step one\nstep two", "final <b>answer</b>\nwith </thi lookalike")
     rng = random.Random(1)
     for _ in range(200):
@@ -69,4 +69,4 @@ def test_newlines_inside_reasoning_are_kept_but_not_before_the_tag():
 
 
 def test_a_stray_closing_tag_in_the_answer_is_dropped():
-    assert split_reply("x</think>y", False) == ("", "xy")
+    assert _run(["x</think>y"], False)[:2] == ("", "xy")
