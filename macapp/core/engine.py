@@ -56,7 +56,7 @@ import queue
 import threading
 import time
 import weakref
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 

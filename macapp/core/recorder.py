@@ -48,7 +48,7 @@ class ChatRecorder:
         self.last_reply: Message | None = None  # the last finished reply
         self._writer: ReplyWriter | None = None
         self._thinking = False
-        self._turn_over = False  # the reply ended: stray deltas (late listener replays) must not start another
+        self._turn_over = False  # the reply ended: stray deltas (e.g. fed after Finished) must not start another
         self._lock = threading.RLock()
 
     @classmethod
