@@ -200,7 +200,9 @@ def hub_endpoint() -> str | None:
 
 
 def hub_offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() in ("1", "true", "yes", "on")
+    """HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE, which huggingface_hub honours too) as it is now."""
+    value = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or "0"
+    return value.strip().lower() in ("1", "true", "yes", "on")
 
 
 def hub_reachable(timeout: float = 3.0) -> bool:
