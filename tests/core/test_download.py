@@ -355,20 +355,26 @@ def test_an_unreachable_hub_still_serves_a_complete_local_model(hub_server, repo
 
 
 # --- cancel, pause, resume, crash ------------------------------------------------------------------------------------
-def test_cancel_stops_within_a_second_and_resume_fetches_only_the_rest(hub_server, repo):
-    hub_server.stall(SHARD1, after=500_000, seconds=30)
-    token = dl.CancelToken()
+def _download_in_background(token, settings):
+    """Run dl.download(REPO) on a thread; the returned dict gets its exception ("error") and end time ("ended")."""
     outcome: dict = {}
 
     def run():
         try:
-            dl.download(REPO, cancel=token, settings=FAST)
+            dl.download(REPO, cancel=token, settings=settings)
         except BaseException as exc:  # noqa: BLE001 - the test inspects it
             outcome["error"] = exc
         outcome["ended"] = time.monotonic()
 
     worker = threading.Thread(target=run)
     worker.start()
+    return worker, outcome
+
+
+def test_cancel_stops_within_a_second_and_resume_fetches_only_the_rest(hub_server, repo):
+    hub_server.stall(SHARD1, after=500_000, seconds=30)
+    token = dl.CancelToken()
+    worker, outcome = _download_in_background(token, FAST)
     others = [p for p in NEEDED if p != SHARD1]
     _wait_for(lambda: _size(_partial(repo, SHARD1)) >= 500_000 and all(_blob(repo, p).exists() for p in others),
               what="mid-file")
@@ -389,18 +395,7 @@ def test_a_cancel_is_prompt_even_while_a_request_waits_for_headers_and_the_strag
     # SHARD1's request waits for its headers (no socket to shut down yet): it cannot be woken.
     hub_server.hold(SHARD1, seconds=4.0)
     token = dl.CancelToken()
-    outcome: dict = {}
-    settings = dl.DownloadSettings(**{**FAST.__dict__, "stall_timeout_s": 15.0})
-
-    def run():
-        try:
-            dl.download(REPO, cancel=token, settings=settings)
-        except BaseException as exc:  # noqa: BLE001 - the test inspects it
-            outcome["error"] = exc
-        outcome["ended"] = time.monotonic()
-
-    worker = threading.Thread(target=run)
-    worker.start()
+    worker, outcome = _download_in_background(token, dl.DownloadSettings(**{**FAST.__dict__, "stall_timeout_s": 15.0}))
     _wait_for(lambda: hub_server.file_requests(SHARD1), what="the held request")
     cancelled_at = time.monotonic()
     token.cancel()

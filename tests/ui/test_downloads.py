@@ -7,6 +7,19 @@ from tests.ui.helpers import answer_next_box
 REPO = "mlx-community/Qwen3.5-0.8B-4bit"  # a catalog row, served by the hub stand-in with a tiny model's files
 
 
+def _start_then_pause(window, library, hub_server, model_path, qtbot):
+    """Start downloading REPO from the library over a stalling connection, pause it, and return the panel."""
+    hub_server.add_repo(REPO, model_path)
+    hub_server.stall("*.safetensors", after=20_000, seconds=20)
+    library.select(REPO)
+    panel = library.details.download_panel
+    panel.download_button.click()
+    qtbot.waitUntil(lambda: panel.pause_button.isVisibleTo(window) and "Downloading" in panel.headline.text(), timeout=20_000)
+    panel.pause_button.click()
+    qtbot.waitUntil(lambda: panel.headline.text().startswith("Paused"), timeout=5_000)
+    return panel
+
+
 def test_download_from_the_library_then_load_is_possible(window, library, hub_server, tiny_moe_4bit_path, qtbot):
     hub_server.add_repo(REPO, tiny_moe_4bit_path)
     row = library.select(REPO)
@@ -39,14 +52,7 @@ def test_download_error_is_shown_with_the_action_to_take(window, library, hub_se
 
 
 def test_pause_keeps_data_and_resume_finishes(window, library, hub_server, tiny_moe_4bit_path, qtbot):
-    hub_server.add_repo(REPO, tiny_moe_4bit_path)
-    hub_server.stall("*.safetensors", after=20_000, seconds=20)
-    library.select(REPO)
-    panel = library.details.download_panel
-    panel.download_button.click()
-    qtbot.waitUntil(lambda: panel.pause_button.isVisibleTo(window) and "Downloading" in panel.headline.text(), timeout=20_000)
-    panel.pause_button.click()
-    qtbot.waitUntil(lambda: panel.headline.text().startswith("Paused"), timeout=5_000)
+    panel = _start_then_pause(window, library, hub_server, tiny_moe_4bit_path, qtbot)
     assert panel.resume_button.isVisibleTo(window)
     assert library.model.data(library.model.index(library.model.rows.index(library.selected_row()), 5)).startswith("Paused")
     assert inspect_repo(REPO).bytes_on_disk > 0
@@ -105,14 +111,7 @@ def test_delete_of_a_kept_part_respects_another_download_in_progress(window, lib
 
     from macapp.core.download import hfcache
 
-    hub_server.add_repo(REPO, tiny_moe_4bit_path)
-    hub_server.stall("*.safetensors", after=20_000, seconds=20)
-    library.select(REPO)
-    panel = library.details.download_panel
-    panel.download_button.click()
-    qtbot.waitUntil(lambda: panel.pause_button.isVisibleTo(window) and "Downloading" in panel.headline.text(), timeout=20_000)
-    panel.pause_button.click()
-    qtbot.waitUntil(lambda: panel.headline.text().startswith("Paused"), timeout=5_000)
+    panel = _start_then_pause(window, library, hub_server, tiny_moe_4bit_path, qtbot)
     kept = inspect_repo(REPO).bytes_on_disk
     assert kept > 0
     with hfcache.try_lock(hfcache.repo_lock_path(REPO)) as taken:  # as if another qwen-desk were downloading it
