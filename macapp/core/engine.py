@@ -259,7 +259,9 @@ class Job:
 
 
 @dataclass
-class _Model:
+class LoadedModel:
+    """The loaded model as the worker holds it; read it only from work running on the worker (Engine.submit)."""
+
     model: Any
     tokenizer: Any
     config: dict
@@ -367,7 +369,7 @@ def check_model_folder(path: Path) -> dict:
     return config
 
 
-def _load_model(path: Path, config: dict) -> _Model:
+def _load_model(path: Path, config: dict) -> LoadedModel:
     """Read a model folder already found by locate_model and checked by check_model_folder (its config)."""
     import mlx.core as mx
     import mlx_lm
@@ -405,7 +407,7 @@ def _load_model(path: Path, config: dict) -> _Model:
         max_context=int(text.get("max_position_embeddings") or 262144),
         has_thinking=bool(tokenizer.has_thinking),
     )
-    return _Model(
+    return LoadedModel(
         model=model,
         tokenizer=tokenizer,
         config=config,
@@ -503,7 +505,7 @@ class Engine:
     """The loaded model and the jobs on it; all MLX work runs on the one worker thread, in order."""
 
     def __init__(self) -> None:
-        self._model: _Model | None = None
+        self._model: LoadedModel | None = None
         self._budget: int | None = None
         self._closed = False
         self._sessions: weakref.WeakSet = weakref.WeakSet()
@@ -578,6 +580,11 @@ class Engine:
         model = self._model
         return model.info if model is not None else None
 
+    @property
+    def model(self) -> LoadedModel | None:
+        """The loaded model itself, for engine extensions (the API server): use it only inside Engine.submit work."""
+        return self._model
+
     def memory_budget_bytes(self) -> int | None:
         """This machine's GPU memory budget (hardware.detect_machine), cached."""
         if self._budget is None:
@@ -646,7 +653,7 @@ class ChatSession:
                 self.system_prompt = initial[0].get("content") or None
             initial = initial[1:]
         self._messages: list[dict] = initial
-        self._model: _Model | None = None  # the model the cache belongs to
+        self._model: LoadedModel | None = None  # the model the cache belongs to
         self._cache: list | None = None
         self.tokens: list[int] = []  # every token in the cache, in order
         self._close_text = ""  # what the next turn feeds first to close the previous reply
@@ -706,7 +713,7 @@ class ChatSession:
         self._close_text = ""
         self._turn = None
 
-    def _require_model(self) -> _Model:
+    def _require_model(self) -> LoadedModel:
         model = self.engine._model
         if model is None:
             raise EngineError("No model is loaded: load a model first.", ev.NO_MODEL)
@@ -716,11 +723,11 @@ class ChatSession:
         return model
 
     @staticmethod
-    def _template(m: _Model, messages: list[dict], thinking: bool) -> list[int]:
+    def _template(m: LoadedModel, messages: list[dict], thinking: bool) -> list[int]:
         msgs = [{"role": x["role"], "content": x.get("content") or ""} for x in messages]
         return list(m.tokenizer.apply_chat_template(msgs, add_generation_prompt=True, enable_thinking=thinking))
 
-    def _full_parts(self, m: _Model, history: list[dict], text: str, thinking: bool) -> tuple[list[int] | None, list[int]]:
+    def _full_parts(self, m: LoadedModel, history: list[dict], text: str, thinking: bool) -> tuple[list[int] | None, list[int]]:
         """(prefix, all tokens) for reading the whole conversation through the template."""
         system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         full = self._template(m, system + history + [{"role": "user", "content": text}], thinking)
@@ -729,7 +736,7 @@ class ChatSession:
         return prefix, full
 
     @staticmethod
-    def _close_thinking(m: _Model, prompt: list[int], thinking: bool, budget: int | None) -> list[int]:
+    def _close_thinking(m: LoadedModel, prompt: list[int], thinking: bool, budget: int | None) -> list[int]:
         if thinking and budget == 0:  # no reasoning at all: the prompt closes it
             return prompt + list(m.tokenizer.encode("</think>\n\n", add_special_tokens=False))
         return prompt
@@ -796,7 +803,7 @@ class ChatSession:
         self._run_turn(job, m, start, plan, mode, sampling, budget)
 
     # -- the turn --------------------------------------------------------------------------------------
-    def _check_limits(self, m: _Model, prompt_len: int, cached: int) -> int:
+    def _check_limits(self, m: LoadedModel, prompt_len: int, cached: int) -> int:
         """Raise before any work when the prompt does not fit; return the context limit."""
         limit = min(self.options.context_limit or m.info.max_context, m.info.max_context)
         total = cached + prompt_len
@@ -827,7 +834,7 @@ class ChatSession:
                 )
         return limit
 
-    def _run_turn(self, job: Job, m: _Model, start: float, plan: _Plan, thinking: bool, sampling: SamplingParams | None, budget: int | None) -> None:
+    def _run_turn(self, job: Job, m: LoadedModel, start: float, plan: _Plan, thinking: bool, sampling: SamplingParams | None, budget: int | None) -> None:
         params = sampling if sampling is not None else preset(thinking)
         try:
             params.validate()

@@ -8,6 +8,7 @@ with `dataclasses.replace(last, text=last.text + new.text)`.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -132,3 +133,11 @@ class Unloaded:
 
 
 TERMINAL_EVENTS = (Finished, Failed, Loaded, Unloaded)
+
+
+class TurnKind(enum.Enum):
+    """What a chat turn does to the conversation: the session, the recorder and every front end share it."""
+
+    SEND = "send"  # a new user message and its reply
+    REGENERATE = "regenerate"  # the last reply again, the user message kept
+    EDIT = "edit"  # the last user message replaced, then a new reply
