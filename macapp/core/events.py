@@ -25,6 +25,12 @@ CANCELLED = "cancelled"  # a load stopped before it began
 ERROR = "error"
 
 
+class TerminalEvent:
+    """Marker base: the last event of a job (a job emits exactly one, and nothing after it)."""
+
+    __slots__ = ()
+
+
 @dataclass
 class GenerationStats:
     """Per-reply figures. Times in seconds; rates in tokens per second; memory in bytes."""
@@ -104,18 +110,18 @@ class StatsUpdate:
 
 
 @dataclass
-class Finished:
+class Finished(TerminalEvent):
     reply: Reply
 
 
 @dataclass
-class Failed:
+class Failed(TerminalEvent):
     message: str  # one clear, actionable sentence
     code: str = ERROR
 
 
 @dataclass
-class Loaded:
+class Loaded(TerminalEvent):
     path: str
     name: str
     model_type: str
@@ -128,11 +134,11 @@ class Loaded:
 
 
 @dataclass
-class Unloaded:
+class Unloaded(TerminalEvent):
     memory_bytes: int
 
 
-TERMINAL_EVENTS = (Finished, Failed, Loaded, Unloaded)
+TERMINAL_EVENTS = (TerminalEvent,)  # for isinstance(event, TERMINAL_EVENTS)
 
 
 class TurnKind(enum.Enum):
