@@ -42,6 +42,12 @@ def save_window_png(window, path: str) -> None:
 
 def run_app(screenshot: str | None = None) -> int:
     """Open the main window; with `screenshot`, render it to that PNG and exit instead."""
+    from macapp.ui.qt_platform import platform_problem
+
+    problem = platform_problem()
+    if problem:  # Qt would abort with a message that names the wrong library
+        print(problem, file=sys.stderr)
+        return 1
     app = make_application()
     from macapp.ui.main_window import MainWindow
 
