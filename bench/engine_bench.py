@@ -251,14 +251,17 @@ def multi_turn(engine: Engine, turns: int, reply_tokens: int, reps: int) -> tupl
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    parser.add_argument("--decode-only", action="store_true", help="only the decode comparison and per-token CPU (skip the conversations)")
+    parser.add_argument("--test-model-only", action="store_true", help="only the test model (hidden 64), not the small one")
     args = parser.parse_args()
     reps = 3 if args.quick else 9
     out: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         models = {
             "test model (hidden 64, 4 layers, MoE, f32)": make_tiny_model(Path(tmp) / "tiny", "moe"),
-            "small model (hidden 512, 8 layers, MoE, f32)": make_tiny_model(Path(tmp) / "small", "moe", hidden_size=512, num_layers=8),
         }
+        if not args.test_model_only:
+            models["small model (hidden 512, 8 layers, MoE, f32)"] = make_tiny_model(Path(tmp) / "small", "moe", hidden_size=512, num_layers=8)
         engine = Engine()
         out.append(f"## Engine (bench/engine_bench.py) — {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC")
         out.append("")
@@ -297,7 +300,7 @@ def main() -> int:
                 f"(**{extra_us / token_us * 100:.2f}%**; on Apple Silicon the model runs on the GPU while this runs on the CPU)."
             )
             out.append("")
-        for label, path in models.items():
+        for label, path in ({} if args.decode_only else models).items():
             engine.load(str(path)).result()
             rows, s = multi_turn(engine, 10, 32, 2 if args.quick else (5 if "test" in label else 3))
             out.append(f"### 10-turn conversation, {label}: each turn prefills only itself")

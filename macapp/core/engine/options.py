@@ -1,0 +1,35 @@
+"""Per-session settings: the context limit, KV-cache quantization, the prefill chunk and the memory budget."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from macapp.core.sizing import DEFAULT_PREFILL_STEP
+
+
+@dataclass(frozen=True)
+class KVQuantization:
+    """mlx-lm's KV-cache quantization of the full-attention layers (bits None: off)."""
+
+    bits: int | None = None  # 4 or 8
+    group_size: int = 64
+    start: int = 0  # quantize once the cache holds this many tokens
+
+    def kwargs(self) -> dict[str, Any]:
+        """The keyword arguments mlx-lm's stream_generate and maybe_quantize_kv_cache take."""
+        return {"kv_bits": self.bits, "kv_group_size": self.group_size, "quantized_kv_start": self.start}
+
+
+@dataclass(frozen=True)
+class SessionOptions:
+    context_limit: int | None = None  # tokens; None: the model's max_position_embeddings
+    kv_bits: int | None = None  # 4 or 8 quantizes the full-attention layers' KV cache
+    kv_group_size: int = 64
+    quantized_kv_start: int = 0  # with kv_bits, quantize from this many cached tokens on
+    prefill_step_size: int = DEFAULT_PREFILL_STEP
+    memory_budget_bytes: int | None = None  # None: this machine's GPU budget (macapp.core.hardware)
+
+    @property
+    def kv(self) -> KVQuantization:
+        return KVQuantization(self.kv_bits, self.kv_group_size, self.quantized_kv_start)

@@ -1,0 +1,203 @@
+"""One reply stream: mlx-lm's stream_generate over a prepared cache, split into reasoning and answer as it comes.
+
+`stream_reply` is not tied to a chat session: any core code with a loaded model, a prompt cache and the
+tokens still to feed (the API server's runner, for one) gets the engine's events, statistics, thinking
+budget, stop and context cap from it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
+
+from macapp.core.engine.clock import STATS_INTERVAL_S, TurnClock
+from macapp.core.engine.options import KVQuantization
+from macapp.core.events import AnswerDelta, PromptProgress, ReasoningDelta, Reply, StatsUpdate
+from macapp.core.sampling import SamplingParams, make_sampler_and_processors
+from macapp.core.sizing import DEFAULT_PREFILL_STEP
+from macapp.core.thinking import ANSWER, ThinkingSplitter
+
+if TYPE_CHECKING:
+    from macapp.core.engine.model_folder import LoadedModel
+
+Emit = Callable[[Any], None]
+
+
+class StreamedReply(NamedTuple):
+    reply: Reply
+    still_reasoning: bool  # the reply ended inside its reasoning: whoever continues must close it first
+    tokens_added: list[int]  # every token this stream put in the cache, in order (segment, forced, sampled)
+
+
+class _Stream:
+    """What one stream_reply call counts as it goes (the per-token loop copies it into locals)."""
+
+    def __init__(self, model: "LoadedModel", cache: list, cached: int, params: SamplingParams, kv: KVQuantization, prefill_step: int,
+                 splitter: ThinkingSplitter, budget: int | None, should_stop: Callable[[], bool], emit: Emit, clock: TurnClock):
+        self.model, self.cache, self.cached, self.params = model, cache, cached, params
+        self.kv, self.prefill_step, self.splitter, self.budget = kv.kwargs(), prefill_step, splitter, budget
+        self.should_stop, self.emit, self.clock = should_stop, emit, clock
+        self.sampler, self.processors = make_sampler_and_processors(params)
+        self.generated: list[int] = []  # sampled tokens (the reply's token_ids)
+        self.added: list[int] = []  # tokens put in the cache so far
+        self.reasoning = 0  # sampled tokens inside the reasoning
+        self.forced = 0  # tokens fed to close the reasoning (the budget)
+        self.budget_hit = False
+        self.last_token_at = 0.0
+        self.next_stats = 0.0
+
+
+def _deliver(emit: Emit, pieces: list[tuple[str, str]]) -> None:
+    for kind, piece in pieces:
+        emit(AnswerDelta(piece) if kind == ANSWER else ReasoningDelta(piece))
+
+
+def stream_reply(
+    model: "LoadedModel",
+    cache: list,
+    segment: list[int],
+    *,
+    cached: int,
+    limit: int,
+    params: SamplingParams,
+    thinking: bool,
+    budget: int | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
+    emit: Emit,
+    clock: TurnClock,
+    kv: KVQuantization = KVQuantization(),
+    prefill_step: int = DEFAULT_PREFILL_STEP,
+) -> StreamedReply:
+    """Generate one reply into `cache` and stream it as events; return the Reply and what went into the cache.
+
+    - `cache`: a prompt cache of `model` (mlx-lm's make_prompt_cache) holding `cached` tokens; `segment`: the
+      tokens still to feed before the first sampled one (at least one: usually the prompt's last token, after
+      `prefill` read the rest). The cache ends holding `cached + len(tokens_added)` tokens.
+    - `limit`: the context limit; the reply ends with finish_reason "context" when the cache is full.
+    - `params`: sampling (its max_tokens caps the sampled tokens; its seed, if any, seeds MLX now).
+    - `thinking`: the prompt opened a reasoning block (Qwen3.5's template with enable_thinking); the text is
+      split into ReasoningDelta / AnswerDelta. `budget`: after that many reasoning tokens ``</think>`` is fed
+      (counted as forced tokens) and the model answers; 0 means the prompt itself already closed it.
+    - `should_stop()`: asked after every token; yes ends the reply with finish_reason "stopped" (kept).
+    - `emit(event)`: gets PromptProgress (prompt read, at the first token), the text deltas, and a StatsUpdate
+      at most every STATS_INTERVAL_S; the caller emits the terminal event. Called on this (the worker) thread.
+    - `clock`: the turn's TurnClock (call its `reading()` before the prefill): TTFT and rates are timed by it.
+
+    Run on the engine's worker thread (Engine.submit), inside prefill.wired_memory(model). Per token this adds
+    a list append, the splitter's string work and the event to mlx-lm's own loop.
+    """
+    import mlx.core as mx
+
+    splitter = ThinkingSplitter(in_reasoning=thinking and budget != 0)
+    run = _Stream(model, cache, cached, params, kv, prefill_step, splitter, budget, should_stop, emit, clock)
+    if params.seed is not None:
+        mx.random.seed(params.seed)
+    remaining = params.max_tokens
+    segment = list(segment)
+    while True:
+        room = limit - cached - len(run.added) - len(segment)  # tokens the reply may still add to the cache
+        cap = min(remaining, room)
+        if cap <= 0:
+            finish = "context" if room <= 0 else "length"
+            break
+        taken, finish, over_budget = _generate(run, segment, cap)
+        remaining -= taken
+        if over_budget:
+            if remaining <= 0:
+                finish = "length"
+                break
+            segment = _close_reasoning(run)
+            continue
+        if finish == "length" and taken == cap and cap < remaining + taken:
+            finish = "context"  # the context limit, not max_tokens, ended the reply
+        break
+    return _finish(run, thinking, finish)
+
+
+def _generate(run: _Stream, segment: list[int], cap: int) -> tuple[int, str, bool]:
+    """Feed `segment` and sample up to `cap` tokens with one stream_generate, until it finishes, a stop is asked
+    or the thinking budget is spent. Returns (tokens sampled, finish reason, whether the budget ended it)."""
+    import mlx.core as mx
+    from mlx_lm.generate import stream_generate
+
+    m = run.model
+    gen = stream_generate(
+        m.model, m.tokenizer, mx.array(segment), max_tokens=cap, sampler=run.sampler, logits_processors=run.processors,
+        prompt_cache=run.cache, prefill_step_size=run.prefill_step, **run.kv,
+    )
+    run.added.extend(segment)
+    # The loop below runs once per token: locals only, and nothing but cheap work.
+    emit, should_stop, budget, clock, splitter = run.emit, run.should_stop, run.budget, run.clock, run.splitter
+    feed = splitter.feed
+    generated = run.generated
+    append = generated.append
+    perf = time.perf_counter
+    reasoning, next_stats, last, first = run.reasoning, run.next_stats, run.last_token_at, clock.first_token_at
+    base = run.cached + len(run.added)
+    taken = 0
+    finish = "length"
+    over_budget = False
+    try:
+        for r in gen:
+            now = perf()
+            if not first:
+                first = now
+                clock.first_token(now)
+                emit(PromptProgress(clock.prompt_tokens, clock.prompt_tokens))
+            last = now
+            append(r.token)
+            taken += 1
+            if splitter.in_reasoning:
+                reasoning += 1
+            if r.text:
+                _deliver(emit, feed(r.text))
+            if r.finish_reason is not None:
+                finish = r.finish_reason
+                break
+            if should_stop():
+                finish = "stopped"
+                break
+            if budget is not None and reasoning >= budget and splitter.in_reasoning:
+                over_budget = True
+                break
+            if now >= next_stats:
+                next_stats = now + STATS_INTERVAL_S
+                stats = clock.stats(
+                    last_token_at=now, now=now, generated=len(generated), reasoning=reasoning, forced=run.forced,
+                    context=base + taken, finish=None,
+                )
+                emit(StatsUpdate(stats))
+    finally:
+        gen.close()
+        run.reasoning, run.next_stats, run.last_token_at = reasoning, next_stats, last
+        run.added.extend(generated[len(generated) - taken :])
+    return taken, finish, over_budget
+
+
+def _close_reasoning(run: _Stream) -> list[int]:
+    """The thinking budget is spent: write the closing tag into the text; return its tokens, to feed next."""
+    run.budget_hit = True
+    close_text = "</think>\n\n" if run.splitter.reasoning_text.endswith("\n") else "\n</think>\n\n"
+    _deliver(run.emit, run.splitter.feed(close_text))
+    tokens = list(run.model.tokenizer.encode(close_text, add_special_tokens=False))
+    run.forced += len(tokens)
+    return tokens
+
+
+def _finish(run: _Stream, thinking: bool, finish: str) -> StreamedReply:
+    splitter = run.splitter
+    _deliver(run.emit, splitter.flush())
+    stats = run.clock.stats(
+        last_token_at=run.last_token_at, now=time.perf_counter(), generated=len(run.generated), reasoning=run.reasoning,
+        forced=run.forced, context=run.cached + len(run.added), finish=finish,
+    )
+    reply = Reply(
+        text=splitter.answer_text,
+        reasoning=splitter.reasoning_text,
+        thinking=thinking,
+        finish_reason=finish,
+        stats=stats,
+        budget_hit=run.budget_hit,
+        token_ids=run.generated,
+    )
+    return StreamedReply(reply, splitter.in_reasoning, run.added)
