@@ -1,7 +1,7 @@
 """What the chat history costs (run by hand: `python bench/history_store.py`).
 
 - per-token cost of recording a streamed reply (the writer's throttle keeps commits to ~1/s);
-- one streaming commit as the reply grows (the FTS trigram index is rewritten for the row each time);
+- one streaming commit as the reply grows (replies in flight are kept out of the FTS index until they end);
 - opening a large history (integrity quick_check + migrations check) and searching it, index vs scan.
 """
 
@@ -14,8 +14,8 @@ import time
 from datetime import date
 from pathlib import Path
 
-from macapp.core import store as store_module
-from macapp.core.store import Store
+from macapp.core.history import Store, fts5_available
+from macapp.core.history.search import Search
 
 WORDS = "the quick brown fox jumps over a lazy dog while sourdough rises slowly in warm kitchens".split()
 
@@ -38,7 +38,7 @@ def timed(fn, repeat: int = 1) -> float:
 def main() -> None:
     tmp = Path(tempfile.mkdtemp())
     print(f"history store — {platform.machine()} {platform.system()} — SQLite {sqlite3.sqlite_version} — {date.today()}")
-    print(f"FTS5 trigram index: {store_module.fts5_available()}")
+    print(f"FTS5 trigram index: {fts5_available()}")
 
     with Store.open(tmp / "stream.sqlite3") as s:
         conv = s.create_conversation("bench")
@@ -72,11 +72,10 @@ def main() -> None:
     open_s = timed(lambda: Store.open(path).close(), 3)
     print(f"open (quick_check + schema) of that history: {open_s * 1e3:.0f} ms")
     with Store.open(path) as s:
+        scanner = Search(s.database, indexed=False)
         for query in ("sourdough42", "lazy dog", "zebra"):
             indexed = timed(lambda: s.search(query, limit=50), 3)
-            s._search_indexed = False
-            scan = timed(lambda: s.search(query, limit=50), 3)
-            s._search_indexed = store_module.fts5_available()
+            scan = timed(lambda: scanner.run(query, limit=50), 3)
             print(f"search {query!r:14}: index {indexed * 1e3:7.1f} ms, scan {scan * 1e3:7.1f} ms, ratio {scan / indexed:5.1f}x")
 
 

@@ -122,7 +122,7 @@ class _History:
         if not enabled and resume is None:
             return
         from macapp.core.recorder import ChatRecorder
-        from macapp.core.store import NotFoundError, Store, StoreError
+        from macapp.core.history import NotFoundError, Store, StoreError
 
         try:
             self.store = Store.open()

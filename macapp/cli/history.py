@@ -9,7 +9,7 @@ from datetime import datetime
 from pathlib import Path
 
 from macapp.cli import UsageError
-from macapp.core.store import (
+from macapp.core.history import (
     ImportFormatError,
     NotFoundError,
     ReadOnlyStoreError,

@@ -20,7 +20,7 @@ import sqlite3
 import threading
 from typing import Any
 
-from macapp.core.store import DEFAULT_COMMIT_INTERVAL_S, Message, ReplyWriter, Store, StoreError
+from macapp.core.history import DEFAULT_COMMIT_INTERVAL_S, Message, ReplyWriter, Store, StoreError
 
 log = logging.getLogger(__name__)
 

@@ -125,7 +125,7 @@ class ChatView(QWidget):
         """The history, opened on first use (after the first paint). If it cannot be opened, chats still work
         in a scratch history that is not kept, and the user is told why."""
         if self._store is None:
-            from macapp.core.store import Store, StoreError
+            from macapp.core.history import Store, StoreError
 
             try:
                 self._store = Store.open()
@@ -140,7 +140,7 @@ class ChatView(QWidget):
         import tempfile
         from pathlib import Path
 
-        from macapp.core.store import Store
+        from macapp.core.history import Store
 
         return Store.open(Path(tempfile.mkdtemp(prefix="qwen-desk-unsaved-")) / "history.sqlite3")
 

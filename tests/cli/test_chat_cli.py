@@ -49,7 +49,7 @@ def test_no_think_and_thinking_budget(capsys, tiny_moe_path):
 
 
 def test_conversations_are_saved_to_the_history_and_can_be_resumed(capsys, tiny_moe_path):
-    from macapp.core.store import Store
+    from macapp.core.history import Store
 
     turns = run_json(capsys, "--model", str(tiny_moe_path), "--prompt", "first question", "--prompt", "second", "--temp", "0")
     conv_id = turns[0]["conversation_id"]
@@ -109,7 +109,7 @@ def test_interactive_chat_streams_replies_and_prints_stats(tiny_moe_path, tmp_pa
     stats = [line for line in proc.stderr.splitlines() if line.startswith("prompt ")]
     assert len(stats) == 4 and "prompt 1 tokens" in stats[2]  # /regen re-reads one token
     assert all("tok/s" in line and "first token" in line and "peak" in line for line in stats)
-    from macapp.core.store import Store
+    from macapp.core.history import Store
 
     os.environ["QWEN_DESK_HOME"] = str(tmp_path)  # the autouse fixture restores it after the test
     with Store.open() as store:
@@ -162,7 +162,7 @@ def test_a_kill_mid_reply_keeps_the_user_message_and_the_reply_so_far(tiny_moe_p
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-    from macapp.core.store import Store
+    from macapp.core.history import Store
 
     os.environ["QWEN_DESK_HOME"] = str(home)  # the autouse fixture restores it after the test
     with Store.open() as store:
@@ -175,7 +175,7 @@ def test_a_kill_mid_reply_keeps_the_user_message_and_the_reply_so_far(tiny_moe_p
 
 
 def test_a_refused_first_message_leaves_no_conversation_behind(capsys, tiny_moe_path):
-    from macapp.core.store import Store
+    from macapp.core.history import Store
 
     code = main(["chat", "--model", str(tiny_moe_path), "--prompt", "word " * 100, "--context", "64"])
     assert code == 2 and "context" in capsys.readouterr().err
@@ -187,7 +187,7 @@ def test_a_refused_edit_keeps_the_turn_it_would_have_replaced(tiny_moe_path, tmp
     script = "hello\n/edit " + "word " * 100 + "\n/quit\n"
     proc = _cli("--model", str(tiny_moe_path), "--temp", "0", "--context", "80", stdin=script, home=tmp_path)
     assert proc.returncode == 0 and "context" in proc.stderr, proc.stderr
-    from macapp.core.store import Store
+    from macapp.core.history import Store
 
     os.environ["QWEN_DESK_HOME"] = str(tmp_path)  # the autouse fixture restores it after the test
     with Store.open() as store:

@@ -12,7 +12,7 @@ import pytest
 
 from macapp.cli import main
 from macapp.core import paths
-from macapp.core.store import SCHEMA_VERSION, Store
+from macapp.core.history import SCHEMA_VERSION, Store
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from macapp.core.events import (
     StatsUpdate,
 )
 from macapp.core.recorder import ChatRecorder
-from macapp.core.store import NotFoundError, Store, StoreError
+from macapp.core.history import NotFoundError, Store, StoreError
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 import pytest
 
 from macapp.core import paths
-from macapp.core.store import Store
+from macapp.core.history import Store
 
 
 @pytest.fixture

@@ -1,0 +1,136 @@
+"""The history's records: conversations, messages and their reply figures, as the store hands them out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable
+
+from macapp.core.events import format_stats
+
+ROLES = ("system", "user", "assistant")
+STATES = ("streaming", "stopped", "complete")
+TITLE_LIMIT = 60
+
+
+@dataclass
+class ReplyStats:
+    """Per-reply figures; None where unknown. Each field is also a column of the messages table."""
+
+    ttft_s: float | None = None
+    prompt_tokens: int | None = None
+    prompt_tps: float | None = None
+    generation_tokens: int | None = None
+    generation_tps: float | None = None
+    reasoning_tokens: int | None = None
+    peak_memory_bytes: int | None = None
+
+    @classmethod
+    def from_any(cls, obj: Any) -> ReplyStats:
+        """Build from a ReplyStats, a dict, or any object with these attribute names (e.g. the engine's stats)."""
+        if obj is None:
+            return cls()
+        if isinstance(obj, cls):
+            return obj
+        get: Callable[[str], Any]
+        if isinstance(obj, dict):
+            get = obj.get
+        else:
+            get = lambda name: getattr(obj, name, None)  # noqa: E731
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            value = get(f.name)
+            if value is not None:
+                value = int(value) if f.type == "int | None" else float(value)
+            values[f.name] = value
+        return cls(**values)
+
+    def is_empty(self) -> bool:
+        return all(getattr(self, f.name) is None for f in fields(self))
+
+    def summary(self) -> str:
+        """The same one-line stats as the chat command line (macapp.core.events.format_stats)."""
+        return format_stats(self)
+
+
+# The reply-stat fields, declared once: the schema check, inserts, updates and row mapping all read this.
+STAT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(ReplyStats))
+
+
+@dataclass
+class Message:
+    id: int
+    conversation_id: int
+    position: int
+    role: str
+    content: str
+    reasoning: str = ""
+    thinking: bool = False
+    state: str = "complete"
+    finish_reason: str | None = None
+    stats: ReplyStats = field(default_factory=ReplyStats)
+    model: str | None = None
+    created: float = 0.0
+
+    @property
+    def stopped(self) -> bool:
+        return self.state == "stopped"
+
+
+@dataclass
+class Conversation:
+    id: int
+    title: str
+    model: str
+    created: float
+    updated: float
+    system_prompt: str | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    message_count: int = 0
+    messages: list[Message] = field(default_factory=list)  # filled by get_conversation, empty in listings
+
+    @property
+    def display_title(self) -> str:
+        return self.title or "New chat"
+
+    def chat_messages(self, include_system: bool = True) -> list[dict[str, Any]]:
+        """The conversation in the engine's message shape, to reopen it: `engine.new_session(messages=...)`.
+
+        {role, content}; replies also carry reasoning, thinking and finish_reason, like ChatSession.messages.
+        """
+        out: list[dict[str, Any]] = []
+        if include_system and self.system_prompt:
+            out.append({"role": "system", "content": self.system_prompt})
+        for m in self.messages:
+            item: dict[str, Any] = {"role": m.role, "content": m.content}
+            if m.role == "assistant":
+                item.update(reasoning=m.reasoning, thinking=m.thinking, finish_reason=m.finish_reason)
+            out.append(item)
+        return out
+
+
+@dataclass
+class SearchHit:
+    conversation_id: int
+    conversation_title: str
+    message_id: int
+    position: int
+    role: str
+    snippet: str
+    updated: float
+
+
+def title_from_text(text: str, limit: int = TITLE_LIMIT) -> str:
+    """A one-line title from a message: its first non-empty line, whitespace collapsed, cut at a word near `limit`."""
+    line = ""
+    for raw in text.splitlines():
+        candidate = " ".join(raw.split())
+        if candidate and not candidate.startswith("```"):
+            line = candidate.lstrip("#>*- ").strip() or candidate
+            break
+    if len(line) <= limit:
+        return line
+    cut = line[: limit - 1]
+    space = cut.rfind(" ")
+    if space >= limit // 2:
+        cut = cut[:space]
+    return cut.rstrip(" ,.;:-") + "…"

@@ -1,0 +1,69 @@
+"""Rows <-> records, in one place: the messages columns come from the Message and ReplyStats fields."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import fields
+from typing import Any
+
+from macapp.core.history.records import STAT_FIELDS, Conversation, Message, ReplyStats
+
+# A message row: every Message field but `stats`, whose fields are columns of their own.
+MESSAGE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Message) if f.name != "stats")
+MESSAGE_COLUMNS: tuple[str, ...] = MESSAGE_FIELDS + STAT_FIELDS
+INSERT_MESSAGE = f"INSERT INTO messages ({', '.join(MESSAGE_COLUMNS)}) VALUES ({', '.join('?' * len(MESSAGE_COLUMNS))})"
+SELECT_MESSAGES = f"SELECT {', '.join(MESSAGE_COLUMNS)} FROM messages"
+# A finished reply: its text, state, finish reason and figures.
+FINISH_REPLY = (
+    "UPDATE messages SET "
+    + ", ".join(f"{name} = ?" for name in ("content", "reasoning", "state", "finish_reason", *STAT_FIELDS))
+    + " WHERE id = ?"
+)
+SELECT_CONVERSATIONS = (
+    "SELECT c.*, (SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id) AS message_count FROM conversations c"
+)
+
+
+def stats_values(stats: ReplyStats) -> tuple[Any, ...]:
+    return tuple(getattr(stats, name) for name in STAT_FIELDS)
+
+
+def message_values(m: Message, *, id: int | None, conversation_id: int, position: int) -> tuple[Any, ...]:
+    """The row for `m` in MESSAGE_COLUMNS order, under the given id (None: a new one), conversation and position."""
+    values = {name: getattr(m, name) for name in MESSAGE_FIELDS}
+    values.update(id=id, conversation_id=conversation_id, position=position, reasoning=m.reasoning or "",
+                  thinking=int(m.thinking))
+    return tuple(values[name] for name in MESSAGE_FIELDS) + stats_values(m.stats)
+
+
+def finish_values(m: Message) -> tuple[Any, ...]:
+    """Parameters of FINISH_REPLY for `m`."""
+    return (m.content, m.reasoning, m.state, m.finish_reason, *stats_values(m.stats), m.id)
+
+
+def message_from_row(row: sqlite3.Row) -> Message:
+    values = {name: row[name] for name in MESSAGE_FIELDS}
+    values["thinking"] = bool(values["thinking"])
+    return Message(**values, stats=ReplyStats(**{name: row[name] for name in STAT_FIELDS}))
+
+
+def settings_json(settings: dict[str, Any] | None) -> str:
+    return json.dumps(settings or {}, sort_keys=True)
+
+
+def conversation_from_row(row: sqlite3.Row) -> Conversation:
+    try:
+        settings = json.loads(row["settings"] or "{}")
+    except ValueError:
+        settings = {}
+    return Conversation(
+        id=row["id"],
+        title=row["title"],
+        model=row["model"],
+        created=row["created"],
+        updated=row["updated"],
+        system_prompt=row["system_prompt"],
+        settings=settings if isinstance(settings, dict) else {},
+        message_count=row["message_count"],
+    )

@@ -1,0 +1,136 @@
+"""Conversations in and out of the app: JSON export/import (a stable, versioned format) and Markdown export."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+from datetime import datetime, timezone
+from typing import Any
+
+from macapp import __version__
+from macapp.core.history.errors import ImportFormatError
+from macapp.core.history.records import ROLES, Conversation, Message, ReplyStats, title_from_text
+
+EXPORT_FORMAT = "qwen-desk.conversation"
+EXPORT_FORMAT_VERSION = 1
+
+
+def iso_time(ts: float) -> str:
+    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def parse_time(value: Any, default: float) -> float:
+    """A timestamp from seconds or an ISO 8601 string (UTC when it has no zone); `default` when neither."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str) and value:
+        try:
+            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return default
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=timezone.utc)
+        return parsed.timestamp()
+    return default
+
+
+def export_dict(conv: Conversation, include_reasoning: bool = True) -> dict[str, Any]:
+    """The conversation (with its messages) as a JSON-ready dict (the `export_json` document)."""
+    messages = []
+    for m in conv.messages:
+        item: dict[str, Any] = {
+            "role": m.role,
+            "content": m.content,
+            "reasoning": m.reasoning if include_reasoning else None,
+            "thinking": m.thinking,
+            "created": iso_time(m.created),
+        }
+        if m.role == "assistant":
+            stats = {k: v for k, v in asdict(m.stats).items() if v is not None}
+            item.update(state=m.state, finish_reason=m.finish_reason, model=m.model, stats=stats)
+        messages.append(item)
+    return {
+        "format": EXPORT_FORMAT,
+        "format_version": EXPORT_FORMAT_VERSION,
+        "exported_by": f"Qwen Desk {__version__}",
+        "id": conv.id,
+        "title": conv.display_title,
+        "model": conv.model,
+        "created": iso_time(conv.created),
+        "updated": iso_time(conv.updated),
+        "system_prompt": conv.system_prompt,
+        "settings": conv.settings,
+        "reasoning_included": include_reasoning,
+        "messages": messages,
+    }
+
+
+def export_json(conv: Conversation, include_reasoning: bool = True) -> str:
+    return json.dumps(export_dict(conv, include_reasoning), ensure_ascii=False, indent=2) + "\n"
+
+
+def export_markdown(conv: Conversation, include_reasoning: bool = True) -> str:
+    lines = [f"# {conv.display_title}", ""]
+    if conv.model:
+        lines.append(f"- Model: {conv.model}")
+    lines.append(f"- Created: {iso_time(conv.created)}")
+    lines.append(f"- Updated: {iso_time(conv.updated)}")
+    if conv.settings:
+        lines.append("- Settings: " + ", ".join(f"{k}={v}" for k, v in sorted(conv.settings.items())))
+    lines.append("")
+    if conv.system_prompt:
+        lines += ["## System", "", conv.system_prompt, ""]
+    for m in conv.messages:
+        lines += [f"## {m.role.capitalize()}", ""]
+        if include_reasoning and m.reasoning:
+            lines += ["<details><summary>Reasoning</summary>", "", m.reasoning.strip("\n"), "", "</details>", ""]
+        lines += [m.content.strip("\n") if m.content else "*(no answer)*", ""]
+        if m.role == "assistant":
+            notes = [n for n in (m.model if m.model and m.model != conv.model else None, m.stats.summary()) if n]
+            if m.state != "complete":
+                notes.append(f"{m.state}" + (f" ({m.finish_reason})" if m.finish_reason else ""))
+            if notes:
+                lines += ["*" + " · ".join(notes) + "*", ""]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _message_from_document(i: int, raw: Any, now: float) -> Message:
+    if not isinstance(raw, dict) or raw.get("role") not in ROLES or not isinstance(raw.get("content", ""), str):
+        raise ImportFormatError(
+            f"Message {i + 1} needs a role ({', '.join(ROLES)}) and text content; got {str(raw)[:80]!r}."
+        )
+    state = raw.get("state") if raw.get("state") in ("stopped", "complete") else "complete"
+    if raw.get("state") == "streaming":
+        state = "stopped"  # it is not streaming any more
+    return Message(
+        id=0, conversation_id=0, position=i, role=raw["role"], content=raw.get("content") or "",
+        reasoning=raw.get("reasoning") or "", thinking=bool(raw.get("thinking")), state=state,
+        finish_reason=raw.get("finish_reason"), stats=ReplyStats.from_any(raw.get("stats")),
+        model=raw.get("model"), created=parse_time(raw.get("created"), now),
+    )
+
+
+def conversation_from_document(data: dict[str, Any] | str | bytes) -> Conversation:
+    """A new conversation (ids 0) from an exported JSON document, or any {messages: [{role, content}]}."""
+    if isinstance(data, (str, bytes)):
+        try:
+            data = json.loads(data)
+        except ValueError as exc:
+            raise ImportFormatError(f"Not JSON: {exc}") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
+        raise ImportFormatError("Expected a JSON object with a \"messages\" list (as written by history export).")
+    fmt = data.get("format")
+    if fmt not in (None, EXPORT_FORMAT):
+        raise ImportFormatError(f"Unknown format {fmt!r}; expected {EXPORT_FORMAT!r}.")
+    now = time.time()
+    messages = [_message_from_document(i, raw, now) for i, raw in enumerate(data["messages"])]
+    first_user = next((m.content for m in messages if m.role == "user"), "")
+    title = data.get("title") if isinstance(data.get("title"), str) else ""
+    settings = data.get("settings") if isinstance(data.get("settings"), dict) else {}
+    system_prompt = data.get("system_prompt") if isinstance(data.get("system_prompt"), str) else None
+    return Conversation(
+        id=0, title=title or title_from_text(first_user), model=str(data.get("model") or ""),
+        created=parse_time(data.get("created"), now), updated=parse_time(data.get("updated"), now),
+        system_prompt=system_prompt, settings=settings, messages=messages,
+    )
