@@ -22,6 +22,7 @@ import pytest
 pytest_plugins = [
     "tests.fixtures.models",
     "tests.fixtures.hub",
+    "tests.fixtures.scripted",
 ]
 
 

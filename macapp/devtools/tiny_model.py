@@ -42,8 +42,19 @@ MODEL_VOCAB = 512
 SCRIPT_REASONING = ["Let", " me", " think", " about", " this", " question", " very", " carefully", " first", "."]
 SCRIPT_ANSWER = ["The", " answer", " is", " here", "!"]
 
+# The tool parts follow Qwen3.5's own template: tools listed in the system turn, assistant calls written as
+# <tool_call><function=NAME><parameter=P>… from a mapping (`arguments|items`), consecutive tool results grouped
+# into one user turn of <tool_response> blocks. Without tools the output is unchanged.
 CHAT_TEMPLATE = (
-    "{%- if messages and messages[0].role == 'system' %}"
+    "{%- if tools and tools is iterable and tools is not mapping %}"
+    "{{- '<|im_start|>system\\n# Tools\\n\\nYou have access to the following functions:\\n\\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\\n' + (tool | tojson) }}{%- endfor %}"
+    "{{- '\\n</tools>\\n\\nIf you choose to call a function ONLY reply in the following format with NO suffix:"
+    "\\n\\n<tool_call>\\n<function=example_function_name>\\n<parameter=example_parameter_1>\\nvalue_1"
+    "\\n</parameter>\\n</function>\\n</tool_call>' }}"
+    "{%- if messages and messages[0].role == 'system' %}{{- '\\n\\n' + messages[0].content }}{%- endif %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- elif messages and messages[0].role == 'system' %}"
     "{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}"
     "{%- endif %}"
     "{%- set ns = namespace(last_query_index=-1) %}"
@@ -67,9 +78,21 @@ CHAT_TEMPLATE = (
     "{%- else %}"
     "{{- '<|im_start|>assistant\\n' + content }}"
     "{%- endif %}"
+    "{%- for tool_call in message.tool_calls or [] %}"
+    "{%- if tool_call.function is defined %}{%- set tool_call = tool_call.function %}{%- endif %}"
+    "{%- if not loop.first %}{{- '\\n' }}{%- elif content | trim %}{{- '\\n\\n' }}{%- endif %}"
+    "{{- '<tool_call>\\n<function=' + tool_call.name + '>\\n' }}"
+    "{%- for args_name, args_value in (tool_call.arguments or {}) | items %}"
+    "{%- set args_value = args_value | tojson | safe if args_value is mapping or (args_value is sequence and args_value is not string) else args_value | string %}"
+    "{{- '<parameter=' + args_name + '>\\n' + args_value + '\\n</parameter>\\n' }}"
+    "{%- endfor %}"
+    "{{- '</function>\\n</tool_call>' }}"
+    "{%- endfor %}"
     "{{- '<|im_end|>\\n' }}"
     "{%- elif message.role == 'tool' %}"
-    "{{- '<|im_start|>user\\n<tool_response>\\n' + content + '\\n</tool_response><|im_end|>\\n' }}"
+    "{%- if loop.first or loop.previtem.role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}"
+    "{{- '\\n<tool_response>\\n' + content + '\\n</tool_response>' }}"
+    "{%- if loop.last or loop.nextitem.role != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}"
     "{%- endif %}"
     "{%- endfor %}"
     "{%- if add_generation_prompt %}"
@@ -195,7 +218,17 @@ def _full_config(kind: str, text_config: dict, eos_ids: list[int]) -> dict:
     }
 
 
-def _script_ids(tokenizer) -> tuple[list[int], list[int], dict[str, int]]:
+def _add_script_tokens(tokenizer, pieces: list[str]) -> None:
+    """Make each piece of a custom answer script one token (an added token unless BPE already has it)."""
+    from tokenizers import AddedToken
+
+    new = [p for p in dict.fromkeys(pieces) if len(tokenizer.encode(p, add_special_tokens=False).ids) != 1]
+    tokenizer.add_tokens([AddedToken(p, normalized=False, special=False) for p in new])
+    if tokenizer.get_vocab_size() > MODEL_VOCAB:
+        raise ValueError(f"the answer script needs {len(new)} new tokens: more than the model's vocabulary holds")
+
+
+def _script_ids(tokenizer, answer_pieces: list[str] | None = None) -> tuple[list[int], list[int], dict[str, int]]:
     special = {t: tokenizer.token_to_id(t) for t in SPECIAL_TOKENS}
 
     def one(text: str) -> int:
@@ -206,15 +239,19 @@ def _script_ids(tokenizer) -> tuple[list[int], list[int], dict[str, int]]:
 
     special["\n"] = one("\n")
     special["\n\n"] = one("\n\n")
-    return [one(w) for w in SCRIPT_REASONING], [one(w) for w in SCRIPT_ANSWER], special
+    reasoning, answer = [one(w) for w in SCRIPT_REASONING], [one(w) for w in answer_pieces or SCRIPT_ANSWER]
+    chain = [special["\n"], *reasoning, special["</think>"], special["\n\n"], *answer, special["<|im_end|>"]]
+    if len(set(chain)) != len(chain):  # a token twice would have two successors
+        raise ValueError("every piece of the answer script must be a different token, unlike the reasoning script's")
+    return reasoning, answer, special
 
 
-def _shape_weights(model, tokenizer, seed: int) -> None:
+def _shape_weights(model, tokenizer, seed: int, answer_pieces: list[str] | None = None) -> None:
     """Give the random model its greedy script (see the module docstring); layers stay random."""
     import mlx.core as mx
     from mlx.utils import tree_flatten, tree_unflatten
 
-    reasoning, answer, special = _script_ids(tokenizer)
+    reasoning, answer, special = _script_ids(tokenizer, answer_pieces)
     chain = [special["\n"], *reasoning, special["</think>"], special["\n\n"], *answer, special["<|im_end|>"]]
     lm = model.language_model
     hidden = lm.args.hidden_size
@@ -284,16 +321,16 @@ def _hub_weights(weights: dict, kind: str, text_config: dict) -> dict:
 
 def _write_tokenizer(dest: Path, tokenizer, eos_ids: list[int]) -> None:
     tokenizer.save(str(dest / "tokenizer.json"))
-    added = {
-        str(tokenizer.token_to_id(t)): {
-            "content": t,
+    added = {  # transformers reads the added tokens from here: the answer script's too
+        str(i): {
+            "content": t.content,
             "lstrip": False,
             "normalized": False,
             "rstrip": False,
             "single_word": False,
-            "special": t not in ("<think>", "</think>"),
+            "special": t.content in SPECIAL_TOKENS and t.content not in ("<think>", "</think>"),
         }
-        for t in SPECIAL_TOKENS
+        for i, t in sorted(tokenizer.get_added_tokens_decoder().items())
     }
     config = {
         "tokenizer_class": "Qwen2Tokenizer",
@@ -334,8 +371,12 @@ def make_tiny_model(
     seed: int = 0,
     hidden_size: int = 64,
     num_layers: int = 4,
+    answer: list[str] | None = None,
 ) -> Path:
-    """Write a tiny random-weights Qwen3.5 model folder at `dest` and return `dest`."""
+    """Write a tiny random-weights Qwen3.5 model folder at `dest` and return `dest`.
+
+    `answer` replaces SCRIPT_ANSWER with other pieces (each made one token, distinct from every other script
+    token): e.g. a tool call, for tests of the API server (tests/fixtures/scripted.py)."""
     import mlx.core as mx
     from mlx.utils import tree_flatten
     from mlx_lm.utils import _get_classes, quantize_model, save_config, save_model
@@ -352,6 +393,8 @@ def make_tiny_model(
     dest.mkdir(parents=True)
 
     tokenizer = _train_tokenizer(seed)
+    if answer:
+        _add_script_tokens(tokenizer, list(answer))
     eos_ids = [tokenizer.token_to_id("<|im_end|>"), tokenizer.token_to_id("<|endoftext|>")]
     text_config = _text_config(kind, hidden_size, num_layers)
     config = _full_config(kind, text_config, eos_ids)
@@ -359,7 +402,7 @@ def make_tiny_model(
     mx.random.seed(seed)
     model_class, args_class = _get_classes(config)
     model = model_class(args_class.from_dict(config))
-    _shape_weights(model, tokenizer, seed)
+    _shape_weights(model, tokenizer, seed, list(answer) if answer else None)
     mx.eval(model.parameters())
 
     if hub_layout:
