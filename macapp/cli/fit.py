@@ -8,7 +8,7 @@ import re
 import sys
 
 from macapp.cli import UsageError
-from macapp.core import catalog, hardware, sizing
+from macapp.core import advice, catalog, hardware, prefill, sizing
 from macapp.core.download import downloaded_repos
 
 DEFAULT_CONTEXT = sizing.DEFAULT_CONTEXT
@@ -23,6 +23,13 @@ def register(subparsers) -> None:
     fit.add_argument("--chip", help='what-if chip, e.g. "M3 Ultra" (default: this machine)')
     fit.add_argument("--memory", help="what-if RAM, e.g. 512GB (default: this machine)")
     fit.add_argument("--gpu-cores", type=int, help="GPU core count, for binned chips (M3 Max 30/40, M4 Max 32/40)")
+    fit.add_argument(
+        "--wired-limit", metavar="N[GB]",
+        help="what if iogpu.wired_limit_mb were raised to N MB (or N GB): the GPU budget follows it; nothing is changed",
+    )
+    from macapp.cli.cluster import add_fit_arguments
+
+    add_fit_arguments(fit)
     fit.set_defaults(func=run_fit)
 
     models = subparsers.add_parser("models", help="the Qwen3.5 catalog with the fit verdict for this machine")
@@ -45,6 +52,20 @@ def parse_context(text: str) -> int:
 
 
 def machine_from_args(args: argparse.Namespace) -> hardware.MachineProfile:
+    """This Mac or the what-if one (--chip/--memory/--gpu-cores), with the --wired-limit what-if applied."""
+    machine = _base_machine(args)
+    limit = getattr(args, "wired_limit", None)
+    if limit is None:
+        return machine
+    if not machine.is_apple_silicon:
+        raise UsageError("--wired-limit is a macOS setting: give --chip too (e.g. --chip \"M4 Pro\") on this machine")
+    try:
+        return hardware.with_wired_limit(machine, hardware.parse_wired_limit(limit, machine.memory_bytes))
+    except hardware.HardwareError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _base_machine(args: argparse.Namespace) -> hardware.MachineProfile:
     chip, memory, cores = getattr(args, "chip", None), getattr(args, "memory", None), getattr(args, "gpu_cores", None)
     if not (chip or memory or cores):
         return hardware.detect_machine()
@@ -71,15 +92,26 @@ def resolve(spec: str, bits: int | None) -> catalog.ModelRef:
 def run_fit(args: argparse.Namespace) -> int:
     model = resolve(args.model, args.bits)
     machine = machine_from_args(args)
+    if args.hosts is not None:
+        from macapp.cli.cluster import run_cluster_fit
+
+        return run_cluster_fit(args, model, machine)
     try:
         result = sizing.estimate(model, args.context, machine, kv_bits=args.kv_bits)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    ways_out = advice.advise(model, result, machine, catalog_refs())
     if args.json:
-        print(json.dumps(result.to_json(), indent=2))
+        print(json.dumps({**result.to_json(), "advice": ways_out.to_json()}, indent=2))
     else:
         print(describe(result, machine))
+        print("\n".join(f"  {line}" for line in ways_out.lines()) or "", end="\n" if ways_out.lines() else "")
     return 0
+
+
+def catalog_refs() -> list[catalog.ModelRef]:
+    """Every catalog build, for the advice's "next build down that fits"."""
+    return [catalog.model_ref(entry, entry.build(bits)) for entry in catalog.load_catalog() for bits in sorted(entry.builds)]
 
 
 def _gb(n: int) -> str:
@@ -97,13 +129,23 @@ def describe(e: sizing.Estimate, machine: hardware.MachineProfile) -> str:
         f"  DeltaNet state {_gb(e.state_bytes):>10}  (fixed)",
         f"  overhead       {_gb(e.overhead_bytes):>10}  (prefill chunk + runtime)",
         f"  total          {_gb(e.total_bytes):>10}  of a {_gb(e.budget_bytes)} GPU budget → {VERDICT_WORDS[e.verdict].upper()}",
-        f"  largest context that fits: {e.max_context:,} tokens" if e.max_context else "  no context fits: choose a smaller model or 4-bit",
+        f"  largest context that fits: {e.max_context:,} tokens" if e.max_context else "  no context fits (ways out below)",
     ]
+    if machine.budget_source == "wired-limit":
+        lines.append(f"  (budget from iogpu.wired_limit_mb={e.budget_bytes // 1024**2}: leaves {_gb(machine.memory_bytes - e.budget_bytes)} for macOS)")
     if e.decode_tps_estimate is not None:
         lines.append(f"  speed (estimate): ~{e.decode_tps_estimate:.0f} tok/s early in a chat, ~{e.decode_tps_at_context:.0f} tok/s with the context full")
+        lines.append(f"  {reading_words(e)}")
     else:
         lines.append("  speed: no estimate (not an Apple Silicon Mac)")
     return "\n".join(lines)
+
+
+def reading_words(e: sizing.Estimate) -> str:
+    """'reading a 20,000-token prompt: ~12 s (~1,650 tok/s)' — the time to first token for a full `--context` prompt."""
+    if e.ttft_estimate_s is None:
+        return "reading a prompt: no estimate (not an Apple Silicon Mac)"
+    return f"reading a {e.context:,}-token prompt (estimate): ~{prefill.format_duration(e.ttft_estimate_s)} (~{e.prefill_tps_estimate:,.0f} tok/s)"
 
 
 def run_models(args: argparse.Namespace) -> int:

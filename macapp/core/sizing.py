@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from typing import Callable
 
 from macapp.core.catalog import Arch, ModelRef
 from macapp.core.hardware import MachineProfile
@@ -195,7 +196,8 @@ def runtime_bytes(weights: int) -> int:
     return RUNTIME_FIXED_BYTES + int(RUNTIME_WEIGHT_SHARE * weights)
 
 
-def _verdict(total: int, budget: int) -> str:
+def verdict_for(total: int, budget: int) -> str:
+    """The verdict for a total against one machine's budget: fits below 90% of it, tight up to it, too_big past it."""
     if total <= FITS_SHARE * budget:
         return "fits"
     return "tight" if total <= budget else "too_big"
@@ -214,9 +216,14 @@ def decode_tps(model: ModelRef, machine: MachineProfile, context: int, kv_bits: 
         + 2 * state_bytes(arch)  # the recurrent state is read and written each step
         + kv_cache_bytes(arch, context, kv_bits)
     )
+    return round(1000.0 / decode_step_ms(arch, machine, bytes_per_token, arch.num_hidden_layers), 1)
+
+
+def decode_step_ms(arch: Arch, machine: MachineProfile, bytes_per_token: float, layers: int) -> float:
+    """Milliseconds one machine spends on a generated token: streaming `bytes_per_token` from memory plus a
+    fixed cost for each of the `layers` it runs (also used per host by macapp.core.cluster)."""
     stream_ms = bytes_per_token / (machine.bandwidth_gbs * 1e9 * BANDWIDTH_EFFICIENCY) * 1e3
-    layer_ms = arch.num_hidden_layers * LAYER_COST_MS["moe" if arch.is_moe else "dense"] * GENERATION_SPEEDUP.get(machine.family, 1.0)
-    return round(1000.0 / (stream_ms + layer_ms), 1)
+    return stream_ms + layers * LAYER_COST_MS["moe" if arch.is_moe else "dense"] * GENERATION_SPEEDUP.get(machine.family, 1.0)
 
 
 # --- the one number ---
@@ -242,15 +249,22 @@ def _total(model: ModelRef, weights: int, context: int, kv_bits: int | None, pre
 def max_context(model: ModelRef, budget_bytes: int, kv_bits: int | None = None, prefill_step: int = DEFAULT_PREFILL_STEP) -> int:
     """The largest context (a multiple of 256, up to the model's maximum) whose total stays within the budget; 0 if none."""
     weights, _ = _weights_of(model)
-    limit = model.arch.max_position_embeddings
-    if _total(model, weights, KV_STEP, kv_bits, prefill_step) > budget_bytes:
+    return largest_context(
+        lambda tokens: _total(model, weights, tokens, kv_bits, prefill_step), budget_bytes, model.arch.max_position_embeddings
+    )
+
+
+def largest_context(total_at: Callable[[int], int], budget_bytes: int, limit: int) -> int:
+    """The largest context (a multiple of 256, up to `limit`) whose `total_at(tokens)` (growing with the tokens)
+    stays within the budget; 0 if none. Shared by the one-Mac fit and the several-Macs fit (macapp.core.cluster)."""
+    if total_at(KV_STEP) > budget_bytes:
         return 0
     lo, hi = 1, limit // KV_STEP  # in steps; total grows with the step count
-    if _total(model, weights, hi * KV_STEP, kv_bits, prefill_step) <= budget_bytes:
+    if total_at(hi * KV_STEP) <= budget_bytes:
         return limit
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if _total(model, weights, mid * KV_STEP, kv_bits, prefill_step) <= budget_bytes:
+        if total_at(mid * KV_STEP) <= budget_bytes:
             lo = mid
         else:
             hi = mid - 1
@@ -318,7 +332,7 @@ def estimate(
         overhead_bytes=prefill + runtime,
         total_bytes=total,
         budget_bytes=machine.budget_bytes,
-        verdict=_verdict(total, machine.budget_bytes),
+        verdict=verdict_for(total, machine.budget_bytes),
         max_context=max_context(model, machine.budget_bytes, kv_bits, prefill_step),
         decode_tps_estimate=early,
         decode_tps_at_context=late,

@@ -66,6 +66,8 @@ class DetailsPanel(QFrame):
         self.max_context.setWordWrap(True)
         self.speed = QLabel(self)
         self.speed.setWordWrap(True)
+        self.cluster_note = QLabel(self)  # for a build too big for this Mac: how many such Macs it needs
+        self.cluster_note.setWordWrap(True)
         self.derivation = QLabel(self)
         self.derivation.setObjectName("Derivation")
         self.derivation.setWordWrap(True)
@@ -115,6 +117,7 @@ class DetailsPanel(QFrame):
         body.addSpacing(4)
         body.addWidget(self.max_context)
         body.addWidget(self.speed)
+        body.addWidget(self.cluster_note)
         body.addWidget(self.derivation)
         body.addStretch(1)
         outer.addWidget(self.download_panel)
@@ -158,8 +161,23 @@ class DetailsPanel(QFrame):
             self.speed.setText(f"Estimated speed: <b>~{est.decode_tps_estimate:.0f} tok/s</b> when generating")
         else:
             self.speed.setText("Estimated speed: unknown on this machine (no Apple GPU bandwidth figure)")
+        self._show_cluster_note(row, machine, context, kv_bits)
         self.derivation.setText("How this is worked out:\n" + "\n".join(f"• {line}" for line in est.derivation))
         downloaded = row.local_path is not None
         self.load_button.setEnabled(downloaded)
         self.load_button.setText("Load" if est.verdict != "too_big" else "Load…")
         self.load_button.setToolTip("" if downloaded else "Download the model first")
+
+    def _show_cluster_note(self, row: Any, machine: Any, context: int, kv_bits: int | None) -> None:
+        from macapp.core.cluster.sizing import hosts_needed
+
+        too_big = row.estimate.verdict == "too_big" and machine is not None
+        needed = hosts_needed(row.ref, context, machine, kv_bits) if too_big else None
+        self.cluster_note.setVisible(too_big)
+        if needed is not None:
+            self.cluster_note.setText(
+                f"Too big for one such Mac: <b>{needed} of them</b> hold it at {context:,} tokens, linked with "
+                f"MLX distributed (<code>qwen-desk fit --hosts {needed}</code> for the split)"
+            )
+        elif too_big:
+            self.cluster_note.setText("Too big even for eight such Macs at this context")
