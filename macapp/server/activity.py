@@ -1,0 +1,138 @@
+"""The server's requests as the window lists them (client, tokens in / reused / out, tok/s, state), and the
+jobs in flight, so that a shutdown can stop them all and let their streams end properly.
+
+Updated from the jobs' listeners (on the engine's worker thread); observers are called on that thread too and
+must only hand the record on (the window's controller emits a Qt signal).
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+from macapp.core.events import AnswerDelta, Failed, PromptProgress, ReasoningDelta, StatsUpdate
+from macapp.core.serving.requests import Completed, FinishReason, ToolCallStarted
+
+
+class RequestState(enum.Enum):
+    WAITING = "waiting"  # queued behind other work on the engine (another request, or the chat)
+    READING = "reading"  # prefilling the prompt
+    ANSWERING = "answering"
+    DONE = "done"
+    STOPPED = "stopped"  # the client went away, or the server stopped
+    FAILED = "failed"
+
+    @property
+    def finished(self) -> bool:
+        return self in (RequestState.DONE, RequestState.STOPPED, RequestState.FAILED)
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    id: int
+    client: str
+    api: str  # "openai" | "anthropic"
+    started_at: float  # time.time()
+    state: RequestState = RequestState.WAITING
+    prompt_tokens: int = 0  # the whole prompt
+    cached_tokens: int = 0  # of it, reused from a checkpoint
+    completion_tokens: int = 0
+    tokens_per_s: float = 0.0
+    error: str = ""
+
+
+Observer = Callable[[RequestRecord], None]
+
+
+@dataclass
+class Activity:
+    keep: int = 100  # finished records kept for the list
+    _records: dict[int, RequestRecord] = field(default_factory=dict)
+    _jobs: dict[int, Any] = field(default_factory=dict)
+    _observers: list[Observer] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _ids: Any = field(default_factory=lambda: itertools.count(1))
+
+    def add_observer(self, observer: Observer) -> None:
+        with self._lock:
+            self._observers.append(observer)
+
+    def remove_observer(self, observer: Observer) -> None:
+        with self._lock:
+            self._observers = [o for o in self._observers if o is not observer]
+
+    def records(self) -> list[RequestRecord]:
+        with self._lock:
+            return list(self._records.values())
+
+    def busy(self) -> bool:
+        """A server request is in flight (queued or running)."""
+        with self._lock:
+            return bool(self._jobs)
+
+    def track(self, job: Any, client: str, api: str, prompt_tokens: int) -> RequestRecord:
+        """Follow `job` from now on; returns its first record."""
+        with self._lock:
+            record = RequestRecord(next(self._ids), client, api, time.time(), prompt_tokens=prompt_tokens)
+            self._records[record.id] = record
+            self._jobs[record.id] = job
+            while len(self._records) > self.keep:
+                oldest = next(iter(self._records))
+                if oldest in self._jobs:
+                    break
+                del self._records[oldest]
+        self._notify(record)
+        job.add_listener(lambda event: self._on_event(record.id, event))
+        return record
+
+    def stop_all(self) -> None:
+        with self._lock:
+            jobs = list(self._jobs.values())
+        for job in jobs:
+            job.stop()
+
+    def _on_event(self, record_id: int, event: Any) -> None:
+        with self._lock:
+            record = self._records.get(record_id)
+            if record is None:
+                return
+            updated = _apply(record, event)
+            if updated is record:
+                return
+            self._records[record_id] = updated
+            if updated.state.finished:
+                self._jobs.pop(record_id, None)
+        self._notify(updated)
+
+    def _notify(self, record: RequestRecord) -> None:
+        with self._lock:
+            observers = list(self._observers)
+        for observer in observers:
+            try:
+                observer(record)
+            except Exception:  # a broken view must not break the server
+                pass
+
+
+def _apply(record: RequestRecord, event: Any) -> RequestRecord:
+    """The record after one event (the same object when nothing the list shows changed)."""
+    match event:
+        case PromptProgress() if record.state is RequestState.WAITING:
+            return replace(record, state=RequestState.READING)
+        case ReasoningDelta() | AnswerDelta() | ToolCallStarted() if record.state is not RequestState.ANSWERING:
+            return replace(record, state=RequestState.ANSWERING)
+        case StatsUpdate(stats=stats):
+            return replace(record, completion_tokens=stats.generation_tokens, tokens_per_s=stats.generation_tps)
+        case Completed(usage=usage):
+            state = RequestState.STOPPED if event.finish_reason is FinishReason.CANCELLED else RequestState.DONE
+            return replace(
+                record, state=state, prompt_tokens=usage.prompt_tokens, cached_tokens=usage.cached_tokens,
+                completion_tokens=usage.completion_tokens, tokens_per_s=event.generation_tps,
+            )
+        case Failed(message=message):
+            return replace(record, state=RequestState.FAILED, error=message)
+    return record

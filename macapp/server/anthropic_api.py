@@ -1,0 +1,311 @@
+"""Anthropic Messages: a request body -> CompletionRequest, and the job's events -> a message or its SSE events.
+
+The stream is the real sequence: `message_start`, `ping`, then per block `content_block_start` /
+`content_block_delta` (`thinking_delta`, `text_delta`, `input_json_delta`) / `content_block_stop`, then
+`message_delta` (stop_reason, usage) and `message_stop`. Usage: `input_tokens` counts the prompt tokens read
+afresh, `cache_read_input_tokens` the ones restored from a checkpoint. Thinking is on only when the request
+says `thinking: {"type": "enabled", "budget_tokens": N}` (N becomes the engine's thinking budget).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from macapp.core.events import AnswerDelta, ReasoningDelta
+from macapp.core.serving.requests import (
+    ChatMessage,
+    Completed,
+    CompletionRequest,
+    FinishReason,
+    ImagePart,
+    Role,
+    ToolCall,
+    ToolCallFinished,
+    ToolCallStarted,
+    ToolChoice,
+    ToolChoiceMode,
+    ToolSpec,
+    Usage,
+)
+from macapp.server import fields as f
+from macapp.server.errors import invalid
+
+STOP_REASONS = {
+    FinishReason.STOP: "end_turn",
+    FinishReason.LENGTH: "max_tokens",
+    FinishReason.STOP_SEQUENCE: "stop_sequence",
+    FinishReason.TOOL_CALLS: "tool_use",
+    FinishReason.CANCELLED: "end_turn",
+}
+_TOOL_CHOICES = {"auto": ToolChoiceMode.AUTO, "any": ToolChoiceMode.REQUIRED, "tool": ToolChoiceMode.FUNCTION, "none": ToolChoiceMode.NONE}
+_SKIPPED_BLOCKS = ("redacted_thinking",)  # opaque to any model but Claude
+
+
+@dataclass(frozen=True)
+class MessagesCall:
+    request: CompletionRequest
+    stream: bool = False
+
+
+# ------------------------------------------------------------------------------------------------ request
+
+
+def _system(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, list):
+        raise invalid("system must be a string or an array of text blocks.")
+    texts = []
+    for j, block in enumerate(value):
+        block = f.require_object(block, f"system[{j}]")
+        if block.get("type") != "text":
+            raise invalid(f"system[{j}].type must be 'text'.")
+        texts.append(f.get_str(block, "text", f"system[{j}].text", required=True))
+    return "\n\n".join(texts)
+
+
+def _image(block: dict, param: str) -> ImagePart:
+    source = f.require_object(block.get("source"), f"{param}.source")
+    if source.get("type") != "base64":
+        raise invalid(f"{param}.source.type must be 'base64' (the server does not fetch images).")
+    return f.decode_image(f.get_str(source, "data", f"{param}.source.data", required=True), source.get("media_type") or "", param)
+
+
+def _tool_result_text(value: Any, param: str) -> str:
+    if value is None or isinstance(value, str):
+        return value or ""
+    if not isinstance(value, list):
+        raise invalid(f"{param} must be a string or an array of blocks.")
+    texts = []
+    for j, block in enumerate(value):
+        block = f.require_object(block, f"{param}[{j}]")
+        if block.get("type") == "text":
+            texts.append(f.get_str(block, "text", f"{param}[{j}].text", required=True))
+        elif block.get("type") != "image":  # a picture in a tool result: not passed on
+            raise invalid(f"{param}[{j}].type {block.get('type')!r} is not supported in a tool_result.")
+    return "\n".join(texts)
+
+
+def _blocks(value: Any, param: str) -> list[dict]:
+    if isinstance(value, str):
+        return [{"type": "text", "text": value}]
+    if not isinstance(value, list):
+        raise invalid(f"{param} must be a string or an array of content blocks.")
+    return [f.require_object(block, f"{param}[{j}]") for j, block in enumerate(value)]
+
+
+def _user_turn(blocks: list[dict], param: str, call_names: dict[str, str]) -> list[ChatMessage]:
+    """A user turn: its tool results first (one tool message each, in order), then its text and images."""
+    results, texts, images = [], [], []
+    for j, block in enumerate(blocks):
+        where, kind = f"{param}[{j}]", block.get("type")
+        if kind == "text":
+            texts.append(f.get_str(block, "text", f"{where}.text", required=True))
+        elif kind == "image":
+            images.append(_image(block, where))
+        elif kind == "tool_result":
+            call_id = f.get_str(block, "tool_use_id", f"{where}.tool_use_id", required=True)
+            text = _tool_result_text(block.get("content"), f"{where}.content")
+            results.append(ChatMessage(Role.TOOL, text, tool_call_id=call_id, name=call_names.get(call_id)))
+        elif kind not in _SKIPPED_BLOCKS:
+            raise invalid(f"{where}.type {kind!r} is not supported in a user message.")
+    if texts or images or not results:
+        results.append(ChatMessage(Role.USER, "".join(texts), images=tuple(images)))
+    return results
+
+
+def _assistant_turn(blocks: list[dict], param: str, call_names: dict[str, str]) -> ChatMessage:
+    texts, reasoning, calls = [], [], []
+    for j, block in enumerate(blocks):
+        where, kind = f"{param}[{j}]", block.get("type")
+        if kind == "text":
+            texts.append(f.get_str(block, "text", f"{where}.text", required=True))
+        elif kind == "thinking":
+            reasoning.append(f.get_str(block, "thinking", f"{where}.thinking", default=""))
+        elif kind == "tool_use":
+            call = ToolCall(
+                id=f.get_str(block, "id", f"{where}.id", required=True),
+                name=f.get_str(block, "name", f"{where}.name", required=True),
+                arguments=f.tool_arguments(block.get("input"), f"{where}.input"),
+            )
+            call_names[call.id] = call.name
+            calls.append(call)
+        elif kind not in _SKIPPED_BLOCKS:
+            raise invalid(f"{where}.type {kind!r} is not supported in an assistant message.")
+    return ChatMessage(Role.ASSISTANT, "".join(texts), reasoning="".join(reasoning) or None, tool_calls=tuple(calls))
+
+
+def parse_messages(body: dict) -> tuple[ChatMessage, ...]:
+    raw = f.get_list(body, "messages", "messages", required=True)
+    if not raw:
+        raise invalid("messages: at least one message is required.")
+    system = _system(body.get("system"))
+    out = [ChatMessage(Role.SYSTEM, system)] if system else []
+    call_names: dict[str, str] = {}
+    for i, message in enumerate(raw):
+        param = f"messages[{i}]"
+        message = f.require_object(message, param)
+        role = message.get("role")
+        blocks = _blocks(message.get("content"), f"{param}.content")
+        if role == "user":
+            out.extend(_user_turn(blocks, f"{param}.content", call_names))
+        elif role == "assistant":
+            out.append(_assistant_turn(blocks, f"{param}.content", call_names))
+        else:
+            raise invalid(f"{param}.role {role!r} is not 'user' or 'assistant' (the system prompt goes in 'system').")
+    return tuple(out)
+
+
+def parse_tools(value: Any) -> tuple[ToolSpec, ...]:
+    specs = []
+    for j, tool in enumerate(f.get_list({"tools": value}, "tools", "tools")):
+        where = f"tools[{j}]"
+        tool = f.require_object(tool, where)
+        if tool.get("type", "custom") != "custom" or "input_schema" not in tool:
+            raise invalid(f"{where}: only custom tools with an input_schema are supported (not {tool.get('type')!r}).")
+        specs.append(ToolSpec(
+            name=f.get_str(tool, "name", f"{where}.name", required=True),
+            description=f.get_str(tool, "description", f"{where}.description", default=""),
+            parameters=f.get_object(tool, "input_schema", f"{where}.input_schema"),
+        ))
+    return tuple(specs)
+
+
+def parse_tool_choice(value: Any, tools: tuple[ToolSpec, ...]) -> ToolChoice:
+    if value is None:
+        return ToolChoice()
+    choice = f.require_object(value, "tool_choice")
+    mode = _TOOL_CHOICES.get(choice.get("type"))
+    if mode is None:
+        raise invalid(f"tool_choice.type {choice.get('type')!r} is not 'auto', 'any', 'tool' or 'none'.")
+    if mode is not ToolChoiceMode.FUNCTION:
+        return ToolChoice(mode)
+    name = f.get_str(choice, "name", "tool_choice.name", required=True)
+    if name not in {t.name for t in tools}:
+        raise invalid(f"tool_choice names {name!r}, which is not in tools.")
+    return ToolChoice(mode, name)
+
+
+def parse_thinking(body: dict) -> tuple[bool, int | None]:
+    """(thinking on, budget): on only for {"type": "enabled", "budget_tokens": N} (or "adaptive", no budget)."""
+    thinking = f.get_object(body, "thinking", "thinking")
+    kind = thinking.get("type")
+    if (kind is None and not thinking) or kind == "disabled":
+        return False, None
+    if kind == "enabled":
+        return True, f.get_int(thinking, "budget_tokens", "thinking.budget_tokens", minimum=0)
+    if kind == "adaptive":
+        return True, None
+    raise invalid(f"thinking.type {kind!r} is not 'enabled', 'adaptive' or 'disabled'.")
+
+
+def parse_messages_request(body: dict, client: str = "", for_counting: bool = False) -> MessagesCall:
+    messages = parse_messages(body)
+    thinking, budget = parse_thinking(body)
+    max_tokens = f.get_int(body, "max_tokens", "max_tokens", minimum=1)
+    if max_tokens is None and not for_counting:
+        raise invalid("max_tokens is required.")
+    sampling = f.sampling_for(
+        thinking, max_tokens,
+        temperature=f.get_float(body, "temperature", "temperature", 0, 1),
+        top_p=f.get_float(body, "top_p", "top_p", 0, 1),
+        top_k=f.get_int(body, "top_k", "top_k", minimum=0),
+    )
+    tools = parse_tools(body.get("tools"))
+    request = CompletionRequest(
+        messages=messages, sampling=sampling, thinking=thinking, thinking_budget=budget, tools=tools,
+        tool_choice=parse_tool_choice(body.get("tool_choice"), tools),
+        stop=f.stop_sequences(body.get("stop_sequences"), "stop_sequences"), client=client,
+    )
+    return MessagesCall(request, stream=bool(f.get_bool(body, "stream", "stream", default=False)))
+
+
+# ------------------------------------------------------------------------------------------------ reply
+
+
+def usage_body(usage: Usage) -> dict[str, Any]:
+    return {
+        "input_tokens": usage.read_tokens,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": usage.cached_tokens,
+        "output_tokens": usage.completion_tokens,
+    }
+
+
+def message_body(done: Completed, message_id: str, model: str) -> dict[str, Any]:
+    content: list[dict[str, Any]] = []
+    if done.reasoning:
+        content.append({"type": "thinking", "thinking": done.reasoning, "signature": ""})
+    if done.text:
+        content.append({"type": "text", "text": done.text})
+    content.extend({"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in done.tool_calls)
+    return {
+        "id": message_id, "type": "message", "role": "assistant", "model": done.model or model, "content": content,
+        "stop_reason": STOP_REASONS[done.finish_reason], "stop_sequence": done.stop_sequence, "usage": usage_body(done.usage),
+    }
+
+
+def new_message_id() -> str:
+    return f"msg_{uuid.uuid4().hex[:24]}"
+
+
+@dataclass
+class EventWriter:
+    """Turns a job's events into Anthropic stream events (name, data), keeping track of the open block."""
+
+    model: str
+    prompt_tokens: int = 0  # message_start's estimate; message_delta carries the real split
+    id: str = field(default_factory=new_message_id)
+    _index: int = -1
+    _open: str | None = None  # "thinking" | "text" | "tool_use"
+
+    def start(self) -> list[tuple[str, dict[str, Any]]]:
+        message = {
+            "id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": [],
+            "stop_reason": None, "stop_sequence": None,
+            "usage": usage_body(Usage(prompt_tokens=self.prompt_tokens)),
+        }
+        return [("message_start", {"type": "message_start", "message": message}), ("ping", {"type": "ping"})]
+
+    def _close(self) -> list[tuple[str, dict[str, Any]]]:
+        if self._open is None:
+            return []
+        self._open = None
+        return [("content_block_stop", {"type": "content_block_stop", "index": self._index})]
+
+    def _begin(self, kind: str, block: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+        out = self._close()
+        self._index += 1
+        self._open = kind
+        return [*out, ("content_block_start", {"type": "content_block_start", "index": self._index, "content_block": block})]
+
+    def _delta(self, delta: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        return "content_block_delta", {"type": "content_block_delta", "index": self._index, "delta": delta}
+
+    def events(self, event: Any) -> list[tuple[str, dict[str, Any]]]:
+        out: list[tuple[str, dict[str, Any]]] = []
+        match event:
+            case ReasoningDelta(text=text) if text:
+                if self._open != "thinking":
+                    out += self._begin("thinking", {"type": "thinking", "thinking": "", "signature": ""})
+                out.append(self._delta({"type": "thinking_delta", "thinking": text}))
+            case AnswerDelta(text=text) if text:
+                if self._open != "text":
+                    out += self._begin("text", {"type": "text", "text": ""})
+                out.append(self._delta({"type": "text_delta", "text": text}))
+            case ToolCallStarted(id=call_id, name=name):
+                out += self._begin("tool_use", {"type": "tool_use", "id": call_id, "name": name, "input": {}})
+            case ToolCallFinished(call=call):
+                out.append(self._delta({"type": "input_json_delta", "partial_json": json.dumps(call.arguments, ensure_ascii=False)}))
+                out += self._close()
+            case Completed():
+                out += self._close()
+                delta = {"stop_reason": STOP_REASONS[event.finish_reason], "stop_sequence": event.stop_sequence}
+                out.append(("message_delta", {"type": "message_delta", "delta": delta, "usage": usage_body(event.usage)}))
+                out.append(("message_stop", {"type": "message_stop"}))
+        return out

@@ -1,0 +1,175 @@
+"""The ASGI app: routes for both APIs, each answering in its own shape, behind the security guard.
+
+    POST /v1/chat/completions   OpenAI (stream or not)
+    POST /v1/messages           Anthropic (stream or not)
+    POST /v1/messages/count_tokens
+    GET  /v1/models             the loaded model first, then the downloaded ones
+    GET  /health
+
+Any model name in a request is served by the loaded model; replies name the model that answered.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp
+
+from macapp.core.events import Failed
+from macapp.server import anthropic_api, openai_api
+from macapp.server.activity import Activity
+from macapp.server.backend import Backend, fit_to_context, raise_quick_refusal, refusal, submit
+from macapp.server.config import ServerConfig
+from macapp.server.errors import ApiError, ErrorKind, Flavor, error_body, error_response, flavor_for_path
+from macapp.server.fields import parse_json_object
+from macapp.server.security import Guard, SecurityPolicy
+from macapp.server.sse import KEEPALIVE, JobFeed, SseResponse, sse_comment, sse_frame, wait_or_disconnect
+
+log = logging.getLogger(__name__)
+CLIENT_GONE = 499  # nginx's code for "the client closed the request": nobody reads it
+
+
+def client_label(request: Request, api: str) -> str:
+    """'127.0.0.1:53211 anthropic (claude-cli/1.0)' for the window's request list."""
+    peer = f"{request.client.host}:{request.client.port}" if request.client else "?"
+    agent = request.headers.get("user-agent", "").split(" ")[0]
+    return f"{peer} {api}" + (f" ({agent})" if agent else "")
+
+
+def downloaded_model_names() -> list[str]:
+    from macapp.core.download.local import downloaded_repos
+
+    try:
+        return sorted(downloaded_repos())
+    except OSError:
+        return []
+
+
+@dataclass
+class Routes:
+    backend: Backend
+    config: ServerConfig
+    activity: Activity = field(default_factory=Activity)
+
+    async def health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok", "model": self.backend.model_name})
+
+    async def models(self, request: Request) -> Response:
+        loaded = self.backend.model_name
+        names = [loaded] + [n for n in await run_in_threadpool(downloaded_model_names) if n != loaded]
+        data = [{"id": n, "object": "model", "created": 0, "owned_by": "qwen-desk", "loaded": n == loaded} for n in names]
+        return JSONResponse({"object": "list", "data": data})
+
+    async def chat_completions(self, request: Request) -> Response:
+        body = parse_json_object(await request.body())
+        call = openai_api.parse_chat_request(body, self.config.default_thinking, client_label(request, "openai"))
+        completion, prompt_tokens = await fit_to_context(self.backend, call.request)
+        feed = self._start(completion, "openai", prompt_tokens)
+        model = self.backend.model_name
+        if not call.stream:
+            done = await self._finish(feed, request)
+            if done is None:
+                return Response(status_code=CLIENT_GONE)
+            writer = openai_api.ChunkWriter(model)
+            return JSONResponse(openai_api.completion_body(done, writer.id, writer.created, model))
+        await raise_quick_refusal(feed, self.config.first_event_wait_s)
+        return SseResponse(self._openai_frames(feed, openai_api.ChunkWriter(model, call.include_usage)), feed.job)
+
+    async def messages(self, request: Request) -> Response:
+        body = parse_json_object(await request.body())
+        call = anthropic_api.parse_messages_request(body, client_label(request, "anthropic"))
+        completion, prompt_tokens = await fit_to_context(self.backend, call.request)
+        feed = self._start(completion, "anthropic", prompt_tokens)
+        model = self.backend.model_name
+        if not call.stream:
+            done = await self._finish(feed, request)
+            if done is None:
+                return Response(status_code=CLIENT_GONE)
+            return JSONResponse(anthropic_api.message_body(done, anthropic_api.new_message_id(), model))
+        await raise_quick_refusal(feed, self.config.first_event_wait_s)
+        writer = anthropic_api.EventWriter(model, prompt_tokens)
+        return SseResponse(self._anthropic_frames(feed, writer), feed.job)
+
+    async def count_tokens(self, request: Request) -> Response:
+        body = parse_json_object(await request.body())
+        call = anthropic_api.parse_messages_request(body, for_counting=True)
+        return JSONResponse({"input_tokens": await run_in_threadpool(self.backend.count_tokens, call.request)})
+
+    def _start(self, completion: Any, api: str, prompt_tokens: int) -> JobFeed:
+        feed = submit(self.backend, completion)
+        self.activity.track(feed.job, completion.client, api, prompt_tokens)
+        return feed
+
+    async def _finish(self, feed: JobFeed, request: Request) -> Any:
+        """The Completed of a non-streamed reply; None if the client left; a Failed is raised as its error."""
+        done = await wait_or_disconnect(feed, request.receive)
+        if isinstance(done, Failed):
+            raise refusal(done)
+        return done
+
+    async def _openai_frames(self, feed: JobFeed, writer: openai_api.ChunkWriter) -> AsyncIterator[bytes]:
+        async for event in feed.events(self.config.keepalive_s):
+            if event is KEEPALIVE:
+                yield sse_comment("keepalive")
+            elif isinstance(event, Failed):
+                yield sse_frame(error_body(refusal(event), Flavor.OPENAI))
+            else:
+                for chunk in writer.chunks(event):
+                    yield sse_frame(chunk)
+        yield sse_frame("[DONE]")
+
+    async def _anthropic_frames(self, feed: JobFeed, writer: anthropic_api.EventWriter) -> AsyncIterator[bytes]:
+        for name, data in writer.start():
+            yield sse_frame(data, name)
+        async for event in feed.events(self.config.keepalive_s):
+            if event is KEEPALIVE:
+                yield sse_frame({"type": "ping"}, "ping")
+            elif isinstance(event, Failed):
+                yield sse_frame(error_body(refusal(event), Flavor.ANTHROPIC), "error")
+            else:
+                for name, data in writer.events(event):
+                    yield sse_frame(data, name)
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return error_response(exc, flavor_for_path(request.url.path))
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    kinds = {404: ErrorKind.NOT_FOUND, 405: ErrorKind.METHOD_NOT_ALLOWED}
+    kind = kinds.get(exc.status_code, ErrorKind.INVALID_REQUEST)
+    message = {
+        ErrorKind.NOT_FOUND: f"No endpoint {request.method} {request.url.path} on this server; it serves /v1/chat/completions, /v1/messages, /v1/messages/count_tokens, /v1/models and /health.",
+        ErrorKind.METHOD_NOT_ALLOWED: f"{request.url.path} does not take {request.method}.",
+    }.get(kind, str(exc.detail))
+    return error_response(ApiError(kind, message), flavor_for_path(request.url.path))
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    log.exception("unexpected error answering %s", request.url.path)
+    return error_response(ApiError(ErrorKind.SERVER, f"Internal error: {exc}"), flavor_for_path(request.url.path))
+
+
+def create_app(backend: Backend, config: ServerConfig, activity: Activity | None = None) -> ASGIApp:
+    routes = Routes(backend, config, activity or Activity())
+    app = Starlette(
+        routes=[
+            Route("/health", routes.health, methods=["GET"]),
+            Route("/v1/models", routes.models, methods=["GET"]),
+            Route("/v1/chat/completions", routes.chat_completions, methods=["POST"]),
+            Route("/v1/messages", routes.messages, methods=["POST"]),
+            Route("/v1/messages/count_tokens", routes.count_tokens, methods=["POST"]),
+        ],
+        exception_handlers={ApiError: _api_error, HTTPException: _http_error, Exception: _unexpected},
+    )
+    return Guard(app, SecurityPolicy.from_config(config))

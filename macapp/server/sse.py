@@ -1,0 +1,149 @@
+"""From an engine Job to an HTTP reply on the event loop: the job's events as an async stream, Server-Sent Events
+framing, and a streaming response that stops the job as soon as the client goes away.
+
+The job's events arrive on the engine's worker thread; a listener hands them to the loop with
+`call_soon_threadsafe`, so no thread ever blocks on the loop or the loop on the worker. A quiet stream (a long
+prefill, a queue) yields `KeepAlive` every `keepalive_s`, which each API writes in its own way (a comment, or
+Anthropic's `ping` event). sse-starlette is not used: it patches uvicorn's signal handling process-wide, which
+the window (a server started and stopped many times in one process) cannot have.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, AsyncIterator, Callable
+
+import anyio
+from starlette.types import Receive, Scope, Send
+
+from macapp.core.events import TerminalEvent
+
+
+class KeepAlive:
+    """Nothing happened for a while: write something so proxies and clients keep the connection."""
+
+
+KEEPALIVE = KeepAlive()
+
+
+class JobFeed:
+    """A Job's events, awaited on the event loop that created the feed."""
+
+    def __init__(self, job: Any):
+        self.job = job
+        self._loop = asyncio.get_running_loop()
+        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._pushed_back: list[Any] = []
+        self.finished = False
+        job.add_listener(self._deliver)
+
+    def _deliver(self, event: Any) -> None:  # on the worker thread (or this one, for past events)
+        try:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
+        except RuntimeError:  # the loop is closed: the server has gone, nobody is listening
+            pass
+
+    async def next(self, timeout: float | None = None) -> Any:
+        """The next event, or KEEPALIVE after `timeout` seconds of silence."""
+        if self._pushed_back:
+            return self._pushed_back.pop()
+        try:
+            event = await asyncio.wait_for(self._queue.get(), timeout)
+        except asyncio.TimeoutError:
+            return KEEPALIVE
+        if isinstance(event, TerminalEvent):
+            self.finished = True
+        return event
+
+    def push_back(self, event: Any) -> None:
+        self._pushed_back.append(event)
+
+    async def events(self, keepalive_s: float) -> AsyncIterator[Any]:
+        """Every event up to and including the terminal one, with KEEPALIVE in the quiet stretches."""
+        while True:
+            event = await self.next(keepalive_s)
+            yield event
+            if isinstance(event, TerminalEvent):
+                return
+
+    async def terminal(self) -> Any:
+        """Skip to the terminal event."""
+        while True:
+            event = await self.next()
+            if isinstance(event, TerminalEvent):
+                return event
+
+
+def sse_frame(data: Any, event: str | None = None) -> bytes:
+    """One SSE event: an optional `event:` line and one `data:` line (JSON unless already a string)."""
+    payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {payload}\n\n".encode()
+
+
+def sse_comment(text: str) -> bytes:
+    return f": {text}\n\n".encode()
+
+
+async def watch_disconnect(receive: Receive, on_disconnect: Callable[[], None]) -> None:
+    """Return (after calling `on_disconnect`) when the client closes the connection."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            on_disconnect()
+            return
+
+
+async def wait_or_disconnect(feed: JobFeed, receive: Receive) -> Any:
+    """The job's terminal event; if the client goes away first, the job is stopped and None returned."""
+    result: list[Any] = []
+    async with anyio.create_task_group() as group:
+
+        async def finish() -> None:
+            result.append(await feed.terminal())
+            group.cancel_scope.cancel()
+
+        async def watch() -> None:
+            await watch_disconnect(receive, feed.job.stop)
+            group.cancel_scope.cancel()
+
+        group.start_soon(finish)
+        group.start_soon(watch)
+    return result[0] if result else None
+
+
+class SseResponse:
+    """An ASGI `text/event-stream` response of `frames`; the job stops at once if the client disconnects
+    (whether the loss shows as an `http.disconnect` or as a failed write), or if the server cancels it."""
+
+    headers = [
+        (b"content-type", b"text/event-stream; charset=utf-8"),
+        (b"cache-control", b"no-cache"),
+        (b"x-accel-buffering", b"no"),
+    ]
+
+    def __init__(self, frames: AsyncIterator[bytes], job: Any):
+        self.frames = frames
+        self.job = job
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            async with anyio.create_task_group() as group:
+
+                async def watch() -> None:
+                    await watch_disconnect(receive, self.job.stop)
+                    group.cancel_scope.cancel()
+
+                group.start_soon(watch)
+                try:
+                    await send({"type": "http.response.start", "status": 200, "headers": self.headers})
+                    async for frame in self.frames:
+                        await send({"type": "http.response.body", "body": frame, "more_body": True})
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+                except OSError:  # the client went away mid-write
+                    pass
+                group.cancel_scope.cancel()
+        finally:
+            if not self.job.done:
+                self.job.stop()
