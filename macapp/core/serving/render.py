@@ -1,0 +1,126 @@
+"""A CompletionRequest as prompt tokens, through the model's own chat template (pure Python; no MLX).
+
+- Messages go to the template in the shape Qwen3.5's expects: assistant tool calls with their arguments as a
+  mapping (the template iterates ``arguments|items``), tool results as ``tool`` messages (the template groups
+  them into one user turn of ``<tool_response>`` blocks), an assistant turn's earlier reasoning as
+  ``reasoning_content`` (the template keeps it only after the last user query). ``enable_thinking`` is
+  always passed explicitly.
+- Tool choice: AUTO offers the tools; NONE does not offer them (and no call is parsed); REQUIRED and FUNCTION
+  offer them and prefill the reply's opening after the generation prompt — ``<tool_call>\\n<function=`` for
+  REQUIRED, ``<tool_call>\\n<function=NAME>\\n`` for FUNCTION — so the model can only go on writing a call.
+  A forced call is written without reasoning (the prompt closes the think block, as with thinking off):
+  a prefill cannot wait for the end of a reasoning the model has not written yet.
+- A thinking budget of 0 is thinking off (the template's own empty think block, so the prompt is the same
+  as a thinking-off request's and shares its checkpoints).
+- Checkpoint boundaries (where the pool may keep a cache snapshot): the start of the first turn after the
+  system prompt and tools, the start of every assistant turn (the generation prompt's included: "before the
+  reply"), and the prompt's last token. Every turn starts with the special token ``<|im_start|>``, which the
+  tokenizer never merges with its neighbours, so the tokens before a turn start depend only on the text
+  before it: the same conversation prefix in a later request has the very same tokens up to there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from macapp.core.serving.requests import ChatMessage, CompletionRequest, Role, ToolChoiceMode, ToolSpec
+from macapp.core.serving.toolcalls import OPEN, tool_dicts
+
+TURN_START = "<|im_start|>"
+THINK_OPEN = "<think>"
+THINK_CLOSE = "</think>"
+
+
+class RenderError(ValueError):
+    """The request cannot be rendered; the message says why, for the client."""
+
+
+@dataclass(frozen=True)
+class RenderedPrompt:
+    tokens: list[int]
+    boundaries: tuple[int, ...]  # ascending token offsets (0 < b < len(tokens)) worth a cache checkpoint
+    thinking: bool  # the reply starts inside the reasoning (the prompt opened a think block)
+    prefill: str  # reply text the prompt already wrote (a forced call's opening), "" usually
+    tools: tuple[ToolSpec, ...]  # the tools offered to the model (none with ToolChoiceMode.NONE)
+    text: str  # the prompt as text (for logs and tests)
+
+
+def template_message(message: ChatMessage) -> dict[str, Any]:
+    """One message in the shape chat templates read."""
+    out: dict[str, Any] = {"role": message.role.value, "content": message.content}
+    if message.role is Role.ASSISTANT:
+        if message.reasoning is not None:
+            out["reasoning_content"] = message.reasoning
+        if message.tool_calls:
+            out["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": dict(c.arguments)}} for c in message.tool_calls
+            ]
+    elif message.role is Role.TOOL:
+        if message.tool_call_id is not None:
+            out["tool_call_id"] = message.tool_call_id
+        if message.name is not None:
+            out["name"] = message.name
+    return out
+
+
+def forced_prefill(request: CompletionRequest) -> str:
+    """The reply's opening the prompt writes for a forced tool choice ("" when the model chooses)."""
+    choice = request.tool_choice
+    if choice.mode is ToolChoiceMode.REQUIRED:
+        if not request.tools:
+            raise RenderError("tool_choice requires a tool call, but the request offers no tools.")
+        return OPEN + "\n<function="
+    if choice.mode is ToolChoiceMode.FUNCTION:
+        if choice.name not in {t.name for t in request.tools}:
+            raise RenderError(f"tool_choice names the function {choice.name!r}, which is not among the request's tools.")
+        return f"{OPEN}\n<function={choice.name}>\n"
+    return ""
+
+
+def _check(request: CompletionRequest) -> None:
+    if not request.messages:
+        raise RenderError("The request has no messages.")
+    if any(m.images for m in request.messages):
+        raise RenderError("This server reads text only: remove the images from the messages.")
+
+
+def render(tokenizer: Any, request: CompletionRequest) -> RenderedPrompt:
+    """The prompt of `request` through `tokenizer`'s chat template (an mlx-lm TokenizerWrapper or HF tokenizer)."""
+    _check(request)
+    prefill = forced_prefill(request)
+    tools = () if request.tool_choice.mode is ToolChoiceMode.NONE else tuple(request.tools)
+    thinking = request.thinking and request.thinking_budget != 0 and not prefill
+    try:
+        text = tokenizer.apply_chat_template(
+            [template_message(m) for m in request.messages],
+            tools=tool_dicts(tools) or None,
+            add_generation_prompt=True,
+            enable_thinking=thinking,
+            tokenize=False,
+        )
+    except Exception as exc:  # the template's own raise_exception, or a shape it cannot read
+        raise RenderError(f"The model's chat template cannot render these messages: {exc}") from exc
+    text += prefill
+    tokens = list(tokenizer.encode(text, add_special_tokens=False))
+    gen_prompt = text[text.rfind(TURN_START) :]
+    in_reasoning = THINK_OPEN in gen_prompt and THINK_CLOSE not in gen_prompt.rsplit(THINK_OPEN, 1)[1]
+    return RenderedPrompt(tokens, boundaries(tokenizer, text, tokens), in_reasoning, prefill, tools, text)
+
+
+def boundaries(tokenizer: Any, text: str, tokens: Sequence[int]) -> tuple[int, ...]:
+    """Checkpoint offsets: after the system turn, before each assistant turn, before the last token."""
+    start_id = tokenizer.convert_tokens_to_ids(TURN_START)
+    token_starts = [i for i, t in enumerate(tokens) if t == start_id]
+    text_starts = []
+    at = text.find(TURN_START)
+    while at >= 0:
+        text_starts.append(at)
+        at = text.find(TURN_START, at + 1)
+    found = {len(tokens) - 1}
+    if len(token_starts) == len(text_starts):  # else the turn starts cannot be told apart: the end only
+        roles = [text[i + len(TURN_START) :].split("\n", 1)[0].strip() for i in text_starts]
+        if roles and roles[0] == "system" and len(token_starts) > 1:
+            found.add(token_starts[1])
+        found.update(pos for pos, role in zip(token_starts, roles) if role == "assistant")
+    return tuple(sorted(b for b in found if 0 < b < len(tokens)))

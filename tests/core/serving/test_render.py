@@ -1,0 +1,126 @@
+"""Rendering requests through the tiny model's Qwen3.5-like template (tools, calls, results, thinking)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from macapp.core.sampling import greedy
+from macapp.core.serving.render import RenderError, render
+from macapp.core.serving.requests import (
+    ChatMessage,
+    CompletionRequest,
+    ImagePart,
+    Role,
+    ToolCall,
+    ToolChoice,
+    ToolChoiceMode,
+    ToolSpec,
+)
+
+WEATHER = ToolSpec("get_weather", "forecast", {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}})
+SYSTEM = ChatMessage(Role.SYSTEM, "You are a careful agent. " * 20)
+USER = ChatMessage(Role.USER, "What is the weather in Paris?")
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_dense_path):
+    from mlx_lm.tokenizer_utils import load
+
+    return load(Path(tiny_dense_path))
+
+
+def request(*messages: ChatMessage, **kw) -> CompletionRequest:
+    kw.setdefault("tools", (WEATHER,))
+    return CompletionRequest(messages=tuple(messages), sampling=greedy(), **kw)
+
+
+def agent_round(i: int) -> tuple[ChatMessage, ChatMessage]:
+    call = ToolCall(f"call_{i}", "get_weather", {"city": f"city{i}", "days": i})
+    return ChatMessage(Role.ASSISTANT, "Checking." if i % 2 else "", tool_calls=(call,)), ChatMessage(Role.TOOL, f"sunny {i}", tool_call_id=f"call_{i}")
+
+
+def test_calls_and_results_render_in_the_templates_format(tokenizer):
+    call, result = agent_round(3)
+    p = render(tokenizer, request(SYSTEM, USER, call, result))
+    assert "<tools>\n" in p.text and '"name": "get_weather"' in p.text
+    assert "Checking.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\ncity3\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>" in p.text
+    assert "<|im_start|>user\n<tool_response>\nsunny 3\n</tool_response><|im_end|>" in p.text
+    assert p.tokens == list(tokenizer.encode(p.text, add_special_tokens=False))
+    assert p.text.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n") and not p.thinking and p.prefill == ""
+
+
+def test_thinking_on_opens_the_think_block_and_budget_zero_is_off(tokenizer):
+    on = render(tokenizer, request(USER, thinking=True))
+    assert on.thinking and on.text.endswith("<|im_start|>assistant\n<think>\n")
+    off = render(tokenizer, request(USER, thinking=True, thinking_budget=0))
+    assert not off.thinking and off.tokens == render(tokenizer, request(USER)).tokens
+
+
+def test_reasoning_sent_back_is_kept_after_the_last_user_turn(tokenizer):
+    call, result = agent_round(1)
+    call = ChatMessage(Role.ASSISTANT, call.content, reasoning="I need the forecast.", tool_calls=call.tool_calls)
+    p = render(tokenizer, request(USER, call, result, thinking=True))
+    assert "<|im_start|>assistant\n<think>\nI need the forecast.\n</think>\n\nChecking." in p.text
+    later = render(tokenizer, request(USER, call, result, ChatMessage(Role.USER, "And Rome?")))
+    assert "I need the forecast." not in later.text  # the template drops it once a new user query comes
+
+
+def test_tool_choice_none_offers_no_tools(tokenizer):
+    p = render(tokenizer, request(USER, tool_choice=ToolChoice(ToolChoiceMode.NONE)))
+    assert "<tools>" not in p.text and p.tools == ()
+    assert render(tokenizer, request(USER)).tools == (WEATHER,)
+
+
+def test_forced_calls_prefill_the_reply_without_reasoning(tokenizer):
+    named = render(tokenizer, request(USER, thinking=True, tool_choice=ToolChoice(ToolChoiceMode.FUNCTION, "get_weather")))
+    assert named.prefill == "<tool_call>\n<function=get_weather>\n" and not named.thinking
+    assert named.text.endswith("</think>\n\n" + named.prefill)
+    required = render(tokenizer, request(USER, tool_choice=ToolChoice(ToolChoiceMode.REQUIRED)))
+    assert required.text.endswith("</think>\n\n<tool_call>\n<function=")
+    with pytest.raises(RenderError, match="'nope'"):
+        render(tokenizer, request(USER, tool_choice=ToolChoice(ToolChoiceMode.FUNCTION, "nope")))
+    with pytest.raises(RenderError, match="no tools"):
+        render(tokenizer, request(USER, tools=(), tool_choice=ToolChoice(ToolChoiceMode.REQUIRED)))
+
+
+def test_bad_requests_raise_a_clear_render_error(tokenizer):
+    with pytest.raises(RenderError, match="no messages"):
+        render(tokenizer, request())
+    with pytest.raises(RenderError, match="images"):
+        render(tokenizer, request(ChatMessage(Role.USER, "look", images=(ImagePart(b"\x89PNG"),))))
+    bad = ChatMessage(Role.ASSISTANT, "", tool_calls=(ToolCall("c", "get_weather", "not a mapping"),))  # type: ignore[arg-type]
+    with pytest.raises(RenderError, match="chat template"):
+        render(tokenizer, request(USER, bad, ChatMessage(Role.TOOL, "x")))
+
+
+def test_boundaries_are_turn_starts_and_the_last_token(tokenizer):
+    call, result = agent_round(1)
+    p = render(tokenizer, request(SYSTEM, USER, call, result))
+    start = tokenizer.convert_tokens_to_ids("<|im_start|>")
+    assert p.boundaries == tuple(sorted(p.boundaries)) and p.boundaries[-1] == len(p.tokens) - 1
+    turn_starts = [b for b in p.boundaries[:-1]]
+    assert all(p.tokens[b] == start for b in turn_starts)
+    after_system, before_call, before_reply = turn_starts
+    assert p.text.count("<|im_start|>") == 5  # system, user, assistant, tool results, generation prompt
+    assert tokenizer.decode(p.tokens[after_system:]).startswith("<|im_start|>user\nWhat is")
+    assert tokenizer.decode(p.tokens[before_call:]).startswith("<|im_start|>assistant\n<think>\n\n</think>\n\nChecking.")
+    assert tokenizer.decode(p.tokens[before_reply:]) == "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+
+
+@pytest.mark.parametrize("thinking", [False, True])
+def test_each_rounds_turn_starts_are_token_prefixes_of_the_next_round(tokenizer, thinking):
+    """In an agent loop the previous prompt up to its reply is a token prefix of the next prompt."""
+    messages = [SYSTEM, USER]
+    previous = render(tokenizer, request(*messages, thinking=thinking))
+    for i in range(1, 5):
+        messages += agent_round(i)
+        p = render(tokenizer, request(*messages, thinking=thinking))
+        for b in previous.boundaries[:-1]:
+            assert p.tokens[:b] == previous.tokens[:b]
+        before_reply = previous.boundaries[-2]
+        assert tokenizer.decode(p.tokens[before_reply:]).startswith("<|im_start|>assistant\n")
+        previous = p
+    other = render(tokenizer, request(SYSTEM, ChatMessage(Role.USER, "Something else entirely")))
+    assert other.tokens[: other.boundaries[0]] == previous.tokens[: previous.boundaries[0]]  # same system + tools
