@@ -105,7 +105,8 @@ def run_fit(args: argparse.Namespace) -> int:
         print(json.dumps({**result.to_json(), "advice": ways_out.to_json()}, indent=2))
     else:
         print(describe(result, machine))
-        print("\n".join(f"  {line}" for line in ways_out.lines()) or "", end="\n" if ways_out.lines() else "")
+        for line in ways_out.lines():
+            print(f"  {line}")
     return 0
 
 
@@ -159,25 +160,42 @@ def run_models(args: argparse.Namespace) -> int:
         raise UsageError(f"context must be between 1 and {longest:,} tokens (the family's maximum), not {args.context:,}")
     machine = hardware.detect_machine()
     downloaded = {repo.lower() for repo in downloaded_repos()}
+    refs = [catalog.resolve_model(entry.build(bits).repo) for entry in entries for bits in sorted(entry.builds)]
     rows = []
-    for entry in entries:
-        for bits in sorted(entry.builds):
-            model = catalog.resolve_model(entry.build(bits).repo)
-            # A model with a shorter maximum is judged at its maximum (the row says which context it used).
-            context = min(args.context, model.arch.max_position_embeddings)
-            e = sizing.estimate(model, context, machine, kv_bits=args.kv_bits)
-            row = e.to_json()
-            row["downloaded"] = (model.repo or "").lower() in downloaded
-            rows.append(row)
+    for model in refs:
+        # A model with a shorter maximum is judged at its maximum (the row says which context it used).
+        context = min(args.context, model.arch.max_position_embeddings)
+        e = sizing.estimate(model, context, machine, kv_bits=args.kv_bits)
+        row = e.to_json()
+        row["downloaded"] = (model.repo or "").lower() in downloaded
+        row["advice"] = advice.advise(model, e, machine, refs).to_json()
+        rows.append(row)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     print(f"{machine.chip}, {machine.memory_bytes / 1024**3:.0f} GB RAM, GPU budget {_gb(machine.budget_bytes)}; context {args.context:,} tokens")
-    print(f"{'model':<20} {'bits':>4} {'weights':>9} {'total':>9} {'verdict':<8} {'tok/s':>6} {'max context':>12}  downloaded")
+    print(f"{'model':<20} {'bits':>4} {'weights':>9} {'total':>9} {'verdict':<8} {'tok/s':>6} {'read prompt':>12} {'max context':>12}  downloaded")
     for r in rows:
         tps = f"{r['decode_tps_estimate']:.0f}" if r["decode_tps_estimate"] else "—"
+        ttft = prefill.format_duration(r["ttft_estimate_s"]) if r["ttft_estimate_s"] is not None else "—"
         print(
             f"{r['model']:<20} {r['bits']:>4} {_gb(r['weights_bytes']):>9} {_gb(r['total_bytes']):>9} "
-            f"{VERDICT_WORDS[r['verdict']]:<8} {tps:>6} {r['max_context']:>12,}  {'yes' if r['downloaded'] else ''}"
+            f"{VERDICT_WORDS[r['verdict']]:<8} {tps:>6} {ttft:>12} {r['max_context']:>12,}  {'yes' if r['downloaded'] else ''}"
         )
+    print(f"read prompt: the estimated time to read a {args.context:,}-token prompt before the first word of the answer")
+    _print_wired_limit_notes(rows)
     return 0
+
+
+def _print_wired_limit_notes(rows: list[dict]) -> None:
+    """Too-big builds that a raised iogpu.wired_limit_mb would let in, with the exact command (the fit command has the rest)."""
+    notes = []
+    for r in rows:
+        for step in r["advice"]["steps"]:
+            if step["remedy"] == advice.Remedy.WIRED_LIMIT.value:
+                notes.append(f"  {r['model']} {r['bits']}-bit: `{step['command']}` (leaves {_gb(step['leaves_bytes'])} for macOS)")
+    if notes:
+        print("Too big for the default GPU limit, but would fit if macOS wired more memory for the GPU:")
+        print("\n".join(notes))
+        print("  The setting resets at reboot; if macOS and your apps need more than it leaves, the Mac swaps hard or freezes.")
+        print("  Qwen Desk never changes it. `qwen-desk fit MODEL` lists every way out for a build.")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import platform
 import re
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 GiB = 1024**3
 
@@ -30,6 +30,21 @@ DEFAULT_GPU_CORES = {
     "M4": {"": 10, "Pro": 20, "Max": 40},
     "M5": {"": 10, "Pro": 20, "Max": 40},
 }
+
+# GPU throughput for prompt reading (compute-bound), in dense FP16 TFLOPS per GPU core. The M4's is its peak:
+# 128 ALUs × 2 FLOPs × ~1.64 GHz (spec databases, e.g. hmc-tech.com: 32-core M4 Max 13.74 TFLOPS at 1.678 GHz;
+# Apple GPUs run FP16 at the FP32 rate). The other generations are scaled by what llama.cpp's Apple Silicon
+# scoreboard measured per GPU core (discussion #4167, Llama-2 7B Q4_0 pp512; Ultra chips divided by
+# ULTRA_SCALING): M1 Ultra 16.1, M2 Ultra 16.3, M3 Ultra 18.4, M4 Pro 22.0, M4 Max 22.2 and a Metal-only
+# M5 Max 24.7 tok/s per core. Clock-based peaks (M1 0.33, M2/M3 0.36) agree within 10%.
+GPU_TFLOPS_PER_CORE = {"M1": 0.340, "M2": 0.344, "M3": 0.388, "M4": 0.420, "M5": 0.469}
+# M5 GPU cores carry neural accelerators (matrix units) that MLX ≥ 0.30 uses on macOS ≥ 26.2: llama.cpp measured
+# 3,347 vs 987 tok/s pp512 on the same M5 Max with and without them (×3.4); Apple's MLX blog reports up to 4×
+# faster time to first token than an M4.
+MATMUL_ACCELERATION = {"M5": 3.4}
+ULTRA_SCALING = 0.90  # two dies: M2 Ultra 76-core 16.3 tok/s per core vs the M2 Max 38-core's ~17.8 (llama.cpp #4167)
+# Fixed per-layer GPU costs (kernel launch, small ops) relative to an M3-generation GPU; fitted on decode runs.
+LAYER_COST_SCALE = {"M1": 1.3, "M2": 1.15, "M3": 1.0, "M4": 0.8, "M5": 0.62}
 
 # Share of RAM macOS lets Metal wire by default (max_recommended_working_set_size / RAM), by RAM size.
 # Measured: 16 GB M3 → 11.84 GB (0.69), 24 GB → 17.76 GiB (0.74), 128 GB M5 Max → 107.5 GiB (0.84).
@@ -97,6 +112,14 @@ def bandwidth_for(family: str, tier: str, gpu_cores: int | None) -> float:
     return float(entry)
 
 
+def gpu_tflops(machine: MachineProfile) -> float | None:
+    """Dense matmul TFLOPS the GPU can reach at best (neural accelerators included); None off Apple Silicon."""
+    if not machine.family or not machine.gpu_cores:
+        return None
+    tflops = machine.gpu_cores * GPU_TFLOPS_PER_CORE[machine.family] * MATMUL_ACCELERATION.get(machine.family, 1.0)
+    return tflops * (ULTRA_SCALING if machine.tier == "Ultra" else 1.0)
+
+
 def default_gpu_cores(family: str, tier: str, memory_bytes: int) -> int:
     # Binned Max chips: the smaller GPU ships only with the smallest RAM option.
     gib = round(memory_bytes / GiB)
@@ -114,6 +137,44 @@ def budget_by_rule(memory_bytes: int) -> int:
         if gib <= limit:
             return int(memory_bytes * fraction)
     return int(memory_bytes * BUDGET_FRACTION_LARGE)
+
+
+# What a raised iogpu.wired_limit_mb must leave for macOS and the apps: 4 GB or an eighth of the RAM, whichever
+# is more (mlx-lm itself warns when a model wires more than 90% of the recommended size).
+WIRED_RESERVE_MIN = 4 * GiB
+WIRED_RESERVE_SHARE = 0.125
+
+
+def max_safe_wired_limit(memory_bytes: int) -> int:
+    """The most we ever suggest letting the GPU wire on a Mac with this much RAM."""
+    return int(memory_bytes - max(WIRED_RESERVE_MIN, WIRED_RESERVE_SHARE * memory_bytes))
+
+
+def parse_wired_limit(text: str, memory_bytes: int) -> int:
+    """`--wired-limit` → bytes: '28GB' / '28 GiB' (GB of RAM are GiB), or a plain number of MB as sysctl takes it
+    ('28672'). HardwareError for nonsense, 0 (that is macOS's default: leave the flag out) or more than the RAM."""
+    match = re.match(r"^\s*(\d+(?:\.\d+)?)\s*(g|gb|gib|m|mb|mib)?\s*$", str(text or ""), re.IGNORECASE)
+    if not match:
+        raise HardwareError(f"cannot read --wired-limit {text!r}: write it like 28GB, or in MB as sysctl takes it (28672)")
+    value, unit = float(match.group(1)), (match.group(2) or "mb").lower()
+    size = int(value * (GiB if unit.startswith("g") else 1024**2))
+    if size <= 0:
+        raise HardwareError("--wired-limit 0 means macOS's default GPU limit: leave the flag out to see that")
+    if unit.startswith("m") and not match.group(2) and value < 1024:
+        raise HardwareError(f"--wired-limit {text} MB is less than 1 GB: did you mean {text}GB?")
+    if size < GiB:
+        raise HardwareError(f"--wired-limit {text!r} is below 1 GB: no model fits in that")
+    if size > memory_bytes:
+        raise HardwareError(
+            f"--wired-limit {text} is more than this Mac's {memory_bytes / GiB:.0f} GB of RAM "
+            f"(the most worth trying is {max_safe_wired_limit(memory_bytes) // 1024**2} MB)"
+        )
+    return size
+
+
+def with_wired_limit(machine: MachineProfile, limit_bytes: int) -> MachineProfile:
+    """The same Mac with iogpu.wired_limit_mb raised (or lowered) to `limit_bytes`: the budget follows it."""
+    return replace(machine, budget_bytes=min(int(limit_bytes), machine.memory_bytes), budget_source="wired-limit")
 
 
 def what_if_machine(chip: str, memory_bytes: int, gpu_cores: int | None = None) -> MachineProfile:

@@ -12,8 +12,9 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
+from macapp.core import prefill as prefill_model
 from macapp.core.catalog import Arch, ModelRef
-from macapp.core.hardware import MachineProfile
+from macapp.core.hardware import LAYER_COST_SCALE, MachineProfile
 
 KV_STEP = 256  # mlx-lm's KVCache grows in steps of 256 tokens
 DEFAULT_CONTEXT = 32768  # the context a fit is judged at unless the user picks one (CLI, window, downloads)
@@ -31,7 +32,6 @@ FITS_SHARE = 0.90  # above 90% of the budget the verdict is "tight"
 # M5 Max 4-bit 122B-A10B 60-65; M4 4-bit 0.8B ~190.
 BANDWIDTH_EFFICIENCY = 0.82  # share of peak memory bandwidth reached while streaming weights
 LAYER_COST_MS = {"dense": 0.06, "moe": 0.19}  # fixed per-layer cost on an M3-generation GPU
-GENERATION_SPEEDUP = {"M1": 1.3, "M2": 1.15, "M3": 1.0, "M4": 0.8, "M5": 0.62}  # × layer cost
 EARLY_CONTEXT = 1024  # the "start of a conversation" context the headline speed is quoted at
 
 
@@ -58,6 +58,8 @@ class Estimate:
     max_context: int
     decode_tps_estimate: float | None  # at the start of a conversation
     decode_tps_at_context: float | None  # with the whole chosen context filled
+    prefill_tps_estimate: float | None  # average tok/s reading a `context`-token prompt into an empty cache
+    ttft_estimate_s: float | None  # that prompt's time to first token
     machine: str
     derivation: list[str] = field(default_factory=list)
 
@@ -223,7 +225,47 @@ def decode_step_ms(arch: Arch, machine: MachineProfile, bytes_per_token: float, 
     """Milliseconds one machine spends on a generated token: streaming `bytes_per_token` from memory plus a
     fixed cost for each of the `layers` it runs (also used per host by macapp.core.cluster)."""
     stream_ms = bytes_per_token / (machine.bandwidth_gbs * 1e9 * BANDWIDTH_EFFICIENCY) * 1e3
-    return stream_ms + layers * LAYER_COST_MS["moe" if arch.is_moe else "dense"] * GENERATION_SPEEDUP.get(machine.family, 1.0)
+    return stream_ms + layers * LAYER_COST_MS["moe" if arch.is_moe else "dense"] * LAYER_COST_SCALE.get(machine.family, 1.0)
+
+
+def _matmul_params(arch: Arch) -> tuple[int, int]:
+    """(projection, routed-expert) parameters one prompt token multiplies; the output head is left out because
+    mlx-lm computes logits for the last prompt position only."""
+    shapes = _layer_tensors(arch)
+    dense = arch.linear_layers * sum(o * i for o, i in shapes["linear"])
+    dense += arch.full_attention_layers * sum(o * i for o, i in shapes["full"])
+    main, router = _mlp_tensors(arch, active_only=True)
+    if not arch.is_moe:
+        return dense + arch.num_hidden_layers * sum(o * i for o, i in main), 0
+    routed = 3 * arch.num_experts_per_tok * arch.moe_intermediate_size * arch.hidden_size
+    per_layer = sum(o * i for o, i in main + router)
+    return dense + arch.num_hidden_layers * (per_layer - routed), arch.num_hidden_layers * routed
+
+
+def prefill_workload(model: ModelRef) -> prefill_model.Workload:
+    """What one prompt token costs this model (for prefill.estimate_prefill)."""
+    arch = model.arch
+    state = arch.linear_num_value_heads * arch.linear_key_head_dim * arch.linear_value_head_dim
+    dense, routed = _matmul_params(arch)
+    return prefill_model.Workload(
+        dense_flops=2.0 * dense,
+        expert_flops=2.0 * routed,
+        attention_flops=4.0 * arch.num_attention_heads * arch.head_dim * arch.full_attention_layers,
+        # per state element: decay, k·S, the delta update and q·S (2 FLOPs each)
+        scan_flops=8.0 * state * arch.linear_layers,
+        weights_bytes=_weights_of(model)[0],
+        expert_rows_share=arch.num_experts_per_tok / arch.num_experts if arch.is_moe else 0.0,
+    )
+
+
+def prefill_estimate(
+    model: ModelRef, machine: MachineProfile, tokens: int, kv_bits: int | None = None, prefill_step: int = DEFAULT_PREFILL_STEP
+) -> prefill_model.PrefillEstimate | None:
+    """Reading a `tokens`-token prompt into an empty cache, through to the first generated token; None off Apple Silicon."""
+    first = decode_tps(model, machine, tokens, kv_bits)
+    if first is None:
+        return None
+    return prefill_model.estimate_prefill(prefill_workload(model), machine, tokens, prefill_step, first_token_s=1.0 / first)
 
 
 # --- the one number ---
@@ -301,6 +343,7 @@ def estimate(
     total = weights + kv + state + prefill + runtime
     early = decode_tps(model, machine, min(context, EARLY_CONTEXT), kv_bits)
     late = decode_tps(model, machine, context, kv_bits)
+    reading = prefill_estimate(model, machine, context, kv_bits, prefill_step)
     gb = 1e9
     derivation = [
         f"weights {weights / gb:.2f} GB ({'exact file sizes' if exact else f'computed: {model.bits or 16}-bit, +0.5 bit/weight for MLX group-{model.group_size} scales and biases, router gates 8-bit, norms bf16'})",
@@ -316,6 +359,8 @@ def estimate(
             f"at {machine.bandwidth_gbs:.0f} GB/s × {BANDWIDTH_EFFICIENCY:.0%} efficiency, plus a fixed per-layer cost "
             f"({'MoE routing' if arch.is_moe else 'dense'}); {late:.0f} tok/s with the whole context filled. An estimate, not a measurement."
         )
+    if reading is not None:
+        derivation.append(prefill_model.describe(reading, prefill_workload(model), machine, prefill_step))
     return Estimate(
         model=model.name,
         repo=model.repo,
@@ -336,6 +381,8 @@ def estimate(
         max_context=max_context(model, machine.budget_bytes, kv_bits, prefill_step),
         decode_tps_estimate=early,
         decode_tps_at_context=late,
+        prefill_tps_estimate=None if reading is None else round(reading.tps, 1),
+        ttft_estimate_s=None if reading is None else round(reading.seconds, 2),
         machine=machine.chip,
         derivation=derivation,
     )

@@ -1,0 +1,171 @@
+"""What to do when a build does not fit: the concrete ways out, in order of what they cost the user.
+
+One function, `advise`, for every front end (`qwen-desk fit`, `qwen-desk models`, the badge's tooltip, the details
+pane). The ways out, cheapest first: a shorter context that fits, a quantized KV cache, letting macOS wire more
+memory for the GPU (`sudo sysctl iogpu.wired_limit_mb=N` — the app never runs it), and the next build down that fits.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Iterable
+
+from macapp.core import sizing
+from macapp.core.catalog import ModelRef
+from macapp.core.hardware import GiB, MachineProfile, max_safe_wired_limit
+
+MiB = 1024**2
+
+
+class Remedy(str, Enum):
+    SHORTER_CONTEXT = "shorter_context"
+    KV_CACHE = "kv_cache"
+    WIRED_LIMIT = "wired_limit"
+    SMALLER_BUILD = "smaller_build"
+
+
+@dataclass(frozen=True)
+class Step:
+    remedy: Remedy
+    text: str
+    context: int | None = None  # the context the step makes fit
+    kv_bits: int | None = None
+    command: str | None = None  # for the wired limit: the exact command the user may run
+    wired_limit_mb: int | None = None
+    leaves_bytes: int | None = None  # what the wired limit leaves for macOS and other apps
+    model: str | None = None  # for a smaller build: "Qwen3.5-9B 8-bit"
+    repo: str | None = None
+
+
+@dataclass(frozen=True)
+class Advice:
+    verdict: str
+    headline: str  # one sentence: why it does not fit ("" when it fits)
+    steps: tuple[Step, ...] = field(default_factory=tuple)
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        for step in data["steps"]:
+            step["remedy"] = step["remedy"].value
+        return data
+
+    def lines(self) -> list[str]:
+        """Headline, then the numbered ways out (for text front ends)."""
+        if not self.headline:
+            return []
+        return [self.headline] + [f"{i}. {step.text}" for i, step in enumerate(self.steps, 1)]
+
+
+def _gb(n: float) -> str:
+    return f"{n / 1e9:.1f} GB"
+
+
+def _build_name(model: ModelRef) -> str:
+    return f"{model.name} {model.bits}-bit" if model.bits else model.name
+
+
+def wired_limit_step(need_bytes: int, machine: MachineProfile, what: str = "it") -> Step | None:
+    """The sysctl that would give the GPU room for `need_bytes` (aiming at a 'fits' verdict), or None if even the
+    most macOS can safely give (hardware.max_safe_wired_limit) is not enough or the budget already suffices."""
+    ceiling = max_safe_wired_limit(machine.memory_bytes)
+    if not machine.is_apple_silicon or need_bytes <= machine.budget_bytes or need_bytes > ceiling:
+        return None
+    wanted = min(max(need_bytes / sizing.FITS_SHARE, need_bytes + 256 * MiB), ceiling)
+    mb = min(math.ceil(wanted / GiB) * 1024, ceiling // MiB)
+    leaves = machine.memory_bytes - mb * MiB
+    command = f"sudo sysctl iogpu.wired_limit_mb={mb}"
+    wording = f"{what} fits" if sizing.verdict_for(need_bytes, mb * MiB) == "fits" else f"{what} just fits (tight)"
+    text = (
+        f"let macOS wire more memory for the GPU: run `{command}` in Terminal. The GPU may then use {_gb(mb * MiB)} "
+        f"instead of {_gb(machine.budget_bytes)} and {wording}; that leaves {_gb(leaves)} for macOS and your other apps. "
+        f"It resets at reboot (`sudo sysctl iogpu.wired_limit_mb=0` restores the default now). Risk: if macOS and the apps "
+        f"you have open need more than {_gb(leaves)}, the Mac swaps hard or freezes — quit big apps first. "
+        f"Qwen Desk never changes this setting."
+    )
+    return Step(Remedy.WIRED_LIMIT, text, command=command, wired_limit_mb=mb, leaves_bytes=leaves)
+
+
+def _shorter_context(est: sizing.Estimate) -> Step | None:
+    if not est.max_context or est.max_context >= est.context:
+        return None
+    return Step(
+        Remedy.SHORTER_CONTEXT,
+        f"use a shorter context: up to {est.max_context:,} tokens fits (you asked for {est.context:,}).",
+        context=est.max_context,
+        kv_bits=est.kv_bits,
+    )
+
+
+def _kv_cache(model: ModelRef, est: sizing.Estimate, machine: MachineProfile) -> Step | None:
+    for bits in (8, 4):
+        if est.kv_bits is not None and bits >= est.kv_bits:
+            continue
+        other = sizing.estimate(model, est.context, machine, kv_bits=bits)
+        if other.verdict != "too_big":
+            return Step(
+                Remedy.KV_CACHE,
+                f"quantize the KV cache to {bits} bits (`--kv-bits {bits}`, or the KV cache menu): the whole "
+                f"{est.context:,}-token context then fits ({_gb(other.total_bytes)} of {_gb(other.budget_bytes)}); a small quality cost.",
+                context=est.context,
+                kv_bits=bits,
+            )
+    return None
+
+
+def _smaller_build(model: ModelRef, est: sizing.Estimate, machine: MachineProfile, candidates: Iterable[ModelRef]) -> Step | None:
+    best: tuple[sizing.Estimate, ModelRef] | None = None
+    for other in candidates:
+        if (other.repo, other.local_path, other.bits) == (model.repo, model.local_path, model.bits):
+            continue
+        context = min(est.context, other.arch.max_position_embeddings)
+        try:
+            e = sizing.estimate(other, context, machine, kv_bits=est.kv_bits)
+        except ValueError:
+            continue
+        if e.verdict != "too_big" and e.weights_bytes < est.weights_bytes and (best is None or e.weights_bytes > best[0].weights_bytes):
+            best = (e, other)
+    if best is None:
+        return None
+    e, other = best
+    return Step(
+        Remedy.SMALLER_BUILD,
+        f"choose the next build down that fits: {_build_name(other)} ({_gb(e.total_bytes)} at {e.context:,} tokens{', tight' if e.verdict == 'tight' else ''}"
+        f"{f', ~{e.decode_tps_estimate:.0f} tok/s' if e.decode_tps_estimate else ''}).",
+        context=e.context,
+        kv_bits=est.kv_bits,
+        model=_build_name(other),
+        repo=other.repo,
+    )
+
+
+def _headline(model: ModelRef, est: sizing.Estimate) -> str:
+    if est.verdict != "too_big":
+        return ""
+    if not est.max_context:
+        return (
+            f"No context fits: {_build_name(model)} needs {_gb(est.total_bytes - est.kv_cache_bytes)} before any KV cache "
+            f"(weights {_gb(est.weights_bytes)}), more than this Mac's {_gb(est.budget_bytes)} GPU budget."
+        )
+    return f"{_build_name(model)} needs {_gb(est.total_bytes)} at {est.context:,} tokens, more than the {_gb(est.budget_bytes)} GPU budget."
+
+
+def advise(model: ModelRef, est: sizing.Estimate, machine: MachineProfile, candidates: Iterable[ModelRef] = ()) -> Advice:
+    """The ways out for `model` (estimated as `est` on `machine`), cheapest first; no steps when it fits or is tight.
+
+    `candidates` are the other builds to look through for one that fits (the catalog, the library's rows)."""
+    headline = _headline(model, est)
+    if not headline:
+        return Advice(est.verdict, "")
+    steps = [
+        _shorter_context(est),
+        _kv_cache(model, est, machine),
+        wired_limit_step(est.total_bytes, machine, what=f"the whole {est.context:,}-token context"),
+        _smaller_build(model, est, machine, candidates),
+    ]
+    found = tuple(step for step in steps if step is not None)
+    if not found:
+        headline += f" Nothing fixes that on this Mac: even the most macOS can safely give the GPU ({_gb(max_safe_wired_limit(machine.memory_bytes))}) is not enough."
+    return Advice(est.verdict, headline, found)
+

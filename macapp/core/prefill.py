@@ -1,0 +1,168 @@
+"""How long reading a prompt takes: the prefill (prompt-processing) time model behind `ttft_estimate_s`.
+
+Reading a prompt is compute-bound, not bandwidth-bound: mlx-lm pushes the prompt through the model in chunks of
+`prefill_step_size` tokens (2048), so every weight is read once per chunk while the GPU does
+2 × (active parameters) FLOPs per token, plus the full-attention layers' QKᵀ and AV products (which grow with the
+position in the context) and the DeltaNet layers' recurrent scan. Per chunk:
+
+    time = weights read once (bandwidth)
+         + matmul FLOPs ÷ (GPU FLOPS × matmul efficiency at this chunk's rows per weight matrix)
+         + attention FLOPs ÷ (GPU FLOPS × attention efficiency)
+         + DeltaNet scan FLOPs ÷ (GPU FLOPS × scan efficiency)
+
+Short prompts are dominated by the per-chunk costs (weight reads, the matmul efficiency of few rows), long ones by
+attention, whose cost per token grows with the context already read.
+
+The efficiencies are calibrated on public Apple measurements (mlx-lm's own `mlx_lm.benchmark` lines first; the
+sources are in `bench/fit_accuracy.py` and README, "How the numbers are made"). `sizing.estimate` calls
+`estimate_prefill`, so there is still one function producing the figure every screen shows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from macapp.core.hardware import MATMUL_ACCELERATION, MachineProfile, gpu_tflops
+
+# Fitted (least squares on log estimate/measured) to the public runs listed in bench/fit_accuracy.py.
+# Matmul efficiency (share of the GPU's FLOPS reached) rises with the rows each weight matrix sees per chunk:
+# eff = MAX × rows / (rows + HALF), i.e. every matrix costs as if the chunk had HALF more rows: the fixed
+# per-chunk cost that dominates short prompts. Dense projections see the whole chunk; a routed expert sees only
+# chunk × routed / experts rows (2048 × 8 / 256 = 64), through MLX's gather_qmm kernel.
+DENSE_EFF, DENSE_ROWS_HALF = 0.90, 190.0
+EXPERT_EFF, EXPERT_ROWS_HALF = 0.90, 9.0
+# The M5's neural accelerators speed up dense matmuls and attention by hardware.MATMUL_ACCELERATION (×3.4); the
+# expert kernel gains less (fitted on the M5 Max Qwen3.5-35B-A3B run) and the DeltaNet scan nothing.
+EXPERT_ACCELERATION = {"M5": 2.15}
+ATTENTION_EFF = 0.25  # causal attention at head_dim 256, bf16; fitted mainly on the one 128K-token run
+SCAN_EFF = 0.033  # the gated-delta Metal kernel steps through the chunk token by token (latency-bound)
+WEIGHT_READ_EFF = 0.82  # as for decode (sizing.BANDWIDTH_EFFICIENCY)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The work one prompt token costs a model, independent of the machine (built by sizing.prefill_workload)."""
+
+    dense_flops: float  # per token: 2 × the projection parameters (attention, DeltaNet, shared expert, router)
+    expert_flops: float  # per token: 2 × the routed experts' parameters (0 for a dense model)
+    attention_flops: float  # per token per earlier position: 4 × query heads × head_dim × full-attention layers
+    scan_flops: float  # per token: the DeltaNet recurrence over every linear layer's state
+    weights_bytes: int  # read once per chunk (an MoE chunk touches every expert)
+    expert_rows_share: float = 0.0  # routed experts / experts: the share of a chunk's rows each expert sees
+
+    @property
+    def matmul_flops(self) -> float:
+        return self.dense_flops + self.expert_flops
+
+
+def transformer_workload(
+    hidden: int, layers: int, heads: int, kv_heads: int, head_dim: int, intermediate: int = 0,
+    experts: int = 0, routed: int = 0, expert_intermediate: int = 0, bits_per_weight: float = 4.5,
+) -> Workload:
+    """A plain full-attention transformer (Qwen3), to check the model on mlx-lm's published Qwen3 benchmarks."""
+    attention = hidden * head_dim * (2 * heads + 2 * kv_heads)
+    if experts:
+        dense, expert = attention + experts * hidden, 3 * routed * expert_intermediate * hidden
+        stored = attention + 3 * experts * expert_intermediate * hidden
+    else:
+        dense, expert = attention + 3 * intermediate * hidden, 0
+        stored = dense
+    return Workload(
+        dense_flops=2.0 * layers * dense,
+        expert_flops=2.0 * layers * expert,
+        attention_flops=4.0 * heads * head_dim * layers,
+        scan_flops=0.0,
+        weights_bytes=int(layers * stored * bits_per_weight / 8),
+        expert_rows_share=routed / experts if experts else 0.0,
+    )
+
+
+@dataclass(frozen=True)
+class PrefillEstimate:
+    tokens: int
+    seconds: float  # time to first token: every chunk plus the first generated token
+    tps: float  # tokens / seconds, as mlx_lm.benchmark reports prompt_tps
+    matmul_s: float
+    attention_s: float
+    scan_s: float
+    read_s: float  # every weight read once per chunk
+    tflops: float  # the GPU throughput used
+
+
+def dense_efficiency(chunk: int) -> float:
+    return DENSE_EFF * chunk / (chunk + DENSE_ROWS_HALF)
+
+
+def expert_efficiency(work: Workload, chunk: int) -> float:
+    rows = max(1.0, chunk * work.expert_rows_share)
+    return EXPERT_EFF * rows / (rows + EXPERT_ROWS_HALF)
+
+
+def chunk_seconds(work: Workload, machine: MachineProfile, start: int, size: int, tflops: float) -> tuple[float, float, float, float]:
+    """(matmul, attention, scan, weight-read) seconds for tokens [start, start + size) with `start` tokens already cached.
+
+    `tflops` includes the M5's matmul acceleration; the expert kernel and the scan get their own share of it."""
+    flops = tflops * 1e12
+    accel = MATMUL_ACCELERATION.get(machine.family or "", 1.0)
+    matmul = work.dense_flops * size / (flops * dense_efficiency(size))
+    if work.expert_flops:
+        expert_flops = flops / accel * EXPERT_ACCELERATION.get(machine.family or "", 1.0)
+        matmul += work.expert_flops * size / (expert_flops * expert_efficiency(work, size))
+    positions = size * (start + (size + 1) / 2)  # each token attends to every earlier token and itself
+    attention = work.attention_flops * positions / (flops * ATTENTION_EFF)
+    scan = work.scan_flops * size / (flops / accel * SCAN_EFF)
+    read = work.weights_bytes / ((machine.bandwidth_gbs or 1.0) * 1e9 * WEIGHT_READ_EFF)
+    return matmul, attention, scan, read
+
+
+def estimate_prefill(
+    work: Workload, machine: MachineProfile, tokens: int, prefill_step: int, first_token_s: float = 0.0
+) -> PrefillEstimate | None:
+    """Time to read `tokens` into an empty cache in mlx-lm's chunks, plus the first token; None off Apple Silicon."""
+    tflops = gpu_tflops(machine)
+    if tflops is None or tokens <= 0:
+        return None
+    step = max(1, prefill_step)
+    totals = [0.0, 0.0, 0.0, 0.0]
+    start = 0
+    while start < tokens:
+        size = min(step, tokens - start)
+        for i, part in enumerate(chunk_seconds(work, machine, start, size, tflops)):
+            totals[i] += part
+        start += size
+    seconds = sum(totals) + first_token_s
+    return PrefillEstimate(
+        tokens=tokens,
+        seconds=seconds,
+        tps=tokens / seconds,
+        matmul_s=totals[0],
+        attention_s=totals[1],
+        scan_s=totals[2],
+        read_s=totals[3],
+        tflops=tflops,
+    )
+
+
+def describe(p: PrefillEstimate, work: Workload, machine: MachineProfile, prefill_step: int) -> str:
+    """The derivation line, like the decode one."""
+    return (
+        f"reading a {p.tokens:,}-token prompt ≈ {format_duration(p.seconds)} (~{p.tps:,.0f} tok/s): "
+        f"{work.matmul_flops / 1e9:.1f} GFLOP per token of matmuls{' (routed + shared experts)' if work.expert_flops else ''} "
+        f"at up to {p.tflops:.1f} TFLOPS in {min(p.tokens, prefill_step):,}-token chunks "
+        f"= {format_duration(p.matmul_s)}, full attention growing with the context {format_duration(p.attention_s)}, "
+        f"DeltaNet scan {format_duration(p.scan_s)}, weights read once per chunk {format_duration(p.read_s)}"
+        f"{'' if machine.family != 'M5' else ' (M5: GPU neural accelerators counted)'}. An estimate, not a measurement."
+    )
+
+
+def format_duration(seconds: float) -> str:
+    """'0.4 s', '12 s', '3 min 20 s', '1 h 5 min' — how long a prompt takes to read."""
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    minutes, secs = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs} s" if secs and minutes < 10 else f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min" if minutes else f"{hours} h"
