@@ -54,6 +54,9 @@ class TurnClock:
             finish_reason=finish,
         )
 
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
     def unanswered(self, context: int) -> GenerationStats:
         """A turn stopped before any token: nothing generated, `context` tokens left in the cache."""
-        return GenerationStats(finish_reason="stopped", context_tokens=context, elapsed_s=time.perf_counter() - self.start)
+        return GenerationStats(finish_reason="stopped", context_tokens=context, elapsed_s=self.elapsed())

@@ -1,0 +1,123 @@
+"""The Engine: the loaded model and the jobs on it; all MLX work runs on the one worker thread, in order."""
+
+from __future__ import annotations
+
+import os
+import weakref
+from typing import Callable
+
+from macapp.core import events as ev
+from macapp.core.engine import model_folder
+from macapp.core.engine.jobs import Job
+from macapp.core.engine.model_folder import LoadedModel
+from macapp.core.engine.options import SessionOptions
+from macapp.core.engine.session import ChatSession
+from macapp.core.engine.worker import submit_work
+from macapp.core.events import Failed, Loaded, Unloaded
+
+
+class Engine:
+    """The loaded model and the jobs on it; all MLX work runs on the one worker thread, in order."""
+
+    def __init__(self) -> None:
+        self._model: LoadedModel | None = None
+        self._budget: int | None = None
+        self._closed = False
+        self._sessions: weakref.WeakSet[ChatSession] = weakref.WeakSet()
+        self._jobs: weakref.WeakSet[Job] = weakref.WeakSet()
+
+    def submit(self, kind: str, work: Callable[[Job], None]) -> Job:
+        """Run `work(job)` on the worker thread (for engine extensions and tests)."""
+        if self._closed:
+            raise RuntimeError("this engine is closed")
+        job = Job(kind)
+        self._jobs.add(job)
+        submit_work(job, work)
+        return job
+
+    def _forget_caches(self) -> None:
+        """Drop every session's cache (worker thread): they belong to the model being replaced."""
+        for session in list(self._sessions):
+            session.forget_cache()
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop this engine's jobs, drop the model and caches (the worker thread stays, parked)."""
+        if self._closed:
+            return
+        for job in list(self._jobs):
+            if not job.done:
+                job.stop()
+
+        def work(job: Job) -> None:
+            self._forget_caches()
+            self._model = None
+            job.emit(Unloaded(memory_bytes=0))
+
+        done = self.submit("close", work)
+        self._closed = True
+        try:
+            done.wait(timeout)
+        except TimeoutError:
+            pass
+        self._model = None
+
+    # -- model -----------------------------------------------------------------------------------------
+    def load(self, spec: str | os.PathLike) -> Job:
+        """Load a model folder or a downloaded repo; the Loaded event reports load time and memory."""
+
+        def work(job: Job) -> None:
+            if job.stopped:
+                job.emit(Failed("Loading was cancelled.", ev.CANCELLED))
+                return
+            path = model_folder.locate_model(str(spec))
+            config = model_folder.check_model_folder(path)  # refuse bad folders before letting go of the current model
+            self._forget_caches()  # free the old model and its caches before reading the new one
+            self._model = None
+            self._model = model_folder.load_model(path, config)
+            self.memory_budget_bytes()  # learn the machine now, not on the first message
+            job.emit(self._model.info)
+
+        return self.submit("load", work)
+
+    def unload(self) -> Job:
+        def work(job: Job) -> None:
+            import mlx.core as mx
+
+            self._forget_caches()
+            self._model = None
+            mx.clear_cache()
+            job.emit(Unloaded(memory_bytes=int(mx.get_active_memory())))
+
+        return self.submit("unload", work)
+
+    @property
+    def loaded(self) -> Loaded | None:
+        model = self._model
+        return model.info if model is not None else None
+
+    @property
+    def model(self) -> LoadedModel | None:
+        """The loaded model itself, for engine extensions (the API server): use it only inside Engine.submit work."""
+        return self._model
+
+    def memory_budget_bytes(self) -> int | None:
+        """This machine's GPU memory budget (hardware.detect_machine), cached."""
+        if self._budget is None:
+            try:
+                from macapp.core.hardware import detect_machine
+
+                self._budget = int(detect_machine().budget_bytes)
+            except Exception:
+                return None
+        return self._budget
+
+    def new_session(
+        self,
+        system_prompt: str | None = None,
+        messages: list[dict] | None = None,
+        options: SessionOptions | None = None,
+    ) -> ChatSession:
+        """A conversation; `messages` (role/content[/reasoning] dicts) reopens a saved one."""
+        session = ChatSession(self, system_prompt=system_prompt, messages=messages, options=options or SessionOptions())
+        self._sessions.add(session)
+        return session

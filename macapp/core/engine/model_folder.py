@@ -1,0 +1,151 @@
+"""Finding a model folder, checking it before anything is let go of, and loading it with mlx-lm."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from macapp.core import events as ev
+from macapp.core.catalog import REPO_ID, SUPPORTED_MODEL_TYPES
+from macapp.core.engine.errors import EngineError
+from macapp.core.events import Loaded
+from macapp.core.modelfiles import safetensors_problem, text_config
+
+
+@dataclass
+class LoadedModel:
+    """The loaded model as the worker holds it; read it only from work running on the worker (Engine.submit)."""
+
+    model: Any
+    tokenizer: Any
+    config: dict
+    path: Path
+    info: Loaded
+    arch: Any  # macapp.core.catalog.Arch or None
+    im_end_id: int | None
+    think_end_id: int | None
+    weights_bytes: int
+
+
+def locate_model(spec: str) -> Path:
+    """A local folder, or the downloaded snapshot of a hub repo id or catalog name; EngineError otherwise."""
+    spec = (spec or "").strip()
+    if not spec:
+        raise EngineError("No model given: pass a model folder or a downloaded repo id.", ev.NOT_FOUND)
+    folder = Path(spec).expanduser()
+    if folder.is_dir():
+        return folder.resolve()
+    if folder.exists():
+        raise EngineError(f"{spec} is a file, not a model folder.", ev.NOT_A_MODEL)
+    looks_like_path = spec.startswith((".", "~", os.sep)) or spec.count("/") > 1 or (os.sep != "/" and os.sep in spec)
+    if looks_like_path:
+        raise EngineError(f"No model folder at {spec}.", ev.NOT_FOUND)
+    repo = spec
+    if not REPO_ID.match(spec):
+        try:
+            from macapp.core.catalog import resolve_model
+
+            ref = resolve_model(spec)
+        except Exception as exc:
+            raise EngineError(f"No model folder at {spec}, and it is not a known model name ({exc}).", ev.NOT_FOUND) from exc
+        if ref.local_path is not None:
+            return Path(ref.local_path)
+        repo = ref.repo or spec
+    try:
+        from huggingface_hub import snapshot_download
+
+        from macapp.core.download.hfcache import hub_cache_dir  # HF_HOME / HF_HUB_CACHE read now, not at import
+
+        return Path(snapshot_download(repo, local_files_only=True, cache_dir=str(hub_cache_dir())))
+    except Exception as exc:
+        raise EngineError(
+            f"{repo} is not downloaded yet: run `qwen-desk download {repo}` first (or pass a model folder).",
+            ev.NOT_FOUND,
+        ) from exc
+
+
+def check_model_folder(path: Path) -> dict:
+    """The folder's config.json if it looks like a Qwen3.5-family MLX model; EngineError with the reason otherwise."""
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        raise EngineError(f"{path} is not a model folder: it has no config.json.", ev.NOT_A_MODEL)
+    try:
+        config = json.loads(config_file.read_text())
+    except (OSError, ValueError) as exc:
+        raise EngineError(f"{config_file} is damaged ({exc}); download the model again.", ev.CORRUPT) from exc
+    if not isinstance(config, dict):
+        raise EngineError(f"{config_file} is damaged (not a JSON object); download the model again.", ev.CORRUPT)
+    model_type = config.get("model_type") or text_config(config).get("model_type")
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise EngineError(
+            f"{path.name} is not a Qwen3.5-family model (model_type {model_type!r}); Qwen Desk runs qwen3_5 and qwen3_5_moe models.",
+            ev.NOT_A_MODEL,
+        )
+    weight_files = sorted(path.glob("model*.safetensors"))
+    if not weight_files:
+        raise EngineError(f"{path} has no weights (model*.safetensors); download the model again.", ev.CORRUPT)
+    for weight_file in weight_files:
+        problem = safetensors_problem(weight_file)
+        if problem:
+            raise EngineError(f"{weight_file.name} in {path} is damaged ({problem}); download the model again.", ev.CORRUPT)
+    if not (path / "tokenizer.json").is_file() and not (path / "tokenizer_config.json").is_file():
+        raise EngineError(f"{path} has no tokenizer files; download the model again.", ev.CORRUPT)
+    return config
+
+
+def display_name(path: Path) -> str:
+    """The folder's name, or the repo id of a Hugging Face cache snapshot (…/models--org--name/snapshots/<rev>)."""
+    if path.parent.name == "snapshots":
+        return path.parent.parent.name.removeprefix("models--").replace("--", "/")
+    return path.name
+
+
+def load_model(path: Path, config: dict) -> LoadedModel:
+    """Read a model folder already found by locate_model and checked by check_model_folder (its config)."""
+    import mlx.core as mx
+    import mlx_lm
+    from mlx.utils import tree_flatten
+
+    mx.clear_cache()
+    before = mx.get_active_memory()
+    start = time.perf_counter()
+    try:
+        model, tokenizer, loaded_config = mlx_lm.load(str(path), return_config=True)
+    except Exception as exc:
+        raise EngineError(f"Could not read the model in {path}: {exc}. The files may be damaged; download it again.", ev.CORRUPT) from exc
+    load_time = time.perf_counter() - start
+    weights = int(sum(v.nbytes for _, v in tree_flatten(model.parameters())))
+    quant = loaded_config.get("quantization") or {}
+    try:
+        from macapp.core.catalog import Arch
+
+        arch = Arch.from_config(config)
+    except Exception:  # sizing is then skipped (no memory check), the model still runs
+        arch = None
+    vocab = tokenizer.get_vocab()
+    info = Loaded(
+        path=str(path),
+        name=display_name(path),
+        model_type=str(config.get("model_type")),
+        load_time_s=load_time,
+        memory_bytes=int(mx.get_active_memory() - before),
+        weights_bytes=weights,
+        bits=quant.get("bits"),
+        max_context=int(text_config(config).get("max_position_embeddings") or 262144),
+        has_thinking=bool(tokenizer.has_thinking),
+    )
+    return LoadedModel(
+        model=model,
+        tokenizer=tokenizer,
+        config=config,
+        path=path,
+        info=info,
+        arch=arch,
+        im_end_id=vocab.get("<|im_end|>"),
+        think_end_id=vocab.get("</think>"),
+        weights_bytes=weights,
+    )

@@ -1,0 +1,243 @@
+"""A conversation with one prompt cache, appended to turn by turn (the engine package docstring has the design)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+from macapp.core import events as ev
+from macapp.core.engine import limits, turns
+from macapp.core.engine.clock import TurnClock
+from macapp.core.engine.errors import EngineError
+from macapp.core.engine.jobs import Job
+from macapp.core.engine.model_folder import LoadedModel
+from macapp.core.engine.options import SessionOptions
+from macapp.core.engine.prefill import prefill, wired_memory
+from macapp.core.engine.reply import StreamedReply, stream_reply
+from macapp.core.engine.snapshots import CacheSnapshot, restore_snapshot, take_snapshot
+from macapp.core.engine.turns import ThinkingMode, TurnMemory, TurnPlan
+from macapp.core.events import Finished, PromptProgress, Reply
+from macapp.core.sampling import SamplingParams
+
+if TYPE_CHECKING:
+    from macapp.core.engine.engine import Engine
+
+
+class ChatSession:
+    """One conversation with one prompt cache, appended to turn by turn. Methods return Jobs."""
+
+    def __init__(self, engine: "Engine", system_prompt: str | None, messages: list[dict] | None, options: SessionOptions):
+        self.engine = engine
+        self.options = options
+        self.system_prompt = system_prompt
+        initial = [dict(m) for m in (messages or [])]
+        if initial and initial[0].get("role") == "system":
+            if system_prompt is None:
+                self.system_prompt = initial[0].get("content") or None
+            initial = initial[1:]
+        self._messages: list[dict] = initial
+        self._model: LoadedModel | None = None  # the model the cache belongs to
+        self._cache: list | None = None
+        self.tokens: list[int] = []  # every token in the cache, in order
+        self._close_text = ""  # what the next turn feeds first to close the previous reply
+        self._turn: TurnMemory | None = None
+        self.last_job: Job | None = None
+        self.last_reply: Reply | None = None
+
+    # -- public ----------------------------------------------------------------------------------------
+    @property
+    def messages(self) -> list[dict]:
+        """The conversation: role/content dicts; assistant ones also carry reasoning, thinking and finish_reason."""
+        out = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        return out + [dict(m) for m in self._messages]
+
+    @property
+    def context_tokens(self) -> int:
+        """Tokens in this session's cache (0 until the first send of a reopened conversation)."""
+        return len(self.tokens)
+
+    @property
+    def cache(self) -> list | None:
+        """The prompt cache (mlx-lm layers, holding `tokens`), None until a turn makes one; read it only on the worker."""
+        return self._cache
+
+    @property
+    def snapshot_bytes(self) -> int:
+        """Memory the regenerate/edit snapshots keep alive (DeltaNet states of two earlier points)."""
+        turn = self._turn
+        return 0 if turn is None else turn.before_turn.nbytes + turn.before_last.nbytes
+
+    def send(self, text: str, thinking: bool = True, sampling: SamplingParams | None = None, thinking_budget: int | None = None) -> Job:
+        """Add a user message and stream the reply. `sampling` None: the model card's preset for the mode."""
+        return self._submit(lambda job: self._send(job, text, bool(thinking), sampling, thinking_budget))
+
+    def regenerate(self, thinking: bool | None = None, sampling: SamplingParams | None = None, thinking_budget: int | None = None) -> Job:
+        """Replace the last reply with a new one to the same message; `thinking` None keeps the last mode."""
+        return self._submit(lambda job: self._redo(job, None, thinking, sampling, thinking_budget))
+
+    def edit_last(self, text: str, thinking: bool | None = None, sampling: SamplingParams | None = None, thinking_budget: int | None = None) -> Job:
+        """Replace the last user message (and its reply) with `text`, and answer it."""
+        return self._submit(lambda job: self._redo(job, text, thinking, sampling, thinking_budget))
+
+    def reset(self) -> Job:
+        """Forget the cache (not the messages): the next send reads the conversation once through the template."""
+
+        def work(job: Job) -> None:
+            self.forget_cache()
+            job.emit(Finished(Reply(kept=False)))
+
+        return self._submit(work)
+
+    def forget_cache(self) -> None:
+        """Drop the cache (worker thread: the engine calls it when the model goes; elsewhere use reset())."""
+        self._cache = None
+        self._model = None
+        self.tokens = []
+        self._close_text = ""
+        self._turn = None
+
+    # -- planning (worker thread) ----------------------------------------------------------------------
+    def _submit(self, work: Callable[[Job], None]) -> Job:
+        job = self.engine.submit("chat", work)
+        self.last_job = job
+        return job
+
+    def _require_model(self) -> LoadedModel:
+        model = self.engine.model
+        if model is None:
+            raise EngineError("No model is loaded: load a model first.", ev.NO_MODEL)
+        if self._model is not model:  # another model: its cache starts empty and reads the conversation once
+            self.forget_cache()
+            self._model = model
+        return model
+
+    def _send(self, job: Job, text: str, thinking: bool, sampling: SamplingParams | None, budget: int | None) -> None:
+        clock = TurnClock()
+        if job.stopped:
+            job.emit(Finished(Reply(thinking=thinking, finish_reason="stopped", kept=False)))
+            return
+        turns.require_text(text)
+        m = self._require_model()
+        appending = self._cache is not None and bool(self.tokens)
+        plan = turns.plan_send(
+            m.tokenizer, text=text, mode=ThinkingMode.of(thinking, budget), messages=self._messages,
+            system_prompt=self.system_prompt, close_text=self._close_text if appending else None,
+        )
+        self._run_turn(job, m, clock, plan, sampling, budget)
+
+    def _redo(self, job: Job, new_text: str | None, thinking: bool | None, sampling: SamplingParams | None, budget: int | None) -> None:
+        clock = TurnClock()
+        if job.stopped:
+            job.emit(Finished(Reply(finish_reason="stopped", kept=False)))
+            return
+        last_user = turns.last_user_index(self._messages, new_text)
+        m = self._require_model()
+        plan = turns.plan_redo(
+            m.tokenizer, new_text=new_text, thinking=thinking, budget=budget, messages=self._messages, last_user=last_user,
+            system_prompt=self.system_prompt, last=self._turn if self._cache is not None else None,
+        )
+        self._run_turn(job, m, clock, plan, sampling, budget)
+
+    # -- the turn (worker thread) ----------------------------------------------------------------------
+    def _run_turn(self, job: Job, m: LoadedModel, clock: TurnClock, plan: TurnPlan, sampling: SamplingParams | None, budget: int | None) -> None:
+        params = limits.turn_sampling(sampling, plan.mode.thinking, budget, self.options)
+        if plan.restore is not None:
+            cached = plan.restore.length
+        else:
+            cached = 0 if plan.rereads else len(self.tokens)
+        budget_bytes = self.options.memory_budget_bytes or self.engine.memory_budget_bytes()
+        limit = limits.context_limit(m, self.options, len(plan.prompt), cached, budget_bytes)
+        try:
+            reply = self._play(job, m, clock, plan, params, budget, limit)
+        except Exception:
+            self.forget_cache()  # the cache is in an unknown state: the next send re-reads the conversation
+            self._model = m
+            raise
+        if reply is not None:
+            job.emit(Finished(reply))
+
+    def _play(self, job: Job, m: LoadedModel, clock: TurnClock, plan: TurnPlan, params: SamplingParams, budget: int | None, limit: int) -> Reply | None:
+        """Read the plan's prompt and stream the reply; None when a stop while reading undid the turn."""
+        if plan.rereads:
+            self.forget_cache()
+            self._model = m
+        previous = self._turn
+        turn_start = self._rewind(m, plan)
+        self._messages = list(plan.history)
+        clock.reading(len(plan.prompt))
+        with wired_memory(m):
+            if not self._read_prompt(job, m, clock, plan, turn_start, previous):
+                return None
+            self._turn = TurnMemory(
+                before_turn=turn_start, close_before=plan.close_before, prefix=plan.prefix,
+                before_last=take_snapshot(self._cache, len(self.tokens)), last_token=plan.prompt[-1], mode=plan.mode,
+            )
+            self._messages.append({"role": "user", "content": plan.user_text})
+            streamed = stream_reply(
+                m, self._cache, plan.prompt[-1:], cached=len(self.tokens), limit=limit, params=params,
+                thinking=plan.mode.thinking, budget=budget, should_stop=job.stop_event.is_set, emit=job.emit, clock=clock,
+                kv=self.options.kv, prefill_step=self.options.prefill_step_size,
+            )
+        self._settle_reply(m, plan, streamed)
+        return streamed.reply
+
+    def _rewind(self, m: LoadedModel, plan: TurnPlan) -> CacheSnapshot:
+        """Make sure there is a cache and go back to the plan's point in it; return where the turn starts."""
+        if self._cache is None:
+            from mlx_lm.models.cache import make_prompt_cache
+
+            self._cache = make_prompt_cache(m.model)
+            self.tokens = []
+        if plan.restore is not None:
+            restore_snapshot(self._cache, plan.restore)
+            del self.tokens[plan.restore.length :]
+        return plan.turn_start or take_snapshot(self._cache, len(self.tokens))
+
+    def _read_prompt(self, job: Job, m: LoadedModel, clock: TurnClock, plan: TurnPlan, turn_start: CacheSnapshot, previous: TurnMemory | None) -> bool:
+        """Prefill all but the prompt's last token; False if a stop undid the turn (its Finished is then emitted).
+
+        A stop during a chunk is answered at once by Job.stop() (armed here); the undo waits for the chunk."""
+        prompt = plan.prompt
+        total = len(prompt)
+        job.emit(PromptProgress(0, total))
+        stopped = Finished(Reply(thinking=plan.mode.thinking, finish_reason="stopped", kept=False, stats=clock.unanswered(turn_start.length)))
+        if plan.undo_on_stop:
+            job.arm_early_reply(stopped)
+        done = prefill(
+            m, self._cache, prompt[:-1], step=self.options.prefill_step_size, kv=self.options.kv,
+            should_stop=job.stop_event.is_set if plan.undo_on_stop else None,
+            on_progress=lambda n: job.emit(PromptProgress(n, total)),
+        )
+        self.tokens.extend(prompt[:done])
+        if plan.undo_on_stop and (job.disarm_early_reply() or job.stopped):
+            self._undo(m, plan, turn_start, previous)
+            stopped.reply.stats.elapsed_s = clock.elapsed()
+            job.emit(stopped)  # ignored if stop() already sent it
+            return False
+        return True
+
+    def _undo(self, m: LoadedModel, plan: TurnPlan, turn_start: CacheSnapshot, previous: TurnMemory | None) -> None:
+        """A stop while reading: the conversation and the cache as before the turn."""
+        restore_snapshot(self._cache, turn_start)
+        del self.tokens[turn_start.length :]
+        self._close_text = plan.close_before
+        self._turn = previous if plan.restore is None else None
+        if plan.keeps_message_on_undo:  # not read yet: the next send reads it all, this message included
+            self.forget_cache()
+            self._model = m
+            self._messages.append({"role": "user", "content": plan.user_text})
+
+    def _settle_reply(self, m: LoadedModel, plan: TurnPlan, streamed: StreamedReply) -> None:
+        """The reply is in the cache: account for its tokens, and know how the next turn closes it."""
+        reply = streamed.reply
+        self.tokens.extend(streamed.tokens_added)
+        last = self.tokens[-1] if self.tokens else None
+        if last is not None and last == m.im_end_id:
+            self._close_text = "\n"
+        elif streamed.still_reasoning:
+            self._close_text = "\n</think>\n\n<|im_end|>\n"
+        else:
+            self._close_text = "<|im_end|>\n"
+        self._messages.append(
+            {"role": "assistant", "content": reply.text, "reasoning": reply.reasoning, "thinking": plan.mode.thinking, "finish_reason": reply.finish_reason}
+        )
+        self.last_reply = reply

@@ -1,0 +1,174 @@
+"""How a turn is planned: which cache point to go back to, which tokens to feed, what a stop while reading undoes.
+
+A session's cache is only ever appended to. A send feeds the previous reply's closing text and the new user
+turn (or the whole conversation through the template when nothing is cached). A regenerate goes back to just
+before the prompt's last token and feeds that one token again (or, in another thinking mode, back to before
+the user turn and feeds it anew); an edit goes back to before the user turn and feeds the new one. Without a
+snapshot (a reopened conversation) both read the conversation once through the template.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+from macapp.core import events as ev
+from macapp.core.engine.errors import EngineError
+from macapp.core.engine.snapshots import CacheSnapshot
+from macapp.core.events import TurnKind
+
+CLOSE_REASONING = "</think>\n\n"
+
+
+class ThinkingMode(enum.Enum):
+    OFF = "off"
+    ON = "on"
+    CLOSED = "closed"  # thinking on with a budget of 0: the prompt itself closes the reasoning
+
+    @classmethod
+    def of(cls, thinking: bool, budget: int | None) -> "ThinkingMode":
+        if not thinking:
+            return cls.OFF
+        return cls.CLOSED if budget == 0 else cls.ON
+
+    @property
+    def thinking(self) -> bool:
+        return self is not ThinkingMode.OFF
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnMemory:
+    """What a session remembers of its last turn, for regenerate and edit."""
+
+    before_turn: CacheSnapshot  # the cache before this turn's prompt (edit goes back here)
+    close_before: str  # the previous reply's pending close text at that point
+    prefix: list[int] | None  # prompt tokens before the user message (closing text, or system/history)
+    before_last: CacheSnapshot  # before the prompt's last token (regenerate goes back here)
+    last_token: int
+    mode: ThinkingMode
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnPlan:
+    """How to run one turn: what to restore, what to feed, what the conversation is before it."""
+
+    kind: TurnKind
+    mode: ThinkingMode
+    prompt: list[int]  # tokens to feed, the last one by the reply stream
+    user_text: str
+    history: list[dict]  # the conversation before this turn's user message
+    prefix: list[int] | None  # prompt tokens before the user message; None when the template does not split there
+    close_before: str  # the previous reply's close text, back in place if the turn is undone
+    restore: CacheSnapshot | None = None  # go back here first (regenerate / edit from a snapshot)
+    turn_start: CacheSnapshot | None = None  # the turn's known start (regenerate); None: where the cache is
+
+    @property
+    def rereads(self) -> bool:
+        """A regenerate or edit without a snapshot: the cache starts empty and reads the whole conversation."""
+        return self.kind is not TurnKind.SEND and self.restore is None
+
+    @property
+    def undo_on_stop(self) -> bool:
+        """A stop while the prompt is read undoes the turn. Not for a regenerate from a snapshot: it reads on (one
+        short turn) and stops at its first token, so its user message stays in the cache."""
+        return not (self.kind is TurnKind.REGENERATE and self.restore is not None)
+
+    @property
+    def keeps_message_on_undo(self) -> bool:
+        """An undone regenerate that re-read the conversation keeps its user message: the next send reads it all."""
+        return self.kind is TurnKind.REGENERATE and self.restore is None
+
+
+# ---------------------------------------------------------------------------------------------- prompts
+
+
+def template(tokenizer: Any, messages: list[dict], thinking: bool) -> list[int]:
+    """Qwen3.5's chat template over role/content messages, ready for the reply, with explicit enable_thinking."""
+    msgs = [{"role": x["role"], "content": x.get("content") or ""} for x in messages]
+    return list(tokenizer.apply_chat_template(msgs, add_generation_prompt=True, enable_thinking=thinking))
+
+
+def full_prompt(tokenizer: Any, system_prompt: str | None, history: list[dict], text: str, thinking: bool) -> tuple[list[int] | None, list[int]]:
+    """(prefix, all tokens) for reading the whole conversation and a new user message through the template."""
+    system = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    full = template(tokenizer, system + history + [{"role": "user", "content": text}], thinking)
+    user = template(tokenizer, [{"role": "user", "content": text}], thinking)
+    prefix = full[: len(full) - len(user)] if full[len(full) - len(user) :] == user else None
+    return prefix, full
+
+
+def _closed(tokenizer: Any, prompt: list[int], mode: ThinkingMode) -> list[int]:
+    if mode is ThinkingMode.CLOSED:  # no reasoning at all: the prompt closes it
+        return prompt + list(tokenizer.encode(CLOSE_REASONING, add_special_tokens=False))
+    return prompt
+
+
+def _user_turn(tokenizer: Any, text: str, mode: ThinkingMode) -> list[int]:
+    return template(tokenizer, [{"role": "user", "content": text}], mode.thinking)
+
+
+# ---------------------------------------------------------------------------------------------- plans
+
+
+def require_text(text: str) -> None:
+    """A message must say something; EngineError EMPTY_PROMPT otherwise (before any work)."""
+    if not (text or "").strip():
+        raise EngineError("The message is empty: type something to send.", ev.EMPTY_PROMPT)
+
+
+def plan_send(tokenizer: Any, *, text: str, mode: ThinkingMode, messages: list[dict], system_prompt: str | None, close_text: str | None) -> TurnPlan:
+    """A new user message (see require_text). `close_text`: what closes the cached previous reply; None when
+    nothing is cached."""
+    if close_text is None:
+        prefix, prompt = full_prompt(tokenizer, system_prompt, messages, text, mode.thinking)
+    else:
+        prefix = list(tokenizer.encode(close_text, add_special_tokens=False)) if close_text else []
+        prompt = prefix + _user_turn(tokenizer, text, mode)
+    return TurnPlan(
+        kind=TurnKind.SEND, mode=mode, prompt=_closed(tokenizer, prompt, mode), user_text=text, history=list(messages),
+        prefix=prefix, close_before=close_text or "",
+    )
+
+
+def last_user_index(messages: list[dict], new_text: str | None) -> int:
+    """Where the message a regenerate (`new_text` None) or edit answers again is; EngineError if there is none."""
+    if new_text is not None:
+        require_text(new_text)
+    users = [i for i, msg in enumerate(messages) if msg.get("role") == "user"]
+    if not users:
+        raise EngineError("There is no message to answer again yet.", ev.NOTHING_TO_REDO)
+    return users[-1]
+
+
+def plan_redo(
+    tokenizer: Any, *, new_text: str | None, thinking: bool | None, budget: int | None, messages: list[dict], last_user: int,
+    system_prompt: str | None, last: TurnMemory | None,
+) -> TurnPlan:
+    """Regenerate (`new_text` None) or edit the exchange at `last_user` (see last_user_index). `thinking` None keeps
+    the last reply's mode (on if it has none); `last`: the session's memory of its last turn, None without a cache."""
+    tail = messages[last_user + 1 :]
+    old_thinking = tail[0].get("thinking") if tail and tail[0].get("role") == "assistant" else None
+    if thinking is None:
+        thinking = bool(old_thinking if old_thinking is not None else True)
+    mode = ThinkingMode.of(bool(thinking), budget)
+    kind = TurnKind.REGENERATE if new_text is None else TurnKind.EDIT
+    text = new_text if new_text is not None else messages[last_user]["content"]
+    common = dict(kind=kind, mode=mode, user_text=text, history=messages[:last_user])
+    if last is not None and len(tail) <= 1:
+        if kind is TurnKind.REGENERATE and mode is last.mode:
+            # back to just before the prompt's last token, and feed that one token again
+            return TurnPlan(
+                **common, prompt=[last.last_token], prefix=last.prefix, close_before=last.close_before,
+                restore=last.before_last, turn_start=last.before_turn,
+            )
+        if last.prefix is not None:
+            # edit (or another thinking mode): back to before the user message; feed the new turn
+            prompt = last.prefix + _user_turn(tokenizer, text, mode)
+            return TurnPlan(
+                **common, prompt=_closed(tokenizer, prompt, mode), prefix=last.prefix, close_before=last.close_before,
+                restore=last.before_turn, turn_start=last.before_turn,
+            )
+    # No snapshot for this turn (a reopened conversation): read the conversation once.
+    prefix, prompt = full_prompt(tokenizer, system_prompt, common["history"], text, mode.thinking)
+    return TurnPlan(**common, prompt=_closed(tokenizer, prompt, mode), prefix=prefix, close_before="")

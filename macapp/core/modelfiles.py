@@ -1,0 +1,77 @@
+"""Reading a model folder's files without loading them: the text settings of config.json, safetensors headers.
+
+Shared by the catalog (sizes, architecture) and the engine (checking a folder before loading it). Pure: no MLX.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+def text_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The language model's settings: config.json's nested `text_config` (multimodal checkpoints), else its top level."""
+    nested = config.get("text_config")
+    return nested if isinstance(nested, dict) else config
+
+
+class SafetensorsError(ValueError):
+    """A safetensors file whose header cannot be read; the message says why."""
+
+
+@dataclass(frozen=True)
+class SafetensorsHeader:
+    header_bytes: int  # the 8-byte length plus the JSON header
+    tensors: dict[str, tuple[int, int]]  # tensor name -> (start, end) byte offsets after the header
+    metadata: dict[str, Any]
+
+    @property
+    def data_bytes(self) -> int:
+        """Bytes the tensors need after the header (the end of the last one)."""
+        return max((end for _, end in self.tensors.values()), default=0)
+
+
+def read_safetensors_header(path: Path) -> SafetensorsHeader:
+    """The header of a .safetensors file (8-byte little-endian length, then JSON); SafetensorsError or OSError."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise SafetensorsError("too short")
+        n = int.from_bytes(head, "little")
+        if n <= 0 or 8 + n > size:
+            raise SafetensorsError("bad header length")
+        try:
+            header = json.loads(f.read(n))
+        except ValueError as exc:
+            raise SafetensorsError(f"unreadable header: {exc}") from exc
+    if not isinstance(header, dict):
+        raise SafetensorsError("bad header")
+    tensors: dict[str, tuple[int, int]] = {}
+    for name, meta in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            start, end = (int(x) for x in meta["data_offsets"])
+        except (KeyError, TypeError, ValueError):
+            raise SafetensorsError(f"bad entry for {name}") from None
+        tensors[name] = (start, end)
+    metadata = header.get("__metadata__")
+    return SafetensorsHeader(8 + n, tensors, metadata if isinstance(metadata, dict) else {})
+
+
+def safetensors_problem(path: Path) -> str | None:
+    """Why a .safetensors file cannot be whole (truncated, bad header), or None; reads only its header."""
+    try:
+        size = path.stat().st_size
+        header = read_safetensors_header(path)
+    except SafetensorsError as exc:
+        return str(exc)
+    except OSError as exc:
+        return f"unreadable header: {exc}"
+    need = header.header_bytes + header.data_bytes
+    if need > size:
+        return f"truncated: {size:,} bytes of {need:,}"
+    return None

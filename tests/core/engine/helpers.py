@@ -1,0 +1,74 @@
+"""Helpers for the engine tests: run work on the worker, compare a cache against a fresh run, template prompts."""
+
+from __future__ import annotations
+
+import copy
+
+from macapp.core.events import Finished, Reply
+from macapp.core.sampling import make_sampler_and_processors
+from macapp.devtools.tiny_model import SCRIPT_ANSWER, SCRIPT_REASONING
+
+REASONING = "".join(SCRIPT_REASONING)
+ANSWER = "".join(SCRIPT_ANSWER)
+TIMEOUT = 60
+EXACT = 1e-4  # float32 noise between chunked and one-shot evaluation is ~1e-6
+
+
+def on_worker(engine, fn):
+    """Run fn(loaded model) on the engine's worker thread (MLX work stays on one thread)."""
+    box = {}
+
+    def work(job):
+        box["value"] = fn(engine.model)
+        job.emit(Finished(Reply()))
+
+    engine.submit("test", work).result(timeout=TIMEOUT)
+    return box["value"]
+
+
+def fresh_tokens(engine, prompt_ids, params):
+    """What raw mlx-lm generates from scratch for this exact token sequence."""
+    import mlx.core as mx
+    from mlx_lm.generate import stream_generate
+
+    def run(m):
+        sampler, processors = make_sampler_and_processors(params)
+        return [
+            r.token
+            for r in stream_generate(m.model, m.tokenizer, mx.array(prompt_ids), max_tokens=params.max_tokens, sampler=sampler, logits_processors=processors)
+        ]
+
+    return on_worker(engine, run)
+
+
+def logit_error(engine, cache, tokens, probe=7, skip=0):
+    """Max |logit difference| between `cache` + one probe token and a fresh run over `tokens` + the probe.
+
+    The cache is deep-copied, so it is untouched. `skip` drops leading tokens from the fresh run (a deliberately
+    wrong reference, to show the check can fail)."""
+    import mlx.core as mx
+
+    def run(m):
+        cached = m.model(mx.array([[probe]]), cache=copy.deepcopy(cache))[0, -1]
+        fresh = m.model(mx.array([list(tokens)[skip:] + [probe]]))[0, -1]
+        return mx.abs(cached - fresh).max().item()
+
+    return on_worker(engine, run)
+
+
+def cache_error(engine, session, probe=7, skip=0):
+    """logit_error for a session's cache and the tokens it accounts for."""
+    return logit_error(engine, session.cache, session.tokens, probe=probe, skip=skip)
+
+
+def template(engine, messages, thinking):
+    return list(engine.model.tokenizer.apply_chat_template(messages, add_generation_prompt=True, enable_thinking=thinking))
+
+
+def kv_offsets(session):
+    """The length of every trimmable (KV) layer of the session's cache."""
+    return [c.offset for c in session.cache if c.is_trimmable()]
+
+
+def joined(events, cls):
+    return "".join(e.text for e in events if isinstance(e, cls))
