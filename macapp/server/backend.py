@@ -40,6 +40,9 @@ class Backend(Protocol):
     def submit(self, request: CompletionRequest) -> Any:
         """Start it on the engine: a Job (see macapp.core.serving.requests); QueueFull beyond the queue limit."""
 
+    def close(self) -> None:
+        """The server is done with it (frees what it holds, e.g. the prompt checkpoints)."""
+
 
 _INPUT_CODES = (ev.CONTEXT_LIMIT, ev.MEMORY_BUDGET, ev.EMPTY_PROMPT)
 

@@ -1,0 +1,236 @@
+"""The Local Server page: start/stop the OpenAI- and Anthropic-compatible API on the loaded model, its base URL,
+the settings other tools need (copied to the clipboard), and a live list of the server's requests.
+
+`ServerController` (a QObject) owns the server: uvicorn runs on its own thread (macapp.server.service), and
+starting it happens on a helper thread too, so the event loop never waits on a socket. The request records
+come from the server's Activity on the engine's worker thread and reach the view as queued signals. Server
+requests never touch the chat history.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+from PySide6.QtCore import QObject, Qt, Signal, Slot
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSpinBox,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from macapp.server.activity import Activity, RequestRecord, RequestState
+from macapp.server.client_settings import client_settings
+from macapp.server.config import DEFAULT_PORT, ServerConfig
+
+COLUMNS = ("Client", "Tokens in", "Reused", "Out", "tok/s", "State")
+STATE_TEXT = {
+    RequestState.WAITING: "waiting for the engine",
+    RequestState.READING: "reading the prompt",
+    RequestState.ANSWERING: "answering",
+    RequestState.DONE: "done",
+    RequestState.STOPPED: "stopped",
+    RequestState.FAILED: "failed",
+}
+
+
+class ServerController(QObject):
+    """Starts and stops the local server on the engine the chat uses; says what it does through signals."""
+
+    started = Signal(str)  # base URL
+    stopped = Signal()
+    failed = Signal(str)  # why it could not start
+    request_updated = Signal(object)  # RequestRecord
+    busy_changed = Signal(bool)  # a server request is in flight (the chat's replies wait meanwhile)
+
+    def __init__(self, backend_factory: Callable[[], Any], parent: QObject | None = None) -> None:
+        """`backend_factory()` makes the server's Backend on the loaded model (raises RuntimeError if none)."""
+        super().__init__(parent)
+        self.backend_factory = backend_factory
+        self.activity = Activity()
+        self.activity.add_observer(self.request_updated.emit)  # from the worker: a queued signal
+        self.request_updated.connect(self._track_busy)
+        self.server: Any = None
+        self.backend: Any = None
+        self.model_name = ""
+        self._busy = False
+        self._starting = False
+
+    @property
+    def running(self) -> bool:
+        return self.server is not None and self.server.running
+
+    @property
+    def busy(self) -> bool:
+        return self._busy
+
+    def start(self, port: int, api_key: str | None = None) -> None:
+        """Start serving on 127.0.0.1:port; `started` or `failed` follows (from a helper thread, queued)."""
+        if self.running or self._starting:
+            return
+        try:
+            backend = self.backend_factory()
+        except RuntimeError as exc:
+            self.failed.emit(str(exc))
+            return
+        from macapp.server.service import LocalServer
+
+        config = ServerConfig(port=port, api_key=api_key or None)
+        server = LocalServer(backend, config, self.activity)
+        self._starting = True
+
+        def bind() -> None:
+            try:
+                url = server.start()
+            except OSError as exc:
+                self._starting = False
+                backend.close()
+                self.failed.emit(str(exc))
+                return
+            self.server, self.backend, self.model_name = server, backend, backend.model_name
+            self._starting = False
+            self.started.emit(url)
+
+        threading.Thread(target=bind, name="qwen-desk-server-start", daemon=True).start()
+
+    def stop(self) -> None:
+        """Stop every request in flight and the server (joins its thread: a few seconds at most)."""
+        server, backend, self.server, self.backend = self.server, self.backend, None, None
+        if server is None:
+            return
+        server.stop()
+        if backend is not None:
+            backend.close()
+        self.stopped.emit()
+
+    def settings_text(self) -> str:
+        if not self.running:
+            return ""
+        return client_settings(self.server.base_url, self.server.config.api_key, self.model_name)
+
+    @Slot(object)
+    def _track_busy(self, _record: RequestRecord) -> None:
+        busy = self.activity.busy()
+        if busy != self._busy:
+            self._busy = busy
+            self.busy_changed.emit(busy)
+
+
+class ServerPanel(QWidget):
+    """A thin view over a ServerController."""
+
+    def __init__(self, controller: ServerController, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.controller = controller
+        title = QLabel("Local Server", self)
+        title.setObjectName("SectionTitle")
+        note = QLabel(
+            "Serve the loaded model to other tools: OpenAI-compatible (/v1/chat/completions) and "
+            "Anthropic-compatible (/v1/messages, for Claude Code). Only this Mac can reach it.", self,
+        )
+        note.setWordWrap(True)
+        note.setObjectName("Note")
+        self.port = QSpinBox(self)
+        self.port.setRange(1024, 65535)
+        self.port.setValue(DEFAULT_PORT)
+        self.api_key = QLineEdit(self)
+        self.api_key.setPlaceholderText("API key (optional)")
+        self.api_key.setEchoMode(QLineEdit.EchoMode.PasswordEchoOnEdit)
+        self.toggle = QPushButton("Start", self)
+        self.toggle.clicked.connect(self._toggle)
+        self.url = QLabel("Not running", self)
+        self.url.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.copy = QPushButton("Copy Settings for Other Tools", self)
+        self.copy.setToolTip("OpenAI base URL, and the env block for Claude Code's ~/.claude/settings.json")
+        self.copy.clicked.connect(self.copy_settings)
+        self.message = QLabel("", self)
+        self.message.setWordWrap(True)
+        self.table = QTableWidget(0, len(COLUMNS), self)
+        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.table.verticalHeader().setVisible(False)
+        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self._rows: dict[int, int] = {}  # record id -> row
+
+        controls = QHBoxLayout()
+        controls.addWidget(QLabel("Port", self))
+        controls.addWidget(self.port)
+        controls.addWidget(self.api_key, 1)
+        controls.addWidget(self.toggle)
+        address = QHBoxLayout()
+        address.addWidget(self.url, 1)
+        address.addWidget(self.copy)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(16, 16, 16, 16)
+        for widget in (title, note):
+            lay.addWidget(widget)
+        lay.addLayout(controls)
+        lay.addLayout(address)
+        lay.addWidget(self.message)
+        lay.addWidget(self.table, 1)
+
+        controller.started.connect(self._on_started)
+        controller.stopped.connect(self._on_stopped)
+        controller.failed.connect(self._on_failed)
+        controller.request_updated.connect(self.show_record)
+        self._on_stopped()
+
+    def _toggle(self) -> None:
+        if self.controller.running:
+            self.controller.stop()
+            return
+        self.toggle.setEnabled(False)
+        self.message.setText("Starting…")
+        self.controller.start(self.port.value(), self.api_key.text().strip() or None)
+
+    def copy_settings(self) -> str:
+        text = self.controller.settings_text()
+        if text:
+            QGuiApplication.clipboard().setText(text)
+            self.message.setText("Copied: the OpenAI base URL, and the env block for ~/.claude/settings.json.")
+        return text
+
+    @Slot(str)
+    def _on_started(self, url: str) -> None:
+        self.toggle.setText("Stop")
+        self.toggle.setEnabled(True)
+        self.port.setEnabled(False)
+        self.api_key.setEnabled(False)
+        self.copy.setEnabled(True)
+        self.url.setText(f"{url}   (OpenAI: {url}/v1)")
+        self.message.setText(f"Serving {self.controller.model_name}.")
+
+    @Slot()
+    def _on_stopped(self) -> None:
+        self.toggle.setText("Start")
+        self.toggle.setEnabled(True)
+        self.port.setEnabled(True)
+        self.api_key.setEnabled(True)
+        self.copy.setEnabled(False)
+        self.url.setText("Not running")
+
+    @Slot(str)
+    def _on_failed(self, reason: str) -> None:
+        self._on_stopped()
+        self.message.setText(f"Could not start the server: {reason}")
+
+    @Slot(object)
+    def show_record(self, record: RequestRecord) -> None:
+        row = self._rows.get(record.id)
+        if row is None:
+            row = self.table.rowCount()
+            self.table.insertRow(row)
+            self._rows[record.id] = row
+        state = STATE_TEXT[record.state] + (f": {record.error}" if record.error else "")
+        values = (record.client, record.prompt_tokens, record.cached_tokens, record.completion_tokens,
+                  f"{record.tokens_per_s:.1f}" if record.tokens_per_s else "", state)
+        for column, value in enumerate(values):
+            self.table.setItem(row, column, QTableWidgetItem(str(value)))
