@@ -126,13 +126,13 @@ def vlm_config(text_folder_config: dict, ids: dict[str, int]) -> dict:
     return config
 
 
-def make_tiny_vlm(dest: Path, kind: str = "dense", *, seed: int = 0) -> Path:
+def make_tiny_vlm(dest: Path, kind: str = "dense", *, seed: int = 0, hidden_size: int = 64, num_layers: int = 4) -> Path:
     """Write a tiny random-weights Qwen3.5 with a vision tower at `dest` and return `dest`."""
     import mlx.core as mx
     import mlx_lm
     from mlx.utils import tree_flatten
 
-    dest = tiny_model.make_tiny_model(Path(dest), kind=kind, seed=seed)  # text weights, tokenizer, script
+    dest = tiny_model.make_tiny_model(Path(dest), kind=kind, seed=seed, hidden_size=hidden_size, num_layers=num_layers)
     text_model, _ = mlx_lm.load(str(dest))
     text_weights = dict(tree_flatten(text_model.parameters()))
     ids = _add_vision_tokens(dest)
@@ -176,8 +176,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("dest", type=Path)
     parser.add_argument("--kind", choices=["dense", "moe"], default="dense")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--hidden-size", type=int, default=64)
+    parser.add_argument("--num-layers", type=int, default=4)
     args = parser.parse_args(argv)
-    print(make_tiny_vlm(args.dest, args.kind, seed=args.seed))
+    print(make_tiny_vlm(args.dest, args.kind, seed=args.seed, hidden_size=args.hidden_size, num_layers=args.num_layers))
     return 0
 
 

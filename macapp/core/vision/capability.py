@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-# The shared header reader (catalog's) until the engine's model-files module takes it over.
-from macapp.core.catalog import _safetensors_offsets as safetensors_offsets
+from macapp.core.modelfiles import SafetensorsError, read_safetensors_header
 
 TOWER_PREFIXES = ("vision_tower.", "model.visual.", "model.language_model.visual.")
 
@@ -68,7 +67,7 @@ def folder_tensors(folder: Path) -> list[tuple[str, int]]:
     """(name, bytes) of every tensor in a folder's safetensors files, from their headers."""
     out: list[tuple[str, int]] = []
     for path in sorted(Path(folder).glob("*.safetensors")):
-        out.extend((name, end - start) for name, (start, end) in safetensors_offsets(path).items())
+        out.extend((name, end - start) for name, (start, end) in read_safetensors_header(path).tensors.items())
     return out
 
 
@@ -93,7 +92,7 @@ def folder_support(folder: Path) -> VisionSupport:
         return TEXT_ONLY
     try:
         return support_from_tensors(config, folder_tensors(folder))
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, SafetensorsError):
         names = [n for n in index_tensor_names(folder) if is_tower_tensor(n)]
         return VisionSupport(has_vision_config(config), len(names), 0, exact=False)
 

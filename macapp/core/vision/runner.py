@@ -32,7 +32,8 @@ from typing import Any, Sequence
 import mlx.core as mx
 import mlx.nn as nn
 
-from macapp.core.vision.capability import is_tower_tensor, safetensors_offsets
+from macapp.core.modelfiles import read_safetensors_header
+from macapp.core.vision.capability import is_tower_tensor
 from macapp.core.vision.cost import ProcessorLimits
 from macapp.core.vision.images import PreparedImage
 
@@ -193,7 +194,7 @@ def _tower_weights(path: Path) -> dict:
     """Only the vision tower's tensors from the folder's safetensors files (others are never read)."""
     weights = {}
     for file in sorted(path.glob("*.safetensors")):
-        if any(is_tower_tensor(name) for name in safetensors_offsets(file)):
+        if any(is_tower_tensor(name) for name in read_safetensors_header(file).tensors):
             loaded = mx.load(str(file))
             weights.update({k: v for k, v in loaded.items() if is_tower_tensor(k)})
             del loaded
