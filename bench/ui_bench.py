@@ -126,10 +126,10 @@ def app_run(app, window, bias, tokens: int, interval_ms: int, probe: bool = True
     from PySide6.QtCore import QElapsedTimer, QEventLoop, Qt, QTimer
 
     chat = window.chat
-    chat.repaint_interval_ms = interval_ms
+    chat.controller.repaint_interval_ms = interval_ms
     chat.new_chat()
     chat.composer.thinking.setChecked(False)
-    chat.sampling_overrides = {
+    chat.controller.sampling_overrides = {
         "temperature": 0.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "presence_penalty": 0.0,
         "max_tokens": tokens, "logit_bias": bias,
     }
@@ -147,13 +147,13 @@ def app_run(app, window, bias, tokens: int, interval_ms: int, probe: bool = True
     timer.setTimerType(Qt.TimerType.PreciseTimer)
     timer.setInterval(5)
     timer.timeout.connect(tick)
-    chat.renders = 0
+    chat.messages.renders = 0
     cpu0, wall0 = time.thread_time(), time.perf_counter()
     if probe:  # the 5 ms probe costs the GUI thread something itself: tok/s is taken from runs without it
         timer.start()
     chat.send(PROMPT)
     clock_t = TokenClock()
-    chat.job.add_listener(clock_t)
+    chat.controller.job.add_listener(clock_t)
     # The real event loop (it sleeps in select() between events, as the app does), until the reply ends.
     loop = QEventLoop()
     watch = QTimer()
@@ -164,7 +164,7 @@ def app_run(app, window, bias, tokens: int, interval_ms: int, probe: bool = True
     watch.stop()
     timer.stop()
     gui_cpu = (time.thread_time() - cpu0) / (time.perf_counter() - wall0)
-    reply = chat._message_widgets()[-1]
+    reply = chat.messages.widgets()[-1]
     stats = reply.stats
     assert stats.generation_tokens == tokens, stats.generation_tokens
     return {
@@ -173,7 +173,7 @@ def app_run(app, window, bias, tokens: int, interval_ms: int, probe: bool = True
         "p50": pct(lateness, 0.50) if lateness else 0.0,
         "p99": pct(lateness, 0.99) if lateness else 0.0,
         "max": max(lateness, default=0.0),
-        "renders": chat.renders,
+        "renders": chat.messages.renders,
         "gui_cpu": gui_cpu,
         "ticks": len(lateness),
     }
@@ -214,12 +214,12 @@ def main() -> int:
     from dataclasses import replace
 
     window.chat.load_model(replace(ref, local_path=args.model.resolve()))
-    while window.chat.model_ref is None:
+    while window.chat.controller.model_ref is None:
         app.processEvents()
         time.sleep(0.01)
     app_run(app, window, bias, 32, 33)  # warm up
 
-    engine = window.chat.engine
+    engine = window.chat.controller.engine
     raw, eng, thr, unthr, thr_probe, unthr_probe = [], [], [], [], [], []
     for _ in range(args.runs):
         raw.append(raw_worker.run(args.tokens))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 from macapp.cli import UsageError
@@ -106,18 +107,14 @@ def stats_line(reply: Any) -> str:
     return line if reply.finish_reason == "stop" else f"{line} · [{reply.finish_reason}]"
 
 
-class _History:
-    """Records turns into the history store as they stream (macapp.core.recorder); a no-op with --no-history.
-
-    The user message is committed before generation starts and the reply at least every second while it
-    streams, so a kill mid-reply loses at most about a second of it. The conversation is created by its
-    first user message, never empty.
-    """
+class History:
+    """The chat's history: the store and the one recorder (macapp.core.recorder); records nothing with
+    --no-history or a read-only history. A storage failure is said on stderr and the chat goes on."""
 
     def __init__(self, enabled: bool, model: str, system: str | None, settings: dict, resume: int | None):
         self.store = None
         self.recorder = None
-        self.messages: list[dict] | None = None
+        self.messages: list[dict] | None = None  # a resumed conversation, for the session to read once
         self._resumed: int | None = None
         if not enabled and resume is None:
             return
@@ -146,57 +143,24 @@ class _History:
     def conversation_id(self) -> int | None:
         return self.recorder.conversation_id if self.recorder is not None else self._resumed
 
-    def _guard(self, what) -> None:
+    def begin(self, kind: Any, text: str, thinking: bool) -> Any:
+        """The recorded turn (a send's message committed now), or None when nothing is recorded."""
         if self.recorder is None:
-            return
+            return None
         try:
-            what(self.recorder)
+            return self.recorder.begin(kind, text, thinking=thinking)
         except Exception as exc:  # the chat goes on; say why it is not saved
             print(f"qwen-desk: could not save to the history: {exc}", file=sys.stderr)
+            return None
 
-    def user(self, text: str, thinking: bool) -> None:
-        """Before `session.send`: commit the user message and an empty reply in state 'streaming'."""
-        self._guard(lambda r: (r.user(text, thinking=thinking), r.begin_assistant()))
-
-    def regenerate(self, thinking: bool) -> None:
-        """Before `session.regenerate`: drop the last reply."""
-        self._guard(lambda r: (r.discard_last_reply(), r.conversation_id is not None and r.begin_assistant(thinking)))
-
-    def edit(self, text: str, thinking: bool) -> None:
-        """Before `session.edit_last`: replace the last user message (and its reply)."""
-        self._guard(lambda r: (r.edit_last_user(text, thinking=thinking), r.begin_assistant()))
-
-    def on_event(self, event: Any) -> None:
-        if self.recorder is not None:
-            self.recorder.on_event(event)  # never raises; a storage failure is kept in recorder.error
-
-    def settle(self, session: Any) -> None:
-        """After a turn that kept no reply (refused, failed, stopped while reading): make the history match
-        the session's messages again (e.g. a refused message is taken back, a refused edit puts the old turn back)."""
-        rec = self.recorder
-        if rec is None or rec.conversation_id is None:
-            return
-
-        def sync(r) -> None:
-            want = [m for m in session.messages if m["role"] != "system"]
-            have = [m for m in self.store.get_conversation(r.conversation_id).messages if m.role != "system"]
-            k = 0
-            while k < min(len(want), len(have)) and (have[k].role, have[k].content) == (want[k]["role"], want[k].get("content") or ""):
-                k += 1
-            if k < len(have):
-                self.store.truncate(r.conversation_id, have[k].position)
-            for m in want[k:]:
-                extra = {}
-                if m["role"] == "assistant":
-                    reason = m.get("finish_reason")
-                    extra = dict(reasoning=m.get("reasoning") or "", thinking=bool(m.get("thinking")), finish_reason=reason,
-                                 state="stopped" if reason == "stopped" else "complete")
-                self.store.add_message(r.conversation_id, m["role"], m.get("content") or "", **extra)
-            if not want and r.conversation_id != self._resumed:
-                self.store.delete(r.conversation_id)  # its only message was taken back: no empty conversation
-                r.conversation_id = None
-
-        self._guard(sync)
+    def saved_messages(self, session: Any) -> list[dict] | None:
+        """After a turn that kept no reply or failed: the history's messages when the session no longer agrees
+        with them (the session is then re-opened from them), else None."""
+        if self.recorder is None or self.recorder.agrees_with(session.messages):
+            return None
+        if self.recorder.conversation_id is None:
+            return []
+        return self.store.get_conversation(self.recorder.conversation_id).chat_messages(include_system=False)
 
     def report(self) -> None:
         """Say (once) if recording failed during the last turn."""
@@ -207,6 +171,34 @@ class _History:
     def close(self) -> None:
         if self.store is not None:
             self.store.close()
+
+
+@dataclass
+class Chat:
+    """The command line's conversation: the engine session, and the history that records every turn of it."""
+
+    engine: Any
+    session: Any
+    history: History
+    system: str | None = None
+
+    def turn(self, kind: Any, text: str, thinking: bool, sampling: Any, budget: int | None, out: TextIO,
+             color: bool = False, show: bool = True) -> Any:
+        """Run one turn (TurnKind), printing its text as it streams (when `show`) and recording it; return
+        the job's terminal event."""
+        from macapp.core.recorder import TurnResult, run_on
+
+        recorded = self.history.begin(kind, text, thinking)
+        session = self.session
+        job = run_on(session, kind, text, thinking=thinking, sampling=sampling, thinking_budget=budget)
+        last = _stream(job, out, color, show, on_event=recorded.feed if recorded is not None else None)
+        self.history.report()
+        outcome = recorded.outcome if recorded is not None else None
+        if outcome is not None and outcome.result in (TurnResult.UNDONE, TurnResult.FAILED):
+            saved = self.history.saved_messages(session)
+            if saved is not None:  # e.g. a failed reply's text is kept in the history: the next turn sees it too
+                self.session = self.engine.new_session(system_prompt=self.system, messages=saved, options=session.options)
+        return last
 
 
 def _stream(job: Any, out: TextIO, color: bool, show: bool, on_event: Any = None) -> Any:
@@ -284,43 +276,40 @@ def run(args: argparse.Namespace) -> int:
             print(f"[{info.name}: loaded in {info.load_time_s:.2f} s, {info.memory_bytes / 1e9:.2f} GB]", file=sys.stderr)
         options = SessionOptions(context_limit=args.context, kv_bits=args.kv_bits, prefill_step_size=args.prefill_step_size)
         settings = {"thinking": args.think, "preset": args.preset, "kv_bits": args.kv_bits, "context": args.context}
-        history = _History(not args.no_history, info.name, args.system, settings, args.resume)
+        history = History(not args.no_history, info.name, args.system, settings, args.resume)
         try:
             session = engine.new_session(system_prompt=args.system, messages=history.messages, options=options)
+            chat = Chat(engine, session, history, args.system)
             if prompts:
-                return _scripted(args, engine, session, prompts, history)
-            return _interactive(args, engine, session, history)
+                return _scripted(args, chat, prompts)
+            return _interactive(args, chat)
         finally:
             history.close()
     finally:
         engine.close()
 
 
-def _scripted(args, engine, session, prompts, history) -> int:
-    from macapp.core.events import Failed, Finished
+def _scripted(args, chat: Chat, prompts: list[str]) -> int:
+    from macapp.core.events import Failed, Finished, TurnKind
 
     color = sys.stdout.isatty() and not args.json
     for turn, text in enumerate(prompts, 1):
-        history.user(text, args.think)
-        job = session.send(text, thinking=args.think, sampling=_sampling(args, args.think), thinking_budget=args.thinking_budget)
-        last = _stream(job, sys.stdout, color, show=not args.json, on_event=history.on_event)
-        history.report()
-        if isinstance(last, Failed) or not last.reply.kept:
-            history.settle(session)
+        sampling = _sampling(args, args.think)
+        last = chat.turn(TurnKind.SEND, text, args.think, sampling, args.thinking_budget, sys.stdout, color, show=not args.json)
         if isinstance(last, Failed):
             print(f"qwen-desk: turn {turn}: {last.message}", file=sys.stderr)
             return 2 if last.code in INPUT_CODES else 1
         assert isinstance(last, Finished)
         reply = last.reply
         if args.json:
-            print(json.dumps(_turn_record(turn, reply, history.conversation_id)), flush=True)
+            print(json.dumps(_turn_record(turn, reply, chat.history.conversation_id)), flush=True)
         else:
             print(stats_line(reply), file=sys.stderr)
     return 0
 
 
-def _interactive(args, engine, session, history) -> int:
-    from macapp.core.events import Failed
+def _interactive(args, chat: Chat) -> int:
+    from macapp.core.events import Failed, TurnKind
 
     color = sys.stdout.isatty()
     thinking = args.think
@@ -350,24 +339,16 @@ def _interactive(args, engine, session, history) -> int:
         if text == "/stats":
             print(stats_line(last_reply) if last_reply else "no reply yet", file=sys.stderr)
             continue
-        sampling = _sampling(args, thinking)
         if text == "/regen":
-            history.regenerate(thinking)
-            job = session.regenerate(thinking=thinking, sampling=sampling, thinking_budget=args.thinking_budget)
+            kind, text = TurnKind.REGENERATE, ""
         elif text.startswith("/edit "):
-            new_text = text[len("/edit ") :].strip()
-            history.edit(new_text, thinking)
-            job = session.edit_last(new_text, thinking=thinking, sampling=sampling, thinking_budget=args.thinking_budget)
+            kind, text = TurnKind.EDIT, text[len("/edit ") :].strip()
         elif text.startswith("/"):
             print(f"unknown command {text.split()[0]}; {HELP}", file=sys.stderr)
             continue
         else:
-            history.user(line, thinking)
-            job = session.send(line, thinking=thinking, sampling=sampling, thinking_budget=args.thinking_budget)
-        last = _stream(job, sys.stdout, color, show=True, on_event=history.on_event)
-        history.report()
-        if isinstance(last, Failed) or not last.reply.kept:
-            history.settle(session)
+            kind, text = TurnKind.SEND, line
+        last = chat.turn(kind, text, thinking, _sampling(args, thinking), args.thinking_budget, sys.stdout, color)
         if isinstance(last, Failed):
             print(f"[{last.message}]", file=sys.stderr)
             continue

@@ -15,13 +15,6 @@ class AppMemory:
     mlx_active_bytes: int | None  # None until MLX is loaded (we never import it just to ask)
     mlx_peak_bytes: int | None
 
-    @property
-    def in_use_bytes(self) -> int:
-        """The figure to show: MLX's buffers when known (model plus cache), else the process RSS."""
-        if self.mlx_active_bytes:
-            return max(self.mlx_active_bytes, 0)
-        return self.rss_bytes
-
 
 def app_memory() -> AppMemory:
     rss = psutil.Process(os.getpid()).memory_info().rss

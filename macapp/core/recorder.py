@@ -1,32 +1,86 @@
-"""Record a streamed chat into the history store from the engine's events (no MLX, no Qt: usable anywhere).
+"""The one recorder: a chat turn's engine events in, the conversation's history rows out (no MLX, no Qt).
 
-Use, per turn (the chat CLI and the window alike):
+Every front end records the same way (the window, `qwen-desk chat`, the API server), mirroring the session:
 
     recorder = ChatRecorder(store, model="Qwen3.5-4B", system_prompt=..., settings=...)  # or ChatRecorder.resume(store, id)
-    recorder.user(text, thinking=True)          # commits the user message BEFORE generation starts
-    job = session.send(text, thinking=True, ...)
-    recorder.begin_assistant()                  # optional: commits an empty 'streaming' reply row now
-    job.add_listener(recorder.on_event)         # or: for event in job.events(): recorder.on_event(event)
+    turn = recorder.begin(TurnKind.SEND, text, thinking=True)   # a send commits the user message now
+    job = run_on(session, TurnKind.SEND, text, thinking=True)    # session.send / regenerate / edit_last
+    for event in job.events(): turn.feed(event)                  # or job.add_listener(turn.feed), or coalesced batches
+    outcome = turn.outcome                                       # set by the terminal event (Finished / Failed)
 
-`on_event` takes ReasoningDelta / AnswerDelta / StatsUpdate / Finished / Failed (macapp.core.events) by class
-name, ignores the rest, and never raises (it may run on the engine's worker thread): a storage failure is
-logged and kept in `recorder.error`. Deltas are committed at most once a second and always at the end.
+The rules, here once:
+- A send commits its user message before generation (a crash never loses what was typed); the reply row is
+  created when the reply is under way (its first text piece, or a kept Finished) and committed at most once a
+  second while it streams, and at the end with the final text (which wins over the streamed pieces).
+- A regenerate / edit keeps the old turn in the history until the new reply is under way; only then is it
+  replaced (an edit's new message saved with it). A turn that never got under way (refused, failed before any
+  text, stopped while the prompt was read: Finished with kept False) is UNDONE: a send's message is taken back
+  (and a conversation it created is deleted), a regenerate/edit leaves the old turn as it was.
+- A reply stopped by the user is kept with state 'stopped', finish_reason 'stopped'. A reply the engine failed
+  in the middle of is kept the same way with finish_reason 'error' (what was said is never lost); its Failed
+  message is the outcome's `error`. Whichever front end ran the turn, the rows are the same.
+- `feed` never raises (it may run on the engine's worker thread): a storage failure is logged and kept in
+  `recorder.error`. After an UNDONE or FAILED turn, a front end whose session no longer agrees with the history
+  (`recorder.agrees_with(session.messages)` False) opens a new session from the history before the next turn.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 import sqlite3
 import threading
+from dataclasses import dataclass
 from typing import Any
 
+from macapp.core.events import AnswerDelta, Failed, Finished, ReasoningDelta, TerminalEvent, TurnKind
 from macapp.core.history import DEFAULT_COMMIT_INTERVAL_S, Message, ReplyWriter, Store, StoreError
 
 log = logging.getLogger(__name__)
 
+ERROR_REASON = "error"  # finish_reason of a reply the engine failed in the middle of
+ABANDONED_REASON = "abandoned"  # finish_reason of a reply still open when the next turn began (or the app closed)
+
+
+class TurnResult(enum.Enum):
+    COMPLETE = "complete"  # the reply ended on its own (end of turn, max tokens, context full)
+    STOPPED = "stopped"  # stopped by the user: what was written is kept
+    FAILED = "failed"  # the engine failed mid-reply: what was written is kept (finish_reason 'error')
+    UNDONE = "undone"  # no reply: refused, failed before any text, or stopped while the prompt was read
+
+
+@dataclass(frozen=True)
+class TurnOutcome:
+    kind: TurnKind
+    result: TurnResult
+    text: str = ""  # the user's text of a send / edit
+    reply: Message | None = None  # the recorded reply (COMPLETE, STOPPED, FAILED)
+    error: str | None = None  # the engine's Failed message
+    code: str | None = None  # the engine's Failed code
+
+    @property
+    def kept(self) -> bool:
+        return self.result is not TurnResult.UNDONE
+
+    @property
+    def give_back(self) -> str | None:
+        """What the user typed for a turn that did not happen (to put back in their input), else None."""
+        if self.result is TurnResult.UNDONE and self.kind in (TurnKind.SEND, TurnKind.EDIT):
+            return self.text
+        return None
+
+
+def run_on(session: Any, kind: TurnKind, text: str = "", **options: Any) -> Any:
+    """The session's job for a turn of this kind (send / regenerate / edit_last), with the same options."""
+    if kind is TurnKind.REGENERATE:
+        return session.regenerate(**options)
+    if kind is TurnKind.EDIT:
+        return session.edit_last(text, **options)
+    return session.send(text, **options)
+
 
 class ChatRecorder:
-    """Mirrors one conversation's turns into the store; the conversation is created on the first user message."""
+    """Mirrors one conversation's turns into the store; the conversation is created by its first sent message."""
 
     def __init__(
         self,
@@ -44,11 +98,9 @@ class ChatRecorder:
         self.system_prompt = system_prompt
         self.settings = dict(settings or {})
         self.interval = interval
-        self.error: BaseException | None = None  # the last storage failure seen by on_event
-        self.last_reply: Message | None = None  # the last finished reply
-        self._writer: ReplyWriter | None = None
-        self._thinking = False
-        self._turn_over = False  # the reply ended: stray deltas (e.g. fed after Finished) must not start another
+        self.error: BaseException | None = None  # the last storage failure seen while feeding events
+        self.last_reply: Message | None = None  # the last recorded reply
+        self._turn: RecordedTurn | None = None  # the turn in flight
         self._lock = threading.RLock()
 
     @classmethod
@@ -60,136 +112,36 @@ class ChatRecorder:
         kwargs.setdefault("settings", conv.settings)
         return cls(store, conversation_id, **kwargs)
 
+    def begin(self, kind: TurnKind, text: str = "", *, thinking: bool = False) -> RecordedTurn:
+        """Start recording a turn, before the session runs it. A send commits the user message now (creating
+        the conversation if needed; raises StoreError when that fails). A turn still open is abandoned (kept)."""
+        with self._lock:
+            if self._turn is not None:
+                self._turn.abandon()
+            turn = RecordedTurn(self, kind, text, thinking)
+            if kind is TurnKind.SEND:
+                turn._created_conversation = self.conversation_id is None
+                self._ensure_conversation()
+                self.store.add_message(self.conversation_id, "user", text)
+            self._turn = turn
+            return turn
+
     @property
     def in_reply(self) -> bool:
-        return self._writer is not None
+        """A reply row is open (streaming)."""
+        turn = self._turn
+        return turn is not None and turn._writer is not None
 
-    # -- turns
+    def agrees_with(self, messages: list[dict]) -> bool:
+        """True when the history holds the same turns as `messages` (a session's, role/content/reasoning dicts)."""
+        def key(m: dict) -> tuple[str, str, str]:
+            return m["role"], m.get("content") or "", m.get("reasoning") or ""
 
-    def user(self, text: str, *, thinking: bool = False) -> Message:
-        """Commit the user's message (creating the conversation first if needed). Raises StoreError on failure."""
-        with self._lock:
-            self._abandon_reply()
-            if self.conversation_id is None:
-                conv = self.store.create_conversation(self.model, self.system_prompt, self.settings)
-                self.conversation_id = conv.id
-            self._thinking = thinking
-            self._turn_over = False
-            return self.store.add_message(self.conversation_id, "user", text)
-
-    def begin_assistant(self, thinking: bool | None = None, model: str | None = None) -> ReplyWriter:
-        """Commit an empty reply in state 'streaming' (done lazily by the first delta if not called)."""
-        with self._lock:
-            if self.conversation_id is None:
-                raise StoreError("Record the user's message (recorder.user) before the reply.")
-            self._abandon_reply()
-            self._turn_over = False
-            if model:
-                self.model = model
-            self._writer = self.store.begin_reply(
-                self.conversation_id,
-                thinking=self._thinking if thinking is None else thinking,
-                model=self.model or None,
-                interval=self.interval,
-            )
-            return self._writer
-
-    def on_delta(self, text: str = "", reasoning: str = "") -> None:
-        with self._lock:
-            if self._writer is None and self._turn_over:
-                log.debug("Ignored a text piece that came after its reply ended")
-                return
-            writer = self._writer or self.begin_assistant()
-            writer.append(text, reasoning)
-
-    def finish(
-        self,
-        stats: Any = None,
-        finish_reason: str | None = "stop",
-        stopped: bool = False,
-        text: str | None = None,
-        reasoning: str | None = None,
-    ) -> Message:
-        """Commit the reply's final text (if given, it replaces the streamed text), stats and state."""
-        with self._lock:
-            writer = self._writer or self.begin_assistant()
-            if text is not None or reasoning is not None:
-                writer.update(writer.content if text is None else text, reasoning)
-            self._writer = None
-            self._turn_over = True
-            self.last_reply = writer.finish(stats, finish_reason, stopped)
-            return self.last_reply
-
-    def fail(self, message: str = "") -> Message | None:
-        """End the reply after an engine failure: kept as stopped ('error') if it has text, else removed."""
-        with self._lock:
-            writer, self._writer = self._writer, None
-            self._turn_over = True
-            if writer is None:
-                return None
-            if writer.content or writer.reasoning:
-                self.last_reply = writer.finish(None, "error", stopped=True)
-                return self.last_reply
-            writer.finish(None, "error", stopped=True)
-            self.store.truncate(writer.message.conversation_id, writer.message.position)
-            return None
-
-    def on_event(self, event: Any) -> None:
-        """Feed one engine event; never raises."""
-        kind = type(event).__name__
-        try:
-            if kind == "AnswerDelta":
-                self.on_delta(text=event.text)
-            elif kind == "ReasoningDelta":
-                self.on_delta(reasoning=event.text)
-            elif kind == "Finished":
-                reply = event.reply
-                if not getattr(reply, "kept", True) and not (reply.text or reply.reasoning):
-                    self.fail()  # stopped while the prompt was read: no reply to keep
-                else:
-                    self.finish(
-                        stats=reply.stats,
-                        finish_reason=reply.finish_reason,
-                        stopped=reply.finish_reason == "stopped",
-                        text=reply.text,
-                        reasoning=reply.reasoning,
-                    )
-            elif kind == "Failed":
-                self.fail(getattr(event, "message", ""))
-        except (StoreError, sqlite3.Error) as exc:
-            self.error = exc
-            log.warning("Could not record the chat: %s", exc)
-
-    # -- editing the last turn (mirror Session.regenerate / edit_last)
-
-    def discard_last_reply(self) -> None:
-        """Remove the last assistant reply (call before regenerating it); the next events record the new one."""
-        with self._lock:
-            self._abandon_reply()
-            self._turn_over = False
-            last = self._last_message()
-            if last is not None and last.role == "assistant":
-                self.store.truncate(self.conversation_id, last.position)
-
-    def edit_last_user(self, text: str, *, thinking: bool = False) -> Message:
-        """Replace the last user message (and the reply after it) with `text`; commits before generation."""
-        with self._lock:
-            self._abandon_reply()
-            if self.conversation_id is not None:
-                messages = self.store.get_conversation(self.conversation_id).messages
-                last_user = next((m for m in reversed(messages) if m.role == "user"), None)
-                if last_user is not None:
-                    self.store.truncate(self.conversation_id, last_user.position)
-            return self.user(text, thinking=thinking)
-
-    def retract_last_user(self) -> str | None:
-        """Remove the last message if it is an unanswered user message (e.g. put back in the composer); returns its text."""
-        with self._lock:
-            last = self._last_message()
-            if last is None or last.role != "user":
-                return None
-            self.store.truncate(self.conversation_id, last.position)
-            return last.content
+        want = [key(m) for m in messages if m["role"] != "system"]
+        if self.conversation_id is None:
+            return not want
+        have = [key(m) for m in self.store.get_conversation(self.conversation_id).chat_messages(include_system=False)]
+        return have == want
 
     def set_model(self, model: str) -> None:
         """The model changed: later replies and the conversation record it."""
@@ -198,14 +150,134 @@ class ChatRecorder:
             if self.conversation_id is not None:
                 self.store.update_conversation(self.conversation_id, model=model)
 
-    def _last_message(self) -> Message | None:
-        if self.conversation_id is None:
-            return None
-        messages = self.store.get_conversation(self.conversation_id).messages
-        return messages[-1] if messages else None
+    # -- used by RecordedTurn, under the lock
 
-    def _abandon_reply(self) -> None:
-        """A reply still open when the next turn starts was never finished: keep its text as stopped."""
+    def _ensure_conversation(self) -> int:
+        if self.conversation_id is None:
+            self.conversation_id = self.store.create_conversation(self.model, self.system_prompt, self.settings).id
+        return self.conversation_id
+
+    def _messages(self) -> list[Message]:
+        return [] if self.conversation_id is None else self.store.get_conversation(self.conversation_id).messages
+
+    def _last_user(self) -> Message | None:
+        return next((m for m in reversed(self._messages()) if m.role == "user"), None)
+
+    def _turn_ended(self, turn: RecordedTurn) -> None:
+        if self._turn is turn:
+            self._turn = None
+
+
+class RecordedTurn:
+    """One turn being recorded: feed it the job's events (raw or coalesced, any thread) until the terminal one."""
+
+    def __init__(self, recorder: ChatRecorder, kind: TurnKind, text: str, thinking: bool) -> None:
+        self.recorder = recorder
+        self.kind = kind
+        self.text = text
+        self.thinking = thinking
+        self.outcome: TurnOutcome | None = None  # set when the terminal event has been recorded
+        self._writer: ReplyWriter | None = None  # the reply row, while it streams
+        self._under_way = False
+        self._created_conversation = False
+
+    @property
+    def under_way(self) -> bool:
+        """The new reply has begun (and, for a regenerate / edit, has replaced the old turn in the history)."""
+        return self._under_way
+
+    @property
+    def settled(self) -> bool:
+        return self.outcome is not None
+
+    def feed(self, event: Any) -> None:
+        """Record one engine event; never raises. Events after the terminal one are ignored."""
+        with self.recorder._lock:
+            if self.outcome is not None:
+                return
+            try:
+                match event:
+                    case AnswerDelta(text=text):
+                        self._start_reply().append(text=text)
+                    case ReasoningDelta(text=text):
+                        self._start_reply().append(reasoning=text)
+                    case Finished(reply=reply) if reply.kept:
+                        writer = self._start_reply()
+                        writer.update(reply.text, reply.reasoning)
+                        stopped = reply.finish_reason == "stopped"
+                        message = writer.finish(reply.stats, reply.finish_reason, stopped=stopped)
+                        self._settle(TurnResult.STOPPED if stopped else TurnResult.COMPLETE, message)
+                    case Finished():
+                        self._undo()
+                    case Failed(message=text, code=code) if self._writer is not None:
+                        reply = self._writer.finish(None, ERROR_REASON, stopped=True)
+                        self._settle(TurnResult.FAILED, reply, error=text, code=code)
+                    case Failed(message=text, code=code):
+                        self._undo(error=text, code=code)
+                    case TerminalEvent():
+                        log.warning("A chat turn ended with an unexpected %r", event)
+                        self._undo()
+            except (StoreError, sqlite3.Error) as exc:
+                self.recorder.error = exc
+                log.warning("Could not record the chat: %s", exc)
+                if isinstance(event, TerminalEvent) and self.outcome is None:
+                    self._settle(TurnResult.FAILED if self._under_way else TurnResult.UNDONE, None)
+
+    def abandon(self) -> None:
+        """The turn will get no more events (the next turn began, the app closes): keep what it wrote as stopped."""
+        with self.recorder._lock:
+            if self.outcome is not None:
+                return
+            try:
+                if self._writer is not None:
+                    self._settle(TurnResult.STOPPED, self._writer.finish(None, ABANDONED_REASON, stopped=True))
+                else:
+                    self._settle(TurnResult.UNDONE, None)
+            except (StoreError, sqlite3.Error) as exc:
+                self.recorder.error = exc
+                log.warning("Could not record the chat: %s", exc)
+
+    # -- under the recorder's lock
+
+    def _start_reply(self) -> ReplyWriter:
+        """The reply is under way: replace the old turn (regenerate / edit) and open the reply row, once."""
         if self._writer is not None:
-            writer, self._writer = self._writer, None
-            writer.finish(None, "abandoned", stopped=True)
+            return self._writer
+        rec = self.recorder
+        if self.kind is not TurnKind.SEND:
+            last_user = rec._last_user()
+            if self.kind is TurnKind.REGENERATE:
+                if last_user is None:
+                    raise StoreError("Record the user's message before the reply: there is none to answer again.")
+                rec.store.truncate(rec.conversation_id, last_user.position + 1)
+            else:
+                if last_user is not None:
+                    rec.store.truncate(rec.conversation_id, last_user.position)
+                rec.store.add_message(rec._ensure_conversation(), "user", self.text)
+        self._writer = rec.store.begin_reply(
+            rec.conversation_id, thinking=self.thinking, model=rec.model or None, interval=rec.interval
+        )
+        self._under_way = True
+        return self._writer
+
+    def _undo(self, error: str | None = None, code: str | None = None) -> None:
+        """No reply: take back what this turn wrote (a send's message; a reply row opened by a kept=False end)."""
+        rec = self.recorder
+        if self._writer is not None:
+            message = self._writer.finish(None, None, stopped=True)
+            rec.store.truncate(message.conversation_id, message.position)
+        if self.kind is TurnKind.SEND and rec.conversation_id is not None:
+            last_user = rec._last_user()
+            if last_user is not None and last_user.content == self.text:
+                rec.store.truncate(rec.conversation_id, last_user.position)
+            if self._created_conversation and not rec._messages():
+                rec.store.delete(rec.conversation_id)  # its only message was taken back: no empty conversation
+                rec.conversation_id = None
+        self._settle(TurnResult.UNDONE, None, error=error, code=code)
+
+    def _settle(self, result: TurnResult, reply: Message | None, error: str | None = None, code: str | None = None) -> None:
+        self._writer = None
+        self.outcome = TurnOutcome(self.kind, result, self.text, reply, error, code)
+        if reply is not None:
+            self.recorder.last_reply = reply
+        self.recorder._turn_ended(self)

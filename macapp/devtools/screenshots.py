@@ -115,19 +115,19 @@ def main(argv: list[str] | None = None) -> int:
     lib.open_local_folder(str(model))
     chat = window.chat
     lib.request_load()
-    _wait(app, lambda: chat.model_ref is not None)
+    _wait(app, lambda: chat.controller.model_ref is not None)
     settings.set("chat.sampling.thinking", {"temperature": 0.0, "presence_penalty": 0.0, "max_tokens": 64})
     settings.set("chat.sampling.instant", {"temperature": 0.0, "presence_penalty": 0.0, "max_tokens": 2000})
     chat.composer.thinking.setChecked(True)
     chat.send("What is the answer to the question?")
     _wait(app, lambda: not chat.busy)
-    first = chat._message_widgets()[-1]
+    first = chat.messages.widgets()[-1]
     first.reasoning.set_expanded(True)
     chat.composer.thinking.setChecked(False)
-    chat.sampling_overrides = {"logit_bias": {**NO_END["logit_bias"], **_no_broken_bytes(model)}}
+    chat.controller.sampling_overrides = {"logit_bias": {**NO_END["logit_bias"], **_no_broken_bytes(model)}}
     chat.send("Say it again, at length.")
-    _wait(app, lambda: chat.current is not None and len(chat.current.answer) > 45 and "tok/s" in chat.meter.text()
-          and (getattr(chat.current.stats, "generation_tokens", 0) or 0) >= 20)
+    _wait(app, lambda: chat.messages.current is not None and len(chat.messages.current.answer) > 45 and "tok/s" in chat.meter.text()
+          and (getattr(chat.messages.current.stats, "generation_tokens", 0) or 0) >= 20)
     chat.composer.input.setPlainText("")
     window.show_page(CHAT)
     _save(app, window, out / "chat.png")

@@ -2,15 +2,19 @@
 
 The producing thread only appends to a locked list (no Qt call per token), so streaming costs generation
 nothing; a GUI-thread timer hands out at most ~30 batches a second, and a terminal event wakes it at once.
+A bridge serves one job: after the batch with the terminal event it stops and deletes itself (deleteLater),
+so a finished reply's events are not kept for the window's life.
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
-from macapp.ui.throttle import TERMINAL, Throttle
+from macapp.core.events import TerminalEvent
+from macapp.ui.throttle import Throttle
 
 
 class EventBridge(QObject):
@@ -22,6 +26,7 @@ class EventBridge(QObject):
     def __init__(self, interval_ms: int = 33, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.throttle = Throttle(interval_ms / 1000)
+        self.finished = False  # the terminal event has been delivered
         self._timer = QTimer(self)
         self._timer.setInterval(interval_ms)
         self._timer.timeout.connect(self._tick)
@@ -29,13 +34,15 @@ class EventBridge(QObject):
 
     # -- producer side (any thread) -------------------------------------------------------------------------
     def feed(self, event: Any) -> None:
+        if self.finished:  # nothing comes after the terminal event; the bridge may be deleted by now
+            return
         if self.throttle.offer(event):
             self._wake.emit()
 
     def attach(self, job: Any) -> Any:
         """Listen to a core Job's events; call on the GUI thread (it starts the delivery timer)."""
         self.start()
-        job.add_listener(self.feed)
+        job.add_listener(_WeakFeed(self))
         return job
 
     # -- consumer side (GUI thread) -------------------------------------------------------------------------
@@ -46,6 +53,10 @@ class EventBridge(QObject):
     @property
     def active(self) -> bool:
         return self._timer.isActive()
+
+    def flush(self) -> None:
+        """Deliver what is pending now (e.g. before the window closes)."""
+        self._flush()
 
     @Slot()
     def _tick(self) -> None:
@@ -61,6 +72,26 @@ class EventBridge(QObject):
             self._deliver(batch)
 
     def _deliver(self, batch: list[Any]) -> None:
-        self.delivered.emit(batch)
-        if type(batch[-1]).__name__ in TERMINAL:
+        if self.finished:
+            return
+        terminal = isinstance(batch[-1], TerminalEvent)
+        if terminal:
+            self.finished = True
             self._timer.stop()
+        self.delivered.emit(batch)
+        if terminal:
+            self.deleteLater()
+
+
+class _WeakFeed:
+    """The job's listener: it must not keep the bridge alive (a session keeps its last job, and the job its listeners)."""
+
+    __slots__ = ("_bridge",)
+
+    def __init__(self, bridge: EventBridge) -> None:
+        self._bridge = weakref.ref(bridge)
+
+    def __call__(self, event: Any) -> None:
+        bridge = self._bridge()
+        if bridge is not None:
+            bridge.feed(event)

@@ -26,7 +26,7 @@ from macapp import APP_NAME, __version__
 from macapp.core.settings import Settings
 from macapp.ui.status import StatusArea
 
-LIBRARY, CHAT = 0, 1
+LIBRARY, CHAT, SERVER = 0, 1, 2
 
 
 class Sidebar(QWidget):
@@ -43,9 +43,9 @@ class Sidebar(QWidget):
         self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
         self.nav = QListWidget(self)
         self.nav.setObjectName("NavList")
-        for text in ("Models", "Chat"):
+        for text in ("Models", "Chat", "Server"):
             self.nav.addItem(QListWidgetItem(text))
-        self.nav.setFixedHeight(self.nav.sizeHintForRow(0) * 2 + 8)
+        self.nav.setFixedHeight(self.nav.sizeHintForRow(0) * self.nav.count() + 8)
         self.nav.currentRowChanged.connect(self.page_requested)
         self.new_chat = QPushButton("New Chat", self)
         self.new_chat.clicked.connect(self.new_chat_requested)
@@ -119,6 +119,11 @@ class MainWindow(QMainWindow):
         self.stack = QStackedWidget(self)
         self.stack.addWidget(self.library)
         self.stack.addWidget(self.chat)
+        from macapp.ui.server_panel import ServerController, ServerPanel
+
+        self.server = ServerController(self._server_backend, self)
+        self.server_panel = ServerPanel(self.server, self)
+        self.stack.addWidget(self.server_panel)
         self.splitter = QSplitter(self)
         self.splitter.addWidget(self.sidebar)
         self.splitter.addWidget(self.stack)
@@ -138,10 +143,11 @@ class MainWindow(QMainWindow):
         self.library.load_requested.connect(self.chat.load_model)
         self.library.machine_changed.connect(self.status.set_machine)
         self.library.hub_refreshed.connect(self._catalog_refreshed)
-        self.chat.model_changed.connect(self._on_model_changed)
-        self.chat.conversations_changed.connect(self.refresh_conversations)
-        self.chat.history_notice.connect(self.status.show_notice)
-        self.chat.model_ready.connect(lambda: self.show_page(CHAT))
+        self.chat.controller.model_changed.connect(self._on_model_changed)
+        self.chat.controller.conversations_changed.connect(self.refresh_conversations)
+        self.chat.controller.history_notice.connect(self.status.show_notice)
+        self.chat.controller.model_ready.connect(lambda: self.show_page(CHAT))
+        self.server.busy_changed.connect(self._on_server_busy)
 
         self._build_menus()
         self._restore_state()
@@ -192,6 +198,7 @@ class MainWindow(QMainWindow):
         view_menu = bar.addMenu("&View")
         view_menu.addAction(self._action("Models", lambda: self.show_page(LIBRARY), QKeySequence("Ctrl+1")))
         view_menu.addAction(self._action("Chat", lambda: self.show_page(CHAT), QKeySequence("Ctrl+2")))
+        view_menu.addAction(self._action("Local Server", lambda: self.show_page(SERVER), QKeySequence("Ctrl+3")))
 
     # -- actions -------------------------------------------------------------------------------------------------
     def show_page(self, index: int) -> None:
@@ -227,7 +234,7 @@ class MainWindow(QMainWindow):
 
     def delete_conversation(self, key, confirm: bool = True) -> bool:
         """Delete a conversation; Undo in the status bar puts it back for a few seconds."""
-        title = self.chat.store.get_conversation(key).display_title
+        title = self.chat.controller.store.get_conversation(key).display_title
         if confirm:
             answer = QMessageBox.question(
                 self, "Delete Conversation", f"Delete “{title}”? You can undo it for a few seconds.",
@@ -235,10 +242,10 @@ class MainWindow(QMainWindow):
             )
             if answer != QMessageBox.StandardButton.Yes:
                 return False
-        if key == self.chat.conversation_id:
+        if key == self.chat.controller.conversation_id:
             self.chat.new_chat()
         try:
-            self.deleted = self.chat.store.delete(key)
+            self.deleted = self.chat.controller.store.delete(key)
         except Exception as exc:  # noqa: BLE001 - e.g. a read-only history: said, never raised into Qt
             self.status.showMessage(f"Could not delete “{title}”: {exc}", 10000)
             return False
@@ -253,7 +260,7 @@ class MainWindow(QMainWindow):
         self.status.clear_undo()
         if snapshot is None:
             return None
-        key = self.chat.store.restore(snapshot)
+        key = self.chat.controller.store.restore(snapshot)
         self.refresh_conversations()
         self.status.showMessage(f"Restored “{snapshot.display_title}”", 5000)
         return key
@@ -263,11 +270,11 @@ class MainWindow(QMainWindow):
         self.status.clear_undo()
 
     def rename_conversation(self, key) -> None:
-        current = self.chat.store.get_conversation(key).display_title
+        current = self.chat.controller.store.get_conversation(key).display_title
         title, ok = QInputDialog.getText(self, "Rename Conversation", "Title:", text=current)
         if ok and title.strip():
             try:
-                self.chat.store.rename(key, title.strip())
+                self.chat.controller.store.rename(key, title.strip())
             except Exception as exc:  # noqa: BLE001 - e.g. a read-only history: said, never raised into Qt
                 self.status.showMessage(f"Could not rename: {exc}", 10000)
             self.refresh_conversations()
@@ -277,14 +284,14 @@ class MainWindow(QMainWindow):
             return
         query = self.sidebar.search.text().strip()
         if not query:
-            self.sidebar.set_conversations(self.chat.conversation_rows(), self.chat.conversation_id)
+            self.sidebar.set_conversations(self.chat.controller.conversation_rows(), self.chat.controller.conversation_id)
             return
-        titles = dict(self.chat.conversation_rows())
+        titles = dict(self.chat.controller.conversation_rows())
         rows: list[tuple[int, str]] = []
-        for hit in self.chat.store.search(query):
+        for hit in self.chat.controller.store.search(query):
             if hit.conversation_id not in (key for key, _title in rows):
                 rows.append((hit.conversation_id, titles.get(hit.conversation_id, hit.conversation_title)))
-        self.sidebar.set_conversations(rows, self.chat.conversation_id, empty=f"No messages match “{query}”")
+        self.sidebar.set_conversations(rows, self.chat.controller.conversation_id, empty=f"No messages match “{query}”")
 
     def open_model_folder(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Open a Model Folder (MLX format)")
@@ -304,6 +311,19 @@ class MainWindow(QMainWindow):
     def _on_model_changed(self, text: str) -> None:
         self.status.set_model(text)
 
+    def _server_backend(self):
+        """The local server's backend on the model the chat has loaded (RuntimeError if none)."""
+        from macapp.server.runner_backend import backend_for
+
+        return backend_for(self.chat.controller.engine)
+
+    def _on_server_busy(self, busy: bool) -> None:
+        # One engine: a chat reply sent meanwhile waits for the server's request, and says so here.
+        if busy:
+            self.status.showMessage("The local server is answering a request; a chat reply waits until it is done.")
+        else:
+            self.status.clearMessage()
+
     def start_background_work(self, wait: bool = False) -> None:
         """After the first paint: open the history, probe the hardware and the download state."""
         self.open_history()
@@ -315,9 +335,9 @@ class MainWindow(QMainWindow):
         if self.history_ready:
             return
         self.history_ready = True
-        notice = getattr(self.chat.store, "notice", None)
-        if notice and not self.chat.unsaved:
-            self.status.show_notice(notice)
+        history = self.chat.controller.open_history()
+        if history.notice and not history.unsaved:  # an unsaved history is told by the chat's history_notice
+            self.status.show_notice(history.notice)
         self.refresh_conversations()
 
     # -- state ---------------------------------------------------------------------------------------------------
@@ -340,6 +360,7 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802
         self.save_state()
+        self.server.stop()
         self.chat.shutdown()
         self.library.shutdown()
         super().closeEvent(event)

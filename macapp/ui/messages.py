@@ -11,6 +11,20 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QToolBut
 from macapp.ui.meter import stats_summary
 from macapp.ui.widgets import MarkdownView
 
+# Why a reply ended, when it is worth saying (by the engine's finish_reason).
+ENDINGS = {
+    "stopped": "stopped",
+    "length": "cut off at the max tokens limit",
+    "context": "the context is full: start a new chat to go on",
+}
+FAILED_NOTE = "stopped by an error"
+
+
+def reply_note(finish_reason: str | None, budget_hit: bool = False) -> str:
+    """The note after a reply's stats: why it ended (if not at its natural end), and a reached thinking budget."""
+    notes = [ENDINGS.get(finish_reason or "", ""), "thinking budget reached" if budget_hit else ""]
+    return " · ".join(filter(None, notes))
+
 
 class ReasoningBlock(QFrame):
     """'Thinking…' while reasoning streams; 'Thought for 12 s' and collapsed once the answer starts."""

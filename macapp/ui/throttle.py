@@ -7,13 +7,9 @@ import threading
 import time
 from typing import Any, Callable
 
-# Event kinds, by class name so this works for engine and download events alike.
-TEXT_DELTAS = frozenset({"AnswerDelta", "ReasoningDelta"})  # consecutive ones are concatenated
-TERMINAL = frozenset({"Finished", "Failed", "Cancelled", "Loaded", "Unloaded"})
+from macapp.core.events import AnswerDelta, ReasoningDelta, TerminalEvent
 
-
-def _kind(event: Any) -> str:
-    return type(event).__name__
+TEXT_DELTAS = (AnswerDelta, ReasoningDelta)  # consecutive ones of the same kind are concatenated
 
 
 class Throttle:
@@ -36,21 +32,20 @@ class Throttle:
 
     def offer(self, event: Any) -> bool:
         """Queue an event; True when the caller should wake the consumer now (terminal event)."""
-        kind = _kind(event)
+        terminal = isinstance(event, TerminalEvent)  # engine and download jobs alike end with one
         with self._lock:
             self.offered += 1
             last = self._pending[-1] if self._pending else None
-            if last is not None and _kind(last) == kind and kind not in TERMINAL:
-                if kind in TEXT_DELTAS:
+            if last is not None and type(last) is type(event) and not terminal:
+                if isinstance(event, TEXT_DELTAS):
                     self._pending[-1] = dataclasses.replace(last, text=last.text + event.text)
                 else:
                     self._pending[-1] = event
             else:
                 self._pending.append(event)
-            if kind in TERMINAL:
+            if terminal:
                 self._terminal = True
-                return True
-            return False
+            return terminal
 
     def due(self) -> bool:
         with self._lock:

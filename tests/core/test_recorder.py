@@ -18,7 +18,8 @@ from macapp.core.events import (
     Reply,
     StatsUpdate,
 )
-from macapp.core.recorder import ChatRecorder
+from macapp.core.events import TurnKind
+from macapp.core.recorder import ChatRecorder, TurnResult
 from macapp.core.history import NotFoundError, Store, StoreError
 
 
@@ -52,15 +53,21 @@ def _turn(thinking=True, finish_reason="stop", kept=True):
     return events + [Finished(reply)]
 
 
+def _play(turn, events):
+    for event in events:
+        turn.feed(event)
+    return turn.outcome
+
+
 def test_a_turn_is_recorded_with_the_user_message_first(store):
     rec = ChatRecorder(store, model="Qwen3.5-0.8B", system_prompt="Be brief.", settings={"temperature": 0.6})
     assert rec.conversation_id is None  # nothing is created until someone speaks
     assert store.list_conversations() == []
-    rec.user("What is the capital of France?", thinking=True)
+    turn = rec.begin(TurnKind.SEND, "What is the capital of France?", thinking=True)
     assert _rows(store) == [("user", "What is the capital of France?", "", "complete")]  # committed before generation
-    for event in _turn():
-        rec.on_event(event)
+    outcome = _play(turn, _turn())
     assert rec.error is None and not rec.in_reply
+    assert (outcome.kind, outcome.result, outcome.kept, outcome.give_back) == (TurnKind.SEND, TurnResult.COMPLETE, True, None)
     conv = store.get_conversation(rec.conversation_id)
     assert conv.title == "What is the capital of France?"
     assert (conv.model, conv.system_prompt, conv.settings) == ("Qwen3.5-0.8B", "Be brief.", {"temperature": 0.6})
@@ -68,70 +75,72 @@ def test_a_turn_is_recorded_with_the_user_message_first(store):
     assert (reply.role, reply.content, reply.reasoning, reply.thinking) == ("assistant", "It is Paris.", "Paris is the capital.", True)
     assert (reply.state, reply.finish_reason, reply.model) == ("complete", "stop", "Qwen3.5-0.8B")
     assert reply.stats.generation_tokens == 9 and reply.stats.peak_memory_bytes == 1_234_000_000
-    assert rec.last_reply.id == reply.id
+    assert rec.last_reply.id == reply.id == outcome.reply.id
 
 
 def test_the_final_reply_text_wins_over_the_streamed_pieces(store):
     rec = ChatRecorder(store)
-    rec.user("hi")
-    rec.on_event(AnswerDelta("partial and wro"))
-    rec.on_event(Finished(Reply(text="Hello!", finish_reason="stop")))
-    rec.on_event(AnswerDelta("ng"))  # a late piece (e.g. a listener's replay racing the worker) starts nothing
+    turn = rec.begin(TurnKind.SEND, "hi")
+    turn.feed(AnswerDelta("partial and wro"))
+    assert rec.in_reply and turn.under_way
+    turn.feed(Finished(Reply(text="Hello!", finish_reason="stop")))
+    turn.feed(AnswerDelta("ng"))  # a late piece (e.g. a listener's replay racing the worker) starts nothing
     assert [m.content for m in store.get_conversation(rec.conversation_id).messages] == ["hi", "Hello!"]
 
 
 def test_stopped_length_and_rolled_back_turns(store):
     rec = ChatRecorder(store)
-    rec.user("one")
-    for event in _turn(finish_reason="stopped"):
-        rec.on_event(event)
-    rec.user("two")
-    for event in _turn(thinking=False, finish_reason="length"):
-        rec.on_event(event)
-    rec.user("three")
-    rec.begin_assistant()
-    rec.on_event(PromptProgress(5, 100))
-    rec.on_event(Finished(Reply(text="", finish_reason="stopped", kept=False)))  # stopped while reading the prompt
+    stopped = _play(rec.begin(TurnKind.SEND, "one"), _turn(finish_reason="stopped"))
+    cut = _play(rec.begin(TurnKind.SEND, "two", thinking=False), _turn(thinking=False, finish_reason="length"))
+    assert (stopped.result, cut.result) == (TurnResult.STOPPED, TurnResult.COMPLETE)
+    turn = rec.begin(TurnKind.SEND, "three")
+    assert [m.content for m in store.get_conversation(rec.conversation_id).messages][-1] == "three"  # saved first
+    turn.feed(PromptProgress(5, 100))
+    assert not turn.under_way and not rec.in_reply  # no reply row until the reply is under way
+    undone = _play(turn, [Finished(Reply(text="", finish_reason="stopped", kept=False))])  # stopped while reading
     messages = store.get_conversation(rec.conversation_id).messages
     assert [(m.role, m.state, m.finish_reason) for m in messages] == [
         ("user", "complete", None), ("assistant", "stopped", "stopped"),
         ("user", "complete", None), ("assistant", "complete", "length"),
-        ("user", "complete", None),  # the user's words are kept; the empty reply is not
-    ]
+    ]  # the engine kept nothing of turn three: neither does the history (the session rolled it back too)
     assert messages[3].thinking is False and messages[3].reasoning == ""
-    assert rec.retract_last_user() == "three"  # e.g. the window puts it back in the composer
+    assert (undone.result, undone.give_back) == (TurnResult.UNDONE, "three")  # e.g. the window puts it back in the composer
     assert len(store.get_conversation(rec.conversation_id).messages) == 4
-    assert rec.retract_last_user() is None
 
 
 def test_failures_keep_what_was_said(store):
     rec = ChatRecorder(store)
-    rec.user("first")
-    rec.on_event(AnswerDelta("half an answ"))
-    rec.on_event(Failed("Metal ran out of memory.", code="error"))
-    rec.user("second")
-    rec.begin_assistant()
-    rec.on_event(Failed("The prompt would not fit the context limit.", code="context_limit"))
+    failed = _play(rec.begin(TurnKind.SEND, "first"), [AnswerDelta("half an answ"), Failed("Metal ran out of memory.", code="error")])
+    refused = _play(rec.begin(TurnKind.SEND, "second"), [Failed("The prompt would not fit the context limit.", code="context_limit")])
     messages = store.get_conversation(rec.conversation_id).messages
     assert [(m.role, m.content, m.state, m.finish_reason) for m in messages] == [
         ("user", "first", "complete", None),
         ("assistant", "half an answ", "stopped", "error"),
-        ("user", "second", "complete", None),
-    ]
+    ]  # the refused message is taken back (and handed back to the user); the failed reply's text is kept
+    assert (failed.result, failed.error, failed.reply.content) == (TurnResult.FAILED, "Metal ran out of memory.", "half an answ")
+    assert (refused.result, refused.code, refused.give_back) == (TurnResult.UNDONE, "context_limit", "second")
+
+
+def test_a_refused_first_message_leaves_no_conversation(store):
+    rec = ChatRecorder(store)
+    outcome = _play(rec.begin(TurnKind.SEND, "too long"), [Failed("too long", code="context_limit")])
+    assert outcome.give_back == "too long"
+    assert rec.conversation_id is None and store.list_conversations() == []
+    rec.begin(TurnKind.SEND, "shorter").feed(Finished(Reply(text="ok")))
+    assert [m.content for m in store.get_conversation(rec.conversation_id).messages] == ["shorter", "ok"]
 
 
 def test_events_from_a_worker_thread_stream_into_the_store(store):
     rec = ChatRecorder(store, interval=0.2)
-    rec.user("count")
-    rec.begin_assistant(thinking=False)
+    turn = rec.begin(TurnKind.SEND, "count", thinking=False)
     go, done = threading.Event(), threading.Event()
 
     def worker():  # what Job.add_listener does: callbacks on the engine's thread
         go.wait()
         for i in range(60):
-            rec.on_event(AnswerDelta(f"{i} "))
+            turn.feed(AnswerDelta(f"{i} "))
             time.sleep(0.01)
-        rec.on_event(Finished(Reply(text="".join(f"{i} " for i in range(60)), finish_reason="stop")))
+        turn.feed(Finished(Reply(text="".join(f"{i} " for i in range(60)), finish_reason="stop")))
         done.set()
 
     thread = threading.Thread(target=worker)
@@ -140,7 +149,9 @@ def test_events_from_a_worker_thread_stream_into_the_store(store):
     seen = []
     with Store.open(store.path) as reader:
         while not done.is_set():
-            seen.append(reader.get_conversation(rec.conversation_id).messages[1].content)
+            messages = reader.get_conversation(rec.conversation_id).messages
+            if len(messages) > 1:
+                seen.append(messages[1].content)
             time.sleep(0.05)
         thread.join(10)
         final = reader.get_conversation(rec.conversation_id).messages[1]
@@ -149,33 +160,62 @@ def test_events_from_a_worker_thread_stream_into_the_store(store):
     assert final.state == "complete" and rec.error is None
 
 
-def test_regenerate_and_edit_last_mirror_the_session(store):
+def test_regenerate_and_edit_keep_the_old_turn_until_the_new_reply_is_under_way(store):
     rec = ChatRecorder(store)
-    rec.user("Tell me a joke")
-    for event in _turn(thinking=False):
-        rec.on_event(event)
-    rec.discard_last_reply()
-    assert [m.role for m in store.get_conversation(rec.conversation_id).messages] == ["user"]
-    rec.on_event(AnswerDelta("A better"))  # the regenerated reply streams in as usual
-    assert store.get_conversation(rec.conversation_id).messages[-1].state == "streaming"
-    rec.finish(text="A better joke.")
-    rec.edit_last_user("Tell me a pun")
-    for event in _turn(thinking=False):
-        rec.on_event(event)
+    _play(rec.begin(TurnKind.SEND, "Tell me a joke", thinking=False), _turn(thinking=False))
+    regen = rec.begin(TurnKind.REGENERATE, thinking=False)
+    regen.feed(PromptProgress(1, 1))
+    assert [(m.role, m.content) for m in store.get_conversation(rec.conversation_id).messages] == [
+        ("user", "Tell me a joke"), ("assistant", "It is Paris.")]  # not replaced while the prompt is read
+    regen.feed(AnswerDelta("A better"))  # the regenerated reply streams in as usual, replacing the old one
+    messages = store.get_conversation(rec.conversation_id).messages
+    assert [m.role for m in messages] == ["user", "assistant"] and messages[-1].state == "streaming"
+    regen.feed(Finished(Reply(text="A better joke.")))
+    edit = rec.begin(TurnKind.EDIT, "Tell me a pun", thinking=False)
+    assert store.get_conversation(rec.conversation_id).messages[0].content == "Tell me a joke"
+    outcome = _play(edit, _turn(thinking=False))
     messages = store.get_conversation(rec.conversation_id).messages
     assert [(m.role, m.content) for m in messages] == [("user", "Tell me a pun"), ("assistant", "It is Paris.")]
+    assert outcome.result is TurnResult.COMPLETE and outcome.give_back is None
     assert store.get_conversation(rec.conversation_id).title == "Tell me a joke"  # the title stays
+
+
+@pytest.mark.parametrize("kind", [TurnKind.REGENERATE, TurnKind.EDIT])
+@pytest.mark.parametrize(
+    "end",
+    [Failed("No room left in the context.", code="context_limit"), Failed("boom", code="error"),
+     Finished(Reply(finish_reason="stopped", kept=False))],
+    ids=["refused", "failed", "stopped-while-reading"],
+)
+def test_a_regenerate_or_edit_that_never_gets_under_way_leaves_the_old_turn(store, kind, end):
+    rec = ChatRecorder(store)
+    _play(rec.begin(TurnKind.SEND, "question"), _turn(thinking=False))
+    before = _rows(store)
+    outcome = _play(rec.begin(kind, "edited question"), [PromptProgress(0, 9), end])
+    assert _rows(store) == before
+    assert outcome.result is TurnResult.UNDONE
+    assert outcome.give_back == ("edited question" if kind is TurnKind.EDIT else None)
+    assert outcome.error == getattr(end, "message", None)
+
+
+def test_the_history_agrees_with_a_session_only_when_it_holds_the_same_turns(store):
+    rec = ChatRecorder(store, system_prompt="sys")
+    assert rec.agrees_with([]) and rec.agrees_with([{"role": "system", "content": "sys"}])
+    _play(rec.begin(TurnKind.SEND, "q"), [AnswerDelta("a"), Failed("boom")])  # the session has no reply; the history does
+    session = [{"role": "system", "content": "sys"}, {"role": "user", "content": "q"}]
+    assert not rec.agrees_with(session)
+    reply = {"role": "assistant", "content": "a", "reasoning": "", "thinking": False, "finish_reason": "error"}
+    assert rec.agrees_with([*session, reply])
+    assert not rec.agrees_with([*session, {**reply, "reasoning": "hidden"}])
 
 
 def test_resume_continues_a_saved_conversation(store):
     first = ChatRecorder(store, model="Qwen3.5-2B", system_prompt="sys")
-    first.user("hello")
-    first.finish(text="hi")
+    first.begin(TurnKind.SEND, "hello").feed(Finished(Reply(text="hi")))
     rec = ChatRecorder.resume(store, first.conversation_id)
     assert (rec.model, rec.system_prompt) == ("Qwen3.5-2B", "sys")
     rec.set_model("Qwen3.5-9B")
-    rec.user("again")
-    rec.finish(text="hello again")
+    rec.begin(TurnKind.SEND, "again").feed(Finished(Reply(text="hello again")))
     conv = store.get_conversation(first.conversation_id)
     assert [m.model for m in conv.messages if m.role == "assistant"] == ["Qwen3.5-2B", "Qwen3.5-9B"]
     assert conv.model == "Qwen3.5-9B"
@@ -192,25 +232,31 @@ def test_resume_continues_a_saved_conversation(store):
 
 def test_an_unfinished_reply_is_kept_when_the_next_turn_starts(store):
     rec = ChatRecorder(store)
-    rec.user("q1")
-    rec.on_delta("dangling")
-    rec.user("q2")
+    dangling = rec.begin(TurnKind.SEND, "q1")
+    dangling.feed(AnswerDelta("dangling"))
+    rec.begin(TurnKind.SEND, "q2")
     messages = store.get_conversation(rec.conversation_id).messages
     assert [(m.content, m.state, m.finish_reason) for m in messages] == [
         ("q1", "complete", None), ("dangling", "stopped", "abandoned"), ("q2", "complete", None)]
+    assert dangling.outcome.result is TurnResult.STOPPED
+    dangling.feed(Finished(Reply(text="too late")))  # its events, if any still come, change nothing
+    assert store.get_conversation(rec.conversation_id).messages[1].content == "dangling"
 
 
-def test_storage_failures_never_escape_on_event(tmp_path):
+def test_storage_failures_never_escape_feed(tmp_path):
     s = Store.open(tmp_path / "h.sqlite3")
     rec = ChatRecorder(s)
-    rec.user("q")
-    rec.begin_assistant()
+    turn = rec.begin(TurnKind.SEND, "q")
+    turn.feed(AnswerDelta("x"))
     s.close()
-    rec.on_event(AnswerDelta("x"))
-    rec.on_event(Finished(Reply(text="x")))
+    turn.feed(AnswerDelta("y"))
+    turn.feed(Finished(Reply(text="xy")))
     assert isinstance(rec.error, (StoreError, sqlite3.Error))
-    with pytest.raises(StoreError, match="user's message"):
-        ChatRecorder(Store.open(tmp_path / "other.sqlite3")).begin_assistant()
+    assert turn.outcome is not None and turn.outcome.result is TurnResult.FAILED
+    other = ChatRecorder(Store.open(tmp_path / "other.sqlite3"))
+    other.begin(TurnKind.REGENERATE).feed(AnswerDelta("x"))  # a reply with no user message to answer
+    assert isinstance(other.error, StoreError) and "user's message" in str(other.error)
+    assert other.store.list_conversations() == []
 
 
 # ---------------------------------------------------------------- with the real engine on a tiny model
@@ -233,13 +279,12 @@ def test_a_real_engine_turn_is_recorded_and_reopens_into_a_session(engine, store
     session = engine.new_session(system_prompt="Be brief.")
     rec = ChatRecorder(store, model="tiny-moe", system_prompt="Be brief.")
     for text in ("hello there", "and again"):
-        rec.user(text, thinking=True)  # committed before the engine sees it
+        turn = rec.begin(TurnKind.SEND, text, thinking=True)  # committed before the engine sees it
         job = session.send(text, thinking=True, sampling=greedy(60))
-        rec.begin_assistant(thinking=True)
-        for event in job.events(timeout=120):  # the chat CLI's loop; the window uses job.add_listener
-            rec.on_event(event)
+        for event in job.events(timeout=120):  # the chat CLI's loop; the window feeds coalesced batches
+            turn.feed(event)
         reply = job.result(timeout=1)
-        assert rec.error is None
+        assert rec.error is None and turn.outcome.result is TurnResult.COMPLETE
         saved = store.get_conversation(rec.conversation_id).messages[-1]
         assert (saved.content, saved.reasoning) == (reply.text, reply.reasoning)
         assert saved.reasoning == "".join(SCRIPT_REASONING) and saved.content == "".join(SCRIPT_ANSWER)
@@ -252,8 +297,9 @@ def test_a_real_engine_turn_is_recorded_and_reopens_into_a_session(engine, store
     reopened = engine.new_session(system_prompt=conv.system_prompt, messages=conv.chat_messages(include_system=False))
     assert reopened.messages == session.messages
     again = ChatRecorder.resume(store, conv.id)
-    again.user("third time", thinking=False)
+    turn = again.begin(TurnKind.SEND, "third time", thinking=False)
     job = reopened.send("third time", thinking=False, sampling=greedy(60))
-    for event in job.events(timeout=120):
-        again.on_event(event)
+    job.add_listener(turn.feed)  # on the worker thread, as the API server does
+    job.join(timeout=120)
+    assert turn.settled and again.agrees_with(reopened.messages)
     assert store.get_conversation(conv.id).chat_messages() == reopened.messages

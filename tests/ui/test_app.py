@@ -40,7 +40,7 @@ w = MainWindow(s); w.show(); w.start_background_work(wait=True)
 w.library.open_local_folder({str(tiny_dense_path)!r})
 w.library.request_load()
 def chat():
-    if w.chat.model_ref is None:
+    if w.chat.controller.model_ref is None:
         return QTimer.singleShot(50, chat)
     w.chat.composer.thinking.setChecked(False)
     w.chat.send("hello")
@@ -48,7 +48,7 @@ def chat():
 def done():
     if w.chat.busy:
         return QTimer.singleShot(50, done)
-    print("REPLY", w.chat._message_widgets()[-1].answer)
+    print("REPLY", w.chat.messages.widgets()[-1].answer)
     w.close()
     app.quit()
 QTimer.singleShot(0, chat)

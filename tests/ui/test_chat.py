@@ -21,7 +21,7 @@ def chat(window, library, settings, tiny_moe_path, qtbot):
     library.open_local_folder(str(tiny_moe_path))
     assert library.selected_row().estimate.verdict == "fits"
     view = window.chat
-    with qtbot.waitSignal(view.model_ready, timeout=60_000):
+    with qtbot.waitSignal(view.controller.model_ready, timeout=60_000):
         assert library.request_load()
     assert window.stack.currentIndex() == CHAT
     return view
@@ -33,7 +33,7 @@ def send(chat, qtbot, text, thinking=True):
     qtbot.keyClick(chat.composer.input, Qt.Key.Key_Return)
     assert chat.busy
     qtbot.waitUntil(lambda: not chat.busy, timeout=60_000)
-    return chat._message_widgets()[-1]
+    return chat.messages.widgets()[-1]
 
 
 def test_chat_with_thinking_on_then_off(chat, qtbot, window):
@@ -54,7 +54,7 @@ def test_chat_with_thinking_on_then_off(chat, qtbot, window):
     assert reply.view.source_text == ANSWER
 
     # Both turns are in the history store, reasoning kept apart.
-    conv = chat.store.get_conversation(chat.conversation_id)
+    conv = chat.controller.store.get_conversation(chat.controller.conversation_id)
     assert [m.role for m in conv.messages] == ["user", "assistant", "user", "assistant"]
     assert conv.messages[1].reasoning.strip() == REASONING and conv.messages[1].content == ANSWER
     assert conv.messages[3].stats.generation_tokens > 0
@@ -72,29 +72,29 @@ def test_shift_enter_adds_a_line_instead_of_sending(chat, qtbot):
 
 def test_stop_keeps_what_was_written_then_regenerate_replaces_it(chat, settings, qtbot, window):
     settings.set("chat.sampling.instant", {**GREEDY, "max_tokens": 4000})
-    chat.sampling_overrides = NO_END
+    chat.controller.sampling_overrides = NO_END
     chat.composer.thinking.setChecked(False)
     chat.composer.input.setPlainText("Tell me a long story")
     qtbot.keyClick(chat.composer.input, Qt.Key.Key_Return)
-    qtbot.waitUntil(lambda: chat.current is not None and len(chat.current.answer) > 20, timeout=30_000)
+    qtbot.waitUntil(lambda: chat.messages.current is not None and len(chat.messages.current.answer) > 20, timeout=30_000)
     t0 = time.monotonic()
     qtbot.keyClick(window, Qt.Key.Key_Escape)  # Esc stops
     qtbot.waitUntil(lambda: not chat.busy, timeout=5_000)
     assert time.monotonic() - t0 < 3
-    stopped = chat._message_widgets()[-1]
+    stopped = chat.messages.widgets()[-1]
     assert "stopped" in stopped.stats_label.text()
     assert stopped.stats.generation_tokens < 4000
-    saved = chat.store.get_conversation(chat.conversation_id).messages
+    saved = chat.controller.store.get_conversation(chat.controller.conversation_id).messages
     assert saved[-1].state == "stopped" and saved[-1].content == stopped.answer
 
-    chat.sampling_overrides = {}
+    chat.controller.sampling_overrides = {}
     assert chat.regenerate_button.isEnabled()
     chat.regenerate_button.click()
     qtbot.waitUntil(lambda: not chat.busy, timeout=60_000)
-    widgets = chat._message_widgets()
+    widgets = chat.messages.widgets()
     assert [w.role for w in widgets] == ["user", "assistant"]
     assert widgets[-1].view.source_text == ANSWER
-    saved = chat.store.get_conversation(chat.conversation_id).messages
+    saved = chat.controller.store.get_conversation(chat.controller.conversation_id).messages
     assert [m.role for m in saved] == ["user", "assistant"] and saved[-1].content == ANSWER
 
 
@@ -105,46 +105,51 @@ def test_edit_and_resend_the_last_message(chat, qtbot):
     chat.composer.input.setPlainText("First try")
     qtbot.keyClick(chat.composer.input, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: not chat.busy, timeout=60_000)
-    widgets = chat._message_widgets()
+    widgets = chat.messages.widgets()
     assert [w.role for w in widgets] == ["user", "assistant"]
     assert widgets[0].text == "First try" and widgets[1].view.source_text == ANSWER
-    saved = chat.store.get_conversation(chat.conversation_id).messages
+    saved = chat.controller.store.get_conversation(chat.controller.conversation_id).messages
     assert [m.content for m in saved] == ["First try", ANSWER]
 
 
 def test_repaints_are_throttled_well_below_the_token_rate(chat, settings, qtbot):
     settings.set("chat.sampling.instant", {**GREEDY, "max_tokens": 300})
-    chat.sampling_overrides = NO_END
-    chat.renders = 0
+    chat.controller.sampling_overrides = NO_END
+    chat.messages.renders = 0
+    chat.composer.thinking.setChecked(False)
+    chat.composer.input.setPlainText("Write a lot")
     t0 = time.monotonic()
-    reply = send(chat, qtbot, "Write a lot", thinking=False)
+    qtbot.keyClick(chat.composer.input, Qt.Key.Key_Return)
+    throttle = chat.controller.flight.bridge.throttle  # the reply's bridge is released once it has ended
+    qtbot.waitUntil(lambda: not chat.busy, timeout=60_000)
     elapsed = time.monotonic() - t0
+    reply = chat.messages.widgets()[-1]
     tokens = reply.stats.generation_tokens
-    offered = chat._gen_bridge.throttle.offered
+    offered = throttle.offered
     assert tokens > 100 and offered > tokens / 2  # about one event per token
     # At most ~30 batches a second (+ the final flush), however fast the tokens come.
-    assert chat.renders <= elapsed * 30 * 1.3 + 3, (chat.renders, elapsed, tokens)
-    assert chat.renders < offered / 3
-    assert reply.view.renders <= chat.renders + 2  # one per batch, + the empty start and the exact final render
+    assert chat.messages.renders <= elapsed * 30 * 1.3 + 3, (chat.messages.renders, elapsed, tokens)
+    assert chat.messages.renders < offered / 3
+    assert reply.view.renders <= chat.messages.renders + 2  # one per batch, + the empty start and the exact final render
 
 
 def test_new_chat_then_reopen_restores_and_continues(chat, qtbot, window):
     send(chat, qtbot, "Remember me", thinking=True)
-    first_id = chat.conversation_id
+    first_id = chat.controller.conversation_id
     qtbot.keyClick(window, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)  # Ctrl/Cmd+N
-    assert chat.conversation_id is None and chat._message_widgets() == []
+    assert chat.controller.conversation_id is None and chat.messages.widgets() == []
     assert window.sidebar.conversations.count() == 1
     window.open_conversation(first_id)
-    widgets = chat._message_widgets()
+    widgets = chat.messages.widgets()
     assert [w.role for w in widgets] == ["user", "assistant"]
     assert widgets[1].reasoning is not None and widgets[1].view.source_text == ANSWER
-    assert chat.needs_replay
+    assert chat.controller.needs_replay
     reply = send(chat, qtbot, "Still there?", thinking=False)
     assert reply.view.source_text == ANSWER
-    assert not chat.needs_replay
+    assert not chat.controller.needs_replay
     # The reopened conversation was read once into the engine's cache: it holds all three turns' tokens.
-    assert chat.session.context_tokens > reply.stats.prompt_tokens - 1
-    assert [m["role"] for m in chat.session.messages] == ["user", "assistant", "user", "assistant"]
+    assert chat.controller.session.context_tokens > reply.stats.prompt_tokens - 1
+    assert [m["role"] for m in chat.controller.session.messages] == ["user", "assistant", "user", "assistant"]
 
 
 def test_reading_progress_is_shown_for_a_long_prompt(chat, qtbot):
@@ -159,28 +164,28 @@ def test_reading_progress_is_shown_for_a_long_prompt(chat, qtbot):
 
 def test_delete_a_conversation_from_the_sidebar(chat, qtbot, window):
     send(chat, qtbot, "Short lived", thinking=False)
-    key = chat.conversation_id
+    key = chat.controller.conversation_id
     assert window.sidebar.conversations.count() == 1
     assert window.delete_conversation(key, confirm=False)
-    assert window.sidebar.conversations.count() == 0 and chat.conversation_id is None
-    assert chat.store.list_conversations() == []
+    assert window.sidebar.conversations.count() == 0 and chat.controller.conversation_id is None
+    assert chat.controller.store.list_conversations() == []
 
 
 def test_new_chat_while_a_reply_streams_stops_and_saves_it(chat, settings, qtbot):
     settings.set("chat.sampling.instant", {**GREEDY, "max_tokens": 4000})
-    chat.sampling_overrides = NO_END
+    chat.controller.sampling_overrides = NO_END
     chat.composer.thinking.setChecked(False)
     chat.send("Keep talking")
-    first = chat.conversation_id
-    qtbot.waitUntil(lambda: chat.current is not None and len(chat.current.answer) > 10, timeout=30_000)
+    first = chat.controller.conversation_id
+    qtbot.waitUntil(lambda: chat.messages.current is not None and len(chat.messages.current.answer) > 10, timeout=30_000)
     chat.new_chat()
-    assert not chat.busy and chat.conversation_id is None
-    qtbot.waitUntil(lambda: chat.store.get_conversation(first).messages[-1].state != "streaming", timeout=10_000)
-    saved = chat.store.get_conversation(first).messages
+    assert not chat.busy and chat.controller.conversation_id is None
+    qtbot.waitUntil(lambda: chat.controller.store.get_conversation(first).messages[-1].state != "streaming", timeout=10_000)
+    saved = chat.controller.store.get_conversation(first).messages
     assert [m.role for m in saved] == ["user", "assistant"]
     assert saved[-1].state == "stopped" and saved[-1].content.startswith("The answer is here")
     # The next chat works normally.
-    chat.sampling_overrides = {}
+    chat.controller.sampling_overrides = {}
     settings.set("chat.sampling.instant", GREEDY)
     reply = send(chat, qtbot, "Fresh start", thinking=False)
     assert reply.view.source_text == ANSWER
@@ -189,22 +194,22 @@ def test_new_chat_while_a_reply_streams_stops_and_saves_it(chat, settings, qtbot
 def test_unload_frees_the_model_and_keeps_the_conversation(chat, qtbot, window, library):
     send(chat, qtbot, "Before unloading", thinking=False)
     window.unload_action.trigger()
-    assert chat.model_ref is None and not chat.composer.send_button.isEnabled()
+    assert chat.controller.model_ref is None and not chat.composer.send_button.isEnabled()
     qtbot.waitUntil(lambda: "unloaded" in chat.meter.text(), timeout=10_000)
     assert window.status.model_label.text() == "No model loaded"
-    assert len(chat._message_widgets()) == 2
+    assert len(chat.messages.widgets()) == 2
     # Loading again continues the same conversation (read once into the new session).
-    with qtbot.waitSignal(chat.model_ready, timeout=60_000):
+    with qtbot.waitSignal(chat.controller.model_ready, timeout=60_000):
         library.request_load()
     reply = send(chat, qtbot, "After loading again", thinking=False)
     assert reply.view.source_text == ANSWER
-    assert [m["role"] for m in chat.session.messages] == ["user", "assistant", "user", "assistant"]
+    assert [m["role"] for m in chat.controller.session.messages] == ["user", "assistant", "user", "assistant"]
 
 
 def _limit_context(chat, tokens):
     from dataclasses import replace
 
-    chat.session.options = replace(chat.session.options, context_limit=tokens)
+    chat.controller.session.options = replace(chat.controller.session.options, context_limit=tokens)
 
 
 def test_a_refused_regenerate_keeps_the_old_reply(chat, qtbot):
@@ -213,17 +218,17 @@ def test_a_refused_regenerate_keeps_the_old_reply(chat, qtbot):
     chat.regenerate_button.click()
     qtbot.waitUntil(lambda: not chat.busy, timeout=30_000)
     assert chat.error.isVisible() and "context" in chat.error.text()
-    widgets = chat._message_widgets()
+    widgets = chat.messages.widgets()
     assert [w.role for w in widgets] == ["user", "assistant"]
     assert all(w.isVisibleTo(chat) for w in widgets) and widgets[1].view.source_text == ANSWER
-    saved = chat.store.get_conversation(chat.conversation_id).messages
+    saved = chat.controller.store.get_conversation(chat.controller.conversation_id).messages
     assert [(m.role, m.content) for m in saved] == [("user", "Keep my reply"), ("assistant", ANSWER)]
     # The next regenerate (the limit gone with a fresh session) replaces it for real.
-    chat.session = None
+    chat.controller.session = None
     chat.regenerate_button.click()
     qtbot.waitUntil(lambda: not chat.busy, timeout=60_000)
-    saved = chat.store.get_conversation(chat.conversation_id).messages
-    assert [m.role for m in saved] == ["user", "assistant"] and [w.role for w in chat._message_widgets()] == ["user", "assistant"]
+    saved = chat.controller.store.get_conversation(chat.controller.conversation_id).messages
+    assert [m.role for m in saved] == ["user", "assistant"] and [w.role for w in chat.messages.widgets()] == ["user", "assistant"]
 
 
 def test_a_refused_edit_keeps_the_old_turn_and_the_typed_text(chat, qtbot):
@@ -235,10 +240,10 @@ def test_a_refused_edit_keeps_the_old_turn_and_the_typed_text(chat, qtbot):
     qtbot.waitUntil(lambda: not chat.busy, timeout=30_000)
     assert chat.error.isVisible()
     assert chat.composer.input.toPlainText() == "Edited question"
-    widgets = chat._message_widgets()
+    widgets = chat.messages.widgets()
     assert [w.role for w in widgets] == ["user", "assistant"] and widgets[0].text == "Original question"
     assert all(w.isVisibleTo(chat) for w in widgets)
-    saved = chat.store.get_conversation(chat.conversation_id).messages
+    saved = chat.controller.store.get_conversation(chat.controller.conversation_id).messages
     assert [m.content for m in saved] == ["Original question", ANSWER]
 
 
@@ -250,21 +255,21 @@ def test_bad_sampling_settings_keep_the_typed_text_and_save_nothing(chat, settin
     assert not chat.busy
     assert chat.composer.input.toPlainText() == "Do not lose me"
     assert chat.error.isVisible() and "top_p" in chat.error.text()
-    assert chat._message_widgets() == [] and chat.store.list_conversations() == []
+    assert chat.messages.widgets() == [] and chat.controller.store.list_conversations() == []
 
 
 def test_a_read_only_history_still_chats_and_says_it_is_not_saved(chat, qtbot, window):
     send(chat, qtbot, "Saved before", thinking=False)
-    kept = chat.store.get_conversation(chat.conversation_id)
-    chat.store.read_only = True  # what Store.open gives for a history written by a newer app
-    chat.store.notice = "This chat history was written by a newer version of Qwen Desk."
+    kept = chat.controller.store.get_conversation(chat.controller.conversation_id)
+    chat.controller.store.database.read_only = True  # what Store.open gives for a history written by a newer app
+    chat.controller.store.notice = "This chat history was written by a newer version of Qwen Desk."
     seen = []
-    chat.history_notice.connect(seen.append)
+    chat.controller.history_notice.connect(seen.append)
     reply = send(chat, qtbot, "After it became read-only", thinking=False)
     assert reply.view.source_text == ANSWER and not chat.error.isVisible()
-    assert chat.unsaved and chat.notice.isVisible() and "not being saved" in chat.notice.text()
+    assert chat.controller.unsaved and chat.notice.isVisible() and "not being saved" in chat.notice.text()
     assert len(seen) == 1 and window.status.notice_label.isVisible()
     send(chat, qtbot, "Once more", thinking=False)
     assert len(seen) == 1  # told once
     # The read-only history itself was not written to.
-    assert len(chat._read_only_store.get_conversation(kept.id).messages) == len(kept.messages)
+    assert len(chat.controller.history.read_only_store.get_conversation(kept.id).messages) == len(kept.messages)

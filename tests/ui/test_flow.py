@@ -30,16 +30,16 @@ def test_pick_download_load_chat_stop_regenerate(window, library, settings, hub_
 
     # Load it: the chat page opens when it is ready.
     chat = window.chat
-    with qtbot.waitSignal(chat.model_ready, timeout=60_000):
+    with qtbot.waitSignal(chat.controller.model_ready, timeout=60_000):
         library.details.load_button.click()
-    assert window.stack.currentIndex() == CHAT and chat.model_info.bits == 4
+    assert window.stack.currentIndex() == CHAT and chat.controller.model_info.bits == 4
 
     def ask(text, thinking):
         chat.composer.thinking.setChecked(thinking)
         chat.composer.input.setPlainText(text)
         qtbot.keyClick(chat.composer.input, Qt.Key.Key_Return)
         qtbot.waitUntil(lambda: not chat.busy, timeout=60_000)
-        return chat._message_widgets()[-1]
+        return chat.messages.widgets()[-1]
 
     on = ask("Think first", thinking=True)
     assert on.reasoning.text.strip() == "".join(SCRIPT_REASONING) and on.view.source_text == "".join(SCRIPT_ANSWER)
@@ -47,17 +47,17 @@ def test_pick_download_load_chat_stop_regenerate(window, library, settings, hub_
     assert off.reasoning is None and off.view.source_text == "".join(SCRIPT_ANSWER)
 
     # Stop a long reply (end tokens biased away), then regenerate it.
-    chat.sampling_overrides = {"logit_bias": {2: -100.0, 0: -100.0}, "max_tokens": 4000}
+    chat.controller.sampling_overrides = {"logit_bias": {2: -100.0, 0: -100.0}, "max_tokens": 4000}
     chat.composer.input.setPlainText("Go on and on")
     qtbot.keyClick(chat.composer.input, Qt.Key.Key_Return)
-    qtbot.waitUntil(lambda: chat.current is not None and len(chat.current.answer) > 20, timeout=30_000)
+    qtbot.waitUntil(lambda: chat.messages.current is not None and len(chat.messages.current.answer) > 20, timeout=30_000)
     chat.composer.send_button.click()  # the Send button is Stop while generating
     qtbot.waitUntil(lambda: not chat.busy, timeout=5_000)
-    assert "stopped" in chat._message_widgets()[-1].stats_label.text()
-    chat.sampling_overrides = {}
+    assert "stopped" in chat.messages.widgets()[-1].stats_label.text()
+    chat.controller.sampling_overrides = {}
     chat.regenerate_button.click()
     qtbot.waitUntil(lambda: not chat.busy, timeout=60_000)
-    last = chat._message_widgets()[-1]
+    last = chat.messages.widgets()[-1]
     assert last.view.source_text == "".join(SCRIPT_ANSWER) and "stopped" not in last.stats_label.text()
-    roles = [m.role for m in chat.store.get_conversation(chat.conversation_id).messages]
+    roles = [m.role for m in chat.controller.store.get_conversation(chat.controller.conversation_id).messages]
     assert roles == ["user", "assistant"] * 3

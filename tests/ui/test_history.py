@@ -49,9 +49,9 @@ def titles(window) -> list[str]:
 def test_the_history_is_opened_after_the_first_paint(make_window):
     seed(("First question", "An answer"))
     w = make_window(start=False)
-    assert w.chat._store is None and titles(w) == []  # nothing read yet: the window painted without it
+    assert w.chat.controller.store is None and titles(w) == []  # nothing read yet: the window painted without it
     w.start_background_work(wait=True)
-    assert w.chat._store is not None and titles(w) == ["First question"]
+    assert w.chat.controller.store is not None and titles(w) == ["First question"]
 
 
 def test_a_damaged_history_is_set_aside_and_the_user_is_told(make_window):
@@ -60,15 +60,15 @@ def test_a_damaged_history_is_set_aside_and_the_user_is_told(make_window):
     w = make_window()
     assert w.status.notice_label.isVisible()
     assert "damaged" in w.status.notice_label.text() and "moved" in w.status.notice_label.toolTip()
-    assert w.chat.store.set_aside is not None and w.chat.store.set_aside.exists()
+    assert w.chat.controller.store.set_aside is not None and w.chat.controller.store.set_aside.exists()
 
 
 def test_a_history_that_cannot_be_opened_does_not_stop_the_app(make_window):
     paths.db_path().mkdir(parents=True)  # a folder where the file should be: SQLite cannot open it
     w = make_window()
-    assert w.chat.unsaved and w.chat.notice.isVisibleTo(w.chat) and "not saved" in w.chat.notice.text()
+    assert w.chat.controller.unsaved and w.chat.notice.isVisibleTo(w.chat) and "not saved" in w.chat.notice.text()
     assert w.status.notice_label.isVisible()
-    assert w.chat.store.create_conversation(model="tiny").id  # a scratch history still takes chats
+    assert w.chat.controller.store.create_conversation(model="tiny").id  # a scratch history still takes chats
 
 
 def test_delete_offers_undo_that_puts_the_conversation_back(make_window):
@@ -79,7 +79,7 @@ def test_delete_offers_undo_that_puts_the_conversation_back(make_window):
     assert w.status.undo_button.isVisible() and "Delete this one" in w.status.undo_label.text()
     w.status.undo_button.click()
     assert sorted(titles(w)) == ["Delete this one", "Keep this one"]
-    restored = w.chat.store.get_conversation(gone)
+    restored = w.chat.controller.store.get_conversation(gone)
     assert [m.content for m in restored.messages] == ["Delete this one", "ok"]
     assert not w.status.undo_button.isVisible()
 
@@ -113,7 +113,7 @@ def test_a_history_from_a_newer_app_is_shown_read_only_with_a_notice(make_window
     with sqlite3.connect(paths.db_path()) as conn:
         conn.execute("PRAGMA user_version = 99")
     w = make_window()
-    assert w.chat.store.read_only
+    assert w.chat.controller.store.read_only
     assert w.status.notice_label.isVisible() and "newer version" in w.status.notice_label.text()
     assert titles(w) == ["From the future"]  # still readable
     w.sidebar.search.setText("future")

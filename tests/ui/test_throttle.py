@@ -1,27 +1,14 @@
-import threading
-from dataclasses import dataclass
+"""Throttle: the engine's and the downloads' real event records in, coalesced batches out."""
 
+import threading
+
+from macapp.core.download import events as download
+from macapp.core.events import AnswerDelta, Failed, Finished, GenerationStats, ReasoningDelta, Reply, StatsUpdate
 from macapp.ui.throttle import Throttle
 
 
-@dataclass
-class AnswerDelta:
-    text: str
-
-
-@dataclass
-class ReasoningDelta:
-    text: str
-
-
-@dataclass
-class StatsUpdate:
-    n: int
-
-
-@dataclass
-class Finished:
-    reply: str
+def StatsAt(n: int) -> StatsUpdate:  # noqa: N802 - reads like the record it makes
+    return StatsUpdate(GenerationStats(generation_tokens=n))
 
 
 class FakeClock:
@@ -37,12 +24,12 @@ def test_joins_text_and_keeps_latest_snapshot_in_order():
     th = Throttle(0.05, clock)
     for ch in "thin":
         th.offer(ReasoningDelta(ch))
-    th.offer(StatsUpdate(1))
-    th.offer(StatsUpdate(2))
+    th.offer(StatsAt(1))
+    th.offer(StatsAt(2))
     for ch in "hello":
         th.offer(AnswerDelta(ch))
     batch = th.drain()
-    assert batch == [ReasoningDelta("thin"), StatsUpdate(2), AnswerDelta("hello")]
+    assert batch == [ReasoningDelta("thin"), StatsAt(2), AnswerDelta("hello")]
     assert th.offered == 11 and th.batches == 1
 
 
@@ -65,8 +52,8 @@ def test_terminal_event_flushes_at_once():
     th.drain()
     th.offer(AnswerDelta("b"))
     assert th.drain() == []
-    assert th.offer(Finished("ab")) is True
-    assert th.drain() == [AnswerDelta("b"), Finished("ab")]
+    assert th.offer(Finished(Reply(text="ab"))) is True
+    assert th.drain() == [AnswerDelta("b"), Finished(Reply(text="ab"))]
     assert th.drain() == []
 
 
@@ -78,7 +65,7 @@ def test_no_text_lost_across_threads():
     def produce():
         for i in range(n):
             th.offer(AnswerDelta("x"))
-        th.offer(Finished(""))
+        th.offer(Finished(Reply()))
 
     t = threading.Thread(target=produce)
     t.start()
@@ -91,3 +78,14 @@ def test_no_text_lost_across_threads():
                 done = True
     t.join()
     assert "".join(out) == "x" * n
+
+
+def test_every_kind_of_terminal_event_flushes_and_is_never_merged():
+    th = Throttle(10.0, FakeClock())
+    th.offer(AnswerDelta("a"))
+    th.drain()
+    for terminal in (Failed("no"), download.DownloadStopped(bytes_kept=3), download.DownloadFailed(error=None)):
+        assert th.offer(terminal) is True
+    assert th.drain() == [Failed("no"), download.DownloadStopped(bytes_kept=3), download.DownloadFailed(error=None)]
+    assert th.offer(download.Stalled(seconds=1.0)) is False and th.offer(download.Stalled(seconds=2.0)) is False
+    assert th.drain(force=True) == [download.Stalled(seconds=2.0)]  # snapshots: only the latest of a run

@@ -1,0 +1,394 @@
+"""The chat window's controller: owns the engine, the session, the reply in flight and its recorder; no widgets.
+
+It runs turns (send / regenerate / edit) on the engine, feeds each reply's coalesced events to the one recorder
+(macapp.core.recorder, the same as the command line's), and tells the view what happened through signals:
+
+    turn_started(TurnStart) → reply_under_way() → reply_events(list)… → turn_settled(TurnEnd)
+
+A reply left behind (New Chat, another conversation) is stopped and still recorded when it ends. Each reply's
+EventBridge is released after its final batch, so finished replies hold no memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from PySide6.QtCore import QObject, Signal
+
+from macapp.core.events import Failed, Finished, Loaded, Reply, TurnKind
+from macapp.core.recorder import ChatRecorder, RecordedTurn, TurnOutcome, run_on
+from macapp.core.settings import Settings
+from macapp.core.history import Conversation, Store
+from macapp.ui.bridge import EventBridge
+from macapp.ui.chat_history import ChatHistory, HistoryStatus
+from macapp.ui.settings import sampling_for
+
+VERBS = {TurnKind.SEND: "send", TurnKind.REGENERATE: "regenerate", TurnKind.EDIT: "edit"}
+
+
+@dataclass(frozen=True)
+class TurnStart:
+    kind: TurnKind
+    text: str  # the user's message (send, edit); "" for a regenerate
+    thinking: bool
+
+
+@dataclass(frozen=True)
+class TurnEnd:
+    outcome: TurnOutcome
+    reply: Reply | None  # the engine's reply (stats, finish reason, budget) when it kept one
+    context_limit: int | None
+
+
+@dataclass(eq=False)
+class _Flight:
+    """A turn the engine is running: its job, what records it, and the bridge that brings its events here."""
+
+    start: TurnStart
+    job: Any
+    turn: RecordedTurn
+    bridge: EventBridge | None = None
+
+
+class ChatController(QObject):
+    repaint_interval_ms = 33  # at most ~30 batches a second while streaming (bench/ui_bench.py tries 0)
+
+    model_changed = Signal(str)  # status-bar text: "Loading …", "Loaded …", "No model loaded"
+    model_loaded = Signal(object)  # the engine's Loaded event
+    model_ready = Signal()
+    turn_started = Signal(object)  # TurnStart
+    reply_under_way = Signal()  # the new reply began: a regenerated / edited turn is replaced now
+    reply_events = Signal(list)  # a coalesced batch of the reply in flight's events
+    turn_settled = Signal(object)  # TurnEnd
+    conversations_changed = Signal()
+    history_notice = Signal(str)  # the history cannot be written: chats are not saved (said once)
+    status_text = Signal(str)  # a line for the meter
+    error = Signal(str)  # something went wrong: one clear sentence
+    state_changed = Signal()  # busy / loading / loaded changed
+
+    def __init__(self, settings: Settings, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.settings = settings
+        self.history = ChatHistory()
+        self.engine = None  # created on the first load (its worker thread imports MLX, not us)
+        self.session = None
+        self.recorder: ChatRecorder | None = None  # the open conversation's
+        self.model_ref = None
+        self.model_info: Loaded | None = None
+        self.load_job = None
+        self.loading_name = ""
+        self.flight: _Flight | None = None  # the turn in flight, shown
+        self.sampling_overrides: dict[str, Any] = {}  # on top of the settings (benchmarks, devtools)
+        self._left: list[_Flight] = []  # turns left behind (New Chat), recorded until they end
+        self._told_unsaved = False
+
+    # -- state ----------------------------------------------------------------------------------------------------
+    @property
+    def busy(self) -> bool:
+        return self.flight is not None
+
+    @property
+    def job(self) -> Any:
+        return self.flight.job if self.flight is not None else None
+
+    @property
+    def store(self) -> Store | None:
+        """The history store, or None until open_history()."""
+        return self.history.store
+
+    @property
+    def unsaved(self) -> bool:
+        return self.history.unsaved is not None
+
+    @property
+    def conversation_id(self) -> int | None:
+        return self.recorder.conversation_id if self.recorder is not None else None
+
+    @property
+    def needs_replay(self) -> bool:
+        """A saved conversation without a session: the engine reads it once on the next turn."""
+        return self.session is None and self.conversation_id is not None
+
+    @property
+    def model_label(self) -> str:
+        ref = self.model_ref
+        return "" if ref is None else (f"{ref.name} · {ref.bits}-bit" if ref.bits else ref.name)
+
+    def context_limit(self) -> int | None:
+        session = self.session
+        if session is not None and session.options.context_limit:
+            return session.options.context_limit
+        return self.model_info.max_context if self.model_info is not None else None
+
+    # -- history --------------------------------------------------------------------------------------------------
+    def open_history(self) -> HistoryStatus:
+        """Open the history (once); says if chats are not being saved."""
+        status = self.history.open()
+        if status.unsaved:
+            self._tell_unsaved(status.unsaved)
+        return status
+
+    def conversation_rows(self) -> list[tuple[int, str]]:
+        store = self.open_history().store
+        return [(c.id, c.display_title) for c in store.list_conversations(limit=200)]
+
+    def _tell_unsaved(self, text: str) -> None:
+        if not self._told_unsaved:
+            self._told_unsaved = True
+            self.history_notice.emit(text)
+
+    def _writable(self) -> None:
+        switched = self.history.make_writable(self.conversation_id)
+        if switched is not None:
+            self.recorder = self._recorder_for(switched.conversation_id)
+            self._tell_unsaved(switched.reason)
+
+    def _recorder_for(self, conversation_id: int | None) -> ChatRecorder | None:
+        if conversation_id is None:
+            return None
+        return ChatRecorder.resume(self.store, conversation_id)
+
+    def _ensure_recorder(self) -> ChatRecorder:
+        if self.recorder is None:
+            system = self.settings.get("chat.system_prompt", "") or None
+            self.recorder = ChatRecorder(self.store, model=self.model_ref.name, system_prompt=system)
+        self.recorder.model = self.model_ref.name  # the reply records the model that wrote it
+        return self.recorder
+
+    # -- model ----------------------------------------------------------------------------------------------------
+    def _ensure_engine(self):
+        if self.engine is None:
+            from macapp.core.engine import Engine
+
+            self.engine = Engine()
+        return self.engine
+
+    def load_model(self, ref: Any) -> None:
+        """Load a ModelRef (with local_path) on the engine's worker thread; the window stays responsive."""
+        if self.busy:
+            self.stop()
+        engine = self._ensure_engine()
+        self.model_ref = None
+        self.session = None
+        self.model_changed.emit(f"Loading {ref.name}…")
+        self.load_job = engine.load(str(ref.local_path))
+        self.loading_name = ref.name
+        self.state_changed.emit()
+        bridge = EventBridge(parent=self)
+        bridge.delivered.connect(lambda batch, r=ref: self._on_load_events(r, batch))
+        bridge.attach(self.load_job)
+
+    def _on_load_events(self, ref: Any, batch: list[Any]) -> None:
+        match batch[-1]:
+            case Loaded() as loaded:
+                self.model_ref, self.model_info = ref, loaded
+                self.load_job = None
+                self.session = None
+                self.model_changed.emit(f"Loaded {self.model_label}")
+                self.model_loaded.emit(loaded)
+                self.state_changed.emit()
+                if ref.extra.get("load_anyway"):
+                    self.status_text.emit(
+                        "Loaded anyway: it may not fit the GPU budget — macOS may swap; replies can be slow or fail"
+                    )
+                self.model_ready.emit()
+            case Failed(message=message):
+                self.load_job = None
+                self.model_changed.emit("No model loaded")
+                self.error.emit(f"Could not load {ref.name}: {message}")
+                self.state_changed.emit()
+
+    def unload_model(self) -> None:
+        """Free the model's memory (the conversation stays; loading a model again continues it)."""
+        if self.engine is None or self.model_ref is None:
+            return
+        self._leave_turn()
+        job = self.engine.unload()
+        self.model_ref = self.model_info = None
+        self.session = None
+        self.model_changed.emit("No model loaded")
+        self.state_changed.emit()
+        bridge = EventBridge(parent=self)
+        bridge.delivered.connect(lambda _batch: self.status_text.emit("Model unloaded: its memory is free again"))
+        bridge.attach(job)
+
+    # -- conversation ---------------------------------------------------------------------------------------------
+    def new_chat(self) -> None:
+        self._leave_turn()
+        self.recorder = None
+        self.session = None
+        self.conversations_changed.emit()
+        self.state_changed.emit()
+
+    def open_conversation(self, conversation_id: int) -> Conversation:
+        """The saved conversation to show; the next turn re-reads it once into a fresh engine session."""
+        self._leave_turn()
+        store = self.open_history().store
+        conv = store.get_conversation(conversation_id)
+        self.recorder = ChatRecorder.resume(store, conv.id)
+        self.session = None
+        self.conversations_changed.emit()
+        self.state_changed.emit()
+        return conv
+
+    def _ensure_session(self):
+        """A session for the open conversation; a saved one is handed its history to read once."""
+        if self.session is not None:
+            return self.session
+        from macapp.core.engine import SessionOptions
+
+        system = self.settings.get("chat.system_prompt", "") or None
+        history = None
+        if self.conversation_id is not None:
+            conv = self.store.get_conversation(self.conversation_id)
+            system = conv.system_prompt or system
+            history = conv.chat_messages(include_system=False)
+        # The context and KV-cache bits chosen in the library are the ones the fit was computed for.
+        limit = int(self.settings.get("library.context", 0) or 0) or None
+        if limit and self.model_info is not None:
+            limit = min(limit, self.model_info.max_context)
+        options = SessionOptions(
+            context_limit=limit,
+            kv_bits=self.settings.get("library.kv_bits"),
+            memory_budget_bytes=self.model_ref.extra.get("memory_budget_bytes"),  # set by "Load anyway"
+        )
+        self.session = self.engine.new_session(system_prompt=system, messages=history, options=options)
+        return self.session
+
+    # -- turns ----------------------------------------------------------------------------------------------------
+    def sampling(self, thinking: bool):
+        """(SamplingParams, thinking budget) from the settings; ValueError when they cannot be used."""
+        from macapp.core.sampling import preset
+
+        values = sampling_for(self.settings, thinking)
+        budget = values.pop("thinking_budget", None)
+        params = preset(thinking).with_overrides(**{**values, **self.sampling_overrides})
+        params.validate()
+        return params, budget
+
+    def send(self, text: str, thinking: bool) -> bool:
+        return self.run_turn(TurnKind.SEND, text, thinking)
+
+    def regenerate(self, thinking: bool) -> bool:
+        return self.run_turn(TurnKind.REGENERATE, "", thinking)
+
+    def edit(self, text: str, thinking: bool) -> bool:
+        return self.run_turn(TurnKind.EDIT, text, thinking)
+
+    def run_turn(self, kind: TurnKind, text: str, thinking: bool) -> bool:
+        """Start a turn; False (with `error` emitted when there is something to say) when it could not start.
+        Bad settings are refused before anything is saved."""
+        if self.busy or self.model_ref is None or (kind is not TurnKind.REGENERATE and not text.strip()):
+            return False
+        try:
+            sampling, budget = self.sampling(thinking)
+        except ValueError as exc:
+            self.error.emit(f"The chat settings cannot be used: {exc}. Fix them in Settings…, then send again.")
+            return False
+        turn = None
+        try:
+            self.open_history()
+            self._writable()
+            session = self._ensure_session()  # before the message is saved: a replay must not read it twice
+            turn = self._ensure_recorder().begin(kind, text, thinking=thinking)
+            job = run_on(session, kind, text, thinking=thinking, sampling=sampling, thinking_budget=budget)
+        except Exception as exc:  # noqa: BLE001 - never raised into Qt's event loop; what was typed is kept
+            if turn is not None:
+                turn.feed(Failed(str(exc)))  # takes back what it saved
+            self.error.emit(f"Could not {VERBS[kind]}: {exc}")
+            self.state_changed.emit()
+            return False
+        self._start(_Flight(TurnStart(kind, text, thinking), job, turn))
+        return True
+
+    def _start(self, flight: _Flight) -> None:
+        self.flight = flight
+        self.turn_started.emit(flight.start)
+        self.status_text.emit("Starting…")
+        self.state_changed.emit()
+        self.conversations_changed.emit()
+        bridge = EventBridge(interval_ms=self.repaint_interval_ms, parent=self)
+        bridge.delivered.connect(lambda batch, f=flight: self._on_events(f, batch))
+        flight.bridge = bridge
+        bridge.attach(flight.job)  # past events (a quick refusal) are delivered right here
+
+    def _on_events(self, flight: _Flight, batch: list[Any]) -> None:
+        turn = flight.turn
+        was_under_way = turn.under_way
+        for event in batch:
+            turn.feed(event)
+        if flight is not self.flight:  # left behind: recorded, not shown
+            if turn.settled:
+                self._release(flight)
+                self.conversations_changed.emit()
+            return
+        if turn.under_way and not was_under_way:
+            self.reply_under_way.emit()
+        self.reply_events.emit(batch)
+        if turn.settled:
+            self._settle(flight, batch[-1])
+
+    def _settle(self, flight: _Flight, terminal: Any) -> None:
+        outcome = flight.turn.outcome
+        self.flight = None
+        self._release(flight)
+        if not outcome.kept or outcome.error is not None:
+            self._check_session()
+        if self.recorder is not None and self.recorder.error is not None:
+            self.error.emit(f"The reply could not be saved: {self.recorder.error}")
+            self.recorder.error = None
+        elif outcome.error is not None:
+            self.error.emit(outcome.error)
+        reply = terminal.reply if isinstance(terminal, Finished) and terminal.reply.kept else None
+        self.turn_settled.emit(TurnEnd(outcome, reply, self.context_limit()))
+        self.state_changed.emit()
+        self.conversations_changed.emit()
+
+    def _check_session(self) -> None:
+        """After a turn that kept no reply or failed: a session that no longer holds what the history holds
+        is dropped, and the next turn re-reads the conversation from the history."""
+        session = self.session
+        try:
+            agrees = session is not None and (
+                self.recorder.agrees_with(session.messages) if self.recorder is not None else not session.messages
+            )
+        except Exception:  # noqa: BLE001 - the history could not be read: start over from what it holds
+            agrees = False
+        if not agrees:
+            self.session = None
+
+    def _release(self, flight: _Flight) -> None:
+        """The bridge deletes itself after its final batch; drop every reference to the finished turn."""
+        flight.bridge = None
+        if flight in self._left:
+            self._left.remove(flight)
+
+    def stop(self) -> None:
+        if self.flight is not None:
+            self.flight.job.stop()
+
+    def _leave_turn(self) -> None:
+        """Leave the reply in flight (New Chat, another conversation): stop it; it is recorded when it ends."""
+        flight, self.flight = self.flight, None
+        if flight is None:
+            return
+        self._left.append(flight)
+        flight.job.stop()
+        self.state_changed.emit()
+
+    def shutdown(self) -> None:
+        """Stop what runs, record what it wrote, close the engine and the history."""
+        self._leave_turn()
+        for flight in list(self._left):
+            try:
+                flight.job.wait(5)
+            except TimeoutError:
+                pass
+            if flight.bridge is not None:
+                flight.bridge.flush()  # the last events, the terminal one included, recorded now
+            flight.turn.abandon()  # no-op once it settled
+        if self.engine is not None:
+            self.engine.close()
+        self.history.close()
+

@@ -1,0 +1,179 @@
+"""The conversation's messages, scrolled: a saved conversation, and the turn in flight as it streams.
+
+A regenerate / edit hides the turn it replaces until the new reply is under way (then removes it); a turn
+that never got under way is taken out again and the hidden turn shown — the same rule the recorder applies
+to the history (macapp.core.recorder).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QVBoxLayout, QWidget
+
+from macapp.core.events import AnswerDelta, ReasoningDelta, StatsUpdate, TerminalEvent, TurnKind
+from macapp.core.recorder import TurnResult
+from macapp.core.history import Message
+from macapp.ui.chat_controller import TurnEnd, TurnStart
+from macapp.ui.messages import FAILED_NOTE, AssistantMessage, UserMessage, reply_note
+
+
+@dataclass(eq=False)
+class _Pending:
+    """The widgets of the turn in flight, and those of the turn it replaces (hidden meanwhile)."""
+
+    added: list[QWidget] = field(default_factory=list)
+    hidden: list[QWidget] = field(default_factory=list)
+
+
+class MessageList(QScrollArea):
+    changed = Signal()  # messages were added or removed
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.current: AssistantMessage | None = None  # the reply in flight
+        self.renders = 0  # batches rendered while streaming (tests and bench/ui_bench.py compare it with tokens)
+        self._pending: _Pending | None = None
+        self.container = QWidget()
+        self._layout = QVBoxLayout(self.container)
+        self._layout.setContentsMargins(4, 4, 12, 4)
+        self._layout.setSpacing(10)
+        self.empty = QLabel(self.container)
+        self.empty.setObjectName("Note")
+        self.empty.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.empty.setWordWrap(True)
+        self._layout.addWidget(self.empty)
+        self._layout.addStretch(1)
+        self.setWidgetResizable(True)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setWidget(self.container)
+        self._stick_to_bottom = True
+        self.verticalScrollBar().rangeChanged.connect(self._follow)
+        self.verticalScrollBar().valueChanged.connect(self._on_scrolled)
+
+    # -- what is shown ----------------------------------------------------------------------------------------
+    def widgets(self) -> list[QWidget]:
+        """The message widgets, in order (a replaced turn's hidden ones included while it is pending)."""
+        items = (self._layout.itemAt(i) for i in range(1, self._layout.count() - 1))
+        return [item.widget() for item in items if item.widget() is not None]
+
+    def last_index(self, role: str) -> int | None:
+        widgets = self.widgets()
+        return next((i for i in range(len(widgets) - 1, -1, -1) if widgets[i].role == role), None)
+
+    def set_empty_text(self, text: str) -> None:
+        self.empty.setText(text)
+
+    def clear(self) -> None:
+        for w in self.widgets():
+            self._remove(w)
+        self.current = None
+        self._pending = None
+        self._changed()
+
+    def show_conversation(self, messages: list[Message]) -> None:
+        self.clear()
+        for m in messages:
+            if m.role == "user":
+                self._add(UserMessage(m.content, self.container))
+            elif m.role == "assistant":
+                w = AssistantMessage(self.container)
+                if m.reasoning:
+                    w.add_reasoning(m.reasoning)
+                w.add_answer(m.content)
+                w.finish(m.stats if not m.stats.is_empty() else None, "stopped" if m.stopped else "")
+                if w.reasoning is not None:
+                    w.reasoning.header.setText("Thought")
+                self._add(w)
+        self._changed()
+
+    # -- the turn in flight ------------------------------------------------------------------------------------
+    def begin_turn(self, start: TurnStart) -> AssistantMessage:
+        """Show the new turn; a regenerate / edit hides the turn it replaces."""
+        widgets = self.widgets()
+        pending = _Pending()
+        last_user = self.last_index("user")
+        if start.kind is not TurnKind.SEND and last_user is not None:
+            first = last_user + 1 if start.kind is TurnKind.REGENERATE else last_user  # as the session replaces it
+            pending.hidden = widgets[first:]
+        for w in pending.hidden:
+            w.hide()
+        if start.kind is not TurnKind.REGENERATE:
+            pending.added.append(self._add(UserMessage(start.text, self.container)))
+        self.current = self._add(AssistantMessage(self.container))
+        pending.added.append(self.current)
+        self._pending = pending
+        self._stick_to_bottom = True
+        self._changed()
+        return self.current
+
+    def replace_old_turn(self) -> None:
+        """The new reply is under way: the turn it replaces goes."""
+        if self._pending is not None:
+            for w in self._pending.hidden:
+                self._remove(w)
+            self._pending.hidden = []
+            self._changed()
+
+    def show_events(self, batch: list[Any]) -> None:
+        """Add a batch's text and stats to the reply in flight; repaint once (the final batch: at settle)."""
+        msg = self.current
+        if msg is None:
+            return
+        for event in batch:
+            match event:
+                case ReasoningDelta(text=text):
+                    msg.add_reasoning(text)
+                case AnswerDelta(text=text):
+                    msg.add_answer(text)
+                case StatsUpdate(stats=stats):
+                    msg.stats = stats
+        if not isinstance(batch[-1], TerminalEvent):
+            msg.render()
+            self.renders += 1
+
+    def settle(self, end: TurnEnd) -> None:
+        """The turn ended: finish the reply, or take the turn out again if it never got under way."""
+        msg, pending = self.current, self._pending
+        self.current = self._pending = None
+        if msg is None or pending is None:
+            return
+        outcome = end.outcome
+        if outcome.result is TurnResult.UNDONE:
+            for w in pending.added:
+                self._remove(w)
+            for w in pending.hidden:
+                w.show()
+        else:
+            for w in pending.hidden:
+                self._remove(w)
+            reply = end.reply
+            if outcome.result is TurnResult.FAILED:
+                note = FAILED_NOTE
+            else:
+                note = reply_note(reply.finish_reason if reply else None, reply.budget_hit if reply else False)
+            msg.finish(reply.stats if reply is not None else msg.stats, note)
+        self._changed()
+
+    # -- helpers ------------------------------------------------------------------------------------------------
+    def _add(self, widget: QWidget) -> QWidget:
+        self._layout.insertWidget(self._layout.count() - 1, widget)
+        return widget
+
+    def _remove(self, widget: QWidget) -> None:
+        self._layout.removeWidget(widget)
+        widget.deleteLater()
+
+    def _changed(self) -> None:
+        self.empty.setVisible(not self.widgets())
+        self.changed.emit()
+
+    def _on_scrolled(self, value: int) -> None:
+        self._stick_to_bottom = value >= self.verticalScrollBar().maximum() - 24
+
+    def _follow(self, _lo: int, hi: int) -> None:
+        if self._stick_to_bottom:
+            self.verticalScrollBar().setValue(hi)
