@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from macapp.core import paths
+from macapp.core.modelfiles import read_safetensors_header, text_config
 
 SUPPORTED_MODEL_TYPES = {"qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"}
 REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
@@ -70,7 +71,7 @@ class Arch:
         """Read a config.json (top level or its nested `text_config`); raise ConfigError on missing or nonsense fields."""
         if not isinstance(config, dict):
             raise ConfigError("config.json is not a JSON object")
-        text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+        text = text_config(config)
         model_type = str(text.get("model_type") or config.get("model_type") or "")
         if model_type not in SUPPORTED_MODEL_TYPES:
             raise ConfigError(
@@ -330,23 +331,13 @@ def loaded_by_mlx_lm(tensor: str) -> bool:
     return not (tensor.startswith(("vision_tower", "model.visual")) or tensor.startswith("mtp.") or ".mtp." in tensor)
 
 
-def _safetensors_offsets(path: Path) -> dict[str, tuple[int, int]]:
-    """Tensor name → (start, end) byte offsets, from a safetensors header (8-byte length + JSON)."""
-    with open(path, "rb") as handle:
-        length = int.from_bytes(handle.read(8), "little")
-        if not 0 < length < 100_000_000:
-            raise ValueError(f"{path.name} has no safetensors header")
-        header = json.loads(handle.read(length))
-    return {k: tuple(v["data_offsets"]) for k, v in header.items() if k != "__metadata__"}
-
-
 def weight_files_bytes(folder: Path) -> int | None:
     """Bytes of the weights mlx-lm will load from a folder: tensor sizes from the headers, vision/MTP tensors left out
     (a repo converted with its vision tower is bigger on disk than in memory); file sizes if a header is unreadable."""
     total = 0
     for path in sorted(folder.glob("*.safetensors")):
         try:
-            total += sum(end - start for name, (start, end) in _safetensors_offsets(path).items() if loaded_by_mlx_lm(name))
+            total += sum(end - start for name, (start, end) in read_safetensors_header(path).tensors.items() if loaded_by_mlx_lm(name))
         except (OSError, ValueError, KeyError, TypeError):
             total += path.stat().st_size
     return total or None
