@@ -9,6 +9,7 @@ from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QLabel, QPushButton, QScrollArea, QVBoxLayout, QWidget
 
 from macapp.core.memory import format_bytes
+from macapp.core.prefill import format_duration
 from macapp.ui.style import BAR_COLOURS
 from macapp.ui.widgets import Badge, ElidedLabel, StackedBar
 
@@ -66,6 +67,13 @@ class DetailsPanel(QFrame):
         self.max_context.setWordWrap(True)
         self.speed = QLabel(self)
         self.speed.setWordWrap(True)
+        self.reading = QLabel(self)
+        self.reading.setWordWrap(True)
+        self.advice = QLabel(self)
+        self.advice.setObjectName("Advice")
+        self.advice.setWordWrap(True)
+        self.advice.setTextFormat(Qt.TextFormat.PlainText)
+        self.advice.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)  # the sysctl command can be copied
         self.cluster_note = QLabel(self)  # for a build too big for this Mac: how many such Macs it needs
         self.cluster_note.setWordWrap(True)
         self.derivation = QLabel(self)
@@ -117,6 +125,8 @@ class DetailsPanel(QFrame):
         body.addSpacing(4)
         body.addWidget(self.max_context)
         body.addWidget(self.speed)
+        body.addWidget(self.reading)
+        body.addWidget(self.advice)
         body.addWidget(self.cluster_note)
         body.addWidget(self.derivation)
         body.addStretch(1)
@@ -161,12 +171,26 @@ class DetailsPanel(QFrame):
             self.speed.setText(f"Estimated speed: <b>~{est.decode_tps_estimate:.0f} tok/s</b> when generating")
         else:
             self.speed.setText("Estimated speed: unknown on this machine (no Apple GPU bandwidth figure)")
+        self._show_reading_and_advice(row)
         self._show_cluster_note(row, machine, context, kv_bits)
         self.derivation.setText("How this is worked out:\n" + "\n".join(f"• {line}" for line in est.derivation))
         downloaded = row.local_path is not None
         self.load_button.setEnabled(downloaded)
         self.load_button.setText("Load" if est.verdict != "too_big" else "Load…")
         self.load_button.setToolTip("" if downloaded else "Download the model first")
+
+    def _show_reading_and_advice(self, row: Any) -> None:
+        est = row.estimate
+        if est.ttft_estimate_s is not None:
+            self.reading.setText(
+                f"Reading a {est.context:,}-token prompt: <b>~{format_duration(est.ttft_estimate_s)}</b> before the first word "
+                f"(~{est.prefill_tps_estimate:,.0f} tok/s, estimated)"
+            )
+        else:
+            self.reading.setText("Prompt reading time: unknown on this machine (no Apple GPU figure)")
+        lines = row.advice.lines() if row.advice is not None else []
+        self.advice.setVisible(bool(lines))
+        self.advice.setText("\n".join(lines))
 
     def _show_cluster_note(self, row: Any, machine: Any, context: int, kv_bits: int | None) -> None:
         from macapp.core.cluster.sizing import hosts_needed

@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from macapp.core import catalog, hardware, sizing
+from macapp.core import advice, catalog, hardware, prefill, sizing
 from macapp.core.memory import format_bytes
 from macapp.core.settings import Settings
 from macapp.ui.style import BADGE_TEXT, badge_colour
@@ -49,6 +49,7 @@ class Row:
     estimate: Any  # sizing.Estimate
     downloaded: bool = False
     local_path: Path | None = None
+    advice: Any = None  # advice.Advice, filled on demand by LibraryModel.advice_for
 
     @property
     def key(self) -> str:
@@ -65,6 +66,7 @@ class LibraryModel(QAbstractTableModel):
         self.rows: list[Row] = []
         self.context = 32768
         self.live_status: dict[str, str] = {}  # repo -> "Downloading 42%" while a download runs
+        self.machine: Any = None
 
     def rowCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: N802
         return 0 if parent.isValid() else len(self.rows)
@@ -102,7 +104,7 @@ class LibraryModel(QAbstractTableModel):
                 return "Downloaded" if row.downloaded else ""
         if role == Qt.ItemDataRole.ToolTipRole:
             if col == FIT_COL:
-                return f"Needs {format_bytes(est.total_bytes)} of {format_bytes(est.budget_bytes)} GPU budget"
+                return fit_tooltip(row, self.advice_for(row))
             if col == 0:
                 return row.ref.repo or str(row.ref.local_path)
             if col == 5 and not row.downloaded:
@@ -124,11 +126,29 @@ class LibraryModel(QAbstractTableModel):
                 idx = self.index(i, 5)
                 self.dataChanged.emit(idx, idx)
 
-    def set_rows(self, rows: list[Row], context: int) -> None:
+    def set_rows(self, rows: list[Row], context: int, machine: Any = None) -> None:
         self.beginResetModel()
         self.rows = rows
         self.context = context
+        self.machine = machine  # the profile the rows were estimated for (for the advice)
         self.endResetModel()
+
+    def advice_for(self, row: Row):
+        """The ways out for a row that does not fit (computed when first asked: tooltip or details)."""
+        if row.advice is None:
+            candidates = [r.ref for r in self.rows if r.ref.origin == "catalog"]
+            row.advice = advice.advise(row.ref, row.estimate, self.machine, candidates) if self.machine else advice.Advice(row.estimate.verdict, "")
+        return row.advice
+
+
+def fit_tooltip(row: Row, ways_out) -> str:
+    """The badge's tooltip: memory against the budget, the prompt-reading time, and the ways out when it does not fit."""
+    est = row.estimate
+    lines = [f"Needs {format_bytes(est.total_bytes)} of {format_bytes(est.budget_bytes)} GPU budget"]
+    if est.ttft_estimate_s is not None:
+        lines.append(f"Reading a {est.context:,}-token prompt: ~{prefill.format_duration(est.ttft_estimate_s)} (estimate)")
+    lines += ways_out.lines()
+    return "\n".join(lines)
 
 
 class BadgeDelegate(QStyledItemDelegate):
@@ -318,7 +338,7 @@ class LibraryPage(QWidget):
             est = sizing.estimate(ref, min(self.context, ref.arch.max_position_embeddings), self.machine, kv_bits=self.kv_bits)
             path = ref.local_path or (self.downloads.local_path(ref) if self.downloads else None)
             rows.append(Row(ref=ref, estimate=est, downloaded=path is not None, local_path=path))
-        self.model.set_rows(rows, self.context)
+        self.model.set_rows(rows, self.context, self.machine)
         suggestion = self.suggested_row()
         self._update_summary(suggestion)
         target = next((i for i, r in enumerate(rows) if r.key == keep), None)
@@ -361,6 +381,8 @@ class LibraryPage(QWidget):
         row = self.model.rows[index] if 0 <= index < len(self.model.rows) else None
         if row is not None:
             self.settings.set("library.selected", row.key)
+        if row is not None:
+            self.model.advice_for(row)
         self.details.show_row(row, self.machine, self.context, self.kv_bits)
         if self.downloads is not None:
             self.downloads.show_for(row)

@@ -10,7 +10,8 @@ from macapp.cli import main
 
 FIT_FIELDS = {
     "model", "repo", "bits", "context", "weights_bytes", "kv_cache_bytes", "state_bytes", "overhead_bytes",
-    "total_bytes", "budget_bytes", "verdict", "max_context", "decode_tps_estimate",
+    "total_bytes", "budget_bytes", "verdict", "max_context", "decode_tps_estimate", "prefill_tps_estimate",
+    "ttft_estimate_s", "advice",
 }
 
 
@@ -125,3 +126,90 @@ def test_models_marks_downloaded_builds(capsys, hub_server, tiny_moe_4bit_path):
     _, out, _ = run_cli(capsys, "models", "--json")
     marked = {(r["model"], r["bits"]) for r in json.loads(out) if r["downloaded"]}
     assert marked == {("Qwen3.5-0.8B", 4)}
+
+
+def test_fit_json_reads_the_prompt_and_says_how_long(capsys):
+    code, out, _ = run_cli(capsys, "fit", "Qwen3.5-35B-A3B", "--context", "20000", "--chip", "M4 Pro", "--memory", "48GB", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["context"] == 20000
+    assert 100 < data["prefill_tps_estimate"] < 5000
+    assert data["ttft_estimate_s"] == pytest.approx(20000 / data["prefill_tps_estimate"], rel=0.01)
+    assert data["advice"] == {"verdict": "fits", "headline": "", "steps": []}
+
+
+def test_fit_human_output_says_how_long_reading_takes(capsys):
+    _, out, _ = run_cli(capsys, "fit", "Qwen3.5-35B-A3B", "--context", "20000", "--chip", "M4 Pro", "--memory", "48GB")
+    line = next(line for line in out.splitlines() if "reading a 20,000-token prompt" in line)
+    assert "~" in line and " s " in line + " " and "tok/s" in line
+
+
+def test_fit_too_big_names_the_wired_limit_command_and_the_other_ways(capsys):
+    _, out, _ = run_cli(capsys, "fit", "Qwen3.5-35B-A3B", "--context", "8192", "--chip", "M4 Pro", "--memory", "24GB")
+    assert "no context fits (ways out below)" in out and "choose a smaller model or 4-bit" not in out
+    assert "1. let macOS wire more memory for the GPU: run `sudo sysctl iogpu.wired_limit_mb=" in out
+    assert "resets at reboot" in out and "2. choose the next build down that fits" in out
+    _, out, _ = run_cli(capsys, "fit", "Qwen3.5-35B-A3B", "--context", "8192", "--chip", "M4 Pro", "--memory", "24GB", "--json")
+    step = json.loads(out)["advice"]["steps"][0]
+    assert step["remedy"] == "wired_limit" and step["command"] == f"sudo sysctl iogpu.wired_limit_mb={step['wired_limit_mb']}"
+
+
+def test_fit_wired_limit_answers_what_if_i_raised_it(capsys):
+    base = ["fit", "Qwen3.5-35B-A3B", "--context", "8192", "--chip", "M4 Pro", "--memory", "24GB", "--json"]
+    _, out, _ = run_cli(capsys, *base)
+    before = json.loads(out)
+    _, out, _ = run_cli(capsys, *base, "--wired-limit", "20GB")
+    after = json.loads(out)
+    assert before["verdict"] == "too_big" and after["verdict"] in ("fits", "tight")
+    assert after["budget_bytes"] == 20 * 1024**3 and after["max_context"] > 0
+    _, same, _ = run_cli(capsys, *base, "--wired-limit", "20480")  # MB, as sysctl takes it
+    assert json.loads(same)["budget_bytes"] == after["budget_bytes"]
+    _, out, _ = run_cli(capsys, *base[:-1], "--wired-limit", "20GB")
+    assert "iogpu.wired_limit_mb=20480" in out and "leaves" in out
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("lots", "cannot read --wired-limit"),
+        ("0", "macOS's default"),
+        ("24", "did you mean 24GB"),
+        ("64GB", "more than this Mac's 24 GB"),
+    ],
+)
+def test_fit_wired_limit_bad_values(capsys, value, message):
+    code, out, err = run_cli(capsys, "fit", "Qwen3.5-9B", "--chip", "M4 Pro", "--memory", "24GB", "--wired-limit", value)
+    assert code == 2 and out == "" and message in err
+
+
+def test_models_json_rows_carry_reading_time_and_advice(capsys):
+    code, out, _ = run_cli(capsys, "models", "--context", "8192", "--json")
+    rows = json.loads(out)
+    assert code == 0 and all({"prefill_tps_estimate", "ttft_estimate_s", "advice"} <= set(r) for r in rows)
+    huge = next(r for r in rows if r["model"] == "Qwen3.5-397B-A17B" and r["bits"] == 8)
+    assert huge["advice"]["verdict"] == "too_big" and huge["advice"]["headline"]
+
+
+def test_fit_wired_limit_needs_a_mac(capsys):
+    from macapp.core import hardware
+
+    if hardware.detect_machine(use_mlx=False).is_apple_silicon:
+        pytest.skip("this test is about a machine that is not a Mac")
+    code, out, err = run_cli(capsys, "fit", "Qwen3.5-9B", "--wired-limit", "20GB")
+    assert code == 2 and out == "" and "give --chip" in err
+
+
+def test_models_lists_the_wired_limit_commands(capsys):
+    from macapp.cli.fit import _print_wired_limit_notes, catalog_refs
+    from macapp.core import advice, hardware, sizing
+
+    machine = hardware.what_if_machine("M4 Pro", 24 * 1024**3)
+    refs = catalog_refs()
+    rows = []
+    for ref in refs:
+        e = sizing.estimate(ref, 8192, machine)
+        rows.append({**e.to_json(), "advice": advice.advise(ref, e, machine, refs).to_json()})
+    _print_wired_limit_notes(rows)
+    out = capsys.readouterr().out
+    assert "Qwen3.5-35B-A3B 4-bit: `sudo sysctl iogpu.wired_limit_mb=" in out
+    assert "resets at reboot" in out and "never changes it" in out
+    assert "Qwen3.5-397B-A17B" not in out  # no limit a 24 GB Mac can set holds it

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from macapp.core import hardware
-from macapp.core.hardware import GiB, HardwareError
+from macapp.core.hardware import GiB, HardwareError, budget_by_rule, profile_from_facts, what_if_machine
 
 RECORDED = Path(__file__).parent / "recorded"
 
@@ -107,3 +107,67 @@ def test_detect_this_machine_is_consistent():
     profile = hardware.detect_machine(use_mlx=False)
     assert profile.memory_bytes > 0
     assert 0 < profile.budget_bytes <= profile.memory_bytes
+
+
+# --- GPU throughput and the wired limit ---
+
+
+def test_gpu_throughput_table_scales_by_cores_generation_and_accelerators():
+    from macapp.core.hardware import GPU_TFLOPS_PER_CORE, gpu_tflops
+
+    assert gpu_tflops(what_if_machine("M4 Max", 64 * GiB, 40)) == pytest.approx(40 * GPU_TFLOPS_PER_CORE["M4"])
+    assert gpu_tflops(what_if_machine("M4 Max", 36 * GiB)) == pytest.approx(32 * GPU_TFLOPS_PER_CORE["M4"])  # 36 GB: binned
+    m5, m4 = gpu_tflops(what_if_machine("M5 Max", 128 * GiB, 40)), gpu_tflops(what_if_machine("M4 Max", 128 * GiB, 40))
+    assert 3.0 < m5 / m4 < 4.2  # llama.cpp pp512: 3,347 vs 886 tok/s
+    ultra = gpu_tflops(what_if_machine("M3 Ultra", 512 * GiB))
+    assert ultra < 2 * gpu_tflops(what_if_machine("M3 Max", 128 * GiB))  # two dies do not scale perfectly
+    assert gpu_tflops(profile_from_facts("AMD EPYC", 64 * GiB, None, None, None)) is None
+
+
+def test_max_safe_wired_limit_leaves_macos_room():
+    from macapp.core.hardware import max_safe_wired_limit
+
+    assert max_safe_wired_limit(16 * GiB) == 12 * GiB  # 4 GB floor
+    assert max_safe_wired_limit(128 * GiB) == 112 * GiB  # an eighth of the RAM
+    assert max_safe_wired_limit(24 * GiB) > budget_by_rule(24 * GiB)
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [("28GB", 28 * GiB), ("28 GiB", 28 * GiB), ("28g", 28 * GiB), ("28672", 28 * GiB), ("28672 MB", 28 * GiB), ("20.5GB", int(20.5 * GiB))],
+)
+def test_parse_wired_limit(text, expected):
+    from macapp.core.hardware import parse_wired_limit
+
+    assert parse_wired_limit(text, 32 * GiB) == expected
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("lots", "cannot read --wired-limit"),
+        ("-5GB", "cannot read --wired-limit"),
+        ("0", "macOS's default"),
+        ("0GB", "macOS's default"),
+        ("100", "did you mean 100GB"),
+        ("0.5GB", "below 1 GB"),
+        ("40GB", "more than this Mac's 32 GB"),
+        ("40000", "more than this Mac's 32 GB"),
+    ],
+)
+def test_parse_wired_limit_refuses_bad_values_clearly(text, message):
+    from macapp.core.hardware import parse_wired_limit
+
+    with pytest.raises(HardwareError) as exc:
+        parse_wired_limit(text, 32 * GiB)
+    assert message in str(exc.value)
+
+
+def test_with_wired_limit_moves_the_budget_only():
+    from macapp.core.hardware import with_wired_limit
+
+    machine = what_if_machine("M4 Pro", 24 * GiB)
+    raised = with_wired_limit(machine, 20 * GiB)
+    assert raised.budget_bytes == 20 * GiB and raised.budget_source == "wired-limit"
+    assert (raised.chip, raised.memory_bytes, raised.bandwidth_gbs) == (machine.chip, machine.memory_bytes, machine.bandwidth_gbs)
+    assert with_wired_limit(machine, 64 * GiB).budget_bytes == machine.memory_bytes

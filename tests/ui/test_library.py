@@ -161,3 +161,35 @@ def test_refresh_from_hub_brings_exact_sizes_into_the_badges(window, qtbot, hub_
     after = _row_for(library, "Qwen3.5-0.8B", 4).estimate
     assert after.weights_exact and after.weights_bytes == 2_345_678
     assert "could not be read" in window.status.currentMessage()
+
+
+def test_fit_badge_tooltip_gives_the_reading_time_and_the_ways_out(library):
+    from PySide6.QtCore import Qt
+
+    library.set_context(8192)
+    i = next(i for i, r in enumerate(library.model.rows) if r.ref.name == "Qwen3.5-35B-A3B" and r.ref.bits == 4)
+    row = library.model.rows[i]
+    assert row.estimate.verdict == "too_big"  # the fixture's 24 GB M4 Pro
+    tip = library.model.data(library.model.index(i, FIT_COL), Qt.ItemDataRole.ToolTipRole)
+    assert "GPU budget" in tip and "Reading a 8,192-token prompt: ~" in tip
+    assert "No context fits" in tip and "sudo sysctl iogpu.wired_limit_mb=" in tip and "resets at reboot" in tip
+    assert tip.index("wired_limit_mb") < tip.index("next build down")  # cheapest first
+    fitting = next(i for i, r in enumerate(library.model.rows) if r.estimate.verdict == "fits")
+    tip = library.model.data(library.model.index(fitting, FIT_COL), Qt.ItemDataRole.ToolTipRole)
+    assert "Reading a" in tip and "sysctl" not in tip
+
+
+def test_details_pane_shows_reading_time_and_advice(library):
+    library.set_context(20000)
+    library.select("Qwen3.5-9B-4bit")
+    details = library.details
+    est = library.selected_row().estimate
+    assert "Reading a 20,000-token prompt" in details.reading.text() and "tok/s" in details.reading.text()
+    assert f"{est.prefill_tps_estimate:,.0f} tok/s" in details.reading.text()
+    assert not details.advice.isVisibleTo(details)
+    library.select("Qwen3.5-35B-A3B-4bit")
+    assert details.advice.isVisibleTo(details)
+    text = details.advice.text()
+    assert "sudo sysctl iogpu.wired_limit_mb=" in text and "Qwen Desk never changes this setting" in text
+    assert "choose a smaller model or 4-bit" not in text
+    assert any(line.startswith("reading a 20,000-token prompt") for line in est.derivation)
