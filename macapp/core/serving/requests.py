@@ -14,6 +14,11 @@ from typing import Any
 from macapp.core.events import TerminalEvent
 from macapp.core.sampling import SamplingParams
 
+# Failed.code for a request the runner cannot serve as sent (an unknown tool in tool_choice, images for a
+# text-only server, a history the chat template refuses): the client's mistake, an HTTP 400. The other codes
+# are the engine's (macapp.core.events): CONTEXT_LIMIT and MEMORY_BUDGET before any work, NO_MODEL, ERROR.
+INVALID_REQUEST = "invalid_request"
+
 
 class Role(enum.Enum):
     SYSTEM = "system"

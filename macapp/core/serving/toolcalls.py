@@ -22,6 +22,7 @@ from typing import Any, Callable, Sequence
 from mlx_lm.tool_parsers import qwen3_coder
 
 from macapp.core.serving.requests import ToolCall, ToolSpec
+from macapp.core.serving.stops import partial_suffix
 
 OPEN = qwen3_coder.tool_call_start  # "<tool_call>"
 CLOSE = qwen3_coder.tool_call_end  # "</tool_call>"
@@ -41,14 +42,6 @@ def tool_dicts(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
         {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters or {"type": "object", "properties": {}}}}
         for t in tools
     ]
-
-
-def _partial_suffix(text: str, tag: str) -> int:
-    """Length of the longest end of `text` that is a proper prefix of `tag` (0 if none)."""
-    for n in range(min(len(tag) - 1, len(text)), 0, -1):
-        if text.endswith(tag[:n]):
-            return n
-    return 0
 
 
 def parse_block(body: str, tools: Sequence[ToolSpec], new_id: Callable[[], str] = new_call_id) -> list[ToolCall] | None:
@@ -100,7 +93,7 @@ class ToolCallParser:
                     self._block = ""
                     buf = buf[i + len(OPEN) :]
                     continue
-                keep = _partial_suffix(buf, OPEN)
+                keep = partial_suffix(buf, OPEN)
                 self._text(buf[: len(buf) - keep], out)
                 self._held = buf[len(buf) - keep :]
                 return out

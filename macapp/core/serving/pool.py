@@ -1,0 +1,170 @@
+"""Prompt checkpoints: cache snapshots at message boundaries, shared by every API request, bounded in bytes.
+
+Agents resend the whole conversation with each request, and Qwen3.5's DeltaNet layers cannot be trimmed back
+to a shorter prefix, so the runner snapshots the cache at the boundaries render.py names while it reads a
+prompt; the next request restores the longest stored prefix of its own tokens into a fresh cache and reads
+only the rest.
+
+What a snapshot holds, without copying anything at the time:
+- full-attention layers (mlx-lm KVCache / QuantizedKVCache): views of their key/value buffers up to the
+  offset. The live cache goes on writing into its buffer in place, but MLX never writes into a buffer that
+  another array still shares, so its next write copies the buffer and the view keeps the old contents
+  (a snapshot costs one buffer copy, deferred). A restored cache gets new views of them and grows by
+  concatenation into a buffer of its own, so the checkpoint is never written either.
+- DeltaNet layers (ArraysCache): references to their conv and recurrent state arrays, which the model
+  replaces on every step rather than writing (as the engine's own snapshots rely on).
+
+Size: the bytes of the buffers a checkpoint keeps alive (a KV buffer in full: mlx-lm allocates in steps of
+256 tokens). Beyond `max_bytes` the least recently used checkpoints go first. A request that finds its
+prefixes refreshes them longest first, so within a conversation the shortest ones (the system prompt and
+tools, shared by every conversation of an agent) are the last to go, and checkpoints of other conversations
+go before any of this one's.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+
+@dataclass(frozen=True)
+class KVState:
+    cls: type  # KVCache or QuantizedKVCache
+    keys: Any  # an array, or (quantized) a tuple of arrays, holding `offset` tokens
+    values: Any
+    offset: int
+    quantization: tuple[int, int] | None  # (group_size, bits) of a QuantizedKVCache
+
+
+@dataclass(frozen=True)
+class RecurrentState:
+    cls: type  # ArraysCache
+    arrays: tuple[Any, ...]
+
+
+Layer = KVState | RecurrentState
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    tokens: tuple[int, ...]
+    layers: tuple[Layer, ...]
+    nbytes: int
+
+    @property
+    def length(self) -> int:
+        return len(self.tokens)
+
+
+def _views(x: Any, offset: int) -> Any:
+    if isinstance(x, (tuple, list)):
+        return tuple(a[..., :offset, :] for a in x)
+    return x[..., :offset, :]
+
+
+def _arrays(x: Any) -> list[Any]:
+    return list(x) if isinstance(x, (tuple, list)) else [x]
+
+
+def snapshot(cache: list) -> tuple[tuple[Layer, ...], int]:
+    """The layers of a live prompt cache as a checkpoint holds them, and the bytes they keep alive."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import ArraysCache, KVCache, QuantizedKVCache
+
+    layers: list[Layer] = []
+    nbytes = 0
+    for c in cache:
+        if isinstance(c, (KVCache, QuantizedKVCache)):
+            if c.keys is None:
+                raise ValueError("cannot checkpoint an empty KV cache")
+            quant = (c.group_size, c.bits) if isinstance(c, QuantizedKVCache) else None
+            layers.append(KVState(type(c), _views(c.keys, c.offset), _views(c.values, c.offset), int(c.offset), quant))
+            nbytes += sum(a.nbytes for a in _arrays(c.keys) + _arrays(c.values))
+        elif isinstance(c, ArraysCache):
+            if c.lengths is not None or c.left_padding is not None:
+                raise ValueError("cannot checkpoint a batched DeltaNet cache")
+            arrays = tuple(c.cache)
+            layers.append(RecurrentState(type(c), arrays))
+            nbytes += sum(a.nbytes for a in arrays if a is not None)
+        else:
+            raise TypeError(f"cannot checkpoint a {type(c).__name__} layer")
+    mx.eval([a for layer in layers if isinstance(layer, KVState) for a in _arrays(layer.keys) + _arrays(layer.values)])
+    return tuple(layers), nbytes
+
+
+def restore(layers: Sequence[Layer]) -> list:
+    """A fresh prompt cache at the checkpoint: the model may append to it without touching the checkpoint."""
+    cache: list = []
+    for layer in layers:
+        if isinstance(layer, KVState):
+            c = layer.cls(*layer.quantization) if layer.quantization is not None else layer.cls()
+            c.keys = _views(layer.keys, layer.offset)  # new array objects: writes to them never reach ours
+            c.values = _views(layer.values, layer.offset)
+            c.offset = layer.offset
+        else:
+            c = layer.cls(len(layer.arrays))
+            c.cache = list(layer.arrays)
+        cache.append(c)
+    return cache
+
+
+class CheckpointPool:
+    """Checkpoints keyed by their token prefix, least recently used first out. Use on the engine's worker only."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max(0, int(max_bytes))
+        self.owner: Any = None  # what the checkpoints belong to (the loaded model); see bind()
+        self._entries: collections.OrderedDict[tuple[int, ...], Checkpoint] = collections.OrderedDict()
+        self.nbytes = 0
+        self.evicted = 0  # checkpoints dropped for room, since the start
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, tokens: Sequence[int]) -> bool:
+        return tuple(tokens) in self._entries
+
+    @property
+    def lengths(self) -> list[int]:
+        """The stored prefixes' lengths, least recently used first."""
+        return [len(k) for k in self._entries]
+
+    def bind(self, owner: Any) -> None:
+        """Checkpoints are only good for the model (and cache settings) they were taken with: forget them on a change."""
+        if owner is not self.owner:
+            self.clear()
+            self.owner = owner
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self.nbytes = 0
+
+    def longest_prefix(self, tokens: Sequence[int]) -> Checkpoint | None:
+        """The longest stored checkpoint that is a proper prefix of `tokens` (one token at least is left to read).
+
+        Every stored prefix of `tokens` counts as used now, the longest first (see the module docstring)."""
+        key = tuple(tokens)
+        found = [c for k, c in self._entries.items() if len(k) < len(key) and key[: len(k)] == k]
+        found.sort(key=lambda c: c.length, reverse=True)
+        for c in found:
+            self._entries.move_to_end(c.tokens)
+        return found[0] if found else None
+
+    def add(self, tokens: Sequence[int], cache: list) -> Checkpoint | None:
+        """Checkpoint `cache`, which holds exactly `tokens`; None if it alone is over the pool's size."""
+        key = tuple(tokens)
+        if key in self._entries:
+            self._entries.move_to_end(key)
+            return self._entries[key]
+        layers, nbytes = snapshot(cache)
+        if nbytes > self.max_bytes:
+            return None
+        checkpoint = Checkpoint(key, layers, nbytes)
+        self._entries[key] = checkpoint
+        self.nbytes += nbytes
+        while self.nbytes > self.max_bytes:
+            _, old = self._entries.popitem(last=False)
+            self.nbytes -= old.nbytes
+            self.evicted += 1
+        return checkpoint

@@ -1,0 +1,139 @@
+"""Prompt checkpoints on a real tiny Qwen3.5 cache (DeltaNet + full attention): restore exactly, evict by bytes."""
+
+from __future__ import annotations
+
+import pytest
+
+from macapp.core.serving.pool import CheckpointPool, restore, snapshot
+
+N = 300  # past mlx-lm's 256-token KV step, so the KV buffer grows while checkpoints hold the old one
+
+
+@pytest.fixture(scope="module")
+def lm(tiny_moe_path):
+    from mlx_lm import load
+
+    model, tokenizer = load(str(tiny_moe_path))
+    return model
+
+
+@pytest.fixture(scope="module")
+def tokens():
+    import random
+
+    rng = random.Random(7)
+    return [rng.randrange(5, 440) for _ in range(N)]
+
+
+def read(model, cache, tokens, kv_bits=None):
+    """Feed tokens into cache; the logits after the last one."""
+    import mlx.core as mx
+    from mlx_lm.generate import maybe_quantize_kv_cache
+
+    logits = model(mx.array(tokens)[None], cache=cache)
+    if kv_bits:
+        maybe_quantize_kv_cache(cache, quantized_kv_start=0, kv_group_size=64, kv_bits=kv_bits)
+    mx.eval(logits, [c.state for c in cache])
+    return logits[0, -1]
+
+
+def fresh(model):
+    from mlx_lm.models.cache import make_prompt_cache
+
+    return make_prompt_cache(model)
+
+
+def same(a, b) -> bool:
+    import mlx.core as mx
+
+    return bool(mx.allclose(a, b, atol=1e-4, rtol=1e-4).item())
+
+
+@pytest.mark.parametrize("kv_bits", [None, 8])
+def test_a_restored_checkpoint_reads_on_exactly_like_the_cache_it_was_taken_from(lm, tokens, kv_bits):
+    live = fresh(lm)
+    read(lm, live, tokens[:120], kv_bits)
+    layers, nbytes = snapshot(live)
+    assert nbytes > 0
+    expected = read(lm, live, tokens[120:], kv_bits)  # the live cache writes on (and its KV buffer grows)
+    for _ in range(2):  # restoring twice: the first restore's writes did not reach the checkpoint either
+        cache = restore(layers)
+        assert same(read(lm, cache, tokens[120:], kv_bits), expected)
+    if kv_bits is None:
+        assert same(read(lm, fresh(lm), tokens), expected)  # and the same as reading everything afresh
+
+
+def test_a_checkpoint_is_unchanged_by_more_tokens_in_its_own_buffer(lm, tokens):
+    """A KV buffer with room left (offset 10 of 256): the live cache writes into it in place."""
+    live = fresh(lm)
+    read(lm, live, tokens[:10])
+    layers, _ = snapshot(live)
+    read(lm, live, tokens[10:20])
+    other = read(lm, live, tokens[20:30])
+    a = read(lm, restore(layers), tokens[10:30])
+    b = read(lm, fresh(lm), tokens[:30])
+    assert same(a, b) and same(a, other)
+    restored = restore(layers)
+    assert [getattr(c, "offset", None) for c in restored] == [getattr(c, "offset", None) for c in restore(layers)]
+
+
+def test_longest_prefix_is_a_proper_prefix_and_refreshes_shorter_ones_last(lm, tokens):
+    pool = CheckpointPool(max_bytes=1 << 40)
+    cache = fresh(lm)
+    for end in (50, 100, 150):
+        read(lm, cache, tokens[end - 50 : end])
+        pool.add(tokens[:end], cache)
+    other = fresh(lm)
+    read(lm, other, tokens[200:240])
+    pool.add(tokens[200:240], other)
+    assert pool.lengths == [50, 100, 150, 40]
+    assert pool.longest_prefix(tokens[:150]).length == 100  # the same 150 tokens: one must be left to read
+    assert pool.longest_prefix(tokens[:151]).length == 150
+    assert pool.lengths == [40, 150, 100, 50]  # the other conversation is now the oldest; the system prompt newest
+    assert pool.longest_prefix(tokens[1:]) is None
+    assert pool.longest_prefix([*tokens[:99], 3]).length == 50
+    assert tokens[:100] in pool and pool.add(tokens[:100], cache).length == 100  # already there: kept, not retaken
+
+
+def test_the_pool_evicts_least_recently_used_by_bytes(lm, tokens):
+    cache = fresh(lm)
+    read(lm, cache, tokens[:20])
+    _, one = snapshot(cache)
+    pool = CheckpointPool(max_bytes=int(one * 2.5))
+    prompts = [[t + i for t in tokens[:20]] for i in range(3)]
+    for prompt in prompts:
+        c = fresh(lm)
+        read(lm, c, prompt)
+        pool.add(prompt, c)
+    assert len(pool) == 2 and pool.nbytes <= pool.max_bytes and pool.evicted == 1
+    assert prompts[0] not in pool and prompts[1] in pool
+    pool.longest_prefix(prompts[1] + [5])  # used: now the newest
+    c = fresh(lm)
+    read(lm, c, tokens[:20])
+    pool.add(tokens[:20], c)
+    assert prompts[1] in pool and prompts[2] not in pool
+    tiny = CheckpointPool(max_bytes=one - 1)
+    assert tiny.add(tokens[:20], cache) is None and len(tiny) == 0  # one checkpoint over the whole pool: not kept
+
+
+def test_bytes_count_the_buffers_a_checkpoint_keeps(lm, tokens):
+    from mlx_lm.models.cache import ArraysCache, KVCache
+
+    cache = fresh(lm)
+    read(lm, cache, tokens[:10])
+    _, nbytes = snapshot(cache)
+    kv = sum(c.keys.nbytes + c.values.nbytes for c in cache if isinstance(c, KVCache))
+    state = sum(a.nbytes for c in cache if isinstance(c, ArraysCache) for a in c.cache)
+    assert nbytes == kv + state and kv > 0 and state > 0
+
+
+def test_a_new_owner_clears_the_pool(lm, tokens):
+    pool = CheckpointPool(max_bytes=1 << 40)
+    cache = fresh(lm)
+    read(lm, cache, tokens[:10])
+    pool.bind("model a")
+    pool.add(tokens[:10], cache)
+    pool.bind("model a")
+    assert len(pool) == 1
+    pool.bind("model b")
+    assert len(pool) == 0 and pool.nbytes == 0
