@@ -1,3 +1,5 @@
+import pytest
+
 from macapp.core.sampling import preset
 from macapp.ui.settings import SettingsDialog, sampling_for
 
@@ -37,8 +39,6 @@ def test_preferences_shortcut_opens_the_settings(window, qtbot):
 
 
 def test_the_panel_cannot_hold_values_the_sampler_refuses(qtbot, settings):
-    from macapp.core.sampling import SamplingParams
-
     dialog = SettingsDialog(settings, thinking=False)
     qtbot.addWidget(dialog)
     dialog.inputs["top_p"].setValue(0.0)
@@ -46,4 +46,5 @@ def test_the_panel_cannot_hold_values_the_sampler_refuses(qtbot, settings):
     values = dialog.values()
     assert values["top_p"] > 0 and values["min_p"] < 1
     preset(False).with_overrides(top_p=values["top_p"], min_p=values["min_p"]).validate()  # raises if refused
-    assert isinstance(preset(False), SamplingParams)
+    with pytest.raises(ValueError):  # what the panel keeps out: the values typed in are refused by the sampler
+        preset(False).with_overrides(top_p=0.0, min_p=1.0).validate()
