@@ -13,6 +13,7 @@ from macapp.core.download import downloaded_repos
 
 DEFAULT_CONTEXT = sizing.DEFAULT_CONTEXT
 VERDICT_WORDS = {"fits": "fits", "tight": "tight", "too_big": "too big"}
+IMAGES_WORDS = {True: "yes", False: "text only", None: "?"}
 
 
 def register(subparsers) -> None:
@@ -42,6 +43,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--context", type=parse_context, default=DEFAULT_CONTEXT, help=f"context length in tokens, e.g. 32768 or 128k (default {DEFAULT_CONTEXT})")
     parser.add_argument("--kv-bits", type=int, choices=(4, 8), help="quantize the KV cache to 4 or 8 bits (default bf16)")
     parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("--images", action="store_true", help="count pictures too: the vision tower and one picture at the processor's maximum")
 
 
 def parse_context(text: str) -> int:
@@ -97,7 +99,7 @@ def run_fit(args: argparse.Namespace) -> int:
 
         return run_cluster_fit(args, model, machine)
     try:
-        result = sizing.estimate(model, args.context, machine, kv_bits=args.kv_bits)
+        result = sizing.estimate(model, args.context, machine, kv_bits=args.kv_bits, **vision_args(model, args.images))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     ways_out = advice.advise(model, result, machine, catalog_refs())
@@ -108,6 +110,14 @@ def run_fit(args: argparse.Namespace) -> int:
         for line in ways_out.lines():
             print(f"  {line}")
     return 0
+
+
+def vision_args(model: catalog.ModelRef, images: bool) -> dict:
+    """What sizing.estimate needs to count (or just report) a build's pictures."""
+    from macapp.core.vision.builds import build_vision
+
+    seen = build_vision(model)
+    return {"vision": seen.cost, "accepts_images": seen.accepts_images, "images": images}
 
 
 def catalog_refs() -> list[catalog.ModelRef]:
@@ -139,7 +149,18 @@ def describe(e: sizing.Estimate, machine: hardware.MachineProfile) -> str:
         lines.append(f"  {reading_words(e)}")
     else:
         lines.append("  speed: no estimate (not an Apple Silicon Mac)")
+    lines.append(f"  {images_words(e)}")
     return "\n".join(lines)
+
+
+def images_words(e: sizing.Estimate) -> str:
+    if e.accepts_images is False:
+        return "images: this build is text-only"
+    if not e.vision_bytes:
+        return "images: not known for this build until its files are read (`qwen-desk models --refresh`)"
+    counted = "counted in the total" if e.images else "not counted (add --images)"
+    maybe = "" if e.accepts_images else " (if this build carries its tower)"
+    return f"images{maybe}: vision tower {_gb(e.vision_bytes)} + one picture at full size {_gb(e.image_activation_bytes or 0)}, {counted}"
 
 
 def reading_words(e: sizing.Estimate) -> str:
@@ -151,7 +172,10 @@ def reading_words(e: sizing.Estimate) -> str:
 
 def run_models(args: argparse.Namespace) -> int:
     if args.refresh:
+        from macapp.core.vision.builds import refresh_from_hub
+
         errors = catalog.refresh_catalog()
+        errors.update({k: v for k, v in refresh_from_hub(b.repo for e in catalog.builtin_catalog() for b in e.builds.values()).items() if k not in errors})
         for repo, error in errors.items():
             print(f"qwen-desk: could not refresh {repo}: {error} (using built-in data)", file=sys.stderr)
     entries = catalog.load_catalog()
@@ -165,7 +189,7 @@ def run_models(args: argparse.Namespace) -> int:
     for model in refs:
         # A model with a shorter maximum is judged at its maximum (the row says which context it used).
         context = min(args.context, model.arch.max_position_embeddings)
-        e = sizing.estimate(model, context, machine, kv_bits=args.kv_bits)
+        e = sizing.estimate(model, context, machine, kv_bits=args.kv_bits, **vision_args(model, args.images))
         row = e.to_json()
         row["downloaded"] = (model.repo or "").lower() in downloaded
         row["advice"] = advice.advise(model, e, machine, refs).to_json()
@@ -174,13 +198,13 @@ def run_models(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=2))
         return 0
     print(f"{machine.chip}, {machine.memory_bytes / 1024**3:.0f} GB RAM, GPU budget {_gb(machine.budget_bytes)}; context {args.context:,} tokens")
-    print(f"{'model':<20} {'bits':>4} {'weights':>9} {'total':>9} {'verdict':<8} {'tok/s':>6} {'read prompt':>12} {'max context':>12}  downloaded")
+    print(f"{'model':<20} {'bits':>4} {'weights':>9} {'total':>9} {'verdict':<8} {'tok/s':>6} {'read prompt':>12} {'max context':>12} {'images':<9}  downloaded")
     for r in rows:
         tps = f"{r['decode_tps_estimate']:.0f}" if r["decode_tps_estimate"] else "—"
         ttft = prefill.format_duration(r["ttft_estimate_s"]) if r["ttft_estimate_s"] is not None else "—"
         print(
             f"{r['model']:<20} {r['bits']:>4} {_gb(r['weights_bytes']):>9} {_gb(r['total_bytes']):>9} "
-            f"{VERDICT_WORDS[r['verdict']]:<8} {tps:>6} {ttft:>12} {r['max_context']:>12,}  {'yes' if r['downloaded'] else ''}"
+            f"{VERDICT_WORDS[r['verdict']]:<8} {tps:>6} {ttft:>12} {r['max_context']:>12,} {IMAGES_WORDS[r['accepts_images']]:<9}  {'yes' if r['downloaded'] else ''}"
         )
     print(f"read prompt: the estimated time to read a {args.context:,}-token prompt before the first word of the answer")
     _print_wired_limit_notes(rows)

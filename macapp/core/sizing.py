@@ -15,6 +15,7 @@ from typing import Callable
 from macapp.core import prefill as prefill_model
 from macapp.core.catalog import Arch, ModelRef
 from macapp.core.hardware import LAYER_COST_SCALE, MachineProfile
+from macapp.core.vision.cost import VisionCost
 
 KV_STEP = 256  # mlx-lm's KVCache grows in steps of 256 tokens
 DEFAULT_CONTEXT = 32768  # the context a fit is judged at unless the user picks one (CLI, window, downloads)
@@ -62,6 +63,12 @@ class Estimate:
     ttft_estimate_s: float | None  # that prompt's time to first token
     machine: str
     derivation: list[str] = field(default_factory=list)
+    # Images (macapp.core.vision): the tower's weights and one picture's activations at the processor's maximum.
+    # `total_bytes` and the verdict count them only when `images` is on; text-only chats keep the number above.
+    vision_bytes: int | None = None  # 0 for a text-only build, None when not known
+    image_activation_bytes: int | None = None
+    accepts_images: bool | None = None
+    images: bool = False
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -328,8 +335,12 @@ def estimate(
     machine: MachineProfile,
     kv_bits: int | None = None,
     prefill_step: int = DEFAULT_PREFILL_STEP,
+    vision: VisionCost | None = None,
+    accepts_images: bool | None = None,
+    images: bool = False,
 ) -> Estimate:
-    """Memory, verdict, largest context and speed for `model` at `context` tokens on `machine`."""
+    """Memory, verdict, largest context and speed for `model` at `context` tokens on `machine`; with `images`, the
+    total also holds `vision` (the tower and one picture at the processor's maximum) when the build accepts them."""
     validate_context(model, context)
     if kv_bits not in (None, 4, 8):
         raise ValueError(f"kv_bits must be 4 or 8 (or none for a bf16 cache), not {kv_bits}")
@@ -340,7 +351,9 @@ def estimate(
     state = state_bytes(arch)
     prefill = prefill_bytes(arch, context, prefill_step)
     runtime = runtime_bytes(weights)
-    total = weights + kv + state + prefill + runtime
+    with_images = images and accepts_images is not False and vision is not None
+    extra = vision.total_bytes if with_images else 0
+    total = weights + kv + state + prefill + runtime + extra
     early = decode_tps(model, machine, min(context, EARLY_CONTEXT), kv_bits)
     late = decode_tps(model, machine, context, kv_bits)
     reading = prefill_estimate(model, machine, context, kv_bits, prefill_step)
@@ -359,6 +372,14 @@ def estimate(
             f"at {machine.bandwidth_gbs:.0f} GB/s × {BANDWIDTH_EFFICIENCY:.0%} efficiency, plus a fixed per-layer cost "
             f"({'MoE routing' if arch.is_moe else 'dense'}); {late:.0f} tok/s with the whole context filled. An estimate, not a measurement."
         )
+    if vision is not None and accepts_images is not False and vision.vision_bytes:
+        derivation.append(
+            f"images {'counted' if with_images else 'not counted (text-only chat)'}: vision tower {vision.vision_bytes / gb:.2f} GB "
+            f"({'exact, from the safetensors headers' if vision.exact else 'computed from vision_config'}) + one picture at the processor's "
+            f"maximum ({vision.max_image_tokens:,} image tokens) {vision.image_activation_bytes / gb:.2f} GB while it is encoded"
+        )
+    elif accepts_images is False:
+        derivation.append("images: this build is text-only (no vision tower in its files)")
     if reading is not None:
         derivation.append(prefill_model.describe(reading, prefill_workload(model), machine, prefill_step))
     return Estimate(
@@ -378,13 +399,17 @@ def estimate(
         total_bytes=total,
         budget_bytes=machine.budget_bytes,
         verdict=verdict_for(total, machine.budget_bytes),
-        max_context=max_context(model, machine.budget_bytes, kv_bits, prefill_step),
+        max_context=max_context(model, machine.budget_bytes - extra, kv_bits, prefill_step),
         decode_tps_estimate=early,
         decode_tps_at_context=late,
         prefill_tps_estimate=None if reading is None else round(reading.tps, 1),
         ttft_estimate_s=None if reading is None else round(reading.seconds, 2),
         machine=machine.chip,
         derivation=derivation,
+        vision_bytes=0 if accepts_images is False else (vision.vision_bytes if vision else None),
+        image_activation_bytes=0 if accepts_images is False else (vision.image_activation_bytes if vision else None),
+        accepts_images=accepts_images,
+        images=with_images,
     )
 
 

@@ -1,0 +1,69 @@
+"""Which builds accept images and what they cost: files first, then the hub's real files, then the catalog."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import mlx.core as mx
+import pytest
+
+from macapp.core import catalog
+from macapp.core.vision import builds
+from macapp.core.vision.builds import Source, build_vision
+from macapp.core.vision.capability import folder_support
+
+
+def _text_only_copy(source, folder):
+    shutil.copytree(source, folder)
+    weights = {k: v for k, v in mx.load(str(folder / "model.safetensors")).items() if not k.startswith("vision_tower.")}
+    mx.save_safetensors(str(folder / "model.safetensors"), weights, metadata={"format": "mlx"})
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    index["weight_map"] = {k: v for k, v in index["weight_map"].items() if k in weights}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def text_only_vlm(tiny_vlm_path, tmp_path_factory):
+    return _text_only_copy(tiny_vlm_path, tmp_path_factory.mktemp("vision") / "text-only")
+
+
+def test_a_local_folder_with_its_tower(tiny_vlm_path):
+    seen = build_vision(catalog.resolve_model(str(tiny_vlm_path)))
+    assert seen.accepts_images is True and seen.source is Source.FILES and seen.label == "images"
+    assert seen.cost.exact and seen.cost.vision_bytes == folder_support(tiny_vlm_path).tower_bytes
+    assert seen.cost.max_image_tokens == 64 and seen.cost.image_activation_bytes > 0
+
+
+def test_a_local_text_only_conversion(text_only_vlm):
+    seen = build_vision(catalog.resolve_model(str(text_only_vlm)))
+    assert seen.accepts_images is False and seen.cost.vision_bytes == 0 and "no vision tower" in seen.note
+
+
+def test_the_catalog_knows_the_397b_4bit_is_text_only_and_the_rest_wait_for_their_files():
+    big = catalog.resolve_model("Qwen3.5-397B-A17B", 4)
+    seen = build_vision(big)
+    assert seen.accepts_images is False and seen.source is Source.CATALOG and "text-only" in seen.note
+    small = build_vision(catalog.resolve_model("Qwen3.5-0.8B", 4))
+    assert small.accepts_images is None and "--refresh" in small.note
+    assert small.cost.vision_bytes > 0 and not small.cost.exact  # computed from the verified vision_config
+    unknown = build_vision(catalog.resolve_model("Qwen3.5-2B", 4))
+    assert unknown.accepts_images is None and unknown.cost.vision_bytes == 0
+
+
+def test_refresh_learns_it_from_the_hubs_real_files(hub_server, tiny_vlm_path, text_only_vlm):
+    hub_server.add_repo("mlx-community/Qwen3.5-0.8B-4bit", tiny_vlm_path)
+    hub_server.add_repo("mlx-community/Qwen3.5-397B-A17B-8bit", text_only_vlm)
+    errors = builds.refresh_from_hub(["mlx-community/Qwen3.5-0.8B-4bit", "mlx-community/Qwen3.5-397B-A17B-8bit", "nobody/missing"])
+    assert set(errors) == {"nobody/missing"}
+    seen = build_vision(catalog.resolve_model("Qwen3.5-0.8B", 4))
+    assert seen.source is Source.HUB and seen.accepts_images is True
+    assert seen.cost.exact and seen.cost.vision_bytes == folder_support(tiny_vlm_path).tower_bytes
+    assert seen.cost.max_image_tokens == 64  # its preprocessor_config.json was read
+    assert build_vision(catalog.resolve_model("Qwen3.5-397B-A17B", 8)).accepts_images is False
+
+
+def test_refresh_offline_says_so(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert "HF_HUB_OFFLINE" in builds.refresh_from_hub(["mlx-community/Qwen3.5-0.8B-4bit"])["*"]
