@@ -1,6 +1,7 @@
 """How close the sizing model comes to published measurements (run by hand: `python bench/fit_accuracy.py`).
 
-Prints estimate / measured for decode speed and for memory. The measured points are public runs (sources in README).
+Prints estimate / measured for decode speed, prompt reading (prefill) and memory. The measured points are public runs
+(sources in README and next to each row).
 """
 
 from __future__ import annotations
@@ -8,9 +9,10 @@ from __future__ import annotations
 import platform
 import time
 
+from macapp.core import prefill
 from macapp.core.catalog import resolve_model
 from macapp.core.hardware import GiB, what_if_machine
-from macapp.core.sizing import estimate
+from macapp.core.sizing import estimate, prefill_estimate
 
 SPEED = [  # (model, bits, chip, RAM GiB, measured tok/s, source)
     ("Qwen3.5-35B-A3B", 8, "M3 Ultra", 512, 80.6, "seed article"),
@@ -20,6 +22,24 @@ SPEED = [  # (model, bits, chip, RAM GiB, measured tok/s, source)
     ("Qwen3.5-122B-A10B", 4, "M5 Max", 128, 62.0, "runyard.dev, 60.6 at 16K / 65 short"),
     ("Qwen3.5-4B", 4, "M4", 16, 39.0, "jitesh.dev Mac mini M4, mlx_lm"),
     ("Qwen3.5-0.8B", 4, "M4", 16, 192.0, "jitesh.dev Mac mini M4, mlx_lm"),
+]
+QWEN3 = {  # full-attention Qwen3 models from their published configs (mlx-lm's own benchmarks use them)
+    "Qwen3-4B": prefill.transformer_workload(2560, 36, 32, 8, 128, intermediate=9728),
+    "Qwen3-0.6B": prefill.transformer_workload(1024, 28, 16, 8, 128, intermediate=3072),
+    "Qwen3-30B-A3B": prefill.transformer_workload(2048, 48, 32, 4, 128, experts=128, routed=8, expert_intermediate=768),
+}
+PREFILL = [  # (model, bits, chip, RAM GiB, GPU cores, prompt tokens, measured prompt tok/s, measured decode tok/s, source)
+    ("Qwen3-4B", 4, "M4 Max", 64, 40, 2048, 1622.3, None, "mlx-lm BENCHMARKS.md, mlx_lm.benchmark"),
+    ("Qwen3-30B-A3B", 4, "M4 Max", 64, 40, 2048, 1732.0, None, "mlx-lm PR #406"),
+    ("Qwen3-30B-A3B", 4, "M4 Max", 64, 40, 512, 1480.3, None, "mlx-lm PR #406"),
+    ("Qwen3-0.6B", 4, "M4 Max", 64, 40, 2048, 10278.8, None, "mlx-lm PR #406"),
+    ("Qwen3-0.6B", 4, "M4 Max", 64, 40, 512, 9520.4, None, "mlx-lm PR #406"),
+    ("Qwen3-4B", 4, "M3 Pro", 18, 18, 2048, 615.3, None, "mlx-lm PR #1569, mlx_lm.benchmark (cores assumed)"),
+    ("Qwen3.5-35B-A3B", 4, "M5 Max", 128, 40, 1479, 2756.6, 133.5, "Mac-MLX #24, mlx-swift-lm"),
+    ("Qwen3.5-27B", 4, "M5 Max", 128, 40, 2349, 598.0, 28.6, "ollama #17884, Qwen3.6-27B nvfp4"),
+    ("Qwen3.5-122B-A10B", 4, "M2 Ultra", 128, 60, 131072, 131072 / 1158, None, "openclawradar Apr 2026, MLX 5-bit, 128K TTFT 19.3 min"),
+    ("Qwen3.5-27B", 4, "M2 Max", 32, 30, 2726, 140.0, None, "Rapid-MLX #3157, Qwen3.8-27B, stock mlx-lm"),
+    ("Qwen3.5-27B", 8, "M5 Max", 128, 40, 22400, 675.0, None, "splash #37, Qwen3.8-27B, MLX server"),
 ]
 MEMORY = [  # (model, bits, context, measured GB, what was measured)
     ("Qwen3.5-35B-A3B", 8, 4096, 39.3, "seed: M3 Ultra while generating"),
@@ -40,11 +60,35 @@ def main() -> None:
         print(f"{name:<20}{bits:>5}{chip:>10}{e.decode_tps_estimate:>10.1f}{measured:>10.1f}{ratio:>7.2f}  {source}")
     print(f"speed: mean ratio {sum(ratios) / len(ratios):.2f}, worst {max(ratios, key=lambda r: abs(r - 1)):.2f}")
     print()
+    print_prefill()
+    print()
     for name, bits, context, measured, what in MEMORY:
         e = estimate(resolve_model(name, bits), max(context, 1), what_if_machine("M3 Ultra", 512 * GiB))
         ours = (e.weights_bytes if context == 0 else e.total_bytes) / 1e9
         print(f"{name:<20}{bits:>5}{ours:>10.1f} GB vs {measured:>6.1f} GB  ratio {ours / measured:.3f}  {what}")
 
+
+def prefill_tps(name: str, bits: int, chip: str, ram: int, cores: int, tokens: int) -> float:
+    machine = what_if_machine(chip, ram * GiB, cores)
+    if name in QWEN3:
+        work = QWEN3[name]
+        first_token = work.weights_bytes / (machine.bandwidth_gbs * 1e9 * prefill.WEIGHT_READ_EFF)
+        return prefill.estimate_prefill(work, machine, tokens, 2048, first_token).tps
+    return prefill_estimate(resolve_model(name, bits), machine, tokens).tps
+
+
+def print_prefill() -> None:
+    """Prompt reading, with decode next to it where the same run reported both."""
+    print(f"{'prompt reading':<20}{'bits':>5}{'chip':>10}{'tokens':>8}{'estimate':>10}{'measured':>10}{'ratio':>7}{'decode ratio':>14}  source")
+    ratios = []
+    for name, bits, chip, ram, cores, tokens, measured, decode, source in PREFILL:
+        ours = prefill_tps(name, bits, chip, ram, cores, tokens)
+        ratios.append(ours / measured)
+        decode_ratio = "—"
+        if decode is not None:
+            decode_ratio = f"{estimate(resolve_model(name, bits), 2048, what_if_machine(chip, ram * GiB, cores)).decode_tps_estimate / decode:.2f}"
+        print(f"{name:<20}{bits:>5}{chip:>10}{tokens:>8}{ours:>10.1f}{measured:>10.1f}{ours / measured:>7.2f}{decode_ratio:>14}  {source}")
+    print(f"prompt reading: mean ratio {sum(ratios) / len(ratios):.2f}, worst {max(ratios, key=lambda r: abs(r - 1)):.2f}")
 
 if __name__ == "__main__":
     main()

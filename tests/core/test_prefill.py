@@ -33,7 +33,7 @@ CALIBRATION = {
     "Mac-MLX #24 Qwen3.5-35B-A3B 4-bit M5 Max": (("Qwen3.5-35B-A3B", 4), "M5 Max", 128, 40, 1479, 2756.6, 0.15),
     # ollama #17884 (qwen3.6:27b-mlx nvfp4, ollama 0.32.9, 2,349 tokens; 562-634 tok/s)
     "ollama #17884 Qwen3.6-27B M5 Max": (("Qwen3.5-27B", 4), "M5 Max", 128, 40, 2349, 598.0, 0.15),
-    # openclawradar, April 2026 (vllm-mlx, M2 Ultra 128 GB, 5-bit): 128K-token TTFT 19.3 min
+    # openclawradar.com, April 2026 (MLX, M2 Ultra 128 GB, 5-bit; 60-core bin assumed): 128K-token TTFT 19.3 min
     "M2 Ultra Qwen3.5-122B-A10B 128K TTFT": (("Qwen3.5-122B-A10B", 4), "M2 Ultra", 128, 60, 131072, 131072 / 1158, 0.25),
     # Rapid-MLX #3157 (stock mlx-lm, chunk 2048, M2 Max 32 GB, 2,726 tokens): Qwen3.8-27B-4bit
     "Rapid-MLX #3157 Qwen3.8-27B M2 Max": (("Qwen3.5-27B", 4), "M2 Max", 32, 30, 2726, 140.0, 0.25),
