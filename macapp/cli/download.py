@@ -80,12 +80,13 @@ def _download(args: argparse.Namespace, repo: str, model) -> int:
         kept = exc.bytes_kept
         _say(args, f"stopped; {format_bytes(kept)} kept. Run `{command}` again to resume.")
         if args.json:
-            print(json.dumps({"repo": repo, "ready": False, "error": {"kind": "cancelled", "message": str(exc)}}, indent=2))
+            print(json.dumps({"repo": repo, "ready": False, "error": {"kind": exc.kind, "message": str(exc)}}, indent=2))
         return 130
     except dl.DownloadError as exc:
         view.close()
         _say(args, f"qwen-desk: {exc}")
-        if exc.kind in ("network", "server", "disk_full") and exc.bytes_kept:
+        if exc.kind in (dl.DownloadErrorKind.NETWORK, dl.DownloadErrorKind.SERVER, dl.DownloadErrorKind.DISK_FULL) \
+                and exc.bytes_kept:
             _say(args, f"{format_bytes(exc.bytes_kept)} kept; `{command}` resumes from there.")
         if args.json:
             print(json.dumps({"repo": repo, "ready": False, "error": {"kind": exc.kind, "message": str(exc)}}, indent=2))
@@ -183,24 +184,25 @@ class _ProgressView:
         self.drawn = False
         self.printed_full = False
 
-    def on_event(self, event) -> None:
-        if isinstance(event, dl.Progress):
-            self._progress(event)
-        elif isinstance(event, dl.Stalled):
-            self._line(f"stalled: no data for {event.seconds:.0f} s (the transfer is retried if it stays dead)")
-        elif isinstance(event, dl.Retrying):
-            self._line(f"retrying {event.path} in {event.delay_s:.0f} s (attempt {event.attempt}/{event.max_attempts}): "
-                       f"{event.reason}")
-        elif isinstance(event, dl.Notice):
-            self._line(event.message)
+    def on_event(self, event: dl.DownloadEvent) -> None:
+        match event:
+            case dl.Progress():
+                self._progress(event)
+            case dl.Stalled(seconds=seconds):
+                self._line(f"stalled: no data for {seconds:.0f} s (the transfer is retried if it stays dead)")
+            case dl.Retrying():
+                self._line(f"retrying {event.path} in {event.delay_s:.0f} s (attempt {event.attempt}/"
+                           f"{event.max_attempts}): {event.reason}")
+            case dl.Notice(message=message):
+                self._line(message)
 
     def _progress(self, p: dl.Progress) -> None:
         for f in p.files:
-            if self.states.get(f.path) != f.state and f.state in (dl.events.READY, dl.events.FAILED) \
+            if self.states.get(f.path) != f.state and f.state in (dl.FileState.READY, dl.FileState.FAILED) \
                     and f.path in self.states:
                 self._line(f"{f.state}: {f.path} ({format_bytes(f.size)})")
             self.states[f.path] = f.state
-        ready = sum(1 for f in p.files if f.state == dl.events.READY)
+        ready = sum(1 for f in p.files if f.state == dl.FileState.READY)
         speed = "stalled" if p.stalled else f"{format_bytes(p.speed_bps):>8s}/s"
         eta = _clock(p.eta_s) if p.eta_s is not None and not p.stalled else "--:--"
         text = (f"{p.fraction:4.0%} {format_bytes(p.bytes_done)} of {format_bytes(p.bytes_total)}  {speed}  ETA {eta}  "

@@ -48,10 +48,6 @@ class Settings:
             if self._data.pop(key, None) is not None:
                 self._write()
 
-    def as_dict(self) -> dict[str, Any]:
-        with self._lock:
-            return dict(self._data)
-
     def _write(self) -> None:
         # Write-then-rename so a crash mid-write never leaves a half-written settings file.
         self.path.parent.mkdir(parents=True, exist_ok=True)

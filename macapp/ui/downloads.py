@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QMessageBox, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
+from macapp.core.download.errors import DownloadErrorKind
+from macapp.core.download.job import DownloadJob, JobState
 from macapp.core.memory import format_bytes
 from macapp.ui.bridge import EventBridge
 
@@ -143,18 +146,29 @@ class DownloadPanel(QFrame):
 
 
 # What to do about each failure kind (DownloadError.kind); the message itself comes from the core.
-ACTIONS = {
-    "not_found": "Check the model name, or set HF_TOKEN if the repo is private.",
-    "revision_not_found": "Choose another revision of the model.",
-    "unauthorized": "Set HF_TOKEN (or run `hf auth login`) with a token that can read this repo.",
-    "gated": "Accept the model's terms on huggingface.co, then set HF_TOKEN.",
-    "offline": "Connect to the internet (and unset HF_HUB_OFFLINE), then try again.",
-    "disk_full": "Free some disk space, then press Try Again: what was fetched is kept.",
-    "network": "Check your connection, then press Try Again: the download resumes where it stopped.",
-    "server": "The hub is having trouble; try again in a few minutes: the download resumes where it stopped.",
-    "integrity": "Press Try Again: the damaged file is fetched again.",
-    "busy": "Another Qwen Desk or qwen-desk command is downloading this model; wait for it to finish.",
+ACTIONS: dict[DownloadErrorKind, str] = {
+    DownloadErrorKind.NOT_FOUND: "Check the model name, or set HF_TOKEN if the repo is private.",
+    DownloadErrorKind.REVISION_NOT_FOUND: "Choose another revision of the model.",
+    DownloadErrorKind.UNAUTHORIZED: "Set HF_TOKEN (or run `hf auth login`) with a token that can read this repo.",
+    DownloadErrorKind.GATED: "Accept the model's terms on huggingface.co, then set HF_TOKEN.",
+    DownloadErrorKind.OFFLINE: "Connect to the internet (and unset HF_HUB_OFFLINE), then try again.",
+    DownloadErrorKind.DISK_FULL: "Free some disk space, then press Try Again: what was fetched is kept.",
+    DownloadErrorKind.NETWORK: "Check your connection, then press Try Again: the download resumes where it stopped.",
+    DownloadErrorKind.SERVER: "The hub is having trouble; try again in a few minutes: the download resumes where it stopped.",
+    DownloadErrorKind.INTEGRITY: "Press Try Again: the damaged file is fetched again.",
+    DownloadErrorKind.BUSY: "Another Qwen Desk or qwen-desk command is downloading this model; wait for it to finish.",
 }
+
+
+@dataclass
+class _WindowJob(DownloadJob):
+    """A download job with the thread that runs it and the bridge that carries its events to the GUI thread."""
+
+    bridge: EventBridge | None = None
+    thread: threading.Thread | None = None
+
+
+_STATUS = {JobState.RUNNING: "↓", JobState.PAUSED: "Paused", JobState.FAILED: "Failed"}
 
 
 class DownloadController(QObject):
@@ -167,7 +181,7 @@ class DownloadController(QObject):
         super().__init__(parent)
         self.panel = panel
         self.row = None
-        self.jobs: dict[str, dict[str, Any]] = {}  # repo -> {thread, token, bridge, last, state, error}
+        self.jobs: dict[str, _WindowJob] = {}  # by repo
         panel.start_clicked.connect(self.start)
         panel.resume_clicked.connect(self.start)
         panel.pause_clicked.connect(self.pause)
@@ -197,29 +211,26 @@ class DownloadController(QObject):
             return
         self._render(job)
 
-    def _render(self, job: dict[str, Any]) -> None:
-        state = job["state"]
-        if state == "running" and job.get("last") is not None:
-            self.panel.set_progress(job["last"])
-        elif state == "running":
-            self.panel.set_idle("Preparing download…", downloadable=False)
-            self.panel._buttons(cancel=True)
-        elif state == "paused":
-            last = job.get("last")
-            self.panel.set_paused(job.get("kept", last.bytes_done if last else 0), last.bytes_total if last else None)
-        elif state == "failed":
-            err = job["error"]
-            self.panel.set_failed(str(err), ACTIONS.get(getattr(err, "kind", ""), ""))
-        if job.get("notice") and state == "running":
-            self.panel.show_warning(job["notice"], kind="notice")
+    def _render(self, job: DownloadJob) -> None:
+        match job.state:
+            case JobState.RUNNING if job.last is not None:
+                self.panel.set_progress(job.last)
+            case JobState.RUNNING:
+                self.panel.set_idle("Preparing download…", downloadable=False)
+                self.panel._buttons(cancel=True)
+            case JobState.PAUSED:
+                self.panel.set_paused(job.bytes_kept, job.last.bytes_total if job.last else None)
+            case JobState.FAILED:
+                self.panel.set_failed(str(job.error), ACTIONS.get(job.error.kind, ""))
+        if job.notice and job.state is JobState.RUNNING:
+            self.panel.show_warning(job.notice, kind="notice")
 
     def status_text(self, repo: str) -> str:
         job = self.jobs.get(repo)
         if job is None:
             return ""
-        last = job.get("last")
-        pct = f" {100 * last.fraction:.0f}%" if last is not None else ""
-        return {"running": f"↓{pct}", "paused": f"Paused{pct}", "failed": "Failed"}.get(job["state"], "")
+        pct = f" {100 * job.last.fraction:.0f}%" if job.last is not None and job.state is not JobState.FAILED else ""
+        return _STATUS[job.state] + pct if job.state in _STATUS else ""
 
     def _is_shown(self, repo: str) -> bool:
         return self.row is not None and self.row.ref.repo == repo
@@ -234,12 +245,12 @@ class DownloadController(QObject):
         from macapp.core.download import manager
 
         job = self.jobs.get(repo)
-        if job and job["state"] == "running":
+        if job and job.state is JobState.RUNNING:
             return
-        token = manager.CancelToken()
         bridge = EventBridge(parent=self)
         bridge.delivered.connect(lambda batch, r=repo: self._on_events(r, batch))
-        job = {"state": "running", "token": token, "bridge": bridge, "last": None, "error": None, "notice": ""}
+        job = _WindowJob(repo, bridge=bridge)
+        token = job.token
         self.jobs[repo] = job
 
         def work() -> None:
@@ -249,8 +260,8 @@ class DownloadController(QObject):
 
             # A quick TCP check first: with the network down the client would retry for half a minute.
             if not hub_reachable():
-                bridge.feed(ev.Failed(error=DownloadError(
-                    "offline",
+                bridge.feed(ev.DownloadFailed(error=DownloadError(
+                    DownloadErrorKind.OFFLINE,
                     f"Cannot reach the hub to download {repo}: this Mac seems to be offline, or the hub is down.",
                     repo=repo,
                 )))
@@ -258,20 +269,21 @@ class DownloadController(QObject):
             try:
                 manager.download(repo, on_event=bridge.feed, cancel=token)
             except DownloadError:
-                pass  # already reported as a Failed or Cancelled event
+                pass  # already reported as a DownloadFailed or DownloadStopped event
             except Exception as exc:  # anything unexpected still reaches the panel
-                bridge.feed(ev.Failed(error=DownloadError("error", f"{type(exc).__name__}: {exc}", repo=repo)))
+                error = DownloadError(DownloadErrorKind.ERROR, f"{type(exc).__name__}: {exc}", repo=repo)
+                bridge.feed(ev.DownloadFailed(error=error))
 
         bridge.start()
-        job["thread"] = threading.Thread(target=work, name=f"download {repo}", daemon=True)
-        job["thread"].start()
+        job.thread = threading.Thread(target=work, name=f"download {repo}", daemon=True)
+        job.thread.start()
         if self._is_shown(repo):
             self._render(job)
 
     def pause(self) -> None:
         job = self._current_job()
-        if job and job["state"] == "running":
-            job["token"].cancel()
+        if job and job.state is JobState.RUNNING:
+            job.token.cancel()
 
     def cancel(self) -> None:
         """Stop the download, then ask whether to keep the part fetched (to resume later) or delete it."""
@@ -279,10 +291,10 @@ class DownloadController(QObject):
         if not job:
             return
         repo = self.row.ref.repo
-        if job["state"] == "running":
+        if job.state is JobState.RUNNING:
             # Stop like a pause; the question asked once it has stopped decides what happens to the data.
-            job["cancel_after"] = True
-            job["token"].cancel()
+            job.cancel_after = True
+            job.token.cancel()
             return
         self._ask_discard(repo)
 
@@ -314,7 +326,7 @@ class DownloadController(QObject):
             else:
                 job = self.jobs.get(repo)
                 if job is not None:
-                    job["state"] = "paused"
+                    job.state = JobState.PAUSED
                     if self._is_shown(repo):
                         self._render(job)
                     return
@@ -323,44 +335,31 @@ class DownloadController(QObject):
         if self.row is not None:
             self.show_for(self.row)
 
-    def _current_job(self) -> dict[str, Any] | None:
+    def _current_job(self) -> _WindowJob | None:
         return self.jobs.get(self.row.ref.repo) if self.row is not None and self.row.ref.repo else None
 
     def _on_events(self, repo: str, batch: list[Any]) -> None:
-        from macapp.core.download import events as ev
-
         job = self.jobs.get(repo)
         if job is None:
             return
         for e in batch:
-            if isinstance(e, ev.Progress):
-                job["last"] = e
-            elif isinstance(e, ev.Notice):
-                job["notice"] = e.message
-            elif isinstance(e, ev.Retrying):
-                job["notice"] = f"Retrying {Path(e.path).name} (attempt {e.attempt} of {e.max_attempts}): {e.reason}"
-            elif isinstance(e, ev.Finished):
-                job["state"] = "done"
-            elif isinstance(e, ev.Failed):
-                job["state"], job["error"] = "failed", e.error
-            elif isinstance(e, ev.Cancelled):
-                job["kept"] = e.bytes_kept
-                job["state"] = "paused"
+            job.apply(e)
         self.status_changed.emit(repo, self.status_text(repo))
-        if job["state"] == "done":
+        if job.state is JobState.DONE:
             self.jobs.pop(repo, None)
             self.status_changed.emit(repo, "")
             self.finished.emit(repo)  # the library refreshes, which re-shows the panel
             return
         if self._is_shown(repo):
             self._render(job)
-        if job["state"] == "paused" and job.pop("cancel_after", False):
+        if job.state is JobState.PAUSED and job.cancel_after:
+            job.cancel_after = False
             self._ask_discard(repo)
 
     def shutdown(self) -> None:
         for job in self.jobs.values():
-            if job["state"] == "running":
-                job["token"].cancel()
+            if job.state is JobState.RUNNING:
+                job.token.cancel()
 
 
 def _offline() -> bool:

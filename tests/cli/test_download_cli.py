@@ -14,6 +14,7 @@ from macapp.cli import main
 from macapp.cli.download import _ProgressView
 from macapp.core import download as dl
 from macapp.core.download import hfcache
+from tests.fixtures.downloads import is_ready
 from tests.fixtures.hub import random_repo_files
 
 MODEL = "Qwen3.5-0.8B"  # a catalog name: resolves to REPO without the network
@@ -172,4 +173,4 @@ def test_a_model_fetched_by_another_tool_is_listed_as_not_yet_verified_and_downl
     assert data["verified"] is True and data["bytes_downloaded_this_run"] == 0
     assert hub_server.bytes_served() == served == _needed(repo)  # hashes checked, not one byte fetched again
     code, out, _ = run_cli(capsys, "download", "--list")
-    assert "not yet verified" not in out and "ready" in out and dl.is_ready(REPO)
+    assert "not yet verified" not in out and "ready" in out and is_ready(REPO)

@@ -2,22 +2,25 @@
 
 from __future__ import annotations
 
+import enum
 import errno
 
-# kind -> what it means
-KINDS = {
-    "not_found": "the repo does not exist (or is private and no token was given)",
-    "revision_not_found": "the repo exists but not that branch, tag or commit",
-    "unauthorized": "the hub refused the token, or the repo needs one",
-    "gated": "the repo is gated: accept its terms on the hub and give a token",
-    "offline": "HF_HUB_OFFLINE is set, or the hub cannot be reached, and the model is not complete locally",
-    "disk_full": "not enough free space, before or during the download",
-    "network": "the connection failed and retries were exhausted",
-    "server": "the hub answered with server errors and retries were exhausted",
-    "integrity": "a file's size or hash disagrees with the hub's listing",
-    "busy": "another process is downloading the same model",
-    "cancelled": "the download was cancelled (what was fetched is kept)",
-}
+class DownloadErrorKind(enum.StrEnum):
+    """Why a download cannot go on (the `kind` in `qwen-desk download --json` and what the window's advice is keyed on)."""
+
+    NOT_FOUND = "not_found"  # the repo does not exist (or is private and no token was given)
+    REVISION_NOT_FOUND = "revision_not_found"  # the repo exists but not that branch, tag or commit
+    UNAUTHORIZED = "unauthorized"  # the hub refused the token, or the repo needs one
+    GATED = "gated"  # the repo is gated: accept its terms on the hub and give a token
+    OFFLINE = "offline"  # HF_HUB_OFFLINE is set, or the hub cannot be reached, and the model is not complete locally
+    DISK_FULL = "disk_full"  # not enough free space, before or during the download
+    NETWORK = "network"  # the connection failed and retries were exhausted
+    SERVER = "server"  # the hub answered with server errors and retries were exhausted
+    INTEGRITY = "integrity"  # a file's size or hash disagrees with the hub's listing
+    BUSY = "busy"  # another process is downloading the same model
+    CANCELLED = "cancelled"  # the download was cancelled (what was fetched is kept)
+    ERROR = "error"  # anything unexpected (a bug): the message says what
+
 
 TOKEN_HINT = "set HF_TOKEN or run `hf auth login`"
 RESUME_HINT = "run the same download again to resume; what was fetched is kept"
@@ -25,9 +28,9 @@ DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
 
 class DownloadError(Exception):
-    """A download that cannot go on. `kind` is one of KINDS; `str(error)` is the actionable message."""
+    """A download that cannot go on: `kind` says why, `str(error)` is the actionable message."""
 
-    def __init__(self, kind: str, message: str, *, repo: str | None = None, path: str | None = None,
+    def __init__(self, kind: DownloadErrorKind, message: str, *, repo: str | None = None, path: str | None = None,
                  bytes_kept: int = 0) -> None:
         super().__init__(message)
         self.kind = kind
@@ -44,7 +47,7 @@ class DownloadCancelled(DownloadError):
     """Raised by `download` when its cancel token fires; the partial data stays on disk for a resume."""
 
     def __init__(self, message: str = "download cancelled", *, repo: str | None = None, bytes_kept: int = 0) -> None:
-        super().__init__("cancelled", message, repo=repo, bytes_kept=bytes_kept)
+        super().__init__(DownloadErrorKind.CANCELLED, message, repo=repo, bytes_kept=bytes_kept)
 
 
 def is_disk_full(exc: BaseException) -> bool:

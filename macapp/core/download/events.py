@@ -2,22 +2,27 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Union
+
+from macapp.core.events import TerminalEvent
 
 if TYPE_CHECKING:
     from macapp.core.download.errors import DownloadError
     from macapp.core.download.manager import DownloadResult
     from macapp.core.download.plan import DownloadPlan
 
-# Per-file states, in the order a file normally goes through them.
-PENDING = "pending"  # not started (may hold partial bytes from an earlier run)
-CHECKING = "checking"  # hashing bytes already on disk (a resumed partial file, or a file another tool fetched)
-DOWNLOADING = "downloading"
-RETRYING = "retrying"  # waiting out a backoff after a transient error
-VERIFYING = "verifying"
-READY = "ready"  # complete and verified against the hub's hash
-FAILED = "failed"
+class FileState(enum.StrEnum):
+    """Where one file of a running download is, in the order a file normally goes through them."""
+
+    PENDING = "pending"  # not started (may hold partial bytes from an earlier run)
+    CHECKING = "checking"  # hashing bytes already on disk (a resumed partial file, or a file another tool fetched)
+    DOWNLOADING = "downloading"
+    RETRYING = "retrying"  # waiting out a backoff after a transient error
+    VERIFYING = "verifying"
+    READY = "ready"  # complete and verified against the hub's hash
+    FAILED = "failed"
 
 
 @dataclass(frozen=True)
@@ -25,7 +30,7 @@ class FileProgress:
     path: str
     size: int
     done: int  # bytes on disk for this file
-    state: str
+    state: FileState
 
 
 @dataclass(frozen=True)
@@ -77,19 +82,26 @@ class Notice:
     message: str
 
 
+# A download ends with exactly one of these three (named apart from the engine's Finished/Failed).
 @dataclass(frozen=True)
-class Finished:
+class DownloadFinished(TerminalEvent):
+    """Every needed file is present and hash-checked."""
+
     result: "DownloadResult"
 
 
 @dataclass(frozen=True)
-class Failed:
+class DownloadFailed(TerminalEvent):
+    """It cannot go on; `error.kind` says why, `str(error)` what to do. What was fetched is kept."""
+
     error: "DownloadError"
 
 
 @dataclass(frozen=True)
-class Cancelled:
+class DownloadStopped(TerminalEvent):
+    """Cancelled (a pause, Ctrl-C): `bytes_kept` stay on disk and the next download of it resumes from them."""
+
     bytes_kept: int
 
 
-DownloadEvent = Union[Planned, Progress, Stalled, Retrying, Notice, Finished, Failed, Cancelled]
+DownloadEvent = Union[Planned, Progress, Stalled, Retrying, Notice, DownloadFinished, DownloadFailed, DownloadStopped]

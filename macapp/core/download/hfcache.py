@@ -14,6 +14,7 @@ Everything is read from the environment at call time (HF_HUB_CACHE, HF_HOME), ne
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 import re
@@ -226,12 +227,6 @@ def add_mark(rdir: Path, etag: str, path: Path) -> None:
     _atomic_write(rdir / MARKS_FILE, json.dumps(marks, indent=1, sort_keys=True))
 
 
-def drop_mark(rdir: Path, etag: str) -> None:
-    marks = load_marks(rdir)
-    if marks.pop(etag, None) is not None:
-        _atomic_write(rdir / MARKS_FILE, json.dumps(marks, indent=1, sort_keys=True))
-
-
 def is_marked(marks: dict[str, list[int]], etag: str, path: Path) -> bool:
     try:
         return marks.get(etag) == _stamp(path)
@@ -338,10 +333,19 @@ def clean_orphans(repo: str, rdir: Path, wanted_etags: set[str], cache: Path | N
 
 
 # --- what is on disk ---------------------------------------------------------------------------------------------
+class OnDisk(enum.StrEnum):
+    """What the cache holds of one needed file."""
+
+    READY = "ready"  # complete, and its hash was checked by us
+    PRESENT = "present"  # complete (right size), hash not yet checked
+    PARTIAL = "partial"  # resumable bytes
+    MISSING = "missing"
+
+
 @dataclass(frozen=True)
 class LocalFile:
     remote: RemoteFile
-    state: str  # "ready" (complete, hash checked) | "present" (complete, not yet checked) | "partial" | "missing"
+    state: OnDisk
     bytes_on_disk: int
     location: Path | None  # the complete file (snapshot entry or blob), when there is one
 
@@ -360,7 +364,7 @@ def local_state(rdir: Path, commit: str, files: list[RemoteFile]) -> list[LocalF
             except OSError:
                 continue
         if found is not None:
-            state = "ready" if is_marked(marks, f.etag, found.resolve()) else "present"
+            state = OnDisk.READY if is_marked(marks, f.etag, found.resolve()) else OnDisk.PRESENT
             out.append(LocalFile(f, state, f.size, found))
             continue
         part = partial_path(rdir, f.etag)
@@ -369,19 +373,19 @@ def local_state(rdir: Path, commit: str, files: list[RemoteFile]) -> list[LocalF
         if blobs.is_dir():
             sizes += [p.stat().st_size for p in blobs.glob(f"{f.etag}.*.incomplete") if _HF_ORPHAN.match(p.name)]
         have = min(max(sizes, default=0), f.size)
-        out.append(LocalFile(f, "partial" if have else "missing", have, None))
+        out.append(LocalFile(f, OnDisk.PARTIAL if have else OnDisk.MISSING, have, None))
     return out
 
 
 def is_complete(files: Sequence[LocalFile]) -> bool:
     """The one test of a downloaded model: it has weight files, and every needed file is on disk at its listed size
     (a cache folder holding only config.json is not a model)."""
-    return has_weights([f.remote for f in files]) and all(f.state in ("ready", "present") for f in files)
+    return has_weights([f.remote for f in files]) and all(f.state in (OnDisk.READY, OnDisk.PRESENT) for f in files)
 
 
 def is_verified(files: Sequence[LocalFile]) -> bool:
     """Complete, and every file's hash was checked by us (what "ready" means)."""
-    return is_complete(files) and all(f.state == "ready" for f in files)
+    return is_complete(files) and all(f.state == OnDisk.READY for f in files)
 
 
 def free_bytes(path: Path) -> int:

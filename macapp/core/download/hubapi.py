@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from macapp.core.download.errors import TOKEN_HINT, DownloadError
+from macapp.core.download.errors import TOKEN_HINT, DownloadError, DownloadErrorKind
 from macapp.core.download.hfcache import RemoteFile
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -62,11 +62,11 @@ def fetch_listing(repo: str, revision: str, tok: str | None, base: str | None = 
     api = HfApi(endpoint=base or endpoint(), token=tok or False, library_name="qwen-desk")
     info = api.model_info(repo, revision=revision, files_metadata=True, timeout=timeout)
     if not info.sha:
-        raise DownloadError("server", f"the hub's answer for {repo} has no commit id; is HF_ENDPOINT a hub?", repo=repo)
+        raise DownloadError(DownloadErrorKind.SERVER, f"the hub's answer for {repo} has no commit id; is HF_ENDPOINT a hub?", repo=repo)
     files = []
     for s in info.siblings or []:
         if s.size is None or not s.blob_id:
-            raise DownloadError("server", f"the hub listed {s.rfilename} of {repo} without its size or id", repo=repo)
+            raise DownloadError(DownloadErrorKind.SERVER, f"the hub listed {s.rfilename} of {repo} without its size or id", repo=repo)
         files.append(RemoteFile(path=s.rfilename, size=int(s.lfs.size if s.lfs else s.size), blob_id=s.blob_id,
                                 sha256=(s.lfs.sha256.lower() if s.lfs else None)))
     return Listing(repo=repo, revision=revision, commit=info.sha, files=files)
@@ -81,7 +81,7 @@ def classify(exc: BaseException, repo: str, revision: str = "main", has_token: b
     if isinstance(exc, DownloadError):
         return False, exc
     if isinstance(exc, hf.OfflineModeIsEnabled):
-        return False, DownloadError("offline", f"{repo} is not fully downloaded and HF_HUB_OFFLINE is set: unset it "
+        return False, DownloadError(DownloadErrorKind.OFFLINE, f"{repo} is not fully downloaded and HF_HUB_OFFLINE is set: unset it "
                                     "(or set HF_HUB_OFFLINE=0) and run the download again", repo=repo)
     if isinstance(exc, hf.GatedRepoError):
         if has_token:
@@ -89,36 +89,36 @@ def classify(exc: BaseException, repo: str, revision: str = "main", has_token: b
                    f"{where}/{repo} with the account the token belongs to, then retry")
         else:
             msg = f"{repo} is gated: accept its terms at {where}/{repo}, then {TOKEN_HINT}"
-        return False, DownloadError("gated", msg, repo=repo)
+        return False, DownloadError(DownloadErrorKind.GATED, msg, repo=repo)
     if isinstance(exc, hf.RepositoryNotFoundError):
         if has_token:
             msg = f"{repo} was not found on {where} (or your token cannot see it): check the name"
         else:
             msg = f"{repo} was not found on {where}: check the name; if it is private, {TOKEN_HINT}"
-        return False, DownloadError("not_found", msg, repo=repo)
+        return False, DownloadError(DownloadErrorKind.NOT_FOUND, msg, repo=repo)
     if isinstance(exc, hf.RevisionNotFoundError):
-        return False, DownloadError("revision_not_found", f"{repo} has no revision {revision!r} (branch, tag or commit)",
+        return False, DownloadError(DownloadErrorKind.REVISION_NOT_FOUND, f"{repo} has no revision {revision!r} (branch, tag or commit)",
                                     repo=repo)
     if isinstance(exc, hf.RemoteEntryNotFoundError):
-        return False, DownloadError("not_found", f"a file the hub listed for {repo} is missing on the server: {exc}",
+        return False, DownloadError(DownloadErrorKind.NOT_FOUND, f"a file the hub listed for {repo} is missing on the server: {exc}",
                                     repo=repo)
     if isinstance(exc, hf.HfHubHTTPError) and exc.response is not None:
         status = exc.response.status_code
         if status in (401, 403):
             hint = "check that the token is valid and allowed to read this repo" if has_token else TOKEN_HINT
-            return False, DownloadError("unauthorized", f"the hub refused access to {repo} ({status}): {hint}", repo=repo)
+            return False, DownloadError(DownloadErrorKind.UNAUTHORIZED, f"the hub refused access to {repo} ({status}): {hint}", repo=repo)
         if status in TRANSIENT_STATUS:
-            return True, DownloadError("server", f"the hub answered {status} for {repo}; try again later", repo=repo)
-        return False, DownloadError("server", f"the hub answered {status} for {repo}: {exc}", repo=repo)
+            return True, DownloadError(DownloadErrorKind.SERVER, f"the hub answered {status} for {repo}; try again later", repo=repo)
+        return False, DownloadError(DownloadErrorKind.SERVER, f"the hub answered {status} for {repo}: {exc}", repo=repo)
     if isinstance(exc, (httpx2.ProxyError,)):
-        return False, DownloadError("network", f"the proxy refused the connection to {where}: {exc}", repo=repo)
+        return False, DownloadError(DownloadErrorKind.NETWORK, f"the proxy refused the connection to {where}: {exc}", repo=repo)
     if isinstance(exc, (httpx2.ConnectError, httpx2.ConnectTimeout)):
-        return True, DownloadError("network", f"cannot reach {where} ({exc or type(exc).__name__}); check the "
+        return True, DownloadError(DownloadErrorKind.NETWORK, f"cannot reach {where} ({exc or type(exc).__name__}); check the "
                                    "connection", repo=repo)
     if isinstance(exc, httpx2.ReadTimeout):
-        return True, DownloadError("network", f"no data from {where} for too long (stalled transfer)", repo=repo)
+        return True, DownloadError(DownloadErrorKind.NETWORK, f"no data from {where} for too long (stalled transfer)", repo=repo)
     if isinstance(exc, httpx2.TransportError):
-        return True, DownloadError("network", f"the connection to {where} dropped ({type(exc).__name__}: "
+        return True, DownloadError(DownloadErrorKind.NETWORK, f"the connection to {where} dropped ({type(exc).__name__}: "
                                    f"{exc or 'no detail'})", repo=repo)
-    return False, DownloadError("server", f"unexpected answer from {where} for {repo}: {type(exc).__name__}: {exc}",
+    return False, DownloadError(DownloadErrorKind.SERVER, f"unexpected answer from {where} for {repo}: {type(exc).__name__}: {exc}",
                                 repo=repo)

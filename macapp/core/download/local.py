@@ -80,12 +80,6 @@ def inspect_repo(repo: str, revision: str = "main", cache: Path | None = None) -
                       sum(f.size for f in needed), complete, verified, partial)
 
 
-def is_ready(repo: str, revision: str = "main") -> bool:
-    """Every needed file is present and was hash-checked: safe to load without touching the network."""
-    model = inspect_repo(repo, revision)
-    return model is not None and model.ready
-
-
 def list_downloaded(include_partial: bool = True) -> list[LocalModel]:
     """Every model repo in the Hugging Face cache (ours or fetched by other tools), with sizes on disk."""
     cache = hfcache.hub_cache_dir()
@@ -112,9 +106,9 @@ def downloaded_repos() -> dict[str, LocalModel]:
 
 def delete_model(repo: str) -> int:
     """Remove a repo from the cache (all its revisions and partial files); returns the bytes freed."""
-    from macapp.core.download.errors import DownloadError
+    from macapp.core.download.errors import DownloadError, DownloadErrorKind
 
     with hfcache.try_lock(hfcache.repo_lock_path(repo)) as free:
         if not free:
-            raise DownloadError("busy", f"{repo} is being downloaded right now; cancel that first", repo=repo)
+            raise DownloadError(DownloadErrorKind.BUSY, f"{repo} is being downloaded right now; cancel that first", repo=repo)
     return hfcache.remove_repo(repo)

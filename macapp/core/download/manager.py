@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from macapp.core.download import events as ev
+from macapp.core.download.events import FileState
 from macapp.core.download import hfcache, hubapi
-from macapp.core.download.errors import RESUME_HINT, DownloadCancelled, DownloadError
-from macapp.core.download.hfcache import LocalFile, RemoteFile
+from macapp.core.download.errors import RESUME_HINT, DownloadCancelled, DownloadError, DownloadErrorKind
+from macapp.core.download.hfcache import LocalFile, OnDisk, RemoteFile
 from macapp.core.memory import format_bytes
 from macapp.core.download.integrity import file_matches
 from macapp.core.download.plan import DownloadPlan, plan_download
@@ -88,7 +89,7 @@ class DownloadResult:
 class _FileTrack:
     size: int
     done: int
-    state: str
+    state: FileState
 
 
 @dataclass
@@ -109,13 +110,13 @@ class _Tracker:
             self.bytes_this_run += n
             self.last_byte_at = time.monotonic()
 
-    def set(self, path: str, state: str, done: int | None = None) -> None:
+    def set(self, path: str, state: FileState, done: int | None = None) -> None:
         with self.lock:
             track = self.files[path]
             track.state = state
             if done is not None:
                 track.done = done
-            if state == ev.DOWNLOADING:
+            if state == FileState.DOWNLOADING:
                 self.last_byte_at = time.monotonic()  # a stall is counted from when the transfer (re)starts
             self.changed = True
 
@@ -144,7 +145,7 @@ class _Tracker:
             self.samples.append((now, self.bytes_this_run))
             while len(self.samples) > 2 and now - self.samples[0][0] > self.window_s:
                 self.samples.popleft()
-            downloading = any(t.state == ev.DOWNLOADING for t in self.files.values())
+            downloading = any(t.state == FileState.DOWNLOADING for t in self.files.values())
             idle = now - self.last_byte_at
             stalled = idle if downloading and idle >= stall_report_s else 0.0
             t0, b0 = self.samples[0]
@@ -178,10 +179,10 @@ def download(target: str | DownloadPlan, *, revision: str = "main", model: Any =
         cancel.cancel()
         raise DownloadCancelled(f"download of {repo} interrupted; {RESUME_HINT}", repo=repo) from None
     except DownloadCancelled as exc:
-        emit(ev.Cancelled(exc.bytes_kept))
+        emit(ev.DownloadStopped(exc.bytes_kept))
         raise
     except DownloadError as exc:
-        emit(ev.Failed(exc))
+        emit(ev.DownloadFailed(exc))
         raise
 
 
@@ -201,8 +202,8 @@ def _download(target, revision, model, context, emit, cancel: CancelToken, setti
     if cancel.cancelled:
         raise DownloadCancelled(repo=repo, bytes_kept=plan.bytes_on_disk)
     if plan.from_cache_only and not plan.complete:
-        kind = "offline" if hubapi.is_offline() else "network"
-        why = "HF_HUB_OFFLINE is set" if kind == "offline" else f"{hubapi.endpoint()} cannot be reached"
+        kind = DownloadErrorKind.OFFLINE if hubapi.is_offline() else DownloadErrorKind.NETWORK
+        why = "HF_HUB_OFFLINE is set" if kind is DownloadErrorKind.OFFLINE else f"{hubapi.endpoint()} cannot be reached"
         raise DownloadError(kind, f"{repo} is not fully downloaded ({format_bytes(plan.bytes_on_disk)} of "
                             f"{format_bytes(plan.bytes_total)}) "
                             f"and {why}; {RESUME_HINT} once online", repo=repo, bytes_kept=plan.bytes_on_disk)
@@ -211,7 +212,7 @@ def _download(target, revision, model, context, emit, cancel: CancelToken, setti
     rdir = plan.repo_dir
     with hfcache.try_lock(hfcache.repo_lock_path(repo, cache)) as mine:
         if not mine:
-            raise DownloadError("busy", f"{repo} is being downloaded by another process; wait for it to finish",
+            raise DownloadError(DownloadErrorKind.BUSY, f"{repo} is being downloaded by another process; wait for it to finish",
                                 repo=repo)
         hfcache.ensure_repo_dirs(rdir)
         if not plan.from_cache_only and plan.all_files and hfcache.read_listing(rdir, plan.commit) is None:
@@ -223,11 +224,11 @@ def _download(target, revision, model, context, emit, cancel: CancelToken, setti
         if report.removed_files:
             emit(ev.Notice(f"removed {report.removed_files} orphaned temporary file(s) ({report.removed_bytes} bytes)"))
         files = hfcache.local_state(rdir, plan.commit, remotes)  # the disk may have changed since the plan
-        to_fetch = sum(f.remote.size - f.bytes_on_disk for f in files if f.state in ("partial", "missing"))
+        to_fetch = sum(f.remote.size - f.bytes_on_disk for f in files if f.state in (OnDisk.PARTIAL, OnDisk.MISSING))
         margin = settings.disk_margin if settings.disk_margin is not None else plan.disk_margin
         free = hfcache.free_bytes(rdir)
         if to_fetch and free < to_fetch + margin:
-            raise DownloadError("disk_full", f"not enough disk space for {repo}: {format_bytes(to_fetch)} to fetch "
+            raise DownloadError(DownloadErrorKind.DISK_FULL, f"not enough disk space for {repo}: {format_bytes(to_fetch)} to fetch "
                                 f"plus {format_bytes(margin)} kept free, but {format_bytes(free)} is free on the volume of "
                                 f"{cache}; free some space (or point HF_HOME at a bigger disk) and run it again",
                                 repo=repo, bytes_kept=sum(f.bytes_on_disk for f in files))
@@ -241,7 +242,7 @@ def _download(target, revision, model, context, emit, cancel: CancelToken, setti
         bytes_total=plan.bytes_total, bytes_downloaded_this_run=this_run,
         files=tuple(sorted(f.remote.path for f in files)), verified=True, elapsed_s=time.monotonic() - started,
         resumed_bytes=min(resumed, plan.bytes_total), refetched=tuple(refetched))
-    emit(ev.Finished(final))
+    emit(ev.DownloadFinished(final))
     return final
 
 
@@ -252,7 +253,7 @@ def _run_files(repo: str, plan: DownloadPlan, files: list[LocalFile], emit, canc
 
     rdir = plan.repo_dir
     tracker = _Tracker({f.remote.path: _FileTrack(f.remote.size, f.bytes_on_disk,
-                                                  ev.READY if f.state == "ready" else ev.PENDING) for f in files},
+                                                  FileState.READY if f.state == OnDisk.READY else FileState.PENDING) for f in files},
                        window_s=settings.speed_window_s)
     stop = threading.Event()
     messages: queue.Queue = queue.Queue()
@@ -264,9 +265,9 @@ def _run_files(repo: str, plan: DownloadPlan, files: list[LocalFile], emit, canc
         limits=httpx2.Limits(max_connections=settings.max_workers + 2, max_keepalive_connections=settings.max_workers),
     )
     ctx = _Worker(repo, plan, rdir, tracker, stop, messages, client, headers, base, settings, tok)
-    work = [f for f in files if f.state != "ready"]
+    work = [f for f in files if f.state != OnDisk.READY]
     for f in files:
-        if f.state == "ready":
+        if f.state == OnDisk.READY:
             hfcache.link_snapshot(rdir, plan.commit, f.remote.path, f.remote.etag)
     emit(tracker.snapshot(settings.stall_report_s))
     pool = ThreadPoolExecutor(max_workers=max(1, settings.max_workers), thread_name_prefix="qwen-desk-download")
@@ -321,17 +322,17 @@ def _run_files(repo: str, plan: DownloadPlan, files: list[LocalFile], emit, canc
     emit(final)
     if error is not None:
         if isinstance(error, DownloadError):
-            if error.kind == "disk_full":
-                error = DownloadError("disk_full", f"{error.message or 'the disk filled up'} while downloading "
+            if error.kind == DownloadErrorKind.DISK_FULL:
+                error = DownloadError(DownloadErrorKind.DISK_FULL, f"{error.message or 'the disk filled up'} while downloading "
                                       f"{repo} ({error.path}): {format_bytes(final.bytes_done)} are kept; free some "
                                       "space and run it again to resume", repo=repo, path=error.path,
                                       bytes_kept=final.bytes_done)
             error.repo = error.repo or repo
             error.bytes_kept = final.bytes_done
             raise error
-        raise DownloadError("server", f"download of {repo} failed: {type(error).__name__}: {error}; {RESUME_HINT}",
+        raise DownloadError(DownloadErrorKind.SERVER, f"download of {repo} failed: {type(error).__name__}: {error}; {RESUME_HINT}",
                             repo=repo, bytes_kept=final.bytes_done) from error
-    if any(t.state != ev.READY for t in final.files):  # a cancel that came after the last file changes nothing
+    if any(t.state != FileState.READY for t in final.files):  # a cancel that came after the last file changes nothing
         raise DownloadCancelled(f"download of {repo} stopped at {final.bytes_done} of {final.bytes_total} bytes; "
                                 f"{RESUME_HINT}", repo=repo, bytes_kept=final.bytes_done)
     return final.bytes_this_run, list(tracker.refetched)
@@ -370,7 +371,7 @@ class _Worker:
                 if mine:
                     self._file_locked(lf)
                     return
-            self.tracker.set(remote.path, ev.PENDING)
+            self.tracker.set(remote.path, FileState.PENDING)
             self.stop.wait(0.5)  # huggingface_hub (another process) is fetching this blob: wait for it
 
     def _file_locked(self, lf: LocalFile) -> None:
@@ -379,7 +380,7 @@ class _Worker:
         # A complete file is already here (fetched by another tool, or by us before a crash): check it, keep it.
         existing = lf.location if lf.location is not None else (blob if blob.is_file() else None)
         if existing is not None and existing.exists() and existing.stat().st_size == remote.size:
-            self.tracker.set(remote.path, ev.CHECKING)
+            self.tracker.set(remote.path, FileState.CHECKING)
             ok = file_matches(existing.resolve(), remote, cancelled=self.stop.is_set)
             if ok is None:
                 return
@@ -388,20 +389,20 @@ class _Worker:
                 return
             self.messages.put(ev.Notice(f"{remote.path} on disk does not match the hub's hash; fetching it again"))
             self.tracker.refetched.append(remote.path)
-            self.tracker.set(remote.path, ev.PENDING, done=0)
+            self.tracker.set(remote.path, FileState.PENDING, done=0)
         if self.plan.from_cache_only:
             offline = hubapi.is_offline()
-            self.tracker.set(remote.path, ev.FAILED)
-            raise DownloadError("offline" if offline else "network",
+            self.tracker.set(remote.path, FileState.FAILED)
+            raise DownloadError(DownloadErrorKind.OFFLINE if offline else "network",
                                 f"{remote.path} of {self.repo} needs fetching again (missing or damaged) but "
                                 + ("HF_HUB_OFFLINE is set" if offline else f"{self.base} cannot be reached")
                                 + f"; {RESUME_HINT} once online", repo=self.repo, path=remote.path)
         part_path = hfcache.partial_path(self.rdir, remote.etag)
-        self.tracker.set(remote.path, ev.CHECKING)
+        self.tracker.set(remote.path, FileState.CHECKING)
         part = PartialFile.open(remote, part_path, cancelled=self.stop.is_set)
         if self.stop.is_set():
             return
-        self.tracker.set(remote.path, ev.DOWNLOADING, done=part.done)
+        self.tracker.set(remote.path, FileState.DOWNLOADING, done=part.done)
         url = hubapi.resolve_url(self.repo, self.plan.commit, remote.path, self.base)
         failures = 0
         mismatches = 0
@@ -411,7 +412,7 @@ class _Worker:
                 fetch_into(self.client, url, self.headers, part, cancelled=self.stop.is_set,
                            on_bytes=lambda n: self.tracker.add(remote.path, n),
                            on_socket=lambda s: self.tracker.set_socket(remote.path, s),
-                           on_restart=lambda: self.tracker.set(remote.path, ev.DOWNLOADING, done=0))
+                           on_restart=lambda: self.tracker.set(remote.path, FileState.DOWNLOADING, done=0))
             except Exception as exc:
                 if self.stop.is_set():
                     return  # cancelled (our own socket shutdown surfaces as a read error)
@@ -420,32 +421,32 @@ class _Worker:
                     raise error from exc
                 failures = 1 if part.done > before else failures + 1
                 if failures >= self.settings.attempts:
-                    self.tracker.set(remote.path, ev.FAILED)
+                    self.tracker.set(remote.path, FileState.FAILED)
                     raise DownloadError(error.kind, f"gave up on {remote.path} after {failures} failed attempts: "
                                         f"{error}; {RESUME_HINT}", repo=self.repo, path=remote.path) from exc
                 delay = min(self.settings.backoff_s * 2 ** (failures - 1), self.settings.backoff_max_s)
-                self.tracker.set(remote.path, ev.RETRYING)
+                self.tracker.set(remote.path, FileState.RETRYING)
                 self.messages.put(ev.Retrying(remote.path, failures + 1, self.settings.attempts, delay, str(error)))
                 if self.stop.wait(delay):
                     return
-                self.tracker.set(remote.path, ev.DOWNLOADING)
+                self.tracker.set(remote.path, FileState.DOWNLOADING)
                 continue
             if self.stop.is_set() or not part.complete:
                 return
-            self.tracker.set(remote.path, ev.VERIFYING)
+            self.tracker.set(remote.path, FileState.VERIFYING)
             if part.digest_ok():
                 break
             mismatches += 1
             if mismatches >= 2:
                 part.path.unlink(missing_ok=True)  # corrupt twice: keep nothing that cannot be trusted
-                self.tracker.set(remote.path, ev.FAILED, done=0)
-                raise DownloadError("integrity", f"{remote.path} failed its sha256 check twice (the server keeps "
+                self.tracker.set(remote.path, FileState.FAILED, done=0)
+                raise DownloadError(DownloadErrorKind.INTEGRITY, f"{remote.path} failed its sha256 check twice (the server keeps "
                                     "sending different bytes than the hub lists); nothing corrupt was kept",
                                     repo=self.repo, path=remote.path)
             self.messages.put(ev.Notice(f"{remote.path} failed its hash check; fetching that file again"))
             self.tracker.refetched.append(remote.path)
             part.restart()
-            self.tracker.set(remote.path, ev.DOWNLOADING, done=0)
+            self.tracker.set(remote.path, FileState.DOWNLOADING, done=0)
         hfcache.publish_blob(part.path, blob)
         self._publish_existing(remote, blob)
 
@@ -463,10 +464,10 @@ class _Worker:
                 hfcache.add_mark(self.rdir, remote.etag, target)
         except OSError:
             pass  # a read-only shared cache: the file was checked, it will just be checked again next time
-        self.tracker.set(remote.path, ev.READY, done=remote.size)
+        self.tracker.set(remote.path, FileState.READY, done=remote.size)
 
 
 def _transient(exc: BaseException, repo: str, revision: str, has_token: bool) -> tuple[bool, DownloadError]:
     if isinstance(exc, ConnectionDropped):
-        return True, DownloadError("network", str(exc), repo=repo)
+        return True, DownloadError(DownloadErrorKind.NETWORK, str(exc), repo=repo)
     return hubapi.classify(exc, repo, revision, has_token)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from macapp.core.download import hfcache, hubapi
-from macapp.core.download.errors import DownloadCancelled, DownloadError
+from macapp.core.download.errors import DownloadCancelled, DownloadError, DownloadErrorKind
 from macapp.core.download.hfcache import LocalFile, RemoteFile
 from macapp.core.memory import format_bytes
 
@@ -150,12 +150,12 @@ def plan_download(repo: str, revision: str = "main", *, model: Any = None, conte
             listing = hfcache.listing_from_snapshot(rdir, commit)
         if listing is None:
             if hubapi.is_offline():
-                raise DownloadError("offline", f"{repo} is not in the local cache and HF_HUB_OFFLINE is set: "
+                raise DownloadError(DownloadErrorKind.OFFLINE, f"{repo} is not in the local cache and HF_HUB_OFFLINE is set: "
                                     "unset it (or set HF_HUB_OFFLINE=0) to download it", repo=repo)
             raise DownloadError(unreachable.kind, f"{unreachable}; {repo} is not in the local cache", repo=repo)
     needed = hfcache.needed_files(listing)
     if not hfcache.has_weights(needed):
-        raise DownloadError("not_found", f"{repo} has no MLX weight files (model*.safetensors): is it an MLX build?",
+        raise DownloadError(DownloadErrorKind.NOT_FOUND, f"{repo} has no MLX weight files (model*.safetensors): is it an MLX build?",
                             repo=repo)
     files = tuple(hfcache.local_state(rdir, commit, needed))
     to_fetch = sum(f.remote.size - f.bytes_on_disk for f in files)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from macapp.core.download.errors import DownloadError, is_disk_full
+from macapp.core.download.errors import DownloadError, DownloadErrorKind, is_disk_full
 from macapp.core.download.hfcache import RemoteFile
 from macapp.core.download.integrity import expected_digest, hash_prefix, new_hasher
 
@@ -103,7 +103,7 @@ def fetch_into(client, url: str, headers: dict[str, str], part: PartialFile, *, 
                 hf_raise_for_status(response)
             total = _total_size(response)
             if total is not None and total != remote.size:
-                raise DownloadError("integrity", f"{remote.path}: the hub listed {remote.size} bytes but the server "
+                raise DownloadError(DownloadErrorKind.INTEGRITY, f"{remote.path}: the hub listed {remote.size} bytes but the server "
                                     f"sends {total}; the listing and the file disagree, so nothing more was fetched",
                                     path=remote.path)
             if response.status_code == 206:
@@ -123,7 +123,7 @@ def fetch_into(client, url: str, headers: dict[str, str], part: PartialFile, *, 
                     if not chunk:
                         continue
                     if part.done + len(chunk) > remote.size:
-                        raise DownloadError("integrity", f"{remote.path}: the server sent more than the {remote.size} "
+                        raise DownloadError(DownloadErrorKind.INTEGRITY, f"{remote.path}: the server sent more than the {remote.size} "
                                             "bytes the hub listed", path=remote.path)
                     try:
                         _write_all(fd, chunk)
@@ -132,7 +132,7 @@ def fetch_into(client, url: str, headers: dict[str, str], part: PartialFile, *, 
                         if is_disk_full(exc):
                             why = ("the volume refuses a file this large (a FAT32 disk?)" if exc.errno == errno.EFBIG
                                    else "the disk filled up")
-                            raise DownloadError("disk_full", why, path=remote.path) from exc
+                            raise DownloadError(DownloadErrorKind.DISK_FULL, why, path=remote.path) from exc
                         raise
                     part.hasher.update(chunk)
                     part.done += len(chunk)
