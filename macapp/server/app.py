@@ -26,7 +26,7 @@ from starlette.types import ASGIApp
 from macapp.core.events import Failed
 from macapp.server import anthropic_api, openai_api
 from macapp.server.activity import Activity
-from macapp.server.backend import Backend, fit_to_context, raise_quick_refusal, refusal, submit
+from macapp.server.backend import Backend, count_tokens, fit_to_context, raise_quick_refusal, refusal, submit
 from macapp.server.config import ServerConfig
 from macapp.server.errors import ApiError, ErrorKind, Flavor, error_body, error_response, flavor_for_path
 from macapp.server.fields import parse_json_object
@@ -101,7 +101,7 @@ class Routes:
     async def count_tokens(self, request: Request) -> Response:
         body = parse_json_object(await request.body())
         call = anthropic_api.parse_messages_request(body, for_counting=True)
-        return JSONResponse({"input_tokens": await run_in_threadpool(self.backend.count_tokens, call.request)})
+        return JSONResponse({"input_tokens": await run_in_threadpool(count_tokens, self.backend, call.request)})
 
     def _start(self, completion: Any, api: str, prompt_tokens: int) -> JobFeed:
         feed = submit(self.backend, completion)

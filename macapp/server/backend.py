@@ -1,6 +1,6 @@
 """What the HTTP front ends need from the core, and the steps every completion takes before it streams.
 
-`Backend` is the runner as the routes see it (macapp.core.serving.runner behind `RunnerBackend`). The steps:
+`Backend` is what the routes use of the runner (macapp.core.serving.runner.ServingEngine). The steps:
 count the prompt and refuse one over the context before any work (clamping max_tokens to the room left),
 submit (a full queue is a 429 with Retry-After), and wait a moment for a quick refusal from the engine so it
 can still go out as a JSON error instead of inside a stream that has already said 200.
@@ -16,15 +16,11 @@ from starlette.concurrency import run_in_threadpool
 
 from macapp.core import events as ev
 from macapp.core.events import Failed
-from macapp.core.serving.requests import CompletionRequest
+from macapp.core.engine import EngineError
+from macapp.core.serving.requests import INVALID_REQUEST, CompletionRequest
+from macapp.core.serving.runner import QueueFull
 from macapp.server.errors import ApiError, ErrorKind, invalid
 from macapp.server.sse import KEEPALIVE, JobFeed
-
-
-class QueueFull(Exception):
-    def __init__(self, retry_after_s: float, message: str = ""):
-        super().__init__(message or "The server is busy: too many requests are waiting for the model.")
-        self.retry_after_s = retry_after_s
 
 
 class Backend(Protocol):
@@ -44,22 +40,33 @@ class Backend(Protocol):
         """The server is done with it (frees what it holds, e.g. the prompt checkpoints)."""
 
 
-_INPUT_CODES = (ev.CONTEXT_LIMIT, ev.MEMORY_BUDGET, ev.EMPTY_PROMPT)
+_INPUT_CODES = (ev.CONTEXT_LIMIT, ev.MEMORY_BUDGET, ev.EMPTY_PROMPT, INVALID_REQUEST)
+
+
+def engine_refusal(code: str, message: str) -> ApiError:
+    """The HTTP error for an engine failure code (events.py, requests.INVALID_REQUEST)."""
+    if code in _INPUT_CODES:
+        return invalid(message, param="messages", code="context_length_exceeded" if code == ev.CONTEXT_LIMIT else code)
+    if code == ev.NO_MODEL:
+        return ApiError(ErrorKind.OVERLOADED, message, code=code)
+    return ApiError(ErrorKind.SERVER, message, code=code)
 
 
 def refusal(failed: Failed) -> ApiError:
-    """The HTTP error for an engine failure."""
-    if failed.code in _INPUT_CODES:
-        code = "context_length_exceeded" if failed.code == ev.CONTEXT_LIMIT else failed.code
-        return invalid(failed.message, param="messages", code=code)
-    if failed.code == ev.NO_MODEL:
-        return ApiError(ErrorKind.OVERLOADED, failed.message, code=failed.code)
-    return ApiError(ErrorKind.SERVER, failed.message, code=failed.code)
+    return engine_refusal(failed.code, failed.message)
+
+
+def count_tokens(backend: Backend, request: CompletionRequest) -> int:
+    """The prompt's length (any thread); a request the template refuses is a 400."""
+    try:
+        return backend.count_tokens(request)
+    except EngineError as exc:
+        raise engine_refusal(exc.code, exc.message) from exc
 
 
 async def fit_to_context(backend: Backend, request: CompletionRequest) -> tuple[CompletionRequest, int]:
     """The request with max_tokens clamped to the room the prompt leaves, and the prompt's length; 400 if none."""
-    prompt_tokens = await run_in_threadpool(backend.count_tokens, request)
+    prompt_tokens = await run_in_threadpool(count_tokens, backend, request)
     limit = backend.context_limit
     room = limit - prompt_tokens
     if room < 1:

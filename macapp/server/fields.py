@@ -109,6 +109,20 @@ def stop_sequences(value: Any, param: str) -> tuple[str, ...]:
     return tuple(s for s in items if s)
 
 
+def logit_bias(value: Any, param: str = "logit_bias") -> dict[int, float] | None:
+    """OpenAI's `logit_bias`: token id (as a string key) -> bias in [-100, 100]."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise invalid(f"{param} must be an object of token id -> bias.", param=param)
+    out = {}
+    for key, bias in value.items():
+        if not str(key).isdigit() or isinstance(bias, bool) or not isinstance(bias, (int, float)) or not -100 <= bias <= 100:
+            raise invalid(f"{param} maps token ids to numbers between -100 and 100; {key!r}: {bias!r} is not that.", param=param)
+        out[int(key)] = float(bias)
+    return out or None
+
+
 def decode_image(data: str, media_type: str, param: str) -> ImagePart:
     try:
         return ImagePart(base64.b64decode(data, validate=True), media_type)

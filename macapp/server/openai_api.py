@@ -178,6 +178,7 @@ def parse_chat_request(body: dict, default_thinking: bool, client: str = "") -> 
         min_p=f.get_float(body, "min_p", "min_p", 0, 1),
         presence_penalty=f.get_float(body, "presence_penalty", "presence_penalty", -2, 2),
         seed=f.get_int(body, "seed", "seed"),
+        logit_bias=f.logit_bias(body.get("logit_bias")),
     )
     tools = parse_tools(body.get("tools"))
     tool_choice = parse_tool_choice(body.get("tool_choice"), tools)

@@ -1,0 +1,119 @@
+"""`qwen-desk serve`: serve the model to other tools over a local OpenAI- and Anthropic-compatible API.
+
+    qwen-desk serve --model MODEL [--host 127.0.0.1] [--port N] [--api-key KEY] [--context N] [--kv-bits 4|8]
+                    [--think | --no-think] [--allow-origin ORIGIN]...
+
+Loads the model on the engine's worker thread, then prints one line with the base URL once it answers.
+SIGINT / SIGTERM stop it: requests in flight end (their replies close as stopped), then the process exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+
+from macapp.cli import UsageError
+from macapp.cli.fit import parse_context
+from macapp.core import events as ev
+from macapp.server.config import DEFAULT_HOST, DEFAULT_PORT, ServerConfig, is_loopback
+
+LOAD_CODES = (ev.NOT_FOUND, ev.NOT_A_MODEL, ev.CORRUPT, ev.CANCELLED)
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "serve",
+        help="serve a model to other tools (OpenAI- and Anthropic-compatible local API)",
+        description="Serve a local Qwen3.5 model over an OpenAI-compatible (/v1/chat/completions) and "
+        "Anthropic-compatible (/v1/messages) API, for agents such as Claude Code and OpenAI-client tools.",
+    )
+    parser.add_argument("--model", "-m", required=True, help="model folder, downloaded hub repo id, or catalog name")
+    parser.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST}: this Mac only)")
+    parser.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, metavar="N",
+        help=f"port (default {DEFAULT_PORT}, clear of Ollama 11434, LM Studio 1234, llama.cpp/mlx-lm 8080)",
+    )
+    parser.add_argument("--api-key", metavar="KEY", help="require 'Authorization: Bearer KEY' or 'x-api-key: KEY' on every request")
+    parser.add_argument("--context", type=parse_context, metavar="TOKENS", help="context limit, e.g. 32768 or 128k (default: the model's maximum)")
+    parser.add_argument("--kv-bits", type=int, choices=(4, 8), help="quantize the KV cache")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--think", dest="think", action="store_true", default=True, help="reason before answering when a request does not say (default)")
+    mode.add_argument("--no-think", dest="think", action="store_false", help="answer directly when a request does not say")
+    parser.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN", help="let web pages from ORIGIN use the server (CORS); repeatable")
+    parser.set_defaults(func=run)
+
+
+def _config(args: argparse.Namespace) -> ServerConfig:
+    if not 0 <= args.port <= 65535:
+        raise UsageError(f"--port must be between 0 (any free port) and 65535, not {args.port}")
+    if args.context is not None and args.context < 16:
+        raise UsageError("--context must be at least 16 tokens")
+    if args.api_key is not None and not args.api_key.strip():
+        raise UsageError("--api-key is empty: give a key, or leave the flag out")
+    key = args.api_key or os.environ.get("QWEN_DESK_API_KEY") or None
+    return ServerConfig(host=args.host, port=args.port, api_key=key, allowed_origins=tuple(args.allow_origin), default_thinking=args.think)
+
+
+def ready_line(model: str, url: str, config: ServerConfig) -> str:
+    """The one line printed when the server answers (a network-facing bind says so in it)."""
+    line = f"qwen-desk: serving {model} at {url} (OpenAI base URL {url}/v1; Anthropic base URL {url}) - Ctrl-C stops"
+    if not is_loopback(config.host):
+        guard = "requests need the API key" if config.api_key else "anyone on it can use the model: add --api-key KEY"
+        line += f" - WARNING: listening on {config.host}, the model is reachable from the network; {guard}"
+    return line
+
+
+def _wait_for_signal() -> int:
+    """Block until SIGINT or SIGTERM; return the signal number."""
+    got = threading.Event()
+    caught: list[int] = []
+
+    def handler(signum, _frame) -> None:
+        caught.append(signum)
+        got.set()
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while not got.wait(0.2):
+            pass
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+    return caught[0]
+
+
+def run(args: argparse.Namespace) -> int:
+    from macapp.core.engine import Engine, EngineError
+    from macapp.server.runner_backend import serving_backend
+    from macapp.server.service import LocalServer
+
+    config = _config(args)
+    engine = Engine()
+    try:
+        try:
+            info = engine.load(args.model).result()
+        except EngineError as exc:
+            if exc.code in LOAD_CODES:
+                raise UsageError(exc.message) from exc
+            print(f"qwen-desk: {exc.message}", file=sys.stderr)
+            return 1
+        backend = serving_backend(engine, context=args.context, kv_bits=args.kv_bits, queue_limit=config.queue_limit)
+        server = LocalServer(backend, config)
+        try:
+            url = server.start()
+        except OSError as exc:
+            print(f"qwen-desk: {exc}", file=sys.stderr)
+            return 1
+        print(ready_line(info.name, url, config), flush=True)
+        try:
+            signum = _wait_for_signal()
+            print(f"qwen-desk: {signal.Signals(signum).name}: stopping", file=sys.stderr, flush=True)
+        finally:
+            server.stop()
+            backend.close()
+        return 0
+    finally:
+        engine.close()

@@ -1,0 +1,21 @@
+"""The server's Backend: the serving core's ServingEngine (macapp.core.serving.runner) on an Engine's loaded model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from macapp.core.engine import SessionOptions
+from macapp.core.serving.runner import ServingEngine, ServingOptions
+
+
+def serving_backend(engine: Any, context: int | None = None, kv_bits: int | None = None, queue_limit: int = 8) -> ServingEngine:
+    """A ServingEngine for the model loaded in `engine` (its own prompt checkpoints; the chat keeps its session)."""
+    session = SessionOptions(context_limit=context, kv_bits=kv_bits)
+    return ServingEngine(engine, ServingOptions(session=session, queue_limit=queue_limit))
+
+
+def backend_for(engine: Any, **options: Any) -> ServingEngine:
+    """As serving_backend, for the window: RuntimeError with the reason when no model is loaded."""
+    if engine is None or engine.loaded is None:
+        raise RuntimeError("Load a model first: the server answers with the model loaded for the chat.")
+    return serving_backend(engine, **options)

@@ -1,0 +1,106 @@
+"""One engine, several clients: four at once all complete correctly; a full queue answers 429 with Retry-After;
+a client that disconnects mid-stream stops its generation within about a second and the next starts at once."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx2
+import openai
+
+from macapp.devtools.tiny_model import SCRIPT_ANSWER
+from macapp.server.activity import RequestState
+from tests.server.conftest import no_eos_bias, serve
+
+ANSWER = "".join(SCRIPT_ANSWER)
+
+
+def endless(served, **extra):
+    """A request that would generate until the context is full (eos banned, greedy)."""
+    return {"model": "x", "messages": [{"role": "user", "content": "Tell me everything."}], "temperature": 0,
+            "max_tokens": 100_000, "logit_bias": no_eos_bias(served),
+            "chat_template_kwargs": {"enable_thinking": False}, **extra}
+
+
+def wait_for(predicate, timeout: float, what: str) -> float:
+    start = time.perf_counter()
+    while not predicate():
+        if time.perf_counter() - start > timeout:
+            raise AssertionError(f"{what}: not within {timeout} s")
+        time.sleep(0.01)
+    return time.perf_counter() - start
+
+
+def test_four_concurrent_clients_all_complete_correctly(tiny_server):
+    def ask_openai(i: int) -> str:
+        reply = tiny_server.openai().chat.completions.create(
+            model="x", messages=[{"role": "user", "content": f"Question number {i}"}], max_tokens=64, temperature=0,
+            extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+        return reply.choices[0].message.content
+
+    def ask_anthropic(i: int) -> str:
+        message = tiny_server.anthropic().messages.create(model="m", max_tokens=64, extra_body={"temperature": 0},
+                                                          messages=[{"role": "user", "content": f"Question number {i}"}])
+        return message.content[0].text
+
+    with ThreadPoolExecutor(4) as pool:
+        futures = [pool.submit(ask_openai if i % 2 else ask_anthropic, i) for i in range(4)]
+        answers = [f.result(timeout=120) for f in futures]
+    assert answers == [ANSWER] * 4
+
+
+def test_disconnect_mid_stream_stops_the_generation_and_the_next_request_starts_at_once(tiny_server):
+    before = {r.id for r in tiny_server.activity.records()}
+    with httpx2.stream("POST", f"{tiny_server.url}/v1/chat/completions", json=endless(tiny_server, stream=True), timeout=60) as response:
+        lines = response.iter_lines()
+        got = 0
+        for line in lines:
+            got += line.startswith("data: ")
+            if got >= 5:
+                break
+    left_at = time.perf_counter()  # the connection is closed here
+    record = lambda: next(r for r in tiny_server.activity.records() if r.id not in before)  # noqa: E731
+    stopped_in = wait_for(lambda: record().state is RequestState.STOPPED, 5, "the generation stopped")
+    assert stopped_in < 1.5, stopped_in
+    assert record().completion_tokens < 2000
+    start = time.perf_counter()
+    reply = tiny_server.openai().chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}], max_tokens=8, temperature=0)
+    assert reply.choices[0].message.content is not None
+    assert time.perf_counter() - start < 10 and time.perf_counter() - left_at < 12
+
+
+def test_full_queue_is_429_with_retry_after(tiny_dense_path):
+    with serve(tiny_dense_path, queue_limit=1) as served:
+        body = endless(served, stream=True)
+        streams = []
+        first_data = threading.Event()
+
+        def hold() -> None:
+            with httpx2.stream("POST", f"{served.url}/v1/chat/completions", json=body, timeout=60) as response:
+                streams.append(response)
+                for line in response.iter_lines():
+                    if line.startswith("data: "):
+                        first_data.set()
+                    if len(streams) > 1:
+                        return
+
+        runner = threading.Thread(target=hold)
+        runner.start()
+        assert first_data.wait(30)
+        waiting = threading.Thread(target=lambda: httpx2.post(f"{served.url}/v1/chat/completions", json=endless(served, max_tokens=4), timeout=60))
+        waiting.start()
+        wait_for(lambda: len(served.activity.records()) == 2, 10, "the second request queued")
+        with openai.OpenAI(base_url=f"{served.url}/v1", api_key="x", max_retries=0) as client:
+            try:
+                client.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}], max_tokens=4)
+            except openai.RateLimitError as exc:
+                assert int(exc.response.headers["retry-after"]) >= 1
+                assert exc.body["type"] == "rate_limit_error"
+            else:
+                raise AssertionError("a third request beyond the queue limit was not refused")
+        streams.append(None)  # let the holder hang up: its generation stops, the queued one runs
+        runner.join(30)
+        waiting.join(60)
+        assert not waiting.is_alive()
