@@ -442,8 +442,9 @@ class LibraryPage(QWidget):
             f"{row.title} needs about {format_bytes(est.total_bytes)} at {self.context:,} tokens of context, "
             f"but this Mac's GPU budget is {format_bytes(est.budget_bytes)}.",
         ]
-        if est.max_context and est.max_context > 0:
-            lines.append(f"It fits with up to {est.max_context:,} tokens of context.")
+        ways_out = self.model.advice_for(row).lines()[1:]  # the headline repeats the first line
+        if ways_out:
+            lines.append("Ways to make it fit:\n" + "\n".join(ways_out))
         lines.append("Loading it anyway may make macOS swap heavily or stop the app.")
         return "\n\n".join(lines)
 
@@ -469,12 +470,12 @@ class LibraryPage(QWidget):
                 return False
         from dataclasses import replace
 
-        extra = dict(row.ref.extra)
+        load = row.ref.load
         if reason:
             # The user took the risk: the engine's per-message memory check then uses all of the RAM, not the GPU budget.
             # This machine's RAM, never a "what if" profile's.
-            extra.update(load_anyway=True, memory_budget_bytes=int((self.detected or self.machine).memory_bytes))
-        self.load_requested.emit(replace(row.ref, local_path=Path(path), extra=extra))
+            load = catalog.LoadChoice(anyway=True, memory_budget_bytes=int((self.detected or self.machine).memory_bytes))
+        self.load_requested.emit(replace(row.ref, local_path=Path(path), load=load))
         return True
 
     def shutdown(self) -> None:

@@ -88,7 +88,7 @@ def test_guardrail_refuses_a_model_that_does_not_fit_unless_load_anyway(window, 
     # The engine's budget is this machine's real RAM, never the "what if" profile's.
     real = hardware.detect_machine(use_mlx=False).memory_bytes
     assert real != 512 * 1024**2 and library.detected.memory_bytes == real
-    assert requested[0].extra["load_anyway"] and requested[0].extra["memory_budget_bytes"] == real
+    assert requested[0].load.anyway and requested[0].load.memory_budget_bytes == real
 
 
 def test_status_bar_says_when_it_shows_a_what_if_machine(window, library):
@@ -193,3 +193,11 @@ def test_details_pane_shows_reading_time_and_advice(library):
     assert "sudo sysctl iogpu.wired_limit_mb=" in text and "Qwen Desk never changes this setting" in text
     assert "choose a smaller model or 4-bit" not in text
     assert any(line.startswith("reading a 20,000-token prompt") for line in est.derivation)
+
+
+def test_guardrail_names_the_ways_out_and_keeps_load_anyway(library):
+    library.set_context(8192)
+    library.select("Qwen3.5-35B-A3B-4bit")
+    text = library.guardrail_message(library.selected_row())
+    assert "needs about" in text and "Ways to make it fit:\n1. let macOS wire more memory" in text
+    assert "sudo sysctl iogpu.wired_limit_mb=" in text and "Loading it anyway" in text
