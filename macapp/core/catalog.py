@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import enum
 import json
 import os
 import re
@@ -167,6 +168,22 @@ class CatalogEntry:
         return self.builds[bits]
 
 
+class Origin(enum.StrEnum):
+    """Where a ModelRef came from."""
+
+    CATALOG = "catalog"  # a row of resources/catalog.json
+    HUB = "hub"  # a hub repo id outside the catalog
+    LOCAL = "local"  # a folder on disk
+
+
+@dataclass(frozen=True)
+class LoadChoice:
+    """How the person chose to load a model; the default is the normal load, refused when it does not fit."""
+
+    anyway: bool = False  # "Load anyway": past a fit check that said it does not fit
+    memory_budget_bytes: int | None = None  # the engine's per-message memory check then uses this (this Mac's RAM)
+
+
 @dataclass(frozen=True)
 class ModelRef:
     """A resolved model: what to download or load, and what the sizing model needs."""
@@ -178,8 +195,8 @@ class ModelRef:
     repo: str | None = None
     local_path: Path | None = None
     weights_bytes: int | None = None  # exact bytes of the weight files when known
-    origin: str = "catalog"  # "catalog" | "hub" | "local"
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    origin: Origin = Origin.CATALOG
+    load: LoadChoice = field(default=LoadChoice(), compare=False)
 
 
 def _entry_from_json(row: dict[str, Any]) -> CatalogEntry:
@@ -322,7 +339,7 @@ def model_ref(entry: CatalogEntry, build: Build) -> ModelRef:
         group_size=build.group_size,
         repo=build.repo,
         weights_bytes=build.weights_bytes,
-        origin="catalog",
+        origin=Origin.CATALOG,
     )
 
 
@@ -376,7 +393,7 @@ def model_from_folder(folder: Path, name: str | None = None, repo: str | None = 
         repo=repo,
         local_path=folder,
         weights_bytes=weight_files_bytes(folder),
-        origin="local" if repo is None else "hub",
+        origin=Origin.LOCAL if repo is None else Origin.HUB,
     )
 
 
@@ -411,7 +428,7 @@ def _hub_model(repo: str) -> ModelRef:
     bits, group = quantization_of(config)
     api = HfApi(endpoint=hub_endpoint())
     weights = _hub_loaded_bytes(api, repo, {s.rfilename: s.size or 0 for s in info.siblings or []})
-    return ModelRef(name=repo.split("/")[-1], arch=Arch.from_config(config), bits=bits, group_size=group, repo=repo, weights_bytes=weights, origin="hub")
+    return ModelRef(name=repo.split("/")[-1], arch=Arch.from_config(config), bits=bits, group_size=group, repo=repo, weights_bytes=weights, origin=Origin.HUB)
 
 
 def resolve_model(spec: str, bits: int | None = None) -> ModelRef:

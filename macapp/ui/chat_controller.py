@@ -188,7 +188,7 @@ class ChatController(QObject):
                 self.model_changed.emit(f"Loaded {self.model_label}")
                 self.model_loaded.emit(loaded)
                 self.state_changed.emit()
-                if ref.extra.get("load_anyway"):
+                if ref.load.anyway:
                     self.status_text.emit(
                         "Loaded anyway: it may not fit the GPU budget — macOS may swap; replies can be slow or fail"
                     )
@@ -251,7 +251,7 @@ class ChatController(QObject):
         options = SessionOptions(
             context_limit=limit,
             kv_bits=self.settings.get("library.kv_bits"),
-            memory_budget_bytes=self.model_ref.extra.get("memory_budget_bytes"),  # set by "Load anyway"
+            memory_budget_bytes=self.model_ref.load.memory_budget_bytes,  # set by "Load anyway"
         )
         self.session = self.engine.new_session(system_prompt=system, messages=history, options=options)
         return self.session
