@@ -470,12 +470,12 @@ class LibraryPage(QWidget):
                 return False
         from dataclasses import replace
 
-        extra = dict(row.ref.extra)
+        load = row.ref.load
         if reason:
             # The user took the risk: the engine's per-message memory check then uses all of the RAM, not the GPU budget.
             # This machine's RAM, never a "what if" profile's.
-            extra.update(load_anyway=True, memory_budget_bytes=int((self.detected or self.machine).memory_bytes))
-        self.load_requested.emit(replace(row.ref, local_path=Path(path), extra=extra))
+            load = catalog.LoadChoice(anyway=True, memory_budget_bytes=int((self.detected or self.machine).memory_bytes))
+        self.load_requested.emit(replace(row.ref, local_path=Path(path), load=load))
         return True
 
     def shutdown(self) -> None:
