@@ -145,10 +145,14 @@ def estimate_prefill(
 
 def describe(p: PrefillEstimate, work: Workload, machine: MachineProfile, prefill_step: int) -> str:
     """The derivation line, like the decode one."""
+    chunk = min(p.tokens, prefill_step)
+    share = f"{dense_efficiency(chunk):.0%} of it"
+    if work.expert_flops:
+        share += f" (experts {expert_efficiency(work, chunk):.0%} of theirs, {chunk * work.expert_rows_share:.0f} rows each)"
     return (
         f"reading a {p.tokens:,}-token prompt ≈ {format_duration(p.seconds)} (~{p.tps:,.0f} tok/s): "
         f"{work.matmul_flops / 1e9:.1f} GFLOP per token of matmuls{' (routed + shared experts)' if work.expert_flops else ''} "
-        f"at up to {p.tflops:.1f} TFLOPS in {min(p.tokens, prefill_step):,}-token chunks "
+        f"at {p.tflops:.1f} TFLOPS × {share} in {chunk:,}-token chunks "
         f"= {format_duration(p.matmul_s)}, full attention growing with the context {format_duration(p.attention_s)}, "
         f"DeltaNet scan {format_duration(p.scan_s)}, weights read once per chunk {format_duration(p.read_s)}"
         f"{'' if machine.family != 'M5' else ' (M5: GPU neural accelerators counted)'}. An estimate, not a measurement."
