@@ -66,23 +66,31 @@ def ready_line(model: str, url: str, config: ServerConfig) -> str:
     return line
 
 
-def _wait_for_signal() -> int:
-    """Block until SIGINT or SIGTERM; return the signal number."""
-    got = threading.Event()
-    caught: list[int] = []
+class _Signals:
+    """SIGINT / SIGTERM while serving: the first one asks for a clean stop; repeats during it are ignored."""
 
-    def handler(signum, _frame) -> None:
-        caught.append(signum)
-        got.set()
+    def __init__(self) -> None:
+        self.caught: list[int] = []
+        self._got = threading.Event()
+        self._previous: dict[int, object] = {}
 
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        while not got.wait(0.2):
+    def __enter__(self) -> "_Signals":
+        for s in (signal.SIGINT, signal.SIGTERM):
+            self._previous[s] = signal.signal(s, self._handler)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+
+    def _handler(self, signum, _frame) -> None:
+        self.caught.append(signum)
+        self._got.set()
+
+    def wait(self) -> int:
+        while not self._got.wait(0.2):  # a timeout, so the main thread keeps running Python signal handlers
             pass
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
-    return caught[0]
+        return self.caught[0]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -107,13 +115,14 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             print(f"qwen-desk: {exc}", file=sys.stderr)
             return 1
-        print(ready_line(info.name, url, config), flush=True)
-        try:
-            signum = _wait_for_signal()
-            print(f"qwen-desk: {signal.Signals(signum).name}: stopping", file=sys.stderr, flush=True)
-        finally:
-            server.stop()
-            backend.close()
+        with _Signals() as signals:
+            print(ready_line(info.name, url, config), flush=True)
+            try:
+                signum = signals.wait()
+                print(f"qwen-desk: {signal.Signals(signum).name}: stopping", file=sys.stderr, flush=True)
+            finally:
+                server.stop()
+                backend.close()
         return 0
     finally:
         engine.close()

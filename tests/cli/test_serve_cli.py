@@ -1,0 +1,133 @@
+"""`qwen-desk serve` in a subprocess: one ready line with the base URL, answers, SIGTERM/SIGINT stop it cleanly
+(a stream in flight ends properly); bad flags and models are refused with a clear line."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import selectors
+import signal
+import subprocess
+import sys
+import time
+
+import httpx2
+import pytest
+
+from macapp.cli import main
+from macapp.cli.serve import ready_line
+from macapp.server.config import DEFAULT_PORT, ServerConfig
+
+URL = re.compile(r"at (http://127\.0\.0\.1:\d+) ")
+
+
+def start(model, *flags):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "macapp", "serve", "--model", str(model), "--port", "0", *flags],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )
+
+
+def ready(proc, timeout=60.0) -> str:
+    """The one line printed when the server answers; its base URL."""
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if sel.select(0.2):
+            line = proc.stdout.readline()
+            if not line:
+                break
+            match = URL.search(line)
+            assert match, line
+            return match.group(1)
+        if proc.poll() is not None:
+            break
+    proc.kill()
+    raise AssertionError(f"no ready line; stderr: {proc.stderr.read()}")
+
+
+def stop(proc, sig=signal.SIGTERM, timeout=20.0) -> tuple[int, str, str]:
+    proc.send_signal(sig)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    return proc.returncode, out, err
+
+
+def test_ready_line_answers_then_sigterm_ends_a_stream_in_flight_cleanly(tiny_dense_path):
+    proc = start(tiny_dense_path, "--no-think")
+    try:
+        url = ready(proc)
+        reply = httpx2.post(f"{url}/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "temperature": 0}, timeout=30)
+        assert reply.status_code == 200 and reply.json()["choices"][0]["message"]["content"] == "The answer is here!"
+        body = {"model": "m", "max_tokens": 100000, "stream": True, "temperature": 0,
+                "messages": [{"role": "user", "content": "go on"}], "logit_bias": {str(i): -100 for i in range(3)}}  # the tiny tokenizer's first specials: both eos and <|im_start|>
+        events, signalled = [], False
+        with httpx2.stream("POST", f"{url}/v1/messages", json=body, timeout=30) as response:
+            for line in response.iter_lines():
+                if line.startswith("event: "):
+                    events.append(line[7:])
+                if events.count("content_block_delta") == 3 and not signalled:
+                    proc.send_signal(signal.SIGTERM)  # mid-reply
+                    signalled = True
+        started = time.monotonic()
+        _out, err = proc.communicate(timeout=20)
+        assert proc.returncode == 0, err
+        assert time.monotonic() - started < 10
+        assert events[-2:] == ["message_delta", "message_stop"]  # the reply in flight ended properly
+        assert "SIGTERM" in err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_sigint_stops_an_idle_server(tiny_dense_path):
+    proc = start(tiny_dense_path)
+    url = ready(proc)
+    assert httpx2.get(f"{url}/health", timeout=10).status_code == 200
+    code, _out, err = stop(proc, signal.SIGINT)
+    assert code == 0, err
+
+
+def test_ready_line_names_the_url_and_warns_when_reachable_from_the_network():
+    local = ready_line("tiny", "http://127.0.0.1:8642", ServerConfig())
+    assert "http://127.0.0.1:8642" in local and "/v1" in local and "WARNING" not in local
+    open_ = ready_line("tiny", "http://0.0.0.0:8642", ServerConfig(host="0.0.0.0"))
+    assert "WARNING" in open_ and "reachable from the network" in open_ and "--api-key" in open_
+    keyed = ready_line("tiny", "http://0.0.0.0:8642", ServerConfig(host="0.0.0.0", api_key="k"))
+    assert "WARNING" in keyed and "--api-key" not in keyed
+    assert DEFAULT_PORT not in (11434, 1234, 8080, 3456, 8000)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--port", "70000"], "--port"),
+        (["--api-key", " "], "--api-key"),
+        (["--context", "8"], "--context"),
+    ],
+)
+def test_bad_flags_are_refused_before_loading(capsys, tiny_dense_path, flags, message):
+    assert main(["serve", "--model", str(tiny_dense_path), *flags]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_missing_model_is_a_clear_line(capsys, tmp_path):
+    assert main(["serve", "--model", str(tmp_path / "nope")]) == 2
+    assert "nope" in capsys.readouterr().err
+
+
+def test_port_in_use_is_a_clear_line(capsys, tiny_dense_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        assert main(["serve", "--model", str(tiny_dense_path), "--port", str(port)]) == 1
+    assert "choose another with --port" in capsys.readouterr().err
