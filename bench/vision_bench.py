@@ -87,7 +87,7 @@ def picture_turns(path: Path, sizes) -> tuple[list, dict]:
             [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is in this picture?"}]}],
             add_generation_prompt=True, enable_thinking=False, tokenize=False,
         )
-        turn = vision.encode([], text, [image])
+        turn = vision.encode(tokenizer.encode(text, add_special_tokens=False), [image])
         cache = vision.lm.make_cache()
         vision.lm.bind([])
         vision.lm.queue(turn, cache)
@@ -99,7 +99,7 @@ def picture_turns(path: Path, sizes) -> tuple[list, dict]:
         [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is in this picture?"}]}],
         add_generation_prompt=True, enable_thinking=False, tokenize=False,
     )
-    turn = vision.encode([], text, [image])
+    turn = vision.encode(tokenizer.encode(text, add_special_tokens=False), [image])
     cache = vision.lm.make_cache()
     vision.lm.bind([])
     vision.lm.queue(turn, cache)
@@ -112,7 +112,7 @@ def picture_turns(path: Path, sizes) -> tuple[list, dict]:
     kept = time.perf_counter() - start
     start = time.perf_counter()
     full_text = text + tokenizer.decode(reply) + "\n" + tokenizer.decode(follow)
-    again = vision.encode([], full_text, [image])
+    again = vision.encode(tokenizer.encode(full_text, add_special_tokens=False), [image])
     fresh_cache = vision.lm.make_cache()
     vision.lm.bind([])
     vision.lm.queue(again, fresh_cache)

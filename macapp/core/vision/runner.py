@@ -6,16 +6,16 @@ Call everything here on the engine's worker thread (MLX streams are per thread).
   model takes the ARRAYS of the mlx-lm model already loaded (quantized the same way first), and only the
   ``vision_tower.*`` tensors are read from the files. So pictures cost the tower's bytes, never a second
   copy of the weights, and text-only chats keep running on mlx-lm untouched.
-- `VisionModel.encode(prefix_tokens, text, images)`: the processor turns the templated text (with one
-  ``<|image_pad|>`` per picture) and the pictures into token ids with the right number of image tokens; the
-  tower runs once, its features are scattered into the token embeddings, and the turn's 3-D mRoPE positions
-  (time, row, column for image tokens) are computed. An `EncodedTurn` holds all three.
+- `VisionModel.encode(tokens, images)`: the prompt's tokens as the chat template wrote them (one
+  ``<|image_pad|>`` per picture) are widened to each picture's image-token count by the real image processor
+  (its grid), the tower runs once, its features are scattered into the token embeddings, and the turn's 3-D
+  mRoPE positions (time, row, column for image tokens) are computed. An `EncodedTurn` holds all three.
 - `PositionedLM`: the language model as mlx-lm's `stream_generate` wants a model (``model(tokens, cache=,
-  input_embeddings=)`` → logits) with explicit mRoPE positions: a queued `EncodedTurn`'s positions while its
-  prompt is read, then ``cache length + delta`` for every later token (the delta is how far the image
-  tokens' compact positions pulled the sequence back). Text after a picture thus gets the positions
-  Qwen3.5 was trained with, and the same prompt cache grows turn after turn: a follow-up question about
-  the same picture reads only its own tokens; the picture is never encoded again.
+  input_embeddings=)`` → logits) on mlx-lm's own prompt cache, with explicit mRoPE positions: a queued
+  `EncodedTurn`'s positions while its prompt is read, then ``cache index + delta`` for every later token (the
+  delta is how far the image tokens' compact positions pulled the sequence back). Text after a picture thus
+  gets the positions Qwen3.5 was trained with, and the same prompt cache grows turn after turn: a follow-up
+  question about the same picture reads only its own tokens; the picture is never encoded again.
 - Before any picture, a conversation's positions equal its cache length (delta 0): mlx-lm's text model and
   this one compute the same thing (tests/core/vision/test_runner.py checks the logits), so a session that
   was text-only on mlx-lm continues with a picture on the same cache.
@@ -59,66 +59,120 @@ class EncodedTurn:
 
 
 @dataclass
-class _Delta:
-    start: int  # cache length where the turn began
-    end: int  # cache length once its prompt is read
-    delta: int  # positions = length + delta from `end` on
+class _Span:
+    """A prompt read with explicit positions (a turn with pictures): cache indices [start, end)."""
+
+    start: int
+    end: int
+    positions: Any  # mx.array (3, 1, end - start), absolute
+    delta: int  # how far it moved later positions behind the token count
 
 
 class PositionedLM(nn.Module):
-    """mlx-vlm's language model, called the way mlx-lm's generate loop calls a model, with explicit mRoPE positions."""
+    """mlx-vlm's language model, called the way mlx-lm calls a model (``model(tokens, cache=, input_embeddings=)``
+    → logits) on an mlx-lm prompt cache, with explicit mRoPE positions.
+
+    Positions: inside a span queued by `queue` (a turn with pictures) the span's own; elsewhere the cache index
+    plus the deltas of the spans before it. The spans belong to a session: `bind` swaps its list in before a turn,
+    `forget_after` drops those a restored cache no longer holds. The mlx-lm cache layers are mirrored into
+    mlx-vlm's cache classes for the call (their arrays shared, not copied) and read back after it, so the
+    session's cache, its snapshots and mlx-lm's own loop stay exactly as for text.
+    """
 
     def __init__(self, language_model: nn.Module):
         super().__init__()
         self.language_model = language_model
-        self._deltas: list[_Delta] = []  # per session: see bind()
-        self._queued: EncodedTurn | None = None
-        self._queued_start = 0
+        self._spans: list[_Span] = []
 
-    # A session's position bookkeeping lives with its cache: bind() swaps it in before a turn.
-    def bind(self, deltas: list[_Delta]) -> None:
-        self._deltas = deltas
-        self._queued = None
+    def bind(self, spans: list[_Span]) -> None:
+        self._spans = spans
 
     def queue(self, turn: EncodedTurn, cache: list) -> None:
-        """The next prompt read through this model is `turn` (prefix + pictures), starting at the cache's length."""
-        self._queued = turn
-        self._queued_start = cache_length(cache)
+        """`turn` (prefix + pictures) is read next, from the cache's current length."""
+        start = cache_length(cache)
+        base = start + self._delta_before(start)
+        self._spans.append(_Span(start, start + len(turn.tokens), turn.positions + base, turn.delta))
 
     def forget_after(self, length: int) -> None:
-        """The cache was restored to `length` (regenerate / edit): drop the turns read after it."""
-        self._deltas[:] = [d for d in self._deltas if d.start < length]
+        """The cache was restored to `length` tokens (regenerate / edit): drop the spans read after it."""
+        self._spans[:] = [span for span in self._spans if span.start < length]
 
-    def delta_at(self, length: int) -> int:
-        delta = 0
-        for d in self._deltas:
-            if d.end <= length:
-                delta += d.delta
-        return delta
+    @property
+    def has_pictures(self) -> bool:
+        return bool(self._spans)
+
+    def _delta_before(self, index: int) -> int:
+        return sum(span.delta for span in self._spans if span.end <= index)
+
+    def positions(self, start: int, length: int):
+        """mRoPE positions (3, 1, length) of cache indices [start, start + length)."""
+        pieces = []
+        i, end = start, start + length
+        for span in sorted(self._spans, key=lambda s: s.start):
+            if span.end <= i or span.start >= end:
+                continue
+            if span.start > i:
+                pieces.append(self._text_positions(i, span.start))
+                i = span.start
+            stop = min(end, span.end)
+            pieces.append(span.positions[:, :, i - span.start : stop - span.start])
+            i = stop
+        if i < end:
+            pieces.append(self._text_positions(i, end))
+        return pieces[0] if len(pieces) == 1 else mx.concatenate(pieces, axis=2)
+
+    def _text_positions(self, i: int, j: int):
+        first = i + self._delta_before(i)
+        return mx.broadcast_to(mx.arange(first, first + j - i)[None, None, :], (3, 1, j - i))
 
     def make_cache(self) -> list:
-        return self.language_model.make_cache()
+        from mlx_lm.models.cache import ArraysCache, KVCache
+
+        return [ArraysCache(size=2) if layer.is_linear else KVCache() for layer in self.language_model.model.layers]
 
     @property
     def layers(self):
-        return self.language_model.layers
+        return self.language_model.model.layers
 
     def __call__(self, inputs, cache=None, input_embeddings=None):
-        length = inputs.shape[1]
         start = cache_length(cache)
-        turn = self._queued
-        if turn is not None and start >= self._queued_start and start - self._queued_start < len(turn.tokens):
-            offset = start - self._queued_start
-            base = self._queued_start + self.delta_at(self._queued_start)
-            positions = turn.positions[:, :, offset : offset + length] + base
-            if offset + length >= len(turn.tokens):
-                self._deltas.append(_Delta(self._queued_start, self._queued_start + len(turn.tokens), turn.delta))
-                self._queued = None
-        else:
-            first = start + self.delta_at(start)
-            positions = mx.broadcast_to(mx.arange(first, first + length)[None, None, :], (3, inputs.shape[0], length))
-        out = self.language_model(inputs, inputs_embeds=input_embeddings, cache=cache, position_ids=positions)
+        positions = self.positions(start, inputs.shape[1])
+        if inputs.shape[0] > 1:
+            positions = mx.broadcast_to(positions, (3, inputs.shape[0], inputs.shape[1]))
+        mirrored = None if cache is None else [_to_vlm(layer) for layer in cache]
+        out = self.language_model(inputs, inputs_embeds=input_embeddings, cache=mirrored, position_ids=positions)
+        if cache is not None:
+            for layer, twin in zip(cache, mirrored):
+                _from_vlm(layer, twin)
         return out.logits
+
+
+def _to_vlm(layer):
+    """An mlx-vlm cache layer holding the same arrays as an mlx-lm one."""
+    from mlx_lm.models import cache as lm_cache
+    from mlx_vlm.models import cache as vlm_cache
+
+    if isinstance(layer, lm_cache.ArraysCache):
+        twin = vlm_cache.ArraysCache(size=len(layer.cache))
+        twin.cache = layer.cache  # the same list: the layer writes its new state into it
+        return twin
+    if isinstance(layer, lm_cache.QuantizedKVCache):
+        twin = vlm_cache.QuantizedKVCache(group_size=layer.group_size, bits=layer.bits)
+    elif isinstance(layer, lm_cache.KVCache):
+        twin = vlm_cache.KVCache()
+    else:  # pragma: no cover - a cache type Qwen3.5 does not use
+        raise TypeError(f"cannot run pictures on a {type(layer).__name__}")
+    twin.keys, twin.values, twin.offset = layer.keys, layer.values, layer.offset
+    return twin
+
+
+def _from_vlm(layer, twin) -> None:
+    from mlx_lm.models import cache as lm_cache
+
+    if isinstance(layer, lm_cache.ArraysCache):
+        layer.cache = twin.cache
+    else:
+        layer.keys, layer.values, layer.offset = twin.keys, twin.values, twin.offset
 
 
 def cache_length(cache: list | None) -> int:
@@ -150,27 +204,35 @@ class VisionModel:
         width, height = image.size
         return estimate_num_image_tokens(self.processor, height, width)
 
-    def encode(self, prefix_tokens: Sequence[int], text: str, images: Sequence[PreparedImage]) -> EncodedTurn:
-        """Prefix token ids + templated text holding one image placeholder per picture → an EncodedTurn."""
+    def encode(self, tokens: Sequence[int], images: Sequence[PreparedImage]) -> EncodedTurn:
+        """Prompt tokens holding one ``<|image_pad|>`` per picture (as the chat template writes them), in order →
+        an EncodedTurn: each placeholder widened to the picture's image tokens, the tower run once over the
+        pictures, its features in the embeddings, and the 3-D mRoPE positions."""
         start = time.perf_counter()
-        pictures = [image.image for image in images] or None
-        inputs = self.processor(text=[text], images=pictures, padding=False, return_tensors="mlx")
-        ids = mx.array(inputs["input_ids"]).reshape(1, -1).astype(mx.int32)
-        if prefix_tokens:
-            ids = mx.concatenate([mx.array([list(prefix_tokens)], dtype=mx.int32), ids], axis=1)
-        pixel_values = inputs.get("pixel_values")
-        grid = inputs.get("image_grid_thw")
-        features = self.model.get_input_embeddings(
-            ids,
-            mx.array(pixel_values) if pixel_values is not None else None,
-            image_grid_thw=mx.array(grid) if grid is not None else None,
-        )
+        tokens = list(tokens)
+        slots = [i for i, t in enumerate(tokens) if t == self.image_token_id]
+        if len(slots) != len(images):
+            raise ValueError(f"the prompt has {len(slots)} picture placeholders for {len(images)} pictures")
+        pixel_values = grid = None
+        if images:
+            processed = self.processor.image_processor(images=[image.image for image in images])
+            pixel_values = mx.array(processed["pixel_values"])
+            grid = mx.array(processed["image_grid_thw"])
+            merge = self.processor.image_processor.merge_size**2
+            counts = [int(n) // merge for n in mx.prod(grid, axis=-1).tolist()]
+            widened: list[int] = []
+            last = 0
+            for slot, count in zip(slots, counts):
+                widened += tokens[last:slot] + [self.image_token_id] * count
+                last = slot + 1
+            tokens = widened + tokens[last:]
+        ids = mx.array([tokens], dtype=mx.int32)
+        features = self.model.get_input_embeddings(ids, pixel_values, image_grid_thw=grid)
         embeddings = features.inputs_embeds[0]
         positions = features.position_ids
         if positions is None or positions.ndim != 3:
-            positions = mx.broadcast_to(mx.arange(ids.shape[1])[None, None, :], (3, 1, ids.shape[1]))
+            positions = mx.broadcast_to(mx.arange(len(tokens))[None, None, :], (3, 1, len(tokens)))
         mx.eval(embeddings, positions)
-        tokens = ids[0].tolist()
         return EncodedTurn(
             tokens=tokens,
             embeddings=embeddings,

@@ -26,6 +26,10 @@ def _image_turn(tokenizer, text="What is this?", n=1, thinking=False):
     return tokenizer.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True, enable_thinking=thinking, tokenize=False)
 
 
+def _tokens(tokenizer, text):
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
 def _picture(size, seed=0):
     return image_from_bytes(picture_bytes(size, seed=seed), f"p{size[0]}x{size[1]}.png")
 
@@ -54,11 +58,11 @@ def test_bigger_pictures_give_more_image_tokens_and_the_estimate_matches(loaded)
     counts = []
     for size in [(64, 64), (192, 128), (3000, 3000)]:
         image = _picture(size)
-        turn = vision.encode([], text, [image])
+        turn = vision.encode(_tokens(tokenizer, text), [image])
         assert turn.image_tokens == vision.image_token_count(image)
         counts.append(turn.image_tokens)
     assert counts == [4, 24, 64]
-    two = vision.encode([], _image_turn(tokenizer, n=2), [_picture((64, 64)), _picture((192, 128))])
+    two = vision.encode(_tokens(tokenizer, _image_turn(tokenizer, n=2)), [_picture((64, 64)), _picture((192, 128))])
     assert two.image_tokens == 28
 
 
@@ -66,7 +70,7 @@ def test_an_image_turn_matches_mlx_vlms_own_forward_pass(loaded, tiny_vlm_path):
     _, tokenizer, vision, _ = loaded
     image = _picture((160, 96))
     text = _image_turn(tokenizer)
-    turn = vision.encode([], text, [image])
+    turn = vision.encode(_tokens(tokenizer, text), [image])
     assert turn.delta < 0  # image tokens take compact 2-D positions
     cache = vision.lm.make_cache()
     vision.lm.bind([])
@@ -77,7 +81,7 @@ def test_an_image_turn_matches_mlx_vlms_own_forward_pass(loaded, tiny_vlm_path):
     reference = vision.model(mx.array(inputs["input_ids"]), mx.array(inputs["pixel_values"]), image_grid_thw=mx.array(inputs["image_grid_thw"])).logits[0, -1]
     assert mx.abs(ours - reference).max().item() < 1e-4
     # and the picture matters: another picture, other logits
-    other = vision.encode([], text, [_picture((160, 96), seed=7)])
+    other = vision.encode(_tokens(tokenizer, text), [_picture((160, 96), seed=7)])
     c2 = vision.lm.make_cache()
     vision.lm.bind([])
     vision.lm.queue(other, c2)
@@ -89,10 +93,9 @@ def test_stream_generate_drives_it_and_a_follow_up_reads_only_its_own_tokens(loa
     _, tokenizer, vision, _ = loaded
     image = _picture((128, 128))
     text = _image_turn(tokenizer)
-    turn = vision.encode([], text, [image])
+    turn = vision.encode(_tokens(tokenizer, text), [image])
     cache = vision.lm.make_cache()
-    deltas: list = []
-    vision.lm.bind(deltas)
+    vision.lm.bind([])
     vision.lm.queue(turn, cache)
     reply = [r.token for r in mlx_lm.stream_generate(vision.lm, tokenizer, mx.array(turn.tokens), max_tokens=10, prompt_cache=cache, input_embeddings=turn.embeddings)]
     assert reply[-1] == tokenizer.convert_tokens_to_ids("<|im_end|>")
@@ -117,14 +120,29 @@ def test_stream_generate_drives_it_and_a_follow_up_reads_only_its_own_tokens(loa
     assert next_reply[0] == int(mx.argmax(reference).item())
 
 
-def test_restoring_an_earlier_point_forgets_the_later_pictures_positions(loaded):
+def test_positions_after_a_picture_and_after_a_restore(loaded):
     _, tokenizer, vision, _ = loaded
-    turn = vision.encode([], _image_turn(tokenizer), [_picture((128, 128))])
+    turn = vision.encode(_tokens(tokenizer, _image_turn(tokenizer)), [_picture((128, 128))])
     cache = vision.lm.make_cache()
-    deltas: list = []
-    vision.lm.bind(deltas)
+    spans: list = []
+    vision.lm.bind(spans)
     vision.lm.queue(turn, cache)
-    vision.lm(mx.array([turn.tokens]), cache=cache, input_embeddings=turn.embeddings[None])
-    assert vision.lm.delta_at(len(turn.tokens)) == turn.delta and len(deltas) == 1
-    vision.lm.forget_after(0)
-    assert deltas == [] and vision.lm.delta_at(len(turn.tokens)) == 0
+    vision.lm(mx.array([turn.tokens[:-1]]), cache=cache, input_embeddings=turn.embeddings[None, :-1])
+    n = len(turn.tokens)
+    # the prompt's last token (fed again by a regenerate) keeps the turn's own position
+    assert vision.lm.positions(n - 1, 1).tolist() == turn.positions[:, :, -1:].tolist()
+    # text after the turn continues from its last position, not from the token count
+    after = vision.lm.positions(n, 3)[0, 0].tolist()
+    last = int(turn.positions.max().item())
+    assert after == [last + 1, last + 2, last + 3] and last + 1 < n
+    vision.lm.forget_after(n - 1)  # a regenerate's restore keeps the turn
+    assert len(spans) == 1
+    vision.lm.forget_after(0)  # an edit's restore to before the turn forgets it
+    assert spans == [] and vision.lm.positions(n, 1)[0, 0].tolist() == [n]
+
+
+def test_the_session_cache_stays_mlx_lms_own(loaded):
+    from mlx_lm.models.cache import ArraysCache, KVCache
+
+    _, _, vision, _ = loaded
+    assert [type(c) for c in vision.lm.make_cache()] == [ArraysCache, ArraysCache, ArraysCache, KVCache]
