@@ -1,0 +1,97 @@
+"""The Local Server page on the real window: start/stop on the chat's loaded model, the base URL, the settings
+copied for other tools, the live request list, the chat told while the server answers; nothing in the history."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+
+import httpx2
+import openai
+import pytest
+from PySide6.QtGui import QGuiApplication
+
+from macapp.devtools.tiny_model import SCRIPT_ANSWER
+from macapp.ui.main_window import SERVER
+from tests.ui.helpers import worker_held
+
+ANSWER = "".join(SCRIPT_ANSWER)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def panel(chat, window, qtbot):
+    window.show_page(SERVER)
+    panel = window.server_panel
+    panel.port.setValue(free_port())
+    with qtbot.waitSignal(window.server.started, timeout=20_000):
+        panel.toggle.click()
+    yield panel
+    window.server.stop()
+
+
+def ask(url: str, results: list) -> threading.Thread:
+    def run() -> None:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=60)
+        reply = client.chat.completions.create(model="any", messages=[{"role": "user", "content": "hi"}], temperature=0,
+                                               extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+        results.append(reply.choices[0].message.content)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def test_start_copy_serve_and_stop(panel, window, chat, qtbot):
+    url = window.server.server.base_url
+    assert url.startswith("http://127.0.0.1:") and url in panel.url.text()
+    assert panel.toggle.text() == "Stop" and not panel.port.isEnabled()
+
+    text = panel.copy_settings()
+    assert QGuiApplication.clipboard().text() == text
+    assert f"OPENAI_BASE_URL={url}/v1" in text
+    env = json.loads(text[text.index("{"):])["env"]
+    assert env["ANTHROPIC_BASE_URL"] == url and env["CLAUDE_CODE_ATTRIBUTION_HEADER"] == "0"
+    assert env["ANTHROPIC_MODEL"] == window.server.model_name and env["ANTHROPIC_AUTH_TOKEN"]
+
+    conversations_before = len(chat.controller.conversation_rows())
+    results: list = []
+    thread = ask(url, results)
+    qtbot.waitUntil(lambda: not thread.is_alive(), timeout=60_000)
+    assert results == [ANSWER]
+    qtbot.waitUntil(lambda: panel.table.rowCount() == 1 and panel.table.item(0, 5).text() == "done", timeout=10_000)
+    assert "openai" in panel.table.item(0, 0).text()
+    assert int(panel.table.item(0, 1).text()) > 0 and int(panel.table.item(0, 3).text()) > 0
+    assert len(chat.controller.conversation_rows()) == conversations_before  # not written to the chat history
+
+    panel.toggle.click()  # stop
+    assert panel.toggle.text() == "Start" and panel.url.text() == "Not running"
+    with pytest.raises(httpx2.ConnectError):
+        httpx2.get(f"{url}/health", timeout=5)
+
+
+def test_a_request_waits_for_the_engine_and_the_chat_is_told(panel, window, chat, qtbot):
+    url = window.server.server.base_url
+    results: list = []
+    with worker_held(chat.controller.engine):  # the engine is busy with other work (as with a chat reply)
+        thread = ask(url, results)
+        qtbot.waitUntil(lambda: panel.table.rowCount() == 1, timeout=10_000)
+        assert panel.table.item(0, 5).text() == "waiting for the engine"
+        qtbot.waitUntil(lambda: "local server is answering" in window.status.currentMessage(), timeout=5_000)
+    qtbot.waitUntil(lambda: not thread.is_alive(), timeout=60_000)
+    assert results == [ANSWER]
+    qtbot.waitUntil(lambda: "local server" not in window.status.currentMessage(), timeout=5_000)
+
+
+def test_start_without_a_model_says_why(window, qtbot):
+    window.show_page(SERVER)
+    with qtbot.waitSignal(window.server.failed, timeout=5_000):
+        window.server_panel.toggle.click()
+    assert "Load a model first" in window.server_panel.message.text()
+    assert window.server_panel.toggle.text() == "Start" and not window.server.running
