@@ -22,9 +22,6 @@ def test_chat_without_a_model_fails_clearly():
         e.close()
 
 
-# ---------------------------------------------------------------------------------------------- turns
-
-
 def test_a_session_follows_a_newly_loaded_model_by_reading_the_conversation_once(tiny_moe_path, tiny_dense_path):
     e = Engine()
     try:

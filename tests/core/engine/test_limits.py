@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from macapp.core import events as ev
 from macapp.core.engine import SessionOptions
+from macapp.core.engine.limits import context_limit, memory_needed
 from macapp.core.events import Failed
-from macapp.core.sampling import greedy
+from macapp.core.sampling import SamplingParams, greedy
 from tests.core.engine.helpers import ANSWER, TIMEOUT
 
 
@@ -29,4 +32,37 @@ def test_a_prompt_over_the_memory_budget_is_refused(engine):
     assert s.context_tokens == 0
 
 
-# ---------------------------------------------------------------------------------------------- regenerate / edit
+@pytest.mark.parametrize(
+    "kwargs, options, words",
+    [
+        (dict(sampling=SamplingParams(top_p=0.0)), SessionOptions(), "Bad sampling setting: top_p"),
+        (dict(thinking_budget=-1), SessionOptions(), "thinking budget"),
+        (dict(), SessionOptions(kv_bits=3), "kv_bits must be 4 or 8"),
+    ],
+)
+def test_bad_settings_are_refused_before_any_work(engine, kwargs, options, words):
+    s = engine.new_session(options=options)
+    job = s.send("hi", thinking=True, **kwargs)
+    events = list(job.events(timeout=TIMEOUT))
+    assert len(events) == 1 and isinstance(events[0], Failed) and events[0].code == ev.ERROR and words in events[0].message
+    assert s.context_tokens == 0 and s.messages == []
+
+
+def test_a_refused_redo_of_a_reopened_conversation_loses_nothing(engine):
+    history = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", "thinking": False}]
+    s = engine.new_session(messages=history)
+    last = s.regenerate(sampling=SamplingParams(top_p=0.0)).wait(TIMEOUT)
+    assert isinstance(last, Failed) and s.messages == history
+    tight = engine.new_session(messages=history, options=SessionOptions(context_limit=5))
+    assert tight.edit_last("a much longer question than the context allows").wait(TIMEOUT).code == ev.CONTEXT_LIMIT
+    assert tight.messages == history
+    assert s.regenerate(thinking=False, sampling=greedy(30)).result(timeout=TIMEOUT).text == ANSWER
+
+
+def test_the_memory_estimate_grows_with_the_context_and_shrinks_with_kv_quantization(engine):
+    m = engine.model
+    short, long = memory_needed(m, SessionOptions(), 100, 1_000), memory_needed(m, SessionOptions(), 100, 100_000)
+    assert m.weights_bytes < short < long
+    assert memory_needed(m, SessionOptions(kv_bits=4), 100, 100_000) < long
+    assert context_limit(m, SessionOptions(context_limit=64), 10, 20, None) == 64
+    assert context_limit(m, SessionOptions(context_limit=10**9), 10, 20, None) == m.info.max_context

@@ -169,9 +169,6 @@ def test_regenerate_with_nothing_to_redo_fails_clearly(engine):
     assert isinstance(last, Failed) and last.code == ev.NOTHING_TO_REDO
 
 
-# ---------------------------------------------------------------------------------------------- reopened / options
-
-
 def test_a_reopened_conversation_is_read_once_then_appended(engine):
     history = [
         {"role": "system", "content": "sys"},
