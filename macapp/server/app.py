@@ -71,49 +71,44 @@ class Routes:
     async def chat_completions(self, request: Request) -> Response:
         body = parse_json_object(await request.body())
         call = openai_api.parse_chat_request(body, self.config.default_thinking, client_label(request, "openai"))
-        completion, prompt_tokens = await fit_to_context(self.backend, call.request)
-        feed = self._start(completion, "openai", prompt_tokens)
         model = self.backend.model_name
-        if not call.stream:
-            done = await self._finish(feed, request)
-            if done is None:
-                return Response(status_code=CLIENT_GONE)
-            writer = openai_api.ChunkWriter(model)
-            return JSONResponse(openai_api.completion_body(done, writer.id, writer.created, model))
-        await raise_quick_refusal(feed, self.config.first_event_wait_s)
-        return SseResponse(self._openai_frames(feed, openai_api.ChunkWriter(model, call.include_usage)), feed.job)
+        writer = openai_api.ChunkWriter(model, call.include_usage)
+        return await self._complete(
+            request, call.request, call.stream, "openai",
+            reply=lambda done, _tokens: openai_api.completion_body(done, writer.id, writer.created, model),
+            frames=lambda feed, _tokens: self._openai_frames(feed, writer),
+        )
 
     async def messages(self, request: Request) -> Response:
         body = parse_json_object(await request.body())
         call = anthropic_api.parse_messages_request(body, client_label(request, "anthropic"))
-        completion, prompt_tokens = await fit_to_context(self.backend, call.request)
-        feed = self._start(completion, "anthropic", prompt_tokens)
         model = self.backend.model_name
-        if not call.stream:
-            done = await self._finish(feed, request)
-            if done is None:
-                return Response(status_code=CLIENT_GONE)
-            return JSONResponse(anthropic_api.message_body(done, anthropic_api.new_message_id(), model))
-        await raise_quick_refusal(feed, self.config.first_event_wait_s)
-        writer = anthropic_api.EventWriter(model, prompt_tokens)
-        return SseResponse(self._anthropic_frames(feed, writer), feed.job)
+        return await self._complete(
+            request, call.request, call.stream, "anthropic",
+            reply=lambda done, _tokens: anthropic_api.message_body(done, anthropic_api.new_message_id(), model),
+            frames=lambda feed, tokens: self._anthropic_frames(feed, anthropic_api.EventWriter(model, tokens)),
+        )
 
     async def count_tokens(self, request: Request) -> Response:
         body = parse_json_object(await request.body())
         call = anthropic_api.parse_messages_request(body, for_counting=True)
         return JSONResponse({"input_tokens": await run_in_threadpool(count_tokens, self.backend, call.request)})
 
-    def _start(self, completion: Any, api: str, prompt_tokens: int) -> JobFeed:
+    async def _complete(self, request: Request, completion: Any, stream: bool, api: str, reply: Any, frames: Any) -> Response:
+        """Check the prompt fits, start it, and answer: `reply(done, prompt_tokens)` as JSON, or the SSE stream of
+        `frames(feed, prompt_tokens)` once no quick refusal came (that one still goes out as a JSON error)."""
+        completion, prompt_tokens = await fit_to_context(self.backend, completion)
         feed = submit(self.backend, completion)
         self.activity.track(feed.job, completion.client, api, prompt_tokens)
-        return feed
-
-    async def _finish(self, feed: JobFeed, request: Request) -> Any:
-        """The Completed of a non-streamed reply; None if the client left; a Failed is raised as its error."""
+        if stream:
+            await raise_quick_refusal(feed, self.config.first_event_wait_s)
+            return SseResponse(frames(feed, prompt_tokens), feed.job)
         done = await wait_or_disconnect(feed, request.receive)
+        if done is None:  # the client left; the job is stopped
+            return Response(status_code=CLIENT_GONE)
         if isinstance(done, Failed):
             raise refusal(done)
-        return done
+        return JSONResponse(reply(done, prompt_tokens))
 
     async def _openai_frames(self, feed: JobFeed, writer: openai_api.ChunkWriter) -> AsyncIterator[bytes]:
         async for event in feed.events(self.config.keepalive_s):

@@ -98,3 +98,12 @@ def test_count_tokens_matches_the_prompt_read(tiny_server):
     counted = client.messages.count_tokens(model="m", messages=HELLO, system="Be brief.")
     message = client.messages.create(model="m", max_tokens=8, messages=HELLO, system="Be brief.", **SAMPLING)
     assert counted.input_tokens == message.usage.input_tokens + message.usage.cache_read_input_tokens
+
+
+def test_thinking_budget_tokens_is_the_engines_budget(tiny_server):
+    message = tiny_server.anthropic().messages.create(
+        model="m", max_tokens=64, messages=HELLO, thinking={"type": "enabled", "budget_tokens": 2}, **SAMPLING,
+    )
+    thinking, text = message.content
+    assert thinking.thinking.strip() == "".join(SCRIPT_REASONING[:2]).strip()
+    assert text.text == ANSWER

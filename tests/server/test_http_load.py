@@ -104,3 +104,42 @@ def test_full_queue_is_429_with_retry_after(tiny_dense_path):
         runner.join(30)
         waiting.join(60)
         assert not waiting.is_alive()
+
+
+def test_a_client_that_gives_up_on_a_plain_reply_stops_it_too(tiny_server):
+    before = {r.id for r in tiny_server.activity.records()}
+    body = endless(tiny_server)
+    try:
+        httpx2.post(f"{tiny_server.url}/v1/chat/completions", json=body, timeout=0.5)
+    except httpx2.TimeoutException:
+        pass
+    else:
+        raise AssertionError("an endless reply came back within 0.5 s")
+    record = lambda: next(r for r in tiny_server.activity.records() if r.id not in before)  # noqa: E731
+    assert wait_for(lambda: record().state is RequestState.STOPPED, 5, "the generation stopped") < 1.5
+
+
+def test_quiet_streams_get_keepalives(tiny_dense_path):
+    """While a request waits (the engine busy elsewhere, or a long prefill), each API keeps the stream alive."""
+    import threading as th
+
+    with serve(tiny_dense_path, keepalive_s=0.05, first_event_wait_s=0.05) as served:
+        gate, parked = th.Event(), th.Event()
+        served.engine.submit("test-gate", lambda _job: (parked.set(), gate.wait(30)))
+        assert parked.wait(10)
+        try:
+            with httpx2.stream("POST", f"{served.url}/v1/chat/completions", timeout=30,
+                               json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "stream": True}) as response:
+                lines = response.iter_lines()
+                assert next(line for line in lines if line) == ": keepalive"
+            with httpx2.stream("POST", f"{served.url}/v1/messages", timeout=30,
+                               json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "stream": True}) as response:
+                events = []
+                for line in response.iter_lines():
+                    if line.startswith("event: "):
+                        events.append(line[7:])
+                    if len(events) == 3:
+                        break
+                assert events == ["message_start", "ping", "ping"]
+        finally:
+            gate.set()
