@@ -35,6 +35,8 @@ PREFILL = [  # (model, bits, chip, RAM GiB, GPU cores, prompt tokens, measured p
     ("Qwen3-0.6B", 4, "M4 Max", 64, 40, 2048, 10278.8, None, "mlx-lm PR #406"),
     ("Qwen3-0.6B", 4, "M4 Max", 64, 40, 512, 9520.4, None, "mlx-lm PR #406"),
     ("Qwen3-4B", 4, "M3 Pro", 18, 18, 2048, 615.3, None, "mlx-lm PR #1569, mlx_lm.benchmark (cores assumed)"),
+    ("Qwen3.5-35B-A3B", 4, "M4 Max", 64, 40, 512, 1518.2, 101.6, "claude-code-local #31, mlx_lm.benchmark, Qwen3.6"),
+    ("Qwen3.5-35B-A3B", 4, "M4 Max", 64, 40, 1024, 1777.4, 101.4, "claude-code-local #31, mlx_lm.benchmark, Qwen3.6"),
     ("Qwen3.5-35B-A3B", 4, "M5 Max", 128, 40, 1479, 2756.6, 133.5, "Mac-MLX #24, mlx-swift-lm"),
     ("Qwen3.5-27B", 4, "M5 Max", 128, 40, 2349, 598.0, 28.6, "ollama #17884, Qwen3.6-27B nvfp4"),
     ("Qwen3.5-122B-A10B", 4, "M2 Ultra", 128, 60, 131072, 131072 / 1158, None, "openclawradar Apr 2026, MLX 5-bit, 128K TTFT 19.3 min"),

@@ -113,10 +113,11 @@ def bandwidth_for(family: str, tier: str, gpu_cores: int | None) -> float:
 
 
 def gpu_tflops(machine: MachineProfile) -> float | None:
-    """Dense matmul TFLOPS the GPU can reach at best (neural accelerators included); None off Apple Silicon."""
+    """FP16 TFLOPS of the GPU's shader cores (the M5's neural accelerators come on top: MATMUL_ACCELERATION);
+    None off Apple Silicon."""
     if not machine.family or not machine.gpu_cores:
         return None
-    tflops = machine.gpu_cores * GPU_TFLOPS_PER_CORE[machine.family] * MATMUL_ACCELERATION.get(machine.family, 1.0)
+    tflops = machine.gpu_cores * GPU_TFLOPS_PER_CORE[machine.family]
     return tflops * (ULTRA_SCALING if machine.tier == "Ultra" else 1.0)
 
 

@@ -29,13 +29,14 @@ from macapp.core.hardware import MATMUL_ACCELERATION, MachineProfile, gpu_tflops
 # eff = MAX × rows / (rows + HALF), i.e. every matrix costs as if the chunk had HALF more rows: the fixed
 # per-chunk cost that dominates short prompts. Dense projections see the whole chunk; a routed expert sees only
 # chunk × routed / experts rows (2048 × 8 / 256 = 64), through MLX's gather_qmm kernel.
-DENSE_EFF, DENSE_ROWS_HALF = 0.90, 190.0
-EXPERT_EFF, EXPERT_ROWS_HALF = 0.90, 9.0
-# The M5's neural accelerators speed up dense matmuls and attention by hardware.MATMUL_ACCELERATION (×3.4); the
-# expert kernel gains less (fitted on the M5 Max Qwen3.5-35B-A3B run) and the DeltaNet scan nothing.
-EXPERT_ACCELERATION = {"M5": 2.15}
-ATTENTION_EFF = 0.25  # causal attention at head_dim 256, bf16; fitted mainly on the one 128K-token run
-SCAN_EFF = 0.033  # the gated-delta Metal kernel steps through the chunk token by token (latency-bound)
+DENSE_EFF, DENSE_ROWS_HALF = 0.90, 220.0
+EXPERT_EFF, EXPERT_ROWS_HALF = 0.90, 3.3
+# The M5's GPU neural accelerators: llama.cpp gets ×3.4 on dense matmuls (hardware.MATMUL_ACCELERATION); what MLX's
+# kernels show in prompt reading was fitted on the M5 Max runs: dense matmuls and attention ×ACCELERATED["dense"],
+# the expert kernel (gather_qmm) ×ACCELERATED["expert"], the DeltaNet scan nothing.
+ACCELERATED = {"dense": 3.1, "expert": 1.0}
+ATTENTION_EFF = 0.24  # causal attention at head_dim 256, bf16; fitted mainly on the one 128K-token run
+SCAN_EFF = 0.053  # the gated-delta Metal kernel steps through the chunk token by token (latency-bound)
 WEIGHT_READ_EFF = 0.82  # as for decode (sizing.BANDWIDTH_EFFICIENCY)
 
 
@@ -98,19 +99,24 @@ def expert_efficiency(work: Workload, chunk: int) -> float:
     return EXPERT_EFF * rows / (rows + EXPERT_ROWS_HALF)
 
 
-def chunk_seconds(work: Workload, machine: MachineProfile, start: int, size: int, tflops: float) -> tuple[float, float, float, float]:
-    """(matmul, attention, scan, weight-read) seconds for tokens [start, start + size) with `start` tokens already cached.
+def accelerated(machine: MachineProfile, kind: str) -> float:
+    """The neural-accelerator gain MLX gets for this kind of work on this chip (1 where there are none)."""
+    if machine.family not in MATMUL_ACCELERATION:
+        return 1.0
+    return min(ACCELERATED.get(kind, 1.0), MATMUL_ACCELERATION[machine.family])
 
-    `tflops` includes the M5's matmul acceleration; the expert kernel and the scan get their own share of it."""
+
+def chunk_seconds(work: Workload, machine: MachineProfile, start: int, size: int, tflops: float) -> tuple[float, float, float, float]:
+    """(matmul, attention, scan, weight-read) seconds for tokens [start, start + size) with `start` tokens already
+    cached, on a GPU of `tflops` shader-core TFLOPS."""
     flops = tflops * 1e12
-    accel = MATMUL_ACCELERATION.get(machine.family or "", 1.0)
-    matmul = work.dense_flops * size / (flops * dense_efficiency(size))
+    dense = flops * accelerated(machine, "dense")
+    matmul = work.dense_flops * size / (dense * dense_efficiency(size))
     if work.expert_flops:
-        expert_flops = flops / accel * EXPERT_ACCELERATION.get(machine.family or "", 1.0)
-        matmul += work.expert_flops * size / (expert_flops * expert_efficiency(work, size))
+        matmul += work.expert_flops * size / (flops * accelerated(machine, "expert") * expert_efficiency(work, size))
     positions = size * (start + (size + 1) / 2)  # each token attends to every earlier token and itself
-    attention = work.attention_flops * positions / (flops * ATTENTION_EFF)
-    scan = work.scan_flops * size / (flops / accel * SCAN_EFF)
+    attention = work.attention_flops * positions / (dense * ATTENTION_EFF)
+    scan = work.scan_flops * size / (flops * SCAN_EFF)
     read = work.weights_bytes / ((machine.bandwidth_gbs or 1.0) * 1e9 * WEIGHT_READ_EFF)
     return matmul, attention, scan, read
 
@@ -146,6 +152,8 @@ def estimate_prefill(
 def describe(p: PrefillEstimate, work: Workload, machine: MachineProfile, prefill_step: int) -> str:
     """The derivation line, like the decode one."""
     chunk = min(p.tokens, prefill_step)
+    gain = accelerated(machine, "dense")
+    accel = f" (GPU neural accelerators: dense matmuls and attention ×{gain:.1f})" if gain > 1 else ""
     share = f"{dense_efficiency(chunk):.0%} of it"
     if work.expert_flops:
         share += f" (experts {expert_efficiency(work, chunk):.0%} of theirs, {chunk * work.expert_rows_share:.0f} rows each)"
@@ -155,7 +163,7 @@ def describe(p: PrefillEstimate, work: Workload, machine: MachineProfile, prefil
         f"at {p.tflops:.1f} TFLOPS × {share} in {chunk:,}-token chunks "
         f"= {format_duration(p.matmul_s)}, full attention growing with the context {format_duration(p.attention_s)}, "
         f"DeltaNet scan {format_duration(p.scan_s)}, weights read once per chunk {format_duration(p.read_s)}"
-        f"{'' if machine.family != 'M5' else ' (M5: GPU neural accelerators counted)'}. An estimate, not a measurement."
+        f"{accel}. An estimate, not a measurement."
     )
 
 

@@ -29,6 +29,10 @@ CALIBRATION = {
     "mlx-lm #406 Qwen3-0.6B 4-bit M4 Max p512": (QWEN3_06B, "M4 Max", 64, 40, 512, 9520.4, 0.25),
     # mlx-lm PR #1569 (MacBook Pro M3 Pro 18 GB, mlx-lm 0.31.3, mlx_lm.benchmark -p 2048)
     "mlx-lm #1569 Qwen3-4B 4-bit M3 Pro": (QWEN3_4B, "M3 Pro", 18, 18, 2048, 615.3, 0.15),
+    # nicedreamzapp/claude-code-local #31 (mlx_lm.benchmark, Qwen3.6-35B-A3B-UD-MLX-4bit, "M4 Studio" 64 GB: a
+    # Mac Studio M4 Max, 40-core with 64 GB; its decode, 101.6 tok/s, matches our 98.6 for that chip)
+    "claude-code-local #31 Qwen3.6-35B-A3B M4 Max p512": (("Qwen3.5-35B-A3B", 4), "M4 Max", 64, 40, 512, 1518.2, 0.15),
+    "claude-code-local #31 Qwen3.6-35B-A3B M4 Max p1024": (("Qwen3.5-35B-A3B", 4), "M4 Max", 64, 40, 1024, 1777.4, 0.15),
     # magicnight/Mac-MLX #24 (mlx-swift-lm 3.31.3, 1,479-token prompt)
     "Mac-MLX #24 Qwen3.5-35B-A3B 4-bit M5 Max": (("Qwen3.5-35B-A3B", 4), "M5 Max", 128, 40, 1479, 2756.6, 0.15),
     # ollama #17884 (qwen3.6:27b-mlx nvfp4, ollama 0.32.9, 2,349 tokens; 562-634 tok/s)
@@ -86,6 +90,12 @@ def test_time_to_first_token_grows_with_the_prompt_and_smaller_chunks_are_slower
     times = [sizing.prefill_estimate(model, machine, n).seconds for n in (500, 2048, 8192, 32768, 131072)]
     assert times == sorted(times)
     assert sizing.prefill_estimate(model, machine, 8192, prefill_step=512).seconds > times[2]
+
+
+def test_moe_reads_short_prompts_less_efficiently_than_long_ones():
+    work = sizing.prefill_workload(resolve_model("Qwen3.5-35B-A3B", 4))
+    assert prefill.expert_efficiency(work, 512) < prefill.expert_efficiency(work, 2048) < prefill.EXPERT_EFF
+    assert prefill.dense_efficiency(512) < prefill.dense_efficiency(2048) < prefill.DENSE_EFF
 
 
 def test_m5_neural_accelerators_change_prompt_reading_not_decode():
