@@ -14,8 +14,13 @@ What a snapshot holds, without copying anything at the time:
 - DeltaNet layers (ArraysCache): references to their conv and recurrent state arrays, which the model
   replaces on every step rather than writing (as the engine's own snapshots rely on).
 
-Size: the bytes of the buffers a checkpoint keeps alive (a KV buffer in full: mlx-lm allocates in steps of
-256 tokens). Beyond `max_bytes` the least recently used checkpoints go first. A request that finds its
+One conversation, one KV buffer: a new checkpoint's KV buffers hold every shorter checkpoint of the same token
+prefix too, so those are moved onto views of the newest one and their own buffers are freed (the positions
+they share hold the same keys and values: the same tokens, read once and then copied along). A conversation
+of many checkpoints thus keeps one KV cache and one DeltaNet state per checkpoint.
+
+Size: the bytes of the buffers the pool keeps alive, each shared buffer counted once (a KV buffer in full:
+mlx-lm allocates in steps of 256 tokens). Beyond `max_bytes` the least recently used checkpoints go first. A request that finds its
 prefixes refreshes them longest first, so within a conversation the shortest ones (the system prompt and
 tools, shared by every conversation of an agent) are the last to go, and checkpoints of other conversations
 go before any of this one's.
@@ -24,17 +29,33 @@ go before any of this one's.
 from __future__ import annotations
 
 import collections
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 
 @dataclass(frozen=True)
-class KVState:
+class KVBuffers:
+    """A full-attention layer's key/value buffers (a tuple of arrays each when quantized)."""
+
     cls: type  # KVCache or QuantizedKVCache
-    keys: Any  # an array, or (quantized) a tuple of arrays, holding `offset` tokens
+    keys: Any
     values: Any
-    offset: int
     quantization: tuple[int, int] | None  # (group_size, bits) of a QuantizedKVCache
+
+
+@dataclass(eq=False)
+class KVBlock:
+    """The KV buffers of every full-attention layer, holding `length` tokens; shared by the checkpoints of one
+    token prefix (each reads the first `Checkpoint.length` positions)."""
+
+    layers: tuple[KVBuffers, ...]
+    length: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class KVLayer:
+    index: int  # into KVBlock.layers
 
 
 @dataclass(frozen=True)
@@ -43,14 +64,15 @@ class RecurrentState:
     arrays: tuple[Any, ...]
 
 
-Layer = KVState | RecurrentState
+Layer = KVLayer | RecurrentState
 
 
 @dataclass(frozen=True)
 class Checkpoint:
     tokens: tuple[int, ...]
-    layers: tuple[Layer, ...]
-    nbytes: int
+    layers: tuple[Layer, ...]  # the cache's layers in order
+    kv: KVBlock
+    state_bytes: int  # the DeltaNet arrays this checkpoint alone keeps
 
     @property
     def length(self) -> int:
@@ -67,41 +89,45 @@ def _arrays(x: Any) -> list[Any]:
     return list(x) if isinstance(x, (tuple, list)) else [x]
 
 
-def snapshot(cache: list) -> tuple[tuple[Layer, ...], int]:
-    """The layers of a live prompt cache as a checkpoint holds them, and the bytes they keep alive."""
+def snapshot(cache: list, tokens: Sequence[int]) -> Checkpoint:
+    """A checkpoint of a live prompt cache that holds exactly `tokens`."""
     import mlx.core as mx
     from mlx_lm.models.cache import ArraysCache, KVCache, QuantizedKVCache
 
     layers: list[Layer] = []
-    nbytes = 0
+    buffers: list[KVBuffers] = []
+    kv_bytes = state_bytes = 0
     for c in cache:
         if isinstance(c, (KVCache, QuantizedKVCache)):
-            if c.keys is None:
-                raise ValueError("cannot checkpoint an empty KV cache")
+            if c.keys is None or c.offset != len(tokens):
+                raise ValueError(f"a KV layer holds {c.offset} tokens, not the {len(tokens)} of the checkpoint")
             quant = (c.group_size, c.bits) if isinstance(c, QuantizedKVCache) else None
-            layers.append(KVState(type(c), _views(c.keys, c.offset), _views(c.values, c.offset), int(c.offset), quant))
-            nbytes += sum(a.nbytes for a in _arrays(c.keys) + _arrays(c.values))
+            layers.append(KVLayer(len(buffers)))
+            buffers.append(KVBuffers(type(c), _views(c.keys, c.offset), _views(c.values, c.offset), quant))
+            kv_bytes += sum(a.nbytes for a in _arrays(c.keys) + _arrays(c.values))
         elif isinstance(c, ArraysCache):
             if c.lengths is not None or c.left_padding is not None:
                 raise ValueError("cannot checkpoint a batched DeltaNet cache")
             arrays = tuple(c.cache)
             layers.append(RecurrentState(type(c), arrays))
-            nbytes += sum(a.nbytes for a in arrays if a is not None)
+            state_bytes += sum(a.nbytes for a in arrays if a is not None)
         else:
             raise TypeError(f"cannot checkpoint a {type(c).__name__} layer")
-    mx.eval([a for layer in layers if isinstance(layer, KVState) for a in _arrays(layer.keys) + _arrays(layer.values)])
-    return tuple(layers), nbytes
+    mx.eval([a for b in buffers for a in _arrays(b.keys) + _arrays(b.values)])
+    return Checkpoint(tuple(tokens), tuple(layers), KVBlock(tuple(buffers), len(tokens), kv_bytes), state_bytes)
 
 
-def restore(layers: Sequence[Layer]) -> list:
+def restore(checkpoint: Checkpoint) -> list:
     """A fresh prompt cache at the checkpoint: the model may append to it without touching the checkpoint."""
+    n = checkpoint.length
     cache: list = []
-    for layer in layers:
-        if isinstance(layer, KVState):
-            c = layer.cls(*layer.quantization) if layer.quantization is not None else layer.cls()
-            c.keys = _views(layer.keys, layer.offset)  # new array objects: writes to them never reach ours
-            c.values = _views(layer.values, layer.offset)
-            c.offset = layer.offset
+    for layer in checkpoint.layers:
+        if isinstance(layer, KVLayer):
+            buf = checkpoint.kv.layers[layer.index]
+            c = buf.cls(*buf.quantization) if buf.quantization is not None else buf.cls()
+            c.keys = _views(buf.keys, n)  # new array objects: writes to them never reach ours
+            c.values = _views(buf.values, n)
+            c.offset = n
         else:
             c = layer.cls(len(layer.arrays))
             c.cache = list(layer.arrays)
@@ -116,6 +142,7 @@ class CheckpointPool:
         self.max_bytes = max(0, int(max_bytes))
         self.owner: Any = None  # what the checkpoints belong to (the loaded model); see bind()
         self._entries: collections.OrderedDict[tuple[int, ...], Checkpoint] = collections.OrderedDict()
+        self._blocks: dict[int, tuple[KVBlock, int]] = {}  # id -> (block, checkpoints using it)
         self.nbytes = 0
         self.evicted = 0  # checkpoints dropped for room, since the start
 
@@ -130,6 +157,11 @@ class CheckpointPool:
         """The stored prefixes' lengths, least recently used first."""
         return [len(k) for k in self._entries]
 
+    @property
+    def kv_blocks(self) -> int:
+        """How many distinct KV buffers the checkpoints keep."""
+        return len(self._blocks)
+
     def bind(self, owner: Any) -> None:
         """Checkpoints are only good for the model (and cache settings) they were taken with: forget them on a change."""
         if owner is not self.owner:
@@ -138,6 +170,7 @@ class CheckpointPool:
 
     def clear(self) -> None:
         self._entries.clear()
+        self._blocks.clear()
         self.nbytes = 0
 
     def longest_prefix(self, tokens: Sequence[int]) -> Checkpoint | None:
@@ -157,14 +190,35 @@ class CheckpointPool:
         if key in self._entries:
             self._entries.move_to_end(key)
             return self._entries[key]
-        layers, nbytes = snapshot(cache)
-        if nbytes > self.max_bytes:
+        checkpoint = snapshot(cache, key)
+        if checkpoint.kv.nbytes + checkpoint.state_bytes > self.max_bytes:
             return None
-        checkpoint = Checkpoint(key, layers, nbytes)
         self._entries[key] = checkpoint
-        self.nbytes += nbytes
+        self._retain(checkpoint)
+        for k, old in list(self._entries.items()):  # the shorter ones of this prefix now read the new buffers
+            if len(k) < len(key) and key[: len(k)] == k and old.kv is not checkpoint.kv:
+                moved = replace(old, kv=checkpoint.kv)
+                self._retain(moved)
+                self._release(old)
+                self._entries[k] = moved  # an existing key: its place in the LRU order stays
         while self.nbytes > self.max_bytes:
-            _, old = self._entries.popitem(last=False)
-            self.nbytes -= old.nbytes
+            _, dropped = self._entries.popitem(last=False)
+            self._release(dropped)
             self.evicted += 1
         return checkpoint
+
+    def _retain(self, checkpoint: Checkpoint) -> None:
+        block, users = self._blocks.get(id(checkpoint.kv), (checkpoint.kv, 0))
+        if not users:
+            self.nbytes += block.nbytes
+        self._blocks[id(block)] = (block, users + 1)
+        self.nbytes += checkpoint.state_bytes
+
+    def _release(self, checkpoint: Checkpoint) -> None:
+        block, users = self._blocks[id(checkpoint.kv)]
+        if users == 1:
+            del self._blocks[id(block)]
+            self.nbytes -= block.nbytes
+        else:
+            self._blocks[id(block)] = (block, users - 1)
+        self.nbytes -= checkpoint.state_bytes

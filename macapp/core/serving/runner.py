@@ -177,7 +177,7 @@ class ServingEngine:
         checkpoint = pool.longest_prefix(tokens)
         cached = checkpoint.length if checkpoint is not None else 0
         usage = Usage(prompt_tokens=len(tokens), cached_tokens=cached)
-        cache = restore(checkpoint.layers) if checkpoint is not None else make_prompt_cache(m.model)
+        cache = restore(checkpoint) if checkpoint is not None else make_prompt_cache(m.model)
         text = _ReplyText(job, rendered, request)
         with wired_memory(m):
             clock.reading(len(tokens) - cached)

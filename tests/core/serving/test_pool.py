@@ -53,11 +53,11 @@ def same(a, b) -> bool:
 def test_a_restored_checkpoint_reads_on_exactly_like_the_cache_it_was_taken_from(lm, tokens, kv_bits):
     live = fresh(lm)
     read(lm, live, tokens[:120], kv_bits)
-    layers, nbytes = snapshot(live)
-    assert nbytes > 0
+    checkpoint = snapshot(live, tokens[:120])
+    assert checkpoint.kv.nbytes > 0 and checkpoint.state_bytes > 0
     expected = read(lm, live, tokens[120:], kv_bits)  # the live cache writes on (and its KV buffer grows)
     for _ in range(2):  # restoring twice: the first restore's writes did not reach the checkpoint either
-        cache = restore(layers)
+        cache = restore(checkpoint)
         assert same(read(lm, cache, tokens[120:], kv_bits), expected)
     if kv_bits is None:
         assert same(read(lm, fresh(lm), tokens), expected)  # and the same as reading everything afresh
@@ -67,14 +67,13 @@ def test_a_checkpoint_is_unchanged_by_more_tokens_in_its_own_buffer(lm, tokens):
     """A KV buffer with room left (offset 10 of 256): the live cache writes into it in place."""
     live = fresh(lm)
     read(lm, live, tokens[:10])
-    layers, _ = snapshot(live)
+    checkpoint = snapshot(live, tokens[:10])
     read(lm, live, tokens[10:20])
     other = read(lm, live, tokens[20:30])
-    a = read(lm, restore(layers), tokens[10:30])
+    a = read(lm, restore(checkpoint), tokens[10:30])
     b = read(lm, fresh(lm), tokens[:30])
     assert same(a, b) and same(a, other)
-    restored = restore(layers)
-    assert [getattr(c, "offset", None) for c in restored] == [getattr(c, "offset", None) for c in restore(layers)]
+    assert {getattr(c, "offset", 10) for c in restore(checkpoint)} == {10}
 
 
 def test_longest_prefix_is_a_proper_prefix_and_refreshes_shorter_ones_last(lm, tokens):
@@ -98,7 +97,8 @@ def test_longest_prefix_is_a_proper_prefix_and_refreshes_shorter_ones_last(lm, t
 def test_the_pool_evicts_least_recently_used_by_bytes(lm, tokens):
     cache = fresh(lm)
     read(lm, cache, tokens[:20])
-    _, one = snapshot(cache)
+    taken = snapshot(cache, tokens[:20])
+    one = taken.kv.nbytes + taken.state_bytes
     pool = CheckpointPool(max_bytes=int(one * 2.5))
     prompts = [[t + i for t in tokens[:20]] for i in range(3)]
     for prompt in prompts:
@@ -121,10 +121,31 @@ def test_bytes_count_the_buffers_a_checkpoint_keeps(lm, tokens):
 
     cache = fresh(lm)
     read(lm, cache, tokens[:10])
-    _, nbytes = snapshot(cache)
+    checkpoint = snapshot(cache, tokens[:10])
     kv = sum(c.keys.nbytes + c.values.nbytes for c in cache if isinstance(c, KVCache))
     state = sum(a.nbytes for c in cache if isinstance(c, ArraysCache) for a in c.cache)
-    assert nbytes == kv + state and kv > 0 and state > 0
+    assert (checkpoint.kv.nbytes, checkpoint.state_bytes) == (kv, state) and kv > 0 and state > 0
+    with pytest.raises(ValueError, match="not the 11"):
+        snapshot(cache, tokens[:11])
+
+
+def test_one_conversation_keeps_one_kv_buffer_and_every_checkpoint_still_restores(lm, tokens):
+    pool = CheckpointPool(max_bytes=1 << 40)
+    cache = fresh(lm)
+    separate = pos = 0
+    for end in (60, 150, 290):
+        read(lm, cache, tokens[pos:end])
+        pos = end
+        taken = pool.add(tokens[:end], cache)
+        separate += taken.kv.nbytes + taken.state_bytes
+    assert pool.kv_blocks == 1 and pool.nbytes < separate
+    assert pool.nbytes == pool.longest_prefix(tokens).kv.nbytes + sum(
+        pool.longest_prefix(tokens[: n + 1]).state_bytes for n in (60, 150, 290)
+    )
+    for end in (60, 150, 290):
+        checkpoint = pool.longest_prefix(tokens[: end + 1])
+        assert checkpoint.length == end
+        assert same(read(lm, restore(checkpoint), tokens[end:N]), read(lm, fresh(lm), tokens[:N]))
 
 
 def test_a_new_owner_clears_the_pool(lm, tokens):
