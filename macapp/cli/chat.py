@@ -61,6 +61,9 @@ def register(subparsers) -> None:
     )
     parser.add_argument("--resume", type=int, metavar="ID", help="continue a saved conversation (see `qwen-desk history`)")
     parser.add_argument("--no-history", action="store_true", help="do not save this conversation to the history")
+    from macapp.cli.cluster import add_run_arguments
+
+    add_run_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -181,6 +184,7 @@ class Chat:
     session: Any
     history: History
     system: str | None = None
+    options: Any = None  # the session's SessionOptions, for a session re-opened from the history
 
     def turn(self, kind: Any, text: str, thinking: bool, sampling: Any, budget: int | None, out: TextIO,
              color: bool = False, show: bool = True) -> Any:
@@ -197,7 +201,7 @@ class Chat:
         if outcome is not None and outcome.result in (TurnResult.UNDONE, TurnResult.FAILED):
             saved = self.history.saved_messages(session)
             if saved is not None:  # e.g. a failed reply's text is kept in the history: the next turn sees it too
-                self.session = self.engine.new_session(system_prompt=self.system, messages=saved, options=session.options)
+                self.session = self.engine.new_session(system_prompt=self.system, messages=saved, options=self.options)
         return last
 
 
@@ -244,7 +248,7 @@ def _stream(job: Any, out: TextIO, color: bool, show: bool, on_event: Any = None
 
 
 def run(args: argparse.Namespace) -> int:
-    from macapp.core.engine import Engine, EngineError, SessionOptions
+    from macapp.core.engine import EngineError, SessionOptions
 
     if args.json and not args.prompt:
         raise UsageError("--json needs at least one --prompt")
@@ -263,7 +267,11 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--prefill-step-size must be at least 1")
     _sampling(args, args.think)  # refuse bad sampling flags before loading anything
 
-    engine = Engine()
+    from macapp.cli.cluster import engine_for, launch_or_follow
+
+    if (code := launch_or_follow(args, prompts)) is not None:
+        return code  # --hostfile: this process started and watched the ranks (or it was a follower rank)
+    engine = engine_for(args)
     try:
         try:
             info = engine.load(args.model).result()
@@ -279,7 +287,7 @@ def run(args: argparse.Namespace) -> int:
         history = History(not args.no_history, info.name, args.system, settings, args.resume)
         try:
             session = engine.new_session(system_prompt=args.system, messages=history.messages, options=options)
-            chat = Chat(engine, session, history, args.system)
+            chat = Chat(engine, session, history, args.system, options)
             if prompts:
                 return _scripted(args, chat, prompts)
             return _interactive(args, chat)

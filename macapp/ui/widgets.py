@@ -3,7 +3,17 @@
 from __future__ import annotations
 
 from PySide6.QtCore import QRectF, QSize, Qt
-from PySide6.QtGui import QColor, QFont, QFontDatabase, QPainter, QPalette, QTextBlockFormat, QTextCharFormat, QTextCursor
+from PySide6.QtGui import (
+    QColor,
+    QFont,
+    QFontDatabase,
+    QPainter,
+    QPalette,
+    QTextBlockFormat,
+    QTextCursor,
+    QTextDocument,
+    QTextDocumentFragment,
+)
 from PySide6.QtWidgets import QLabel, QSizePolicy, QTextBrowser, QWidget
 
 from macapp.ui.style import BADGE_TEXT, badge_colour
@@ -86,9 +96,16 @@ class MarkdownView(QTextBrowser):
 
     def _insert_block(self, cursor: QTextCursor, markdown: str) -> None:
         start = cursor.position()
+        part = QTextDocument()
+        part.setMarkdown(markdown)
+        # An inserted fragment's first block merges into the cursor's block: give that block the fragment's
+        # first format, or a code fence, quote or heading opening the part would lose its formatting.
+        first = part.begin()
         if start > 0:
-            cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
-        cursor.insertMarkdown(markdown)
+            cursor.insertBlock(first.blockFormat(), first.charFormat())
+        else:
+            cursor.setBlockFormat(first.blockFormat())
+        cursor.insertFragment(QTextDocumentFragment(part))
         self._style_code_blocks(from_position=start)
 
     def set_plain(self, text: str) -> None:

@@ -34,3 +34,20 @@ def window(qtbot, settings):
 @pytest.fixture
 def library(window):
     return window.library
+
+
+@pytest.fixture
+def chat(window, library, settings, tiny_moe_path, qtbot):
+    """The chat page with the tiny model loaded through the library, greedy sampling in both modes."""
+    from macapp.ui.main_window import CHAT
+    from tests.ui.helpers import GREEDY
+
+    settings.set("chat.sampling.thinking", GREEDY)
+    settings.set("chat.sampling.instant", GREEDY)
+    library.open_local_folder(str(tiny_moe_path))
+    assert library.selected_row().estimate.verdict == "fits"
+    view = window.chat
+    with qtbot.waitSignal(view.controller.model_ready, timeout=60_000):
+        assert library.request_load()
+    assert window.stack.currentIndex() == CHAT
+    return view

@@ -1,7 +1,27 @@
 """Helpers for UI tests."""
 
+import threading
+from contextlib import contextmanager
+
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication, QMessageBox
+
+from macapp.core.events import AnswerDelta, ReasoningDelta
+
+GREEDY = {"temperature": 0.0, "presence_penalty": 0.0, "top_k": 0, "max_tokens": 64}
+NO_END = {"logit_bias": {2: -100.0, 0: -100.0}}  # bias against the tiny model's end tokens: a long reply
+
+
+def send(chat, qtbot, text, thinking=True):
+    """Type `text` in the chat's composer, press Enter, wait for the reply; returns the last message widget."""
+    from PySide6.QtCore import Qt
+
+    chat.composer.thinking.setChecked(thinking)
+    chat.composer.input.setPlainText(text)
+    qtbot.keyClick(chat.composer.input, Qt.Key.Key_Return)
+    assert chat.busy
+    qtbot.waitUntil(lambda: not chat.busy, timeout=60_000)
+    return chat.messages.widgets()[-1]
 
 
 def answer_next_box(button_text: str) -> dict:
@@ -23,3 +43,35 @@ def answer_next_box(button_text: str) -> dict:
 
     QTimer.singleShot(0, click)
     return seen
+
+
+@contextmanager
+def worker_held(engine):
+    """Park the engine's worker thread until the block ends, so listeners attach to the next job before it runs
+    (a listener runs on the worker, inside the job's emit: what it does to the job happens at an exact point)."""
+    gate = threading.Event()
+    parked = threading.Event()
+
+    def park(_job):
+        parked.set()
+        gate.wait(60)
+
+    engine.submit("test-gate", park)
+    parked.wait(30)
+    try:
+        yield
+    finally:
+        gate.set()
+
+
+def stop_after_pieces(job, pieces: int) -> None:
+    """Stop `job` right after its `pieces`-th text piece (the engine stops before the next token)."""
+    seen = [0]
+
+    def listener(event):
+        if isinstance(event, (AnswerDelta, ReasoningDelta)):
+            seen[0] += 1
+            if seen[0] == pieces:
+                job.stop()
+
+    job.add_listener(listener)

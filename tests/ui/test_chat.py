@@ -1,39 +1,17 @@
 """The chat page on a real tiny model through the real engine (greedy decoding follows the model's script)."""
 
+import threading
 import time
 
 import pytest
 from PySide6.QtCore import Qt
 
 from macapp.devtools.tiny_model import SCRIPT_ANSWER, SCRIPT_REASONING
-from macapp.ui.main_window import CHAT
+from macapp.core.events import PromptProgress
+from tests.ui.helpers import GREEDY, NO_END, send, worker_held
 
 REASONING = "".join(SCRIPT_REASONING)
 ANSWER = "".join(SCRIPT_ANSWER)
-GREEDY = {"temperature": 0.0, "presence_penalty": 0.0, "top_k": 0, "max_tokens": 64}
-NO_END = {"logit_bias": {2: -100.0, 0: -100.0}}  # bias against the tiny model's end tokens: a long reply
-
-
-@pytest.fixture
-def chat(window, library, settings, tiny_moe_path, qtbot):
-    settings.set("chat.sampling.thinking", GREEDY)
-    settings.set("chat.sampling.instant", GREEDY)
-    library.open_local_folder(str(tiny_moe_path))
-    assert library.selected_row().estimate.verdict == "fits"
-    view = window.chat
-    with qtbot.waitSignal(view.controller.model_ready, timeout=60_000):
-        assert library.request_load()
-    assert window.stack.currentIndex() == CHAT
-    return view
-
-
-def send(chat, qtbot, text, thinking=True):
-    chat.composer.thinking.setChecked(thinking)
-    chat.composer.input.setPlainText(text)
-    qtbot.keyClick(chat.composer.input, Qt.Key.Key_Return)
-    assert chat.busy
-    qtbot.waitUntil(lambda: not chat.busy, timeout=60_000)
-    return chat.messages.widgets()[-1]
 
 
 def test_chat_with_thinking_on_then_off(chat, qtbot, window):
@@ -159,10 +137,27 @@ def test_new_chat_then_reopen_restores_and_continues(chat, qtbot, window):
 
 def test_reading_progress_is_shown_for_a_long_prompt(chat, qtbot):
     seen = []
+    partly = threading.Event()  # the meter has shown a step of the reading
     original = chat.meter.show_progress
-    chat.meter.show_progress = lambda p, t: (seen.append((p, t)), original(p, t))
+
+    def show_progress(p, t):
+        seen.append((p, t))
+        original(p, t)
+        if 0 < p < t:
+            partly.set()
+
+    def hold_until_shown(event):  # on the worker: the prefill waits, mid-prompt, until the window has shown it
+        if isinstance(event, PromptProgress) and 0 < event.processed < event.total:
+            partly.wait(10)
+
+    chat.meter.show_progress = show_progress
     long_prompt = " ".join(["the answer is here"] * 600)
-    send(chat, qtbot, long_prompt, thinking=False)
+    with worker_held(chat.controller.engine):
+        chat.composer.thinking.setChecked(False)
+        chat.composer.input.setPlainText(long_prompt)
+        qtbot.keyClick(chat.composer.input, Qt.Key.Key_Return)
+        chat.controller.job.add_listener(hold_until_shown)  # before the job runs: the worker is parked
+    qtbot.waitUntil(lambda: not chat.busy, timeout=60_000)
     assert seen and seen[-1][1] > 2048
     assert any(0 < p < t for p, t in seen)  # a step of the reading was shown, not only its end
     assert [p for p, _ in seen] == sorted(p for p, _ in seen) and seen[-1][0] == seen[-1][1]
