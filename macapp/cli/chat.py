@@ -61,9 +61,6 @@ def register(subparsers) -> None:
     )
     parser.add_argument("--resume", type=int, metavar="ID", help="continue a saved conversation (see `qwen-desk history`)")
     parser.add_argument("--no-history", action="store_true", help="do not save this conversation to the history")
-    from macapp.cli.cluster import add_run_arguments
-
-    add_run_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -248,7 +245,7 @@ def _stream(job: Any, out: TextIO, color: bool, show: bool, on_event: Any = None
 
 
 def run(args: argparse.Namespace) -> int:
-    from macapp.core.engine import EngineError, SessionOptions
+    from macapp.core.engine import Engine, EngineError, SessionOptions
 
     if args.json and not args.prompt:
         raise UsageError("--json needs at least one --prompt")
@@ -267,11 +264,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--prefill-step-size must be at least 1")
     _sampling(args, args.think)  # refuse bad sampling flags before loading anything
 
-    from macapp.cli.cluster import engine_for, launch_or_follow
-
-    if (code := launch_or_follow(args, prompts)) is not None:
-        return code  # --hostfile: this process started and watched the ranks (or it was a follower rank)
-    engine = engine_for(args)
+    engine = Engine()
     try:
         try:
             info = engine.load(args.model).result()
