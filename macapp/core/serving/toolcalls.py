@@ -8,8 +8,8 @@ module finds the blocks in a stream and splits them into functions (qwen3_coder 
 - Text before a call stays answer text; only what may be the start of ``<tool_call>`` is held back. The
   whitespace between text and a call, and between calls, belongs to the format and is dropped.
 - A call comes out whole, when its block closes (front ends get its name and arguments at once).
-- A block that does not parse (no ``<function=NAME>``, no ``</function>``, stray text, a value its schema
-  type rejects) comes back as the text the model wrote, never dropped. So does a block still open when the
+- A block that does not parse (no ``<function=NAME>``, no ``</function>``, text outside the parameters, a
+  value its schema type rejects) comes back as the text the model wrote, never dropped. So does a block still open when the
   reply is cut short; one the model left open at its natural end is accepted if its functions are complete.
 """
 
@@ -28,6 +28,7 @@ OPEN = qwen3_coder.tool_call_start  # "<tool_call>"
 CLOSE = qwen3_coder.tool_call_end  # "</tool_call>"
 _FUNCTION = re.compile(r"<function=(.*?)</function>", re.DOTALL)
 _NAME = re.compile(r"\s*[^\s<>=]+>")  # the function's name, closed by ">" before anything else
+_PARAMETER = re.compile(r"<parameter=.*?</parameter>", re.DOTALL)
 
 Piece = str | ToolCall  # what the parser gives back: answer text, or a complete call
 
@@ -50,8 +51,9 @@ def parse_block(body: str, tools: Sequence[ToolSpec], new_id: Callable[[], str] 
     calls: list[ToolCall] = []
     pos = 0
     for match in _FUNCTION.finditer(body):
-        if body[pos : match.start()].strip() or not _NAME.match(match.group(1)):
-            return None
+        name = _NAME.match(match.group(1))
+        if body[pos : match.start()].strip() or name is None or _PARAMETER.sub("", match.group(1)[name.end() :]).strip():
+            return None  # text around the functions, no name, or text between the parameters
         try:
             parsed = qwen3_coder.parse_tool_call(match.group(0), schemas)
         except Exception:  # a value the schema rejects (e.g. "3.5" for an integer): the block is text

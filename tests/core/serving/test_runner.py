@@ -27,7 +27,15 @@ from macapp.core.serving.requests import (
 from macapp.core.serving.runner import QueueFull, ServingEngine, ServingOptions
 from macapp.devtools.tiny_model import SCRIPT_ANSWER, SCRIPT_REASONING
 from tests.core.serving.conftest import TIMEOUT
-from tests.fixtures.scripted import MALFORMED_TEXT, TIME_TOOL, TOOL_CALL_ARGUMENTS, TOOL_PREAMBLE, TWO_CALLS, WEATHER_TOOL
+from tests.fixtures.scripted import (
+    MALFORMED_TEXT,
+    TIME_TOOL,
+    TOOL_CALL_ANSWER,
+    TOOL_CALL_ARGUMENTS,
+    TOOL_PREAMBLE,
+    TWO_CALLS,
+    WEATHER_TOOL,
+)
 
 ANSWER = "".join(SCRIPT_ANSWER)
 REASONING = "".join(SCRIPT_REASONING)
@@ -242,3 +250,28 @@ def test_no_model_fails_with_its_code():
         assert isinstance(failed, Failed) and failed.code == ev.NO_MODEL
     finally:
         e.close()
+
+
+def test_a_forced_call_parses_what_the_model_writes_after_the_prefill(engine, load, tiny_moe_path):
+    """The prompt wrote the call's opening: the reply text goes on inside it (real Job, real render)."""
+    from macapp.core.engine import Job
+    from macapp.core.serving.runner import _ReplyText
+
+    load(tiny_moe_path)
+    request = ask(USER, tools=(WEATHER,), tool_choice=ToolChoice(ToolChoiceMode.REQUIRED))
+    job = Job("test")
+    text = _ReplyText(job, render(engine.model.tokenizer, request), request)
+    text.emit(AnswerDelta("get_weather>\n<parameter=city>\nParis\n</parameter>\n"))
+    text.emit(AnswerDelta("</function>\n</tool_call>"))
+    assert text.finish("stop") is FinishReason.TOOL_CALLS and text.text == ""
+    assert [(c.name, c.arguments) for c in text.calls] == [("get_weather", {"city": "Paris"})]
+    assert [type(e) for e in job.history] == [ToolCallStarted, ToolCallFinished]
+
+
+@pytest.mark.parametrize("choice", [ToolChoice(ToolChoiceMode.REQUIRED), ToolChoice(ToolChoiceMode.FUNCTION, "get_weather")])
+def test_a_forced_call_the_model_botches_comes_back_as_text_with_its_opening(tool_model, choice):
+    """The scripted model does not follow the prefill (its script starts elsewhere): nothing is lost."""
+    _, done = run(tool_model, ask(USER, tools=(WEATHER,), thinking=True, tool_choice=choice, max_tokens=40))
+    assert isinstance(done, Completed) and done.reasoning == ""  # a forced call is written without reasoning
+    assert done.tool_calls == () and done.finish_reason is FinishReason.STOP
+    assert done.text.startswith("<tool_call>\n<function=") and done.text.endswith(TOOL_CALL_ANSWER[-1])

@@ -76,6 +76,10 @@ CASES = [
         "<tool_call>\n<function=get_time>\n</function>\nhmm\n<function=get_time>\n</function>\n</tool_call>",
         ["<tool_call>\n<function=get_time>\n</function>\nhmm\n<function=get_time>\n</function>\n</tool_call>"],
     ),
+    (  # text between the parameters (here a second call begun inside the first)
+        "<tool_call>\n<function=get_time>\nhmm <tool_call>\n<function=get_time>\n" + param("city", "Rome") + "</function>\n</tool_call>",
+        ["<tool_call>\n<function=get_time>\nhmm <tool_call>\n<function=get_time>\n" + param("city", "Rome") + "</function>\n</tool_call>"],
+    ),
     (  # the model ended without </tool_call>, its function complete: accepted
         "<tool_call>\n<function=get_time>\n" + param("city", "Rome") + "</function>\n",
         [("get_time", {"city": "Rome"})],
