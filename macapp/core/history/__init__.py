@@ -1,6 +1,6 @@
 """Chat history: conversations and messages in one SQLite file (WAL), schema-versioned, crash-safe, searchable.
 
-    records.py   Conversation, Message, ReplyStats, SearchHit (+ title_from_text)
+    records.py   Conversation, Message (Role, MessageState), ReplyStats, SearchHit (+ title_from_text)
     errors.py    StoreError and its kinds
     db.py        the SQL layer: connection, checks, set-aside of damaged files, transactions (no history domain)
     schema.py    tables, migrations from every earlier version, the full-text index
@@ -12,7 +12,17 @@
 """
 
 from macapp.core.history.errors import ImportFormatError, NotFoundError, ReadOnlyStoreError, StoreError
-from macapp.core.history.records import ROLES, STATES, Conversation, Message, ReplyStats, SearchHit, title_from_text
+from macapp.core.history.records import (
+    ROLES,
+    STATES,
+    Conversation,
+    Message,
+    MessageState,
+    ReplyStats,
+    Role,
+    SearchHit,
+    title_from_text,
+)
 from macapp.core.history.schema import SCHEMA_VERSION, fts5_available
 from macapp.core.history.search import search_terms
 from macapp.core.history.store import INTERRUPTED_AFTER_S, Store
@@ -30,10 +40,12 @@ __all__ = [
     "Conversation",
     "ImportFormatError",
     "Message",
+    "MessageState",
     "NotFoundError",
     "ReadOnlyStoreError",
     "ReplyStats",
     "ReplyWriter",
+    "Role",
     "SearchHit",
     "Store",
     "StoreError",

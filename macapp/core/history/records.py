@@ -2,14 +2,29 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable
 
 from macapp.core.events import format_stats
 
-ROLES = ("system", "user", "assistant")
-STATES = ("streaming", "stopped", "complete")
 TITLE_LIMIT = 60
+
+
+class Role(enum.StrEnum):
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+
+
+class MessageState(enum.StrEnum):
+    STREAMING = "streaming"  # a reply being written (or cut off by a crash, until recover_interrupted)
+    STOPPED = "stopped"  # a reply that ended early (stopped, failed, interrupted): what was written is kept
+    COMPLETE = "complete"
+
+
+ROLES = tuple(Role)
+STATES = tuple(MessageState)
 
 
 @dataclass
@@ -61,19 +76,22 @@ class Message:
     id: int
     conversation_id: int
     position: int
-    role: str
+    role: Role
     content: str
     reasoning: str = ""
     thinking: bool = False
-    state: str = "complete"
+    state: MessageState = MessageState.COMPLETE
     finish_reason: str | None = None
     stats: ReplyStats = field(default_factory=ReplyStats)
     model: str | None = None
     created: float = 0.0
 
+    def __post_init__(self) -> None:
+        self.role, self.state = Role(self.role), MessageState(self.state)  # plain strings are accepted too
+
     @property
     def stopped(self) -> bool:
-        return self.state == "stopped"
+        return self.state is MessageState.STOPPED
 
 
 @dataclass
@@ -101,8 +119,8 @@ class Conversation:
         if include_system and self.system_prompt:
             out.append({"role": "system", "content": self.system_prompt})
         for m in self.messages:
-            item: dict[str, Any] = {"role": m.role, "content": m.content}
-            if m.role == "assistant":
+            item: dict[str, Any] = {"role": m.role.value, "content": m.content}
+            if m.role == Role.ASSISTANT:
                 item.update(reasoning=m.reasoning, thinking=m.thinking, finish_reason=m.finish_reason)
             out.append(item)
         return out
@@ -114,7 +132,7 @@ class SearchHit:
     conversation_title: str
     message_id: int
     position: int
-    role: str
+    role: Role
     snippet: str
     updated: float
 

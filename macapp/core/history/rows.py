@@ -7,7 +7,7 @@ import sqlite3
 from dataclasses import fields
 from typing import Any
 
-from macapp.core.history.records import STAT_FIELDS, Conversation, Message, ReplyStats
+from macapp.core.history.records import STAT_FIELDS, Conversation, Message, MessageState, ReplyStats, Role
 
 # A message row: every Message field but `stats`, whose fields are columns of their own.
 MESSAGE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Message) if f.name != "stats")
@@ -44,7 +44,7 @@ def finish_values(m: Message) -> tuple[Any, ...]:
 
 def message_from_row(row: sqlite3.Row) -> Message:
     values = {name: row[name] for name in MESSAGE_FIELDS}
-    values["thinking"] = bool(values["thinking"])
+    values.update(thinking=bool(values["thinking"]), role=Role(values["role"]), state=MessageState(values["state"]))
     return Message(**values, stats=ReplyStats(**{name: row[name] for name in STAT_FIELDS}))
 
 

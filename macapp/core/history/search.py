@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from macapp.core.history.db import Database
-from macapp.core.history.records import SearchHit
+from macapp.core.history.records import Role, SearchHit
 
 _TERM = re.compile(r'"([^"]+)"|(\S+)')
 _BASE = (
@@ -73,7 +73,7 @@ class Search:
                 hits.append(
                     SearchHit(
                         conversation_id=row["conversation_id"], conversation_title=row["title"],
-                        message_id=row["id"], position=row["position"], role=row["role"],
+                        message_id=row["id"], position=row["position"], role=Role(row["role"]),
                         snippet=snippet(row["content"] if in_content else row["reasoning"], terms[0]),
                         updated=row["updated"],
                     )

@@ -23,7 +23,17 @@ from macapp.core import paths
 from macapp.core.history import rows, schema, transfer
 from macapp.core.history.db import Database, open_or_set_aside
 from macapp.core.history.errors import NotFoundError, StoreError
-from macapp.core.history.records import ROLES, STATES, Conversation, Message, ReplyStats, SearchHit, title_from_text
+from macapp.core.history.records import (
+    ROLES,
+    STATES,
+    Conversation,
+    Message,
+    MessageState,
+    ReplyStats,
+    Role,
+    SearchHit,
+    title_from_text,
+)
 from macapp.core.history.search import SQL_FUNCTIONS, Search
 from macapp.core.history.writer import DEFAULT_COMMIT_INTERVAL_S, ReplyWriter
 
@@ -220,12 +230,12 @@ class Store:
     def add_message(
         self,
         conversation_id: int,
-        role: str,
+        role: Role | str,
         content: str,
         *,
         reasoning: str = "",
         thinking: bool = False,
-        state: str = "complete",
+        state: MessageState | str = MessageState.COMPLETE,
         stats: Any = None,
         finish_reason: str | None = None,
         model: str | None = None,
@@ -235,6 +245,7 @@ class Store:
             raise StoreError(f"Unknown role {role!r}; expected one of {', '.join(ROLES)}.")
         if state not in STATES:
             raise StoreError(f"Unknown state {state!r}; expected one of {', '.join(STATES)}.")
+        role, state = Role(role), MessageState(state)
         message = Message(
             id=0, conversation_id=conversation_id, position=0, role=role, content=content, reasoning=reasoning or "",
             thinking=thinking, state=state, finish_reason=finish_reason, stats=ReplyStats.from_any(stats),
@@ -251,10 +262,10 @@ class Store:
             message.id = conn.execute(rows.INSERT_MESSAGE, values).lastrowid
             title_update = ""
             params: list[Any] = [message.created]
-            if role == "user" and not conv["title"] and title_from_text(content):
+            if role is Role.USER and not conv["title"] and title_from_text(content):
                 title_update = ", title = ?"
                 params.append(title_from_text(content))
-            if model and role == "assistant":
+            if model and role is Role.ASSISTANT:
                 title_update += ", model = ?"
                 params.append(model)
             conn.execute(f"UPDATE conversations SET updated = ?{title_update} WHERE id = ?", (*params, conversation_id))
@@ -269,7 +280,9 @@ class Store:
         interval: float = DEFAULT_COMMIT_INTERVAL_S,
     ) -> ReplyWriter:
         """Commit an empty assistant message in state 'streaming' and return the writer that fills it in."""
-        message = self.add_message(conversation_id, "assistant", "", thinking=thinking, state="streaming", model=model)
+        message = self.add_message(
+            conversation_id, Role.ASSISTANT, "", thinking=thinking, state=MessageState.STREAMING, model=model
+        )
         return ReplyWriter(self, message, interval=interval)
 
     def truncate(self, conversation_id: int, from_position: int) -> list[Message]:

@@ -10,7 +10,7 @@ from typing import Any
 
 from macapp import __version__
 from macapp.core.history.errors import ImportFormatError
-from macapp.core.history.records import ROLES, Conversation, Message, ReplyStats, title_from_text
+from macapp.core.history.records import ROLES, Conversation, Message, MessageState, ReplyStats, Role, title_from_text
 
 EXPORT_FORMAT = "qwen-desk.conversation"
 EXPORT_FORMAT_VERSION = 1
@@ -40,15 +40,15 @@ def export_dict(conv: Conversation, include_reasoning: bool = True) -> dict[str,
     messages = []
     for m in conv.messages:
         item: dict[str, Any] = {
-            "role": m.role,
+            "role": m.role.value,
             "content": m.content,
             "reasoning": m.reasoning if include_reasoning else None,
             "thinking": m.thinking,
             "created": iso_time(m.created),
         }
-        if m.role == "assistant":
+        if m.role is Role.ASSISTANT:
             stats = {k: v for k, v in asdict(m.stats).items() if v is not None}
-            item.update(state=m.state, finish_reason=m.finish_reason, model=m.model, stats=stats)
+            item.update(state=m.state.value, finish_reason=m.finish_reason, model=m.model, stats=stats)
         messages.append(item)
     return {
         "format": EXPORT_FORMAT,
@@ -86,9 +86,9 @@ def export_markdown(conv: Conversation, include_reasoning: bool = True) -> str:
         if include_reasoning and m.reasoning:
             lines += ["<details><summary>Reasoning</summary>", "", m.reasoning.strip("\n"), "", "</details>", ""]
         lines += [m.content.strip("\n") if m.content else "*(no answer)*", ""]
-        if m.role == "assistant":
+        if m.role is Role.ASSISTANT:
             notes = [n for n in (m.model if m.model and m.model != conv.model else None, m.stats.summary()) if n]
-            if m.state != "complete":
+            if m.state is not MessageState.COMPLETE:
                 notes.append(f"{m.state}" + (f" ({m.finish_reason})" if m.finish_reason else ""))
             if notes:
                 lines += ["*" + " · ".join(notes) + "*", ""]
@@ -100,11 +100,10 @@ def _message_from_document(i: int, raw: Any, now: float) -> Message:
         raise ImportFormatError(
             f"Message {i + 1} needs a role ({', '.join(ROLES)}) and text content; got {str(raw)[:80]!r}."
         )
-    state = raw.get("state") if raw.get("state") in ("stopped", "complete") else "complete"
-    if raw.get("state") == "streaming":
-        state = "stopped"  # it is not streaming any more
+    # A reply exported while it streamed is not streaming any more; anything unknown counts as complete.
+    state = MessageState.STOPPED if raw.get("state") in ("stopped", "streaming") else MessageState.COMPLETE
     return Message(
-        id=0, conversation_id=0, position=i, role=raw["role"], content=raw.get("content") or "",
+        id=0, conversation_id=0, position=i, role=Role(raw["role"]), content=raw.get("content") or "",
         reasoning=raw.get("reasoning") or "", thinking=bool(raw.get("thinking")), state=state,
         finish_reason=raw.get("finish_reason"), stats=ReplyStats.from_any(raw.get("stats")),
         model=raw.get("model"), created=parse_time(raw.get("created"), now),
@@ -125,7 +124,7 @@ def conversation_from_document(data: dict[str, Any] | str | bytes) -> Conversati
         raise ImportFormatError(f"Unknown format {fmt!r}; expected {EXPORT_FORMAT!r}.")
     now = time.time()
     messages = [_message_from_document(i, raw, now) for i, raw in enumerate(data["messages"])]
-    first_user = next((m.content for m in messages if m.role == "user"), "")
+    first_user = next((m.content for m in messages if m.role is Role.USER), "")
     title = data.get("title") if isinstance(data.get("title"), str) else ""
     settings = data.get("settings") if isinstance(data.get("settings"), dict) else {}
     system_prompt = data.get("system_prompt") if isinstance(data.get("system_prompt"), str) else None

@@ -10,7 +10,7 @@ import time
 from typing import Any, Protocol
 
 from macapp.core.history.errors import StoreError
-from macapp.core.history.records import Message, ReplyStats
+from macapp.core.history.records import Message, MessageState, ReplyStats
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ class ReplyWriter:
             self._closed = True
             self.message.stats = ReplyStats.from_any(stats)
             self.message.finish_reason = finish_reason
-            self.message.state = "stopped" if stopped else "complete"
+            self.message.state = MessageState.STOPPED if stopped else MessageState.COMPLETE
             self.error = None
             self._flush(final=True)
             if self.error is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from macapp.core.history import Conversation, Message, ReplyStats, title_from_text
+from macapp.core.history import Conversation, Message, MessageState, ReplyStats, Role, title_from_text
 
 
 def test_stats_come_from_the_engine_and_read_like_the_chat_command_line():
@@ -57,3 +57,11 @@ def test_chat_messages_reopen_a_conversation_in_the_engine_shape():
         {"role": "assistant", "content": "hello", "reasoning": "greet", "thinking": True, "finish_reason": "stop"},
     ]
     assert conv.chat_messages(include_system=False)[0] == {"role": "user", "content": "hi"}
+
+
+def test_roles_and_states_are_typed_and_read_like_their_names():
+    m = Message(1, 1, 0, "assistant", "x", state="stopped")
+    assert m.role is Role.ASSISTANT and m.state is MessageState.STOPPED and m.stopped
+    assert m.role == "assistant" and f"{m.state}" == "stopped"  # what the database and the export hold
+    with pytest.raises(ValueError):
+        Message(1, 1, 0, "tool", "x")

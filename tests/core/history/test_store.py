@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from macapp.core import paths
-from macapp.core.history import SCHEMA_VERSION, NotFoundError, ReplyStats, Store, StoreError
+from macapp.core.history import SCHEMA_VERSION, MessageState, NotFoundError, ReplyStats, Role, Store, StoreError
 
 
 def test_default_location_is_the_app_home_and_wal(_isolated_home, outside):
@@ -120,3 +120,9 @@ def test_delete_and_undo_keeps_ids(store, sourdough):
     after = store.get_conversation(cid)
     assert after.messages == before.messages and after.title == before.title
     assert store.search("sourdough")[0].conversation_id == cid
+
+
+def test_what_reads_back_is_typed(store, sourdough):
+    user, reply = store.get_conversation(sourdough(store)).messages
+    assert (user.role, reply.role, reply.state) == (Role.USER, Role.ASSISTANT, MessageState.COMPLETE)
+    assert store.search("sourdough")[0].role is Role.USER
