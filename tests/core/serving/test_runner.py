@@ -275,3 +275,22 @@ def test_a_forced_call_the_model_botches_comes_back_as_text_with_its_opening(too
     assert isinstance(done, Completed) and done.reasoning == ""  # a forced call is written without reasoning
     assert done.tool_calls == () and done.finish_reason is FinishReason.STOP
     assert done.text.startswith("<tool_call>\n<function=") and done.text.endswith(TOOL_CALL_ANSWER[-1])
+
+
+def test_four_clients_at_once_all_get_complete_answers(tool_model):
+    results: dict[int, Completed] = {}
+
+    def client(i: int) -> None:
+        request = ask(SYSTEM, ChatMessage(Role.USER, f"Weather number {i}?"), tools=(WEATHER,), thinking=i % 2 == 1)
+        results[i] = tool_model.submit(request).wait(TIMEOUT)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(TIMEOUT)
+    assert sorted(results) == [0, 1, 2, 3]
+    for i, done in results.items():
+        assert done.finish_reason is FinishReason.TOOL_CALLS and done.text == TOOL_PREAMBLE
+        assert done.tool_calls[0].arguments == TOOL_CALL_ARGUMENTS and done.reasoning == (REASONING if i % 2 else "")
+    assert tool_model.pending == 0
