@@ -21,6 +21,8 @@ EMPTY_PROMPT = "empty_prompt"
 CONTEXT_LIMIT = "context_limit"  # the prompt would not fit the context limit
 MEMORY_BUDGET = "memory_budget"  # the prompt's KV cache would not fit the memory budget
 NOTHING_TO_REDO = "nothing_to_redo"  # regenerate/edit on a conversation with no user message
+BAD_IMAGE = "bad_image"  # a picture that is missing, not an image, damaged or too large to read
+TEXT_ONLY = "text_only"  # pictures given to a build without a vision tower
 CANCELLED = "cancelled"  # a load stopped before it began
 ERROR = "error"
 
@@ -46,6 +48,7 @@ class GenerationStats:
     context_tokens: int = 0  # tokens in the session's cache now (the whole conversation so far)
     elapsed_s: float = 0.0  # request start to now / to the end
     finish_reason: str | None = None  # None while running; see Reply.finish_reason
+    image_tokens: int = 0  # of prompt_tokens, the pictures' tokens (the tower's encoding time is in ttft_s)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

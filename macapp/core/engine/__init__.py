@@ -6,6 +6,7 @@ Public API (everything returns at once; work happens on the worker, in submissio
     job = engine.load("path/or/org/repo")               # -> Job ending in Loaded | Failed
     session = engine.new_session(system_prompt=None, messages=None, options=SessionOptions())
     job = session.send(text, thinking=True, sampling=None, thinking_budget=None)
+    job = session.send(text, images=[path, ...])         # pictures: mlx-vlm's tower + mRoPE (macapp.core.vision)
     job = session.regenerate(thinking=None, sampling=None, thinking_budget=None)   # redo the last reply
     job = session.edit_last(text, thinking=None, sampling=None, thinking_budget=None)  # replace the last user message
     for event in job.events(): ...                      # blocking iterator (events.py), ends after Finished/Failed

@@ -21,6 +21,7 @@ class TurnClock:
         self.prefill_start = self.start
         self.prompt_tokens = 0
         self.first_token_at = 0.0  # 0: no token yet
+        self.image_tokens = 0  # of the prompt, the pictures' tokens (set when a turn has pictures)
 
     def reading(self, prompt_tokens: int) -> None:
         """The prompt starts being read now: the prefill is timed from here and MLX's peak memory restarts."""
@@ -52,6 +53,7 @@ class TurnClock:
             context_tokens=context,
             elapsed_s=now - self.start,
             finish_reason=finish,
+            image_tokens=self.image_tokens if first else 0,
         )
 
     def elapsed(self) -> float:

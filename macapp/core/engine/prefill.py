@@ -28,6 +28,7 @@ def prefill(
     kv: KVQuantization = KVQuantization(),
     should_stop: Callable[[], bool] | None = None,
     on_progress: Callable[[int], None] | None = None,
+    embeddings=None,
 ) -> int:
     """Read `tokens` into `cache` (a prompt cache of `model`, from mlx-lm's make_prompt_cache); return how many
     were read: all of them, unless `should_stop()` said yes before a chunk.
@@ -36,6 +37,9 @@ def prefill(
     the KV cache quantized when `kv` says so, each chunk evaluated and MLX's buffer cache freed after it;
     `on_progress(tokens read so far)` after each chunk. A stop is only seen between chunks (a chunk cannot be
     interrupted), so the caller answers a stop at once by other means (Job.arm_early_reply) if it must.
+
+    `embeddings` (one row per token, mx.array): fed instead of the token embeddings (a turn with pictures, on a
+    model that takes them: vision.runner.PositionedLM).
 
     Usually fed all but the prompt's last token: stream_reply feeds that one, so the cache can be snapshotted
     right before the reply. Run it on the engine's worker thread (Engine.submit), inside `wired_memory(model)`.
@@ -52,7 +56,10 @@ def prefill(
             if should_stop is not None and should_stop():
                 break
             n = min(step, total - done)
-            model.model(mx.array(tokens[done : done + n])[None], cache=cache)
+            if embeddings is None:
+                model.model(mx.array(tokens[done : done + n])[None], cache=cache)
+            else:  # a turn with pictures: its embeddings hold the tower's features (vision.runner.EncodedTurn)
+                model.model(mx.array(tokens[done : done + n])[None], cache=cache, input_embeddings=embeddings[done : done + n][None])
             maybe_quantize_kv_cache(cache, **quantize)
             mx.eval([c.state for c in cache])
             done += n

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+import dataclasses
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from macapp.core import events as ev
 from macapp.core.engine import limits, turns
@@ -17,6 +18,7 @@ from macapp.core.engine.snapshots import CacheSnapshot, restore_snapshot, take_s
 from macapp.core.engine.turns import ThinkingMode, TurnMemory, TurnPlan
 from macapp.core.events import Finished, PromptProgress, Reply
 from macapp.core.sampling import SamplingParams
+from macapp.core.vision import chat as vision_chat
 
 if TYPE_CHECKING:
     from macapp.core.engine.engine import Engine
@@ -40,6 +42,7 @@ class ChatSession:
         self.tokens: list[int] = []  # every token in the cache, in order
         self._close_text = ""  # what the next turn feeds first to close the previous reply
         self._turn: TurnMemory | None = None
+        self._spans: list = []  # the cache's turns with pictures and their positions (vision.runner.PositionedLM)
         self.last_job: Job | None = None
         self.last_reply: Reply | None = None
 
@@ -66,9 +69,13 @@ class ChatSession:
         turn = self._turn
         return 0 if turn is None else turn.before_turn.nbytes + turn.before_last.nbytes
 
-    def send(self, text: str, thinking: bool = True, sampling: SamplingParams | None = None, thinking_budget: int | None = None) -> Job:
-        """Add a user message and stream the reply. `sampling` None: the model card's preset for the mode."""
-        return self._submit(lambda job: self._send(job, text, bool(thinking), sampling, thinking_budget))
+    def send(
+        self, text: str, thinking: bool = True, sampling: SamplingParams | None = None, thinking_budget: int | None = None,
+        images: Sequence[Any] | None = None,
+    ) -> Job:
+        """Add a user message and stream the reply. `sampling` None: the model card's preset for the mode. `images`:
+        pictures for this message (paths, encoded bytes or vision.images.PreparedImage), run through mlx-vlm."""
+        return self._submit(lambda job: self._send(job, text, bool(thinking), sampling, thinking_budget, images))
 
     def regenerate(self, thinking: bool | None = None, sampling: SamplingParams | None = None, thinking_budget: int | None = None) -> Job:
         """Replace the last reply with a new one to the same message; `thinking` None keeps the last mode."""
@@ -94,6 +101,7 @@ class ChatSession:
         self.tokens = []
         self._close_text = ""
         self._turn = None
+        self._spans = []
 
     # -- planning (worker thread) ----------------------------------------------------------------------
     def _submit(self, work: Callable[[Job], None]) -> Job:
@@ -110,17 +118,20 @@ class ChatSession:
             self._model = model
         return model
 
-    def _send(self, job: Job, text: str, thinking: bool, sampling: SamplingParams | None, budget: int | None) -> None:
+    def _send(self, job: Job, text: str, thinking: bool, sampling: SamplingParams | None, budget: int | None, images: Sequence[Any] | None = None) -> None:
         clock = TurnClock()
         if job.stopped:
             job.emit(Finished(Reply(thinking=thinking, finish_reason="stopped", kept=False)))
             return
         turns.require_text(text)
         m = self._require_model()
+        pictures = vision_chat.open_pictures(images)
+        if pictures:
+            vision_chat.vision_for(m)  # a text-only build refuses here, before anything changes
         appending = self._cache is not None and bool(self.tokens)
         plan = turns.plan_send(
             m.tokenizer, text=text, mode=ThinkingMode.of(thinking, budget), messages=self._messages,
-            system_prompt=self.system_prompt, close_text=self._close_text if appending else None,
+            system_prompt=self.system_prompt, close_text=self._close_text if appending else None, images=pictures,
         )
         self._run_turn(job, m, clock, plan, sampling, budget)
 
@@ -145,9 +156,17 @@ class ChatSession:
         else:
             cached = 0 if plan.rereads else len(self.tokens)
         budget_bytes = self.options.memory_budget_bytes or self.engine.memory_budget_bytes()
+        encoded = None
+        if plan.images:
+            vision = vision_chat.vision_for(m)
+            most = min(self.options.context_limit or m.info.max_context, m.info.max_context)
+            vision_chat.check_room(vision, plan.images, cached + len(plan.prompt), most - 1)
+            encoded = vision.encode(plan.prompt, plan.images)  # the tower runs once, here (its time is in the TTFT)
+            plan = dataclasses.replace(plan, prompt=encoded.tokens)
+            clock.image_tokens = encoded.image_tokens
         limit = limits.context_limit(m, self.options, len(plan.prompt), cached, budget_bytes)
         try:
-            reply = self._play(job, m, clock, plan, params, budget, limit)
+            reply = self._play(job, m, clock, plan, params, budget, limit, encoded)
         except Exception:
             self.forget_cache()  # the cache is in an unknown state: the next send re-reads the conversation
             self._model = m
@@ -155,23 +174,28 @@ class ChatSession:
         if reply is not None:
             job.emit(Finished(reply))
 
-    def _play(self, job: Job, m: LoadedModel, clock: TurnClock, plan: TurnPlan, params: SamplingParams, budget: int | None, limit: int) -> Reply | None:
+    def _play(
+        self, job: Job, m: LoadedModel, clock: TurnClock, plan: TurnPlan, params: SamplingParams, budget: int | None, limit: int,
+        encoded: Any = None,
+    ) -> Reply | None:
         """Read the plan's prompt and stream the reply; None when a stop while reading undid the turn."""
         if plan.rereads:
             self.forget_cache()
             self._model = m
         previous = self._turn
         turn_start = self._rewind(m, plan)
+        if encoded is not None or self._spans:
+            m = self._with_pictures(m, encoded)
         self._messages = list(plan.history)
         clock.reading(len(plan.prompt))
         with wired_memory(m):
-            if not self._read_prompt(job, m, clock, plan, turn_start, previous):
+            if not self._read_prompt(job, m, clock, plan, turn_start, previous, encoded):
                 return None
             self._turn = TurnMemory(
                 before_turn=turn_start, close_before=plan.close_before, prefix=plan.prefix,
                 before_last=take_snapshot(self._cache, len(self.tokens)), last_token=plan.prompt[-1], mode=plan.mode,
             )
-            self._messages.append({"role": "user", "content": plan.user_text})
+            self._messages.append(self._user_message(plan))
             streamed = stream_reply(
                 m, self._cache, plan.prompt[-1:], cached=len(self.tokens), limit=limit, params=params,
                 thinking=plan.mode.thinking, budget=budget, should_stop=job.stop_event.is_set, emit=job.emit, clock=clock,
@@ -190,9 +214,32 @@ class ChatSession:
         if plan.restore is not None:
             restore_snapshot(self._cache, plan.restore)
             del self.tokens[plan.restore.length :]
+            self._forget_pictures_after(plan.restore.length)
         return plan.turn_start or take_snapshot(self._cache, len(self.tokens))
 
-    def _read_prompt(self, job: Job, m: LoadedModel, clock: TurnClock, plan: TurnPlan, turn_start: CacheSnapshot, previous: TurnMemory | None) -> bool:
+    def _with_pictures(self, m: LoadedModel, encoded: Any) -> LoadedModel:
+        """The model as this session's turns with pictures run it: mlx-vlm's language model with explicit mRoPE
+        positions (sharing the loaded weights), on this session's cache and its picture spans."""
+        vision = vision_chat.vision_for(m)
+        vision.lm.bind(self._spans)
+        if encoded is not None:
+            vision.lm.queue(encoded, self._cache)
+        return dataclasses.replace(m, model=vision.lm)
+
+    def _forget_pictures_after(self, length: int) -> None:
+        self._spans[:] = [span for span in self._spans if span.start < length]
+
+    @staticmethod
+    def _user_message(plan: TurnPlan) -> dict:
+        message = {"role": "user", "content": plan.user_text}
+        if plan.user_images:
+            message["images"] = list(plan.user_images)
+        return message
+
+    def _read_prompt(
+        self, job: Job, m: LoadedModel, clock: TurnClock, plan: TurnPlan, turn_start: CacheSnapshot, previous: TurnMemory | None,
+        encoded: Any = None,
+    ) -> bool:
         """Prefill all but the prompt's last token; False if a stop undid the turn (its Finished is then emitted).
 
         A stop during a chunk is answered at once by Job.stop() (armed here); the undo waits for the chunk."""
@@ -206,6 +253,7 @@ class ChatSession:
             m, self._cache, prompt[:-1], step=self.options.prefill_step_size, kv=self.options.kv,
             should_stop=job.stop_event.is_set if plan.undo_on_stop else None,
             on_progress=lambda n: job.emit(PromptProgress(n, total)),
+            embeddings=None if encoded is None else encoded.embeddings,
         )
         self.tokens.extend(prompt[:done])
         if plan.undo_on_stop and (job.disarm_early_reply() or job.stopped):
@@ -219,12 +267,13 @@ class ChatSession:
         """A stop while reading: the conversation and the cache as before the turn."""
         restore_snapshot(self._cache, turn_start)
         del self.tokens[turn_start.length :]
+        self._forget_pictures_after(turn_start.length)
         self._close_text = plan.close_before
         self._turn = previous if plan.restore is None else None
         if plan.keeps_message_on_undo:  # not read yet: the next send reads it all, this message included
             self.forget_cache()
             self._model = m
-            self._messages.append({"role": "user", "content": plan.user_text})
+            self._messages.append(self._user_message(plan))
 
     def _settle_reply(self, m: LoadedModel, plan: TurnPlan, streamed: StreamedReply) -> None:
         """The reply is in the cache: account for its tokens, and know how the next turn closes it."""

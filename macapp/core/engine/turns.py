@@ -62,6 +62,8 @@ class TurnPlan:
     close_before: str  # the previous reply's close text, back in place if the turn is undone
     restore: CacheSnapshot | None = None  # go back here first (regenerate / edit from a snapshot)
     turn_start: CacheSnapshot | None = None  # the turn's known start (regenerate); None: where the cache is
+    images: tuple = ()  # the pictures (vision.images.PreparedImage) the prompt's image placeholders stand for, in order
+    user_images: tuple = ()  # the pictures of this turn's user message
 
     @property
     def rereads(self) -> bool:
@@ -84,16 +86,21 @@ class TurnPlan:
 
 
 def template(tokenizer: Any, messages: list[dict], thinking: bool) -> list[int]:
-    """Qwen3.5's chat template over role/content messages, ready for the reply, with explicit enable_thinking."""
-    msgs = [{"role": x["role"], "content": x.get("content") or ""} for x in messages]
+    """Qwen3.5's chat template over role/content messages (pictures as image parts), ready for the reply, with
+    explicit enable_thinking."""
+    from macapp.core.vision.chat import content_of
+
+    msgs = [{"role": x["role"], "content": content_of(x)} for x in messages]
     return list(tokenizer.apply_chat_template(msgs, add_generation_prompt=True, enable_thinking=thinking))
 
 
-def full_prompt(tokenizer: Any, system_prompt: str | None, history: list[dict], text: str, thinking: bool) -> tuple[list[int] | None, list[int]]:
+def full_prompt(
+    tokenizer: Any, system_prompt: str | None, history: list[dict], text: str, thinking: bool, images: tuple = ()
+) -> tuple[list[int] | None, list[int]]:
     """(prefix, all tokens) for reading the whole conversation and a new user message through the template."""
     system = [{"role": "system", "content": system_prompt}] if system_prompt else []
-    full = template(tokenizer, system + history + [{"role": "user", "content": text}], thinking)
-    user = template(tokenizer, [{"role": "user", "content": text}], thinking)
+    full = template(tokenizer, system + history + [{"role": "user", "content": text, "images": images}], thinking)
+    user = template(tokenizer, [{"role": "user", "content": text, "images": images}], thinking)
     prefix = full[: len(full) - len(user)] if full[len(full) - len(user) :] == user else None
     return prefix, full
 
@@ -104,8 +111,8 @@ def _closed(tokenizer: Any, prompt: list[int], mode: ThinkingMode) -> list[int]:
     return prompt
 
 
-def _user_turn(tokenizer: Any, text: str, mode: ThinkingMode) -> list[int]:
-    return template(tokenizer, [{"role": "user", "content": text}], mode.thinking)
+def _user_turn(tokenizer: Any, text: str, mode: ThinkingMode, images: tuple = ()) -> list[int]:
+    return template(tokenizer, [{"role": "user", "content": text, "images": images}], mode.thinking)
 
 
 # ---------------------------------------------------------------------------------------------- plans
@@ -117,17 +124,24 @@ def require_text(text: str) -> None:
         raise EngineError("The message is empty: type something to send.", ev.EMPTY_PROMPT)
 
 
-def plan_send(tokenizer: Any, *, text: str, mode: ThinkingMode, messages: list[dict], system_prompt: str | None, close_text: str | None) -> TurnPlan:
-    """A new user message (see require_text). `close_text`: what closes the cached previous reply; None when
-    nothing is cached."""
+def plan_send(
+    tokenizer: Any, *, text: str, mode: ThinkingMode, messages: list[dict], system_prompt: str | None, close_text: str | None,
+    images: tuple = (),
+) -> TurnPlan:
+    """A new user message (see require_text) with its `images`. `close_text`: what closes the cached previous reply;
+    None when nothing is cached."""
+    from macapp.core.vision.chat import pictures_in
+
     if close_text is None:
-        prefix, prompt = full_prompt(tokenizer, system_prompt, messages, text, mode.thinking)
+        prefix, prompt = full_prompt(tokenizer, system_prompt, messages, text, mode.thinking, images)
+        in_prompt = tuple(pictures_in(messages)) + tuple(images)
     else:
         prefix = list(tokenizer.encode(close_text, add_special_tokens=False)) if close_text else []
-        prompt = prefix + _user_turn(tokenizer, text, mode)
+        prompt = prefix + _user_turn(tokenizer, text, mode, images)
+        in_prompt = tuple(images)
     return TurnPlan(
         kind=TurnKind.SEND, mode=mode, prompt=_closed(tokenizer, prompt, mode), user_text=text, history=list(messages),
-        prefix=prefix, close_before=close_text or "",
+        prefix=prefix, close_before=close_text or "", images=in_prompt, user_images=tuple(images),
     )
 
 
@@ -154,7 +168,8 @@ def plan_redo(
     mode = ThinkingMode.of(bool(thinking), budget)
     kind = TurnKind.REGENERATE if new_text is None else TurnKind.EDIT
     text = new_text if new_text is not None else messages[last_user]["content"]
-    common = dict(kind=kind, mode=mode, user_text=text, history=messages[:last_user])
+    pictures = tuple(messages[last_user].get("images") or ())  # an edit keeps the message's pictures
+    common = dict(kind=kind, mode=mode, user_text=text, history=messages[:last_user], user_images=pictures)
     if last is not None and len(tail) <= 1:
         if kind is TurnKind.REGENERATE and mode is last.mode:
             # back to just before the prompt's last token, and feed that one token again
@@ -164,11 +179,16 @@ def plan_redo(
             )
         if last.prefix is not None:
             # edit (or another thinking mode): back to before the user message; feed the new turn
-            prompt = last.prefix + _user_turn(tokenizer, text, mode)
+            prompt = last.prefix + _user_turn(tokenizer, text, mode, pictures)
             return TurnPlan(
                 **common, prompt=_closed(tokenizer, prompt, mode), prefix=last.prefix, close_before=last.close_before,
-                restore=last.before_turn, turn_start=last.before_turn,
+                restore=last.before_turn, turn_start=last.before_turn, images=pictures,
             )
     # No snapshot for this turn (a reopened conversation): read the conversation once.
-    prefix, prompt = full_prompt(tokenizer, system_prompt, common["history"], text, mode.thinking)
-    return TurnPlan(**common, prompt=_closed(tokenizer, prompt, mode), prefix=prefix, close_before="")
+    from macapp.core.vision.chat import pictures_in
+
+    prefix, prompt = full_prompt(tokenizer, system_prompt, common["history"], text, mode.thinking, pictures)
+    return TurnPlan(
+        **common, prompt=_closed(tokenizer, prompt, mode), prefix=prefix, close_before="",
+        images=tuple(pictures_in(common["history"])) + pictures,
+    )

@@ -1,0 +1,145 @@
+"""A ChatSession with pictures, through the real engine, mlx-lm's loop and mlx-vlm's tower on the tiny vision model:
+image tokens reach the model (and match mlx-vlm's own generation), follow-ups read only their own tokens, the
+stats carry image_tokens, regenerate/edit keep their pictures, and every refusal is clear and changes nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from macapp.core import events as ev
+from macapp.core.engine import Engine, EngineError, SessionOptions
+from macapp.core.sampling import greedy
+from macapp.core.vision.images import open_image
+from tests.core.engine.helpers import TIMEOUT, kv_offsets
+
+THINK = False
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_vlm_path):
+    e = Engine()
+    e.load(str(tiny_vlm_path)).result(timeout=TIMEOUT)
+    yield e
+    e.close()
+
+
+@pytest.fixture(scope="module")
+def long_reply(engine):
+    """Greedy, end tokens banned: 24 context-dependent tokens, so a picture that did not arrive shows."""
+    vocab = engine.model.tokenizer.get_vocab()
+    return greedy(24, logit_bias={vocab["<|im_end|>"]: -1e9, vocab["<|endoftext|>"]: -1e9})
+
+
+def _reference(path, prompt_text, pictures, bias, n):
+    """mlx-vlm's own load + generate on the same text prompt and pictures: its first `n` greedy tokens."""
+    from mlx_vlm import load, stream_generate
+
+    model, processor = load(str(path))
+    return [  # (mlx-vlm's stream yields one token past max_tokens)
+        r.token
+        for r in stream_generate(model, processor, prompt_text, image=[p.image for p in pictures], max_tokens=n, temperature=0, logit_bias=bias)
+    ][:n]
+
+
+def test_a_picture_reaches_the_model_like_mlx_vlms_own_generate(engine, tiny_vlm_path, picture, long_reply):
+    path = picture("scene.png", (96, 64))
+    reply = engine.new_session().send("What is in this picture?", thinking=THINK, sampling=long_reply, images=[path]).result(timeout=TIMEOUT)
+    assert reply.stats.image_tokens == 6  # 96x64 pixels in 32x32-pixel tokens
+    assert reply.stats.prompt_tokens > reply.stats.image_tokens and reply.stats.prompt_tps > 0
+    tokenizer = engine.model.tokenizer
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is in this picture?"}]}],
+        add_generation_prompt=True, enable_thinking=THINK, tokenize=False,
+    )
+    assert len(reply.token_ids) >= 20
+    assert reply.token_ids == _reference(tiny_vlm_path, text, [open_image(path)], long_reply.logit_bias, len(reply.token_ids))
+    plain = engine.new_session().send("What is in this picture?", thinking=THINK, sampling=long_reply).result(timeout=TIMEOUT)
+    assert plain.token_ids != reply.token_ids and plain.stats.image_tokens == 0
+
+
+def test_a_bigger_picture_gives_more_image_tokens(engine, picture):
+    small = engine.new_session().send("describe", thinking=THINK, sampling=greedy(4), images=[picture("s.png", (64, 64))]).result(timeout=TIMEOUT)
+    big = engine.new_session().send("describe", thinking=THINK, sampling=greedy(4), images=[picture("b.png", (192, 128))]).result(timeout=TIMEOUT)
+    two = engine.new_session().send("compare", thinking=THINK, sampling=greedy(4), images=[picture("s.png", (64, 64)), picture("b.png", (192, 128))]).result(timeout=TIMEOUT)
+    assert (small.stats.image_tokens, big.stats.image_tokens, two.stats.image_tokens) == (4, 24, 28)
+    assert big.stats.prompt_tokens - small.stats.prompt_tokens == 20
+
+
+def test_a_follow_up_reads_only_its_own_tokens_and_matches_a_full_reread(engine, picture, long_reply):
+    path = picture("page.png", (128, 96))
+    s = engine.new_session()
+    first = s.send("Read this page.", thinking=THINK, sampling=long_reply, images=[path]).result(timeout=TIMEOUT)
+    follow = s.send("And the title?", thinking=THINK, sampling=long_reply).result(timeout=TIMEOUT)
+    assert follow.stats.image_tokens == 0  # the picture is not encoded again
+    closing = len(engine.model.tokenizer.encode("<|im_end|>\n", add_special_tokens=False))
+    new_turn = engine.model.tokenizer.apply_chat_template([{"role": "user", "content": "And the title?"}], add_generation_prompt=True, enable_thinking=THINK)
+    assert follow.stats.prompt_tokens == closing + len(new_turn)  # nor the conversation re-read
+    assert kv_offsets(s) == [s.context_tokens]
+    # a reopened conversation with the picture, read once through the template, gives the same answer
+    messages = s.messages[:2]
+    assert messages[0]["images"][0].name.endswith("page.png")
+    reopened = engine.new_session(messages=messages)
+    again = reopened.send("And the title?", thinking=THINK, sampling=long_reply).result(timeout=TIMEOUT)
+    assert again.stats.image_tokens == first.stats.image_tokens
+    assert again.token_ids == follow.token_ids
+
+
+def test_text_first_then_a_picture_on_the_same_cache(engine, picture):
+    s = engine.new_session()
+    s.send("hello", thinking=THINK, sampling=greedy(8)).result(timeout=TIMEOUT)
+    before = s.context_tokens
+    reply = s.send("now look at this", thinking=THINK, sampling=greedy(8), images=[picture("x.png", (64, 64))]).result(timeout=TIMEOUT)
+    tokenizer = engine.model.tokenizer
+    turn = tokenizer.apply_chat_template(
+        [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "now look at this"}]}], add_generation_prompt=True, enable_thinking=THINK
+    )
+    closing = s.messages[1]["finish_reason"] == "stop"  # the model wrote <|im_end|>: "\n" closes it
+    assert closing and reply.stats.image_tokens == 4
+    assert reply.stats.prompt_tokens == 1 + len(turn) - 1 + 4  # only the new turn: its one placeholder widened to 4
+    assert s.context_tokens == before + reply.stats.prompt_tokens + reply.stats.generation_tokens
+
+
+def test_regenerate_and_edit_keep_the_picture(engine, picture, long_reply):
+    s = engine.new_session()
+    first = s.send("What is it?", thinking=THINK, sampling=long_reply, images=[picture("r.png", (96, 96))]).result(timeout=TIMEOUT)
+    again = s.regenerate(sampling=long_reply).result(timeout=TIMEOUT)
+    assert again.stats.prompt_tokens == 1 and again.token_ids == first.token_ids  # same position, same picture
+    edited = s.edit_last("What colour is it?", sampling=long_reply).result(timeout=TIMEOUT)
+    assert edited.stats.image_tokens == 9 and s.messages[-2]["images"]
+    fresh = engine.new_session().send("What colour is it?", thinking=THINK, sampling=long_reply, images=[picture("r.png", (96, 96))]).result(timeout=TIMEOUT)
+    assert edited.token_ids == fresh.token_ids
+
+
+def test_a_bad_picture_is_refused_by_name_and_nothing_changes(engine, tmp_path):
+    s = engine.new_session()
+    s.send("hi", thinking=THINK, sampling=greedy(4)).result(timeout=TIMEOUT)
+    before = (s.messages, s.context_tokens)
+    (tmp_path / "notes.png").write_text("not a picture")
+    for bad, words in [(tmp_path / "gone.png", "no such file"), (tmp_path / "notes.png", "is not a picture")]:
+        with pytest.raises(EngineError) as info:
+            s.send("look", thinking=THINK, images=[bad]).result(timeout=TIMEOUT)
+        assert info.value.code == ev.BAD_IMAGE and bad.name in str(info.value) and words in str(info.value)
+    assert (s.messages, s.context_tokens) == before
+    assert s.send("still here?", thinking=THINK, sampling=greedy(4)).result(timeout=TIMEOUT).finish_reason in ("stop", "length")
+
+
+def test_too_many_pictures_for_the_context(engine, picture):
+    s = engine.new_session(options=SessionOptions(context_limit=100))
+    with pytest.raises(EngineError) as info:
+        s.send("all of these", thinking=THINK, images=[picture("a.png", (256, 256)), picture("b.png", (256, 256))]).result(timeout=TIMEOUT)
+    assert info.value.code == ev.CONTEXT_LIMIT and "Too many pictures" in str(info.value) and "a.png: 64" in str(info.value)
+    assert s.messages == [] and s.context_tokens == 0
+
+
+def test_a_text_only_build_refuses_pictures(tiny_dense_path, picture):
+    e = Engine()
+    e.load(str(tiny_dense_path)).result(timeout=TIMEOUT)
+    try:
+        s = e.new_session()
+        with pytest.raises(EngineError) as info:
+            s.send("look", thinking=THINK, images=[picture()]).result(timeout=TIMEOUT)
+        assert info.value.code == ev.TEXT_ONLY and "this build is text-only: use" in str(info.value)
+        assert s.messages == []
+        assert s.send("fine, words then", thinking=THINK, sampling=greedy(4)).result(timeout=TIMEOUT).stats.image_tokens == 0
+    finally:
+        e.close()
