@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import platform
 import time
+from typing import NamedTuple
 
 from macapp.core import prefill
 from macapp.core.catalog import resolve_model
-from macapp.core.hardware import GiB, what_if_machine
+from macapp.core.hardware import GiB, MachineProfile, what_if_machine
 from macapp.core.sizing import estimate, prefill_estimate
 
 SPEED = [  # (model, bits, chip, RAM GiB, measured tok/s, source)
@@ -28,20 +29,40 @@ QWEN3 = {  # full-attention Qwen3 models from their published configs (mlx-lm's 
     "Qwen3-0.6B": prefill.transformer_workload(1024, 28, 16, 8, 128, intermediate=3072),
     "Qwen3-30B-A3B": prefill.transformer_workload(2048, 48, 32, 4, 128, experts=128, routed=8, expert_intermediate=768),
 }
-PREFILL = [  # (model, bits, chip, RAM GiB, GPU cores, prompt tokens, measured prompt tok/s, measured decode tok/s, source)
-    ("Qwen3-4B", 4, "M4 Max", 64, 40, 2048, 1622.3, None, "mlx-lm BENCHMARKS.md, mlx_lm.benchmark"),
-    ("Qwen3-30B-A3B", 4, "M4 Max", 64, 40, 2048, 1732.0, None, "mlx-lm PR #406"),
-    ("Qwen3-30B-A3B", 4, "M4 Max", 64, 40, 512, 1480.3, None, "mlx-lm PR #406"),
-    ("Qwen3-0.6B", 4, "M4 Max", 64, 40, 2048, 10278.8, None, "mlx-lm PR #406"),
-    ("Qwen3-0.6B", 4, "M4 Max", 64, 40, 512, 9520.4, None, "mlx-lm PR #406"),
-    ("Qwen3-4B", 4, "M3 Pro", 18, 18, 2048, 615.3, None, "mlx-lm PR #1569, mlx_lm.benchmark (cores assumed)"),
-    ("Qwen3.5-35B-A3B", 4, "M4 Max", 64, 40, 512, 1518.2, 101.6, "claude-code-local #31, mlx_lm.benchmark, Qwen3.6"),
-    ("Qwen3.5-35B-A3B", 4, "M4 Max", 64, 40, 1024, 1777.4, 101.4, "claude-code-local #31, mlx_lm.benchmark, Qwen3.6"),
-    ("Qwen3.5-35B-A3B", 4, "M5 Max", 128, 40, 1479, 2756.6, 133.5, "Mac-MLX #24, mlx-swift-lm"),
-    ("Qwen3.5-27B", 4, "M5 Max", 128, 40, 2349, 598.0, 28.6, "ollama #17884, Qwen3.6-27B nvfp4"),
-    ("Qwen3.5-122B-A10B", 4, "M2 Ultra", 128, 60, 131072, 131072 / 1158, None, "openclawradar Apr 2026, MLX 5-bit, 128K TTFT 19.3 min"),
-    ("Qwen3.5-27B", 4, "M2 Max", 32, 30, 2726, 140.0, None, "Rapid-MLX #3157, Qwen3.8-27B, stock mlx-lm"),
-    ("Qwen3.5-27B", 8, "M5 Max", 128, 40, 22400, 675.0, None, "splash #37, Qwen3.8-27B, MLX server"),
+class Run(NamedTuple):
+    """A public prompt-reading measurement (and its decode figure where the same run reported one)."""
+
+    model: str
+    bits: int
+    chip: str
+    ram_gib: int
+    gpu_cores: int
+    tokens: int
+    prompt_tps: float
+    decode_tps: float | None
+    source: str
+    fitted: bool = True  # False: another engine whose kernels differ from mlx-lm's (shown, not fitted to)
+
+
+PREFILL = [
+    Run("Qwen3-4B", 4, "M4 Max", 64, 40, 2048, 1622.3, None, "mlx-lm BENCHMARKS.md, mlx_lm.benchmark"),
+    Run("Qwen3-30B-A3B", 4, "M4 Max", 64, 40, 2048, 1732.0, None, "mlx-lm PR #406"),
+    Run("Qwen3-30B-A3B", 4, "M4 Max", 64, 40, 512, 1480.3, None, "mlx-lm PR #406"),
+    Run("Qwen3-0.6B", 4, "M4 Max", 64, 40, 2048, 10278.8, None, "mlx-lm PR #406"),
+    Run("Qwen3-0.6B", 4, "M4 Max", 64, 40, 512, 9520.4, None, "mlx-lm PR #406"),
+    Run("Qwen3-4B", 4, "M3 Pro", 18, 18, 2048, 615.3, None, "mlx-lm PR #1569, mlx_lm.benchmark (cores assumed)"),
+    Run("Qwen3.5-35B-A3B", 4, "M4 Max", 64, 40, 512, 1518.2, 101.6, "claude-code-local #31, mlx_lm.benchmark, Qwen3.6"),
+    Run("Qwen3.5-35B-A3B", 4, "M4 Max", 64, 40, 1024, 1777.4, 101.4, "claude-code-local #31, mlx_lm.benchmark, Qwen3.6"),
+    Run("Qwen3.5-35B-A3B", 4, "M5 Max", 128, 40, 8192, 3909.0, None, "mlx-lm #1480, Qwen3.6, mlx-lm 0.31.3"),
+    Run("Qwen3.5-35B-A3B", 4, "M5 Max", 128, 40, 32768, 3316.0, None, "mlx-lm #1480, Qwen3.6, mlx-lm 0.31.3"),
+    Run("Qwen3.5-35B-A3B", 4, "M5 Max", 128, 40, 65536, 2388.0, None, "mlx-lm #1480, Qwen3.6, mlx-lm 0.31.3"),
+    Run("Qwen3.5-35B-A3B", 4, "M5 Max", 128, 40, 100000, 1758.0, None, "mlx-lm #1480, Qwen3.6, mlx-lm 0.31.3"),
+    Run("Qwen3.5-35B-A3B", 4, "M5 Max", 128, 40, 130000, 1390.0, None, "mlx-lm #1480, Qwen3.6, mlx-lm 0.31.3"),
+    Run("Qwen3.5-35B-A3B", 4, "M5 Max", 128, 40, 1479, 2756.6, 133.5, "Mac-MLX #24, mlx-swift-lm", fitted=False),
+    Run("Qwen3.5-27B", 4, "M5 Max", 128, 40, 2349, 598.0, 28.6, "ollama #17884, Qwen3.6-27B nvfp4", fitted=False),
+    Run("Qwen3.5-122B-A10B", 4, "M2 Ultra", 128, 60, 131072, 131072 / 1158, None, "openclawradar Apr 2026, MLX 5-bit, 128K TTFT 19.3 min"),
+    Run("Qwen3.5-27B", 4, "M2 Max", 32, 30, 2726, 140.0, None, "Rapid-MLX #3157, Qwen3.8-27B, stock mlx-lm"),
+    Run("Qwen3.5-27B", 8, "M5 Max", 128, 40, 22400, 675.0, None, "splash #37, Qwen3.8-27B, MLX server"),
 ]
 MEMORY = [  # (model, bits, context, measured GB, what was measured)
     ("Qwen3.5-35B-A3B", 8, 4096, 39.3, "seed: M3 Ultra while generating"),
@@ -70,8 +91,7 @@ def main() -> None:
         print(f"{name:<20}{bits:>5}{ours:>10.1f} GB vs {measured:>6.1f} GB  ratio {ours / measured:.3f}  {what}")
 
 
-def prefill_tps(name: str, bits: int, chip: str, ram: int, cores: int, tokens: int) -> float:
-    machine = what_if_machine(chip, ram * GiB, cores)
+def prefill_tps(name: str, bits: int, machine: MachineProfile, tokens: int) -> float:
     if name in QWEN3:
         work = QWEN3[name]
         first_token = work.weights_bytes / (machine.bandwidth_gbs * 1e9 * prefill.WEIGHT_READ_EFF)
@@ -83,14 +103,24 @@ def print_prefill() -> None:
     """Prompt reading, with decode next to it where the same run reported both."""
     print(f"{'prompt reading':<20}{'bits':>5}{'chip':>10}{'tokens':>8}{'estimate':>10}{'measured':>10}{'ratio':>7}{'decode ratio':>14}  source")
     ratios = []
-    for name, bits, chip, ram, cores, tokens, measured, decode, source in PREFILL:
-        ours = prefill_tps(name, bits, chip, ram, cores, tokens)
-        ratios.append(ours / measured)
+    for run in PREFILL:
+        machine = what_if_machine(run.chip, run.ram_gib * GiB, run.gpu_cores)
+        ours = prefill_tps(run.model, run.bits, machine, run.tokens)
+        if run.fitted:
+            ratios.append(ours / run.prompt_tps)
         decode_ratio = "—"
-        if decode is not None:
-            decode_ratio = f"{estimate(resolve_model(name, bits), 2048, what_if_machine(chip, ram * GiB, cores)).decode_tps_estimate / decode:.2f}"
-        print(f"{name:<20}{bits:>5}{chip:>10}{tokens:>8}{ours:>10.1f}{measured:>10.1f}{ours / measured:>7.2f}{decode_ratio:>14}  {source}")
-    print(f"prompt reading: mean ratio {sum(ratios) / len(ratios):.2f}, worst {max(ratios, key=lambda r: abs(r - 1)):.2f}")
+        if run.decode_tps is not None:
+            decode_ratio = f"{estimate(resolve_model(run.model, run.bits), 2048, machine).decode_tps_estimate / run.decode_tps:.2f}"
+        source = run.source if run.fitted else f"{run.source} (not fitted)"
+        print(
+            f"{run.model:<20}{run.bits:>5}{run.chip:>10}{run.tokens:>8}{ours:>10.1f}{run.prompt_tps:>10.1f}"
+            f"{ours / run.prompt_tps:>7.2f}{decode_ratio:>14}  {source}"
+        )
+    print(
+        f"prompt reading, {len(ratios)} fitted runs: mean ratio {sum(ratios) / len(ratios):.2f}, "
+        f"worst {max(ratios, key=lambda r: abs(r - 1)):.2f}"
+    )
+
 
 if __name__ == "__main__":
     main()

@@ -28,15 +28,18 @@ from macapp.core.hardware import MATMUL_ACCELERATION, MachineProfile, gpu_tflops
 # Matmul efficiency (share of the GPU's FLOPS reached) rises with the rows each weight matrix sees per chunk:
 # eff = MAX × rows / (rows + HALF), i.e. every matrix costs as if the chunk had HALF more rows: the fixed
 # per-chunk cost that dominates short prompts. Dense projections see the whole chunk; a routed expert sees only
-# chunk × routed / experts rows (2048 × 8 / 256 = 64), through MLX's gather_qmm kernel.
-DENSE_EFF, DENSE_ROWS_HALF = 0.90, 220.0
-EXPERT_EFF, EXPERT_ROWS_HALF = 0.90, 3.3
+# chunk × routed / experts rows (2048 × 8 / 256 = 64), through MLX's gather_qmm kernel, whose efficiency the runs
+# show lower but nearly flat in the rows (HALF ≈ 1).
+DENSE_EFF, DENSE_ROWS_HALF = 0.92, 340.0
+EXPERT_EFF, EXPERT_ROWS_HALF = 0.74, 1.0
 # The M5's GPU neural accelerators: llama.cpp gets ×3.4 on dense matmuls (hardware.MATMUL_ACCELERATION); what MLX's
 # kernels show in prompt reading was fitted on the M5 Max runs: dense matmuls and attention ×ACCELERATED["dense"],
 # the expert kernel (gather_qmm) ×ACCELERATED["expert"], the DeltaNet scan nothing.
-ACCELERATED = {"dense": 3.1, "expert": 1.0}
-ATTENTION_EFF = 0.24  # causal attention at head_dim 256, bf16; fitted mainly on the one 128K-token run
-SCAN_EFF = 0.053  # the gated-delta Metal kernel steps through the chunk token by token (latency-bound)
+ACCELERATED = {"dense": 3.0, "expert": 2.5}
+ATTENTION_EFF = 0.42  # causal attention at head_dim 256, bf16; fitted mainly on the M5 Max 8K-130K ladder
+# M1 and M2 GPUs have no native bfloat16 (Metal emulates it), which the attention kernel's bf16 inputs pay for.
+ATTENTION_EFF_NO_BF16 = {"M1": 0.19, "M2": 0.19}  # fitted on the one M2 Ultra 128K run
+SCAN_EFF = 0.097  # the gated-delta Metal kernel steps through the chunk token by token (latency-bound)
 WEIGHT_READ_EFF = 0.82  # as for decode (sizing.BANDWIDTH_EFFICIENCY)
 
 
@@ -115,7 +118,7 @@ def chunk_seconds(work: Workload, machine: MachineProfile, start: int, size: int
     if work.expert_flops:
         matmul += work.expert_flops * size / (flops * accelerated(machine, "expert") * expert_efficiency(work, size))
     positions = size * (start + (size + 1) / 2)  # each token attends to every earlier token and itself
-    attention = work.attention_flops * positions / (dense * ATTENTION_EFF)
+    attention = work.attention_flops * positions / (dense * ATTENTION_EFF_NO_BF16.get(machine.family or "", ATTENTION_EFF))
     scan = work.scan_flops * size / (flops * SCAN_EFF)
     read = work.weights_bytes / ((machine.bandwidth_gbs or 1.0) * 1e9 * WEIGHT_READ_EFF)
     return matmul, attention, scan, read
