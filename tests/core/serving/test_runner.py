@@ -294,3 +294,20 @@ def test_four_clients_at_once_all_get_complete_answers(tool_model):
         assert done.finish_reason is FinishReason.TOOL_CALLS and done.text == TOOL_PREAMBLE
         assert done.tool_calls[0].arguments == TOOL_CALL_ARGUMENTS and done.reasoning == (REASONING if i % 2 else "")
     assert tool_model.pending == 0
+
+
+def test_stop_while_reading_the_prompt_ends_at_once_and_keeps_the_checkpoints_passed(load, tiny_moe_path):
+    engine = load(tiny_moe_path)
+    serving = ServingEngine(engine, ServingOptions(session=SessionOptions(prefill_step_size=4)))
+    request = ask(ChatMessage(Role.SYSTEM, "Be brief."), ChatMessage(Role.USER, "Read all of this first. " * 50))
+    after_system = render(engine.model.tokenizer, request).boundaries[0]
+    job = serving.submit(request)
+    for event in job.events(timeout=TIMEOUT):
+        if isinstance(event, PromptProgress) and event.processed > after_system and not job.stopped:
+            job.stop()
+    done = event
+    assert isinstance(done, Completed) and done.finish_reason is FinishReason.CANCELLED
+    assert done.usage.completion_tokens == 0 and done.text == ""
+    # the system prompt's checkpoint was passed before the stop: the retry starts there
+    _, again = run(serving, request)
+    assert again.text == ANSWER and again.usage.cached_tokens == after_system
