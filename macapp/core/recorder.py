@@ -126,12 +126,6 @@ class ChatRecorder:
             self._turn = turn
             return turn
 
-    @property
-    def in_reply(self) -> bool:
-        """A reply row is open (streaming)."""
-        turn = self._turn
-        return turn is not None and turn._writer is not None
-
     def agrees_with(self, messages: list[dict]) -> bool:
         """True when the history holds the same turns as `messages` (a session's, role/content/reasoning dicts)."""
         def key(m: dict) -> tuple[str, str, str]:
@@ -142,13 +136,6 @@ class ChatRecorder:
             return not want
         have = [key(m) for m in self.store.get_conversation(self.conversation_id).chat_messages(include_system=False)]
         return have == want
-
-    def set_model(self, model: str) -> None:
-        """The model changed: later replies and the conversation record it."""
-        with self._lock:
-            self.model = model
-            if self.conversation_id is not None:
-                self.store.update_conversation(self.conversation_id, model=model)
 
     # -- used by RecordedTurn, under the lock
 

@@ -50,10 +50,6 @@ class EventBridge(QObject):
         if not self._timer.isActive():
             self._timer.start()
 
-    @property
-    def active(self) -> bool:
-        return self._timer.isActive()
-
     def flush(self) -> None:
         """Deliver what is pending now (e.g. before the window closes)."""
         self._flush()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QTextDocument
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QToolButton, QVBoxLayout, QWidget
 
@@ -28,8 +28,6 @@ def reply_note(finish_reason: str | None, budget_hit: bool = False) -> str:
 
 class ReasoningBlock(QFrame):
     """'Thinking…' while reasoning streams; 'Thought for 12 s' and collapsed once the answer starts."""
-
-    toggled = Signal(bool)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -78,7 +76,6 @@ class ReasoningBlock(QFrame):
         if self.header.isChecked() != expanded:
             self.header.setChecked(expanded)
         self.body.setVisible(expanded)
-        self.toggled.emit(expanded)
 
     @property
     def expanded(self) -> bool:

@@ -66,7 +66,7 @@ def test_a_turn_is_recorded_with_the_user_message_first(store):
     turn = rec.begin(TurnKind.SEND, "What is the capital of France?", thinking=True)
     assert _rows(store) == [("user", "What is the capital of France?", "", "complete")]  # committed before generation
     outcome = _play(turn, _turn())
-    assert rec.error is None and not rec.in_reply
+    assert rec.error is None and turn.settled
     assert (outcome.kind, outcome.result, outcome.kept, outcome.give_back) == (TurnKind.SEND, TurnResult.COMPLETE, True, None)
     conv = store.get_conversation(rec.conversation_id)
     assert conv.title == "What is the capital of France?"
@@ -82,7 +82,7 @@ def test_the_final_reply_text_wins_over_the_streamed_pieces(store):
     rec = ChatRecorder(store)
     turn = rec.begin(TurnKind.SEND, "hi")
     turn.feed(AnswerDelta("partial and wro"))
-    assert rec.in_reply and turn.under_way
+    assert turn.under_way and not turn.settled
     turn.feed(Finished(Reply(text="Hello!", finish_reason="stop")))
     turn.feed(AnswerDelta("ng"))  # a late piece (e.g. a listener's replay racing the worker) starts nothing
     assert [m.content for m in store.get_conversation(rec.conversation_id).messages] == ["hi", "Hello!"]
@@ -96,7 +96,7 @@ def test_stopped_length_and_rolled_back_turns(store):
     turn = rec.begin(TurnKind.SEND, "three")
     assert [m.content for m in store.get_conversation(rec.conversation_id).messages][-1] == "three"  # saved first
     turn.feed(PromptProgress(5, 100))
-    assert not turn.under_way and not rec.in_reply  # no reply row until the reply is under way
+    assert not turn.under_way and len(store.get_conversation(rec.conversation_id).messages) == 5  # no reply row yet
     undone = _play(turn, [Finished(Reply(text="", finish_reason="stopped", kept=False))])  # stopped while reading
     messages = store.get_conversation(rec.conversation_id).messages
     assert [(m.role, m.state, m.finish_reason) for m in messages] == [
@@ -214,7 +214,7 @@ def test_resume_continues_a_saved_conversation(store):
     first.begin(TurnKind.SEND, "hello").feed(Finished(Reply(text="hi")))
     rec = ChatRecorder.resume(store, first.conversation_id)
     assert (rec.model, rec.system_prompt) == ("Qwen3.5-2B", "sys")
-    rec.set_model("Qwen3.5-9B")
+    rec.model = "Qwen3.5-9B"  # the model loaded now: its replies record it, and so does the conversation
     rec.begin(TurnKind.SEND, "again").feed(Finished(Reply(text="hello again")))
     conv = store.get_conversation(first.conversation_id)
     assert [m.model for m in conv.messages if m.role == "assistant"] == ["Qwen3.5-2B", "Qwen3.5-9B"]

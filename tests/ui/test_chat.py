@@ -3,11 +3,10 @@
 import threading
 import time
 
-import pytest
 from PySide6.QtCore import Qt
 
-from macapp.devtools.tiny_model import SCRIPT_ANSWER, SCRIPT_REASONING
 from macapp.core.events import PromptProgress
+from macapp.devtools.tiny_model import SCRIPT_ANSWER, SCRIPT_REASONING
 from tests.ui.helpers import GREEDY, NO_END, send, worker_held
 
 REASONING = "".join(SCRIPT_REASONING)
