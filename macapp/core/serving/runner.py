@@ -97,7 +97,8 @@ class ServingEngine:
         return self._pending
 
     def count_tokens(self, request: CompletionRequest) -> int:
-        """The prompt's length as the template renders it. Only the tokenizer is read (no MLX): any thread."""
+        """The prompt's length as the template renders it. Only the tokenizer is read (no MLX): any thread.
+        EngineError NO_MODEL or INVALID_REQUEST (what the template or the tool choice refuses), as submit's job would."""
         return len(self._render(self._model(), request).tokens)
 
     def submit(self, request: CompletionRequest) -> Job:
@@ -105,7 +106,12 @@ class ServingEngine:
             if self._pending > self.options.queue_limit:
                 raise QueueFull(self._mean_s * self._pending)
             self._pending += 1
-        job = self.engine.submit("serve", lambda job: self._serve(job, request))
+        try:
+            job = self.engine.submit("serve", lambda job: self._serve(job, request))
+        except BaseException:  # a closed engine
+            with self._lock:
+                self._pending -= 1
+            raise
         job.add_listener(self._on_event)
         return job
 
