@@ -79,3 +79,85 @@ def describe_cluster(e: ClusterEstimate, machine: hardware.MachineProfile) -> st
     else:
         lines.append("  speed: no estimate (not an Apple Silicon Mac)")
     return "\n".join(lines)
+
+
+# --- chat / serve on several Macs ---
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """--hostfile, --shard, --backend for `chat` and `serve`."""
+    group = parser.add_argument_group("several Macs (MLX distributed)")
+    group.add_argument("--hostfile", metavar="FILE", help="run across the Macs in this MLX hostfile (JSON list of {\"ssh\": host, \"ips\": [...]}); the first is rank 0")
+    group.add_argument("--shard", choices=[s.value for s in Shard], help="with --hostfile: tensor parallelism (default where the head counts allow it) or pipeline stages")
+    group.add_argument("--backend", choices=("ring", "jaccl"), help="with --hostfile: ring (TCP, default) or jaccl (RDMA over Thunderbolt 5, macOS 26.2+)")
+
+
+def launch_or_follow(args: argparse.Namespace, prompts: list[str] | None = None) -> int | None:
+    """With --hostfile, in the process the user started: check, start every rank through mlx.launch, watch
+    them, and return the run's exit status. In a launched follower rank: follow rank 0 and return its status.
+    None where the command should go on as usual (no --hostfile, or this is rank 0)."""
+    from macapp.core.cluster import rank
+
+    spec = rank.launched_spec()
+    if spec is not None:
+        return None if rank.rank() == 0 else rank.follow(spec, args.model)
+    if not getattr(args, "hostfile", None):
+        if getattr(args, "shard", None) or getattr(args, "backend", None):
+            raise UsageError("--shard and --backend go with --hostfile")
+        return None
+    return _launch(args, prompts or [])
+
+
+def engine_for(args: argparse.Namespace):
+    """The engine for this process: rank 0's cluster engine inside a launched run, else the usual one."""
+    from macapp.core.cluster import rank
+    from macapp.core.engine import Engine
+
+    spec = rank.launched_spec()
+    return rank.engine_for_rank0(spec) if spec is not None else Engine()
+
+
+def _rank_argv(prompts: list[str]) -> list[str]:
+    """This command line for the ranks, with the prompts as read here (a '-' read stdin: ranks have none)."""
+    import sys
+
+    argv, out, k = sys.argv[1:], [], 0
+    for i, arg in enumerate(argv):
+        if i and argv[i - 1] in ("--prompt", "-p") and k < len(prompts):
+            arg, k = prompts[k], k + 1
+        elif arg.startswith("--prompt=") and k < len(prompts):
+            arg, k = "--prompt=" + prompts[k], k + 1
+        out.append(arg)
+    return [sys.executable, "-m", "macapp", *out]
+
+
+def _launch(args: argparse.Namespace, prompts: list[str]) -> int:
+    import signal
+    import sys
+
+    from macapp.core.cluster.hostfile import HostfileError
+    from macapp.core.cluster.launch import ClusterError, ClusterRun, ShardError, prepare
+
+    try:
+        plan = prepare(args.hostfile, args.backend, args.model, Shard(args.shard) if args.shard else None)
+    except (HostfileError, ShardError) as exc:
+        raise UsageError(str(exc)) from None
+    except ClusterError as exc:
+        print(f"qwen-desk: {exc}", file=sys.stderr)
+        return 1
+    hosts = plan.hostfile.hosts
+    note = f" (tensor parallelism not possible: {'; '.join(plan.tensor_problems)})" if plan.tensor_problems else ""
+    print(f"[{len(hosts)} hosts, {plan.shard.value} split{note}, {plan.backend} backend; rank 0 is {hosts[0].ssh}]", file=sys.stderr)
+    run = ClusterRun(plan, _rank_argv(prompts), interactive=not prompts)
+
+    def on_sigint(_sig, _frame) -> None:
+        if not run.interrupt():
+            print("\n[Ctrl-C reaches rank 0 only when it runs on this Mac (127.0.0.1 first in the hostfile); /quit ends the chat]", file=sys.stderr)
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        run.start()
+        return run.wait()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        run.close()

@@ -309,10 +309,10 @@ def _hosts(model: ModelRef, layout: _Layout, context: int, kv_bits: int | None, 
 
 def _exchange_ms(layout: _Layout, hosts: int, link: Link) -> float:
     """Per generated token: ring collectives cost 2(N-1) hops (all_sum) or N-1 (all_gather); a send one hop.
-    The app's own lockstep header (two tiny all_sums per model call) is counted too."""
+    The app's own lockstep header (one tiny all_sum per model call) is counted too."""
     latency = link.hop_latency_us / 1e3
     per_byte = 1e3 / (link.bandwidth_gbs * 1e9)
-    ms = 2 * 2 * (hosts - 1) * latency  # macapp.core.cluster.lockstep: header + tokens
+    ms = 2 * (hosts - 1) * latency  # macapp.core.cluster.lockstep: the command header (tokens inline)
     for kind, nbytes, count in layout.exchange:
         if kind == "all_sum":
             ms += count * (2 * (hosts - 1) * latency + 2 * (hosts - 1) / hosts * nbytes * per_byte)

@@ -19,7 +19,10 @@ from macapp.core.events import Failed, Loaded, Unloaded
 class Engine:
     """The loaded model and the jobs on it; all MLX work runs on the one worker thread, in order."""
 
-    def __init__(self) -> None:
+    def __init__(self, read_model: model_folder.ModelReader = model_folder.read_with_mlx_lm) -> None:
+        """`read_model` reads a checked model folder into (model, tokenizer, config): mlx-lm's load by default;
+        several Macs pass one that reads this rank's shard (macapp.core.cluster)."""
+        self._read_model = read_model
         self._model: LoadedModel | None = None
         self._budget: int | None = None
         self._closed = False
@@ -73,7 +76,7 @@ class Engine:
             config = model_folder.check_model_folder(path)  # refuse bad folders before letting go of the current model
             self._forget_caches()  # free the old model and its caches before reading the new one
             self._model = None
-            self._model = model_folder.load_model(path, config)
+            self._model = model_folder.load_model(path, config, self._read_model)
             self.memory_budget_bytes()  # learn the machine now, not on the first message
             job.emit(self._model.info)
 

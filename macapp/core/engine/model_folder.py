@@ -7,7 +7,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from macapp.core import events as ev
 from macapp.core.catalog import REPO_ID, SUPPORTED_MODEL_TYPES
@@ -104,17 +104,26 @@ def display_name(path: Path) -> str:
     return path.name
 
 
-def load_model(path: Path, config: dict) -> LoadedModel:
-    """Read a model folder already found by locate_model and checked by check_model_folder (its config)."""
-    import mlx.core as mx
+ModelReader = Callable[[Path], tuple[Any, Any, dict]]  # folder -> (model, tokenizer, config as loaded)
+
+
+def read_with_mlx_lm(path: Path) -> tuple[Any, Any, dict]:
     import mlx_lm
+
+    return mlx_lm.load(str(path), return_config=True)
+
+
+def load_model(path: Path, config: dict, read: ModelReader = read_with_mlx_lm) -> LoadedModel:
+    """Read a model folder already found by locate_model and checked by check_model_folder (its config).
+    `read` does the reading (the engine's hook: macapp.core.cluster reads a shard and wraps the model)."""
+    import mlx.core as mx
     from mlx.utils import tree_flatten
 
     mx.clear_cache()
     before = mx.get_active_memory()
     start = time.perf_counter()
     try:
-        model, tokenizer, loaded_config = mlx_lm.load(str(path), return_config=True)
+        model, tokenizer, loaded_config = read(path)
     except Exception as exc:
         raise EngineError(f"Could not read the model in {path}: {exc}. The files may be damaged; download it again.", ev.CORRUPT) from exc
     load_time = time.perf_counter() - start

@@ -13,6 +13,17 @@ from dataclasses import dataclass
 from typing import Any
 
 
+class ObservedCache(list):
+    """A prompt cache told of its snapshots, so that they can be mirrored elsewhere: several Macs keep every
+    rank's cache in step with rank 0's (macapp.core.cluster.lockstep). A plain list of layers otherwise."""
+
+    def snapshot_taken(self, snap: "CacheSnapshot") -> None:
+        """Called by take_snapshot once `snap` is taken."""
+
+    def snapshot_restored(self, snap: "CacheSnapshot") -> None:
+        """Called by restore_snapshot once the cache is back at `snap`."""
+
+
 @dataclass(frozen=True)
 class KVLength:
     """A trimmable (KV) layer at a snapshot: its length then."""
@@ -59,7 +70,10 @@ def take_snapshot(cache: list, length: int) -> CacheSnapshot:
             layers.append(KVLength(int(layer.offset)))
         else:  # pragma: no cover - a cache type Qwen3.5 does not use (a full RotatingKVCache, ...)
             raise TypeError(f"cannot snapshot a {type(layer).__name__}")
-    return CacheSnapshot(length, tuple(layers))
+    snap = CacheSnapshot(length, tuple(layers))
+    if isinstance(cache, ObservedCache):
+        cache.snapshot_taken(snap)
+    return snap
 
 
 def restore_snapshot(cache: list, snap: CacheSnapshot) -> None:
@@ -71,3 +85,5 @@ def restore_snapshot(cache: list, snap: CacheSnapshot) -> None:
                 layer.trim(layer.offset - offset)
             case ArraysState(arrays, left_padding, lengths):
                 layer.state = (list(arrays), left_padding, lengths)
+    if isinstance(cache, ObservedCache):
+        cache.snapshot_restored(snap)

@@ -1,0 +1,279 @@
+"""Rank 0 drives, the other ranks follow: every model call and cache operation, in the same order everywhere.
+
+A sharded model only works if every rank runs the same forward passes with the same inputs, because the
+layers exchange partial results (tensor parallelism) or hidden states (pipeline) inside each call. Rank 0 runs
+the app's engine unchanged on a `LockstepModel`: before each forward call, and before each cache operation
+(new cache, snapshot, restore, free), it broadcasts a small command to the followers, which run the same
+thing on their own shards and caches (`Follower.run`). The broadcast is an `all_sum` over MLX distributed in
+which only rank 0 contributes: an int32 header carrying up to 8 tokens (a decode step is one collective), then
+longer token lists. No transport of our own.
+
+Two details keep the ranks in step:
+- Each forward call evaluates the same arrays on every rank, inside the call: the cache states and the
+  logits of the last position only (mlx-lm's callers use only those; the head is computed for one position,
+  which also saves a prefill chunk's worth of logits). What is evaluated decides which collectives run.
+- A KV layer rank 0's caller has quantized (mlx-lm's maybe_quantize_kv_cache, after a call) is quantized on
+  the followers before their next operation on that cache: the header carries the bits and group size.
+
+Frees come from garbage collection on rank 0 (a dropped cache or snapshot), queued, and sent before the next
+command. A lost peer makes the collective raise (`RankLost`) on every rank still alive.
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+import itertools
+import weakref
+from typing import Any
+
+from macapp.core import events as ev
+from macapp.core.engine.errors import EngineError
+from macapp.core.engine.snapshots import ObservedCache, restore_snapshot, take_snapshot
+
+HEADER = 8  # op, up to 6 fields, payload length
+INLINE = 8  # payloads this short travel in the header's all_sum (a decode step is one token)
+
+
+class Op(enum.IntEnum):
+    NEW_CACHE = 1
+    FORWARD = 2
+    SNAPSHOT = 3
+    RESTORE = 4
+    FREE = 5
+    SHUTDOWN = 6
+
+
+class RankLost(EngineError):
+    """A collective failed: another rank died, was killed, or cannot be reached any more."""
+
+    def __init__(self, detail: str):
+        super().__init__(f"Lost contact with another Mac of the cluster ({detail}); every rank is being stopped.", ev.ERROR)
+        self.detail = detail
+
+
+class Channel:
+    """Rank 0 to every rank, over the group: `send` on rank 0, `receive` elsewhere (both block until all join)."""
+
+    def __init__(self, group: Any):
+        self.group = group
+        self.rank = group.rank()
+
+    def _all_sum(self, values: Any) -> Any:
+        import mlx.core as mx
+
+        try:
+            out = mx.distributed.all_sum(values, group=self.group, stream=mx.cpu)
+            mx.eval(out)
+        except RuntimeError as exc:
+            raise RankLost(str(exc)) from exc
+        return out
+
+    def send(self, op: Op, *fields: int, payload: list[int] | None = None) -> None:
+        import mlx.core as mx
+
+        payload = payload or []
+        inline = payload if len(payload) <= INLINE else []
+        header = [int(op), *fields] + [0] * (HEADER - 2 - len(fields)) + [len(payload)]  # length last
+        self._all_sum(mx.array(header + inline + [0] * (INLINE - len(inline)), dtype=mx.int32))
+        if len(payload) > INLINE:
+            self._all_sum(mx.array(payload, dtype=mx.int32))
+
+    def receive(self) -> tuple[Op, list[int], list[int]]:
+        import mlx.core as mx
+
+        message = self._all_sum(mx.zeros((HEADER + INLINE,), dtype=mx.int32)).tolist()
+        header, n = message[:HEADER], message[HEADER - 1]
+        if n <= INLINE:
+            payload = message[HEADER : HEADER + n]
+        else:
+            payload = self._all_sum(mx.zeros((n,), dtype=mx.int32)).tolist()
+        return Op(header[0]), header[1:-1], payload
+
+
+# --- what every rank runs the same way ---
+
+
+def _head(lm: Any, hidden: Any) -> Any:
+    """The output head of mlx-lm's Qwen3.5 TextModel (tied embedding, or lm_head gathered across a tensor group)."""
+    if lm.args.tie_word_embeddings:
+        return lm.model.embed_tokens.as_linear(hidden)
+    from mlx_lm.models.base import gather_last_axis
+
+    out = lm.lm_head(hidden)
+    return gather_last_axis(out, lm.sharding_group) if lm.sharding_group is not None else out
+
+
+def forward(model: Any, tokens: Any, cache: list) -> Any:
+    """One forward call, evaluated here on every rank alike: the cache states and the last position's logits."""
+    import mlx.core as mx
+
+    lm = model.language_model
+    hidden = lm.model(tokens, cache)
+    logits = _head(lm, hidden[:, -1:, :])
+    try:
+        mx.eval(logits, [c.state for c in cache])
+    except RuntimeError as exc:  # a collective inside the model: a peer went away
+        raise RankLost(str(exc)) from exc
+    return logits
+
+
+def quantization_of(cache: list) -> tuple[int, int]:
+    """(bits, group size) of the cache's quantized KV layers, (0, 0) while none is."""
+    from mlx_lm.models.cache import QuantizedKVCache
+
+    for layer in cache:
+        if isinstance(layer, QuantizedKVCache):
+            return int(layer.bits), int(layer.group_size)
+    return 0, 0
+
+
+def match_quantization(cache: list, bits: int, group: int) -> None:
+    """Quantize the KV layers rank 0 has quantized since the last operation on this cache."""
+    if not bits:
+        return
+    for i, layer in enumerate(cache):
+        if hasattr(layer, "to_quantized"):
+            cache[i] = layer.to_quantized(group_size=group, bits=bits)
+
+
+# --- rank 0 ---
+
+
+class MirroredCache(ObservedCache):
+    """Rank 0's prompt cache (mlx-lm's list of layer caches); each follower holds its own under the same id.
+    The engine's take_snapshot / restore_snapshot tell it of snapshots, and it tells the followers."""
+
+    def __init__(self, layers: list, cache_id: int, owner: "LockstepModel"):
+        super().__init__(layers)
+        self.cache_id = cache_id
+        self.owner = owner
+        self.snapshot_ids: dict[int, int] = {}  # id(CacheSnapshot) -> the id the followers know it by
+
+    def snapshot_taken(self, snap: Any) -> None:
+        self.owner.snapshot_taken(self, snap)
+
+    def snapshot_restored(self, snap: Any) -> None:
+        self.owner.snapshot_restored(self, snap)
+
+
+class LockstepModel:
+    """The loaded model as rank 0's engine sees it: the same calls, each one broadcast to the followers first.
+
+    Use it from one thread (the engine's worker). Anything not overridden is the model's own attribute."""
+
+    def __init__(self, model: Any, group: Any):
+        self._model = model
+        self._channel = Channel(group)
+        self._ids = itertools.count(1)
+        self._freed: collections.deque[tuple[int, int]] = collections.deque()  # (kind, id), appended by GC
+        self.closed = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._model, name)
+
+    @property
+    def inner(self) -> Any:
+        return self._model
+
+    def _send(self, op: Op, *fields: int, payload: list[int] | None = None) -> None:
+        if self.closed:
+            raise RankLost("the other ranks have been shut down")
+        freed = []
+        while self._freed:
+            freed.extend(self._freed.popleft())
+        if freed:
+            self._channel.send(Op.FREE, payload=freed)
+        self._channel.send(op, *fields, payload=payload)
+
+    def make_cache(self) -> MirroredCache:
+        cache_id = next(self._ids)
+        self._send(Op.NEW_CACHE, cache_id)
+        cache = MirroredCache(self._model.make_cache(), cache_id, self)
+        weakref.finalize(cache, self._freed.append, (Op.NEW_CACHE.value, cache_id))
+        return cache
+
+    def __call__(self, inputs: Any, cache: Any = None, input_embeddings: Any = None) -> Any:
+        if not isinstance(cache, MirroredCache):
+            raise TypeError("a model shared across several Macs runs only with its own caches (make_cache)")
+        if input_embeddings is not None:
+            raise ValueError("images are not supported on several Macs yet")
+        if inputs.ndim != 2 or inputs.shape[0] != 1:
+            raise ValueError("a model shared across several Macs runs one sequence at a time")
+        tokens = inputs.reshape(-1).tolist()
+        self._send(Op.FORWARD, cache.cache_id, *quantization_of(cache), payload=tokens)
+        return forward(self._model, inputs, cache)
+
+    # -- snapshots, as MirroredCache hears of them ------------------------------------------------------------
+    def snapshot_taken(self, cache: MirroredCache, snap: Any) -> None:
+        snap_id = next(self._ids)
+        cache.snapshot_ids[id(snap)] = snap_id
+        self._send(Op.SNAPSHOT, cache.cache_id, snap_id, snap.length, *quantization_of(cache))
+        weakref.finalize(snap, self._snapshot_gone, weakref.ref(cache), id(snap), snap_id)
+
+    def snapshot_restored(self, cache: MirroredCache, snap: Any) -> None:
+        snap_id = cache.snapshot_ids[id(snap)]
+        self._send(Op.RESTORE, cache.cache_id, snap_id, *quantization_of(cache))
+
+    def _snapshot_gone(self, cache_ref: Any, key: int, snap_id: int) -> None:
+        cache = cache_ref()
+        if cache is not None:
+            cache.snapshot_ids.pop(key, None)
+        self._freed.append((Op.SNAPSHOT.value, snap_id))
+
+    def shutdown(self) -> None:
+        """Tell the followers to end (they exit 0); later calls raise RankLost."""
+        if not self.closed:
+            try:
+                self._channel.send(Op.SHUTDOWN)
+            finally:
+                self.closed = True
+
+
+# --- the other ranks ---
+
+
+class Follower:
+    """A rank other than 0: runs rank 0's commands on its own shard until told to stop."""
+
+    def __init__(self, model: Any, group: Any):
+        self.model = model
+        self.channel = Channel(group)
+        self.caches: dict[int, list] = {}
+        self.snapshots: dict[int, tuple[int, Any]] = {}  # snapshot id -> (cache id, snapshot)
+        self.steps = 0
+
+    def run(self) -> None:
+        """Follow until SHUTDOWN; RankLost when rank 0 goes away."""
+        while self.step():
+            pass
+
+    def step(self) -> bool:
+        op, f, payload = self.channel.receive()
+        self.steps += 1
+        match op:
+            case Op.NEW_CACHE:
+                self.caches[f[0]] = self.model.make_cache()
+            case Op.FORWARD:
+                import mlx.core as mx
+
+                cache = self.caches[f[0]]
+                match_quantization(cache, f[1], f[2])
+                forward(self.model, mx.array(payload, dtype=mx.int32)[None], cache)
+            case Op.SNAPSHOT:
+                cache = self.caches[f[0]]
+                match_quantization(cache, f[3], f[4])
+                self.snapshots[f[1]] = (f[0], take_snapshot(cache, f[2]))
+            case Op.RESTORE:
+                cache = self.caches[f[0]]
+                match_quantization(cache, f[2], f[3])
+                restore_snapshot(cache, self.snapshots[f[1]][1])
+            case Op.FREE:
+                for kind, ident in zip(payload[::2], payload[1::2]):
+                    if kind == Op.NEW_CACHE:
+                        self.caches.pop(ident, None)
+                    else:
+                        self.snapshots.pop(ident, None)
+            case Op.SHUTDOWN:
+                return False
+        return True

@@ -1,0 +1,151 @@
+"""Inside a launched rank: join the group, read this rank's shard, and either drive (rank 0) or follow.
+
+`mlx.launch` starts the same command on every host with MLX_RANK set; the launcher (macapp.core.cluster.launch)
+adds QWEN_DESK_CLUSTER, a JSON `RankSpec` (split, backend). Rank 0 runs the app's engine with
+`engine_for_rank0()`; every other rank calls `follow(model_spec)` and exits with its code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from macapp.core.cluster.sizing import Shard
+
+ENV = "QWEN_DESK_CLUSTER"
+READY = "qwen-desk-cluster: rank {rank} of {size} joined"  # on stderr, for the launcher's start-up watch
+DONE = "qwen-desk-cluster: rank 0 done"  # on stderr when rank 0 exits
+FOLLOWER_LOST = 3  # a follower's exit status when rank 0 went away mid-run
+
+
+@dataclass(frozen=True)
+class RankSpec:
+    shard: Shard
+    backend: str
+    hosts: int
+    control_dir: str = ""  # the launcher's folder for rank 0's pid (Ctrl-C is passed on when rank 0 is local)
+
+    def to_env(self) -> str:
+        data = asdict(self)
+        data["shard"] = self.shard.value
+        return json.dumps(data)
+
+    @classmethod
+    def from_env(cls, text: str) -> "RankSpec":
+        data = json.loads(text)
+        return cls(Shard(data["shard"]), str(data["backend"]), int(data["hosts"]), str(data.get("control_dir") or ""))
+
+
+def launched_spec() -> RankSpec | None:
+    """This process's RankSpec when mlx.launch started it for a cluster run; None otherwise."""
+    text = os.environ.get(ENV)
+    if not text or "MLX_RANK" not in os.environ:
+        return None
+    return RankSpec.from_env(text)
+
+
+def rank() -> int:
+    return int(os.environ.get("MLX_RANK", "0"))
+
+
+def join(spec: RankSpec) -> Any:
+    """The distributed group, after saying so on stderr (the launcher waits for every rank's line)."""
+    import mlx.core as mx
+
+    group = mx.distributed.init(strict=True, backend=spec.backend)
+    if group.size() != spec.hosts:
+        raise RuntimeError(f"the group has {group.size()} ranks, the hostfile {spec.hosts}")
+    if spec.control_dir and Path(spec.control_dir).is_dir():  # a rank on the launcher's machine: say our pid
+        (Path(spec.control_dir) / f"rank{group.rank()}.pid").write_text(str(os.getpid()))
+    print(READY.format(rank=group.rank(), size=group.size()), file=sys.stderr, flush=True)
+    return group
+
+
+def start_rank0(spec: RankSpec) -> Any:
+    """Rank 0's set-up: Ctrl-C stops a reply again (mlx.launch's children start with it ignored), the launcher
+    learns our pid (to pass Ctrl-C on) and hears when we are done; then join the group."""
+    import atexit
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    atexit.register(lambda: print(DONE, file=sys.stderr, flush=True))
+    return join(spec)
+
+
+def read_shard(path: Path, group: Any, shard: Shard) -> tuple[Any, Any, dict]:
+    """This rank's part of the model in `path` (mlx-lm's sharded_load), its tokenizer and config."""
+    from mlx_lm.utils import sharded_load
+
+    groups = {"tensor_group": group} if shard is Shard.TENSOR else {"pipeline_group": group}
+    return sharded_load(str(path), return_config=True, **groups)
+
+
+def reader_for_rank0(group: Any, shard: Shard):
+    """The engine's model reader on rank 0: the shard, wrapped so that every call is mirrored on the followers."""
+    from macapp.core.cluster.lockstep import LockstepModel
+
+    def read(path: Path) -> tuple[Any, Any, dict]:
+        model, tokenizer, config = read_shard(path, group, shard)
+        return LockstepModel(model, group), tokenizer, config
+
+    return read
+
+
+def engine_for_rank0(spec: RankSpec, group: Any | None = None) -> Any:
+    """Rank 0's engine: the app's Engine reading the shard through a LockstepModel; closing it shuts the
+    followers down first (on the worker, after every job), so they exit cleanly."""
+    from macapp.core.engine import Engine
+
+    class Rank0Engine(Engine):
+        def close(self, timeout: float = 30.0) -> None:
+            if not self._closed:
+                for job in list(self._jobs):
+                    if not job.done:
+                        job.stop()
+                self.submit("cluster-shutdown", lambda job: _shut_down(self, job)).wait(timeout)
+            super().close(timeout)
+
+    return Rank0Engine(read_model=reader_for_rank0(group or start_rank0(spec), spec.shard))
+
+
+def _shut_down(engine: Any, job: Any) -> None:
+    from macapp.core.cluster.lockstep import LockstepModel, RankLost
+    from macapp.core.events import Unloaded
+
+    loaded = engine.model
+    try:
+        if loaded is not None and isinstance(loaded.model, LockstepModel):
+            loaded.model.shutdown()
+    except RankLost:
+        pass  # nobody left to tell
+    job.emit(Unloaded(memory_bytes=0))
+
+
+def follow(spec: RankSpec, model_spec: str, group: Any | None = None) -> int:
+    """A follower rank's whole life: join (unless `group` is given), load the same folder, follow rank 0 until
+    it shuts us down; the exit status (0, 1 for a model that cannot load, FOLLOWER_LOST)."""
+    from macapp.core.cluster.lockstep import Follower, RankLost
+    from macapp.core.engine import EngineError, check_model_folder, locate_model
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is rank 0's (it stops the reply)
+    sys.stdout = sys.stderr  # rank 0 owns stdout
+    group = group or join(spec)
+    try:
+        path = locate_model(model_spec)
+        check_model_folder(path)
+        try:
+            model, _tokenizer, _config = read_shard(path, group, spec.shard)
+        except RuntimeError as exc:  # a collective of sharded_load: rank 0 went away while loading
+            raise RankLost(str(exc)) from exc
+        Follower(model, group).run()
+    except EngineError as exc:
+        print(f"qwen-desk: rank {group.rank()}: {exc.message}", file=sys.stderr, flush=True)
+        return 1
+    except RankLost as exc:
+        print(f"qwen-desk: rank {group.rank()}: lost rank 0 ({exc.detail})", file=sys.stderr, flush=True)
+        return FOLLOWER_LOST
+    return 0

@@ -1,0 +1,104 @@
+"""Starting the ranks: everything checked first, and every fault a clear message with no process left behind."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from macapp.core.cluster.launch import ClusterError, ClusterRun, ShardError, prepare, resolve
+from macapp.core.cluster.sizing import Shard
+from tests.core.cluster.conftest import LOCAL, drive_command
+
+
+def group_gone(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def pid_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    try:  # a zombie of ours is gone too
+        return os.waitpid(pid, os.WNOHANG)[0] == pid
+    except ChildProcessError:
+        return False
+
+
+def test_default_split_is_tensor_where_the_heads_divide_else_pipeline(two_local, tiny_moe_path, tiny_three_heads_path):
+    assert prepare(two_local, None, str(tiny_moe_path), None).shard is Shard.TENSOR
+    plan = prepare(two_local, None, str(tiny_three_heads_path), None)
+    assert plan.shard is Shard.PIPELINE and any("attention heads (3)" in p for p in plan.tensor_problems)
+    assert plan.backend == "ring"
+
+
+def test_tensor_asked_for_heads_that_do_not_divide(two_local, tiny_three_heads_path):
+    with pytest.raises(ShardError, match=r"cannot split this model 2 ways \(attention heads \(3\) do not divide by 2.*use --shard pipeline"):
+        prepare(two_local, "ring", str(tiny_three_heads_path), Shard.TENSOR)
+
+
+def test_a_host_that_cannot_be_reached(write_hostfile, tiny_moe_path):
+    # 127.0.0.2 is this machine's loopback, but not named 127.0.0.1: it is reached over ssh, where nothing answers
+    hostfile = write_hostfile([LOCAL, {"ssh": "127.0.0.2", "ips": ["127.0.0.2"]}])
+    started = time.monotonic()
+    with pytest.raises(ClusterError) as exc:
+        prepare(hostfile, "ring", str(tiny_moe_path), None)
+    assert time.monotonic() - started < 20
+    assert "cannot reach every host: ssh to 127.0.0.2 failed" in str(exc.value) and "ssh HOST true" in str(exc.value)
+
+
+def test_a_host_name_that_cannot_resolve_is_said_without_asking_the_network(write_hostfile, tiny_moe_path):
+    assert resolve("mac studio") == "'mac studio' is not a valid host name"
+    hostfile = write_hostfile([LOCAL, {"ssh": "mac_studio", "ips": ["127.0.0.1"]}])
+    with pytest.raises(ClusterError, match="'mac_studio' is not a valid host name"):
+        prepare(hostfile, "ring", str(tiny_moe_path), None)
+
+
+def test_a_model_that_is_not_here(two_local, tmp_path):
+    with pytest.raises(ClusterError, match="No model folder"):
+        prepare(two_local, "ring", str(tmp_path / "nothing"), None)
+
+
+def test_a_rank_that_never_joins_ends_the_run(two_local, tiny_moe_path):
+    plan = prepare(two_local, "ring", str(tiny_moe_path), None)
+    run = ClusterRun(plan, [sys.executable, "-c", "import time; time.sleep(120)"], connect_timeout=2)
+    started = time.monotonic()
+    run.start()
+    assert run.wait() == 1
+    run.close()
+    assert time.monotonic() - started < 15
+    assert "rank 0 (127.0.0.1), rank 1 (127.0.0.1) did not join within 2 s" in run.fault
+    assert group_gone(run.proc.pid)
+
+
+def test_a_follower_killed_mid_reply(two_local, tiny_moe_path):
+    plan = prepare(two_local, "ring", str(tiny_moe_path), None)
+    run = ClusterRun(plan, drive_command(f"{tiny_moe_path}:tensor", max_tokens=100000, turns=1), stdout=subprocess.PIPE)
+    run.start()
+    lines = []
+    reader = threading.Thread(target=lambda: lines.extend(run.proc.stdout), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 60
+    while not any(b"streaming" in line for line in lines) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert any(b"streaming" in line for line in lines), lines
+    rank0, rank1 = (int(run.pidfile(r).read_text()) for r in (0, 1))
+    os.kill(rank1, signal.SIGKILL)
+    killed = time.monotonic()
+    assert run.wait() == 1
+    run.close()
+    assert time.monotonic() - killed < 15
+    assert run.fault == "rank 1 (127.0.0.1) was killed by signal 9 while rank 0 was still running"
+    assert group_gone(run.proc.pid) and pid_gone(rank0) and pid_gone(rank1)
+    reader.join(5)
+    replies = [json.loads(line) for line in lines if line.startswith(b"{")]
+    assert not any("tokens" in r for r in replies)  # the reply never finished: rank 0 lost its peer mid-reply
