@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 from macapp.core import prefill
 from macapp.core.catalog import resolve_model
-from macapp.core.hardware import GiB, MachineProfile, what_if_machine
+from macapp.core.hardware import BANDWIDTH_EFFICIENCY, GiB, MachineProfile, what_if_machine
 from macapp.core.sizing import estimate, prefill_estimate
 
 SPEED = [  # (model, bits, chip, RAM GiB, measured tok/s, source)
@@ -94,7 +94,7 @@ def main() -> None:
 def prefill_tps(name: str, bits: int, machine: MachineProfile, tokens: int) -> float:
     if name in QWEN3:
         work = QWEN3[name]
-        first_token = work.weights_bytes / (machine.bandwidth_gbs * 1e9 * prefill.WEIGHT_READ_EFF)
+        first_token = work.weights_bytes / (machine.bandwidth_gbs * 1e9 * BANDWIDTH_EFFICIENCY)
         return prefill.estimate_prefill(work, machine, tokens, 2048, first_token).tps
     return prefill_estimate(resolve_model(name, bits), machine, tokens).tps
 

@@ -40,9 +40,10 @@ DEFAULT_GPU_CORES = {
 GPU_TFLOPS_PER_CORE = {"M1": 0.340, "M2": 0.344, "M3": 0.388, "M4": 0.420, "M5": 0.469}
 # M5 GPU cores carry neural accelerators (matrix units) that MLX ≥ 0.30 uses on macOS ≥ 26.2: llama.cpp measured
 # 3,347 vs 987 tok/s pp512 on the same M5 Max with and without them (×3.4); Apple's MLX blog reports up to 4×
-# faster time to first token than an M4.
+# faster time to first token than an M4. What MLX gets of it per kind of work is fitted in prefill.ACCELERATED.
 MATMUL_ACCELERATION = {"M5": 3.4}
 ULTRA_SCALING = 0.90  # two dies: M2 Ultra 76-core 16.3 tok/s per core vs the M2 Max 38-core's ~17.8 (llama.cpp #4167)
+BANDWIDTH_EFFICIENCY = 0.82  # share of peak memory bandwidth MLX reaches streaming weights (fitted on decode runs)
 # Fixed per-layer GPU costs (kernel launch, small ops) relative to an M3-generation GPU; fitted on decode runs.
 LAYER_COST_SCALE = {"M1": 1.3, "M2": 1.15, "M3": 1.0, "M4": 0.8, "M5": 0.62}
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from macapp.core.hardware import MATMUL_ACCELERATION, MachineProfile, gpu_tflops
+from macapp.core.hardware import BANDWIDTH_EFFICIENCY, MATMUL_ACCELERATION, MachineProfile, gpu_tflops
 
 # Fitted (least squares on log estimate/measured) to the public runs listed in bench/fit_accuracy.py.
 # Matmul efficiency (share of the GPU's FLOPS reached) rises with the rows each weight matrix sees per chunk:
@@ -40,7 +40,6 @@ ATTENTION_EFF = 0.42  # causal attention at head_dim 256, bf16; fitted mainly on
 # M1 and M2 GPUs have no native bfloat16 (Metal emulates it), which the attention kernel's bf16 inputs pay for.
 ATTENTION_EFF_NO_BF16 = {"M1": 0.19, "M2": 0.19}  # fitted on the one M2 Ultra 128K run
 SCAN_EFF = 0.097  # the gated-delta Metal kernel steps through the chunk token by token (latency-bound)
-WEIGHT_READ_EFF = 0.82  # as for decode (sizing.BANDWIDTH_EFFICIENCY)
 
 
 @dataclass(frozen=True)
@@ -120,7 +119,7 @@ def chunk_seconds(work: Workload, machine: MachineProfile, start: int, size: int
     positions = size * (start + (size + 1) / 2)  # each token attends to every earlier token and itself
     attention = work.attention_flops * positions / (dense * ATTENTION_EFF_NO_BF16.get(machine.family or "", ATTENTION_EFF))
     scan = work.scan_flops * size / (flops * SCAN_EFF)
-    read = work.weights_bytes / ((machine.bandwidth_gbs or 1.0) * 1e9 * WEIGHT_READ_EFF)
+    read = work.weights_bytes / ((machine.bandwidth_gbs or 1.0) * 1e9 * BANDWIDTH_EFFICIENCY)
     return matmul, attention, scan, read
 
 

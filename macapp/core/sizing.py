@@ -14,7 +14,7 @@ from typing import Callable
 
 from macapp.core import prefill as prefill_model
 from macapp.core.catalog import Arch, ModelRef
-from macapp.core.hardware import LAYER_COST_SCALE, MachineProfile
+from macapp.core.hardware import BANDWIDTH_EFFICIENCY, LAYER_COST_SCALE, MachineProfile
 from macapp.core.vision.cost import VisionCost
 
 KV_STEP = 256  # mlx-lm's KVCache grows in steps of 256 tokens
@@ -31,7 +31,6 @@ FITS_SHARE = 0.90  # above 90% of the budget the verdict is "tight"
 # Decode-speed model, calibrated on MLX measurements (see README, "How the numbers are made"):
 # M3 Ultra 8-bit 35B-A3B 80.6 tok/s, 122B-A10B 42.5, 27B 21.3; M3 Ultra 4-bit 397B-A17B ~39;
 # M5 Max 4-bit 122B-A10B 60-65; M4 4-bit 0.8B ~190.
-BANDWIDTH_EFFICIENCY = 0.82  # share of peak memory bandwidth reached while streaming weights
 LAYER_COST_MS = {"dense": 0.06, "moe": 0.19}  # fixed per-layer cost on an M3-generation GPU
 EARLY_CONTEXT = 1024  # the "start of a conversation" context the headline speed is quoted at
 

@@ -4,7 +4,7 @@ import pytest
 
 from macapp.core import prefill, sizing
 from macapp.core.catalog import resolve_model
-from macapp.core.hardware import GiB, profile_from_facts, what_if_machine
+from macapp.core.hardware import BANDWIDTH_EFFICIENCY, GiB, profile_from_facts, what_if_machine
 
 # Qwen3 (full attention everywhere) from their published configs, as mlx-lm's own benchmarks ran them.
 QWEN3_4B = prefill.transformer_workload(2560, 36, 32, 8, 128, intermediate=9728)
@@ -13,7 +13,7 @@ QWEN3_30B_A3B = prefill.transformer_workload(2048, 48, 32, 4, 128, experts=128, 
 
 
 def _first_token_s(work, machine) -> float:
-    return work.weights_bytes / (machine.bandwidth_gbs * 1e9 * prefill.WEIGHT_READ_EFF)
+    return work.weights_bytes / (machine.bandwidth_gbs * 1e9 * BANDWIDTH_EFFICIENCY)
 
 
 # (workload or (catalog name, bits), chip, RAM GiB, GPU cores, prompt tokens, measured prompt tok/s, tolerance)
