@@ -11,7 +11,9 @@ the window (a server started and stopped many times in one process) cannot have.
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
+import threading
 from typing import Any, AsyncIterator, Callable
 
 import anyio
@@ -28,36 +30,57 @@ KEEPALIVE = KeepAlive()
 
 
 class JobFeed:
-    """A Job's events, awaited on the event loop that created the feed."""
+    """A Job's events, awaited on the event loop that created the feed.
+
+    The worker only appends to a list; it wakes the loop once per batch (not once per token), so a fast decode
+    costs the worker one lock and an append per event, and the loop takes whatever arrived since it last looked."""
 
     def __init__(self, job: Any):
         self.job = job
         self._loop = asyncio.get_running_loop()
-        self._queue: asyncio.Queue[Any] = asyncio.Queue()
-        self._pushed_back: list[Any] = []
+        self._lock = threading.Lock()
+        self._arrived: list[Any] = []  # filled by the worker, taken by the loop
+        self._wake_pending = False
+        self._ready: collections.deque[Any] = collections.deque()  # loop side
+        self._signal = asyncio.Event()
         self.finished = False
         job.add_listener(self._deliver)
 
     def _deliver(self, event: Any) -> None:  # on the worker thread (or this one, for past events)
+        with self._lock:
+            self._arrived.append(event)
+            if self._wake_pending:
+                return
+            self._wake_pending = True
         try:
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
+            self._loop.call_soon_threadsafe(self._signal.set)
         except RuntimeError:  # the loop is closed: the server has gone, nobody is listening
             pass
 
+    def _take(self) -> None:
+        with self._lock:
+            arrived, self._arrived = self._arrived, []
+            self._wake_pending = False
+            self._signal.clear()
+        self._ready.extend(arrived)
+
     async def next(self, timeout: float | None = None) -> Any:
         """The next event, or KEEPALIVE after `timeout` seconds of silence."""
-        if self._pushed_back:
-            return self._pushed_back.pop()
-        try:
-            event = await asyncio.wait_for(self._queue.get(), timeout)
-        except asyncio.TimeoutError:
-            return KEEPALIVE
+        while not self._ready:
+            self._take()
+            if self._ready:
+                break
+            try:  # a wake-up may find nothing new (its batch was taken already): then wait again
+                await asyncio.wait_for(self._signal.wait(), timeout)
+            except asyncio.TimeoutError:
+                return KEEPALIVE
+        event = self._ready.popleft()
         if isinstance(event, TerminalEvent):
             self.finished = True
         return event
 
     def push_back(self, event: Any) -> None:
-        self._pushed_back.append(event)
+        self._ready.appendleft(event)
 
     async def events(self, keepalive_s: float) -> AsyncIterator[Any]:
         """Every event up to and including the terminal one, with KEEPALIVE in the quiet stretches."""
