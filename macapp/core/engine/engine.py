@@ -43,6 +43,12 @@ class Engine:
         for session in list(self._sessions):
             session.forget_cache()
 
+    def hold_caches(self, holder) -> None:
+        """Call `holder.forget_cache()` (on the worker) whenever the model is replaced, unloaded or closed, as for a
+        chat session: caches of an extension (the API server's prompt checkpoints) must not outlive their model.
+        Held weakly."""
+        self._sessions.add(holder)
+
     def close(self, timeout: float = 30.0) -> None:
         """Stop this engine's jobs, drop the model and caches (the worker thread stays, parked)."""
         if self._closed:

@@ -173,6 +173,11 @@ class CheckpointPool:
         self._blocks.clear()
         self.nbytes = 0
 
+    def forget_cache(self) -> None:
+        """The engine's model is being replaced or unloaded (Engine.hold_caches): free every checkpoint now."""
+        self.clear()
+        self.owner = None
+
     def longest_prefix(self, tokens: Sequence[int]) -> Checkpoint | None:
         """The longest stored checkpoint that is a proper prefix of `tokens` (one token at least is left to read).
 

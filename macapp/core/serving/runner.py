@@ -73,6 +73,7 @@ class ServingEngine:
         self.engine = engine
         self.options = options or ServingOptions()
         self.pool = CheckpointPool(self.options.pool_bytes or 0)
+        engine.hold_caches(self.pool)  # freed before another model loads
         self._sized = self.options.pool_bytes is not None
         self._lock = threading.Lock()
         self._pending = 0  # submitted, not yet ended (the running one included)

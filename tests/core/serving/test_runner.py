@@ -311,3 +311,14 @@ def test_stop_while_reading_the_prompt_ends_at_once_and_keeps_the_checkpoints_pa
     # the system prompt's checkpoint was passed before the stop: the retry starts there
     _, again = run(serving, request)
     assert again.text == ANSWER and again.usage.cached_tokens == after_system
+
+
+def test_loading_another_model_frees_the_checkpoints_first(load, tiny_moe_path, tiny_dense_path):
+    engine = load(tiny_moe_path)
+    serving = ServingEngine(engine)
+    run(serving, ask(SYSTEM, USER))
+    assert len(serving.pool) > 0 and serving.pool.nbytes > 0
+    load(tiny_dense_path)
+    assert len(serving.pool) == 0 and serving.pool.nbytes == 0
+    _, done = run(serving, ask(SYSTEM, USER))
+    assert done.usage.cached_tokens == 0 and done.text == ANSWER and done.model == "tiny-qwen3.5-dense"
