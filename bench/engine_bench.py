@@ -44,7 +44,7 @@ def on_worker(engine: Engine, fn):
     box = {}
 
     def work(job):
-        box["value"] = fn(engine._model)
+        box["value"] = fn(engine.model)
         job.emit(Finished(Reply()))
 
     engine.submit("bench", work).result()
@@ -52,7 +52,7 @@ def on_worker(engine: Engine, fn):
 
 
 def banned_eos(engine: Engine, n: int):
-    vocab = engine._model.tokenizer.get_vocab()
+    vocab = engine.model.tokenizer.get_vocab()
     return greedy(n, logit_bias={vocab["<|im_end|>"]: -1e9, vocab["<|endoftext|>"]: -1e9})
 
 
@@ -83,7 +83,7 @@ def raw_on_worker(engine: Engine, prompt_ids: list[int], params) -> tuple[float,
     box = {}
 
     def work(job):
-        m = engine._model
+        m = engine.model
         box["value"] = _raw_loop(m.model, m.tokenizer, prompt_ids, params, lambda text: job.emit(AnswerDelta(text)))
         job.emit(Finished(Reply()))
 
@@ -176,7 +176,7 @@ def decode_comparison(engine: Engine, path: Path, label: str, tokens: int, reps:
     raw_model = mlx_lm.load(str(path))  # raw mlx-lm's own copy, on the main thread
     text = "Summarise the following notes: " + " ".join(f"note {i} about caches and speed." for i in range(8))
     params = banned_eos(engine, tokens)
-    prompt_ids = list(engine._model.tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, enable_thinking=False))
+    prompt_ids = list(engine.model.tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, enable_thinking=False))
     warm = params.with_overrides(max_tokens=16)  # compile kernels first on both threads
     raw_main_thread(raw_model, prompt_ids, warm), raw_on_worker(engine, prompt_ids, warm), engine_decode(engine, text, warm)
     main_tps, worker_tps, eng_tps, reported = [], [], [], []
