@@ -167,7 +167,7 @@ def reading_words(e: sizing.Estimate) -> str:
     """'reading a 20,000-token prompt: ~12 s (~1,650 tok/s)' — the time to first token for a full `--context` prompt."""
     if e.ttft_estimate_s is None:
         return "reading a prompt: no estimate (not an Apple Silicon Mac)"
-    return f"reading a {e.context:,}-token prompt (estimate): ~{prefill.format_duration(e.ttft_estimate_s)} (~{e.prefill_tps_estimate:,.0f} tok/s)"
+    return f"reading a {e.context:,}-token prompt: ~{prefill.format_duration(e.ttft_estimate_s)} (estimate, ~{e.prefill_tps_estimate:,.0f} tok/s)"
 
 
 def run_models(args: argparse.Namespace) -> int:
