@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 
 import pytest
 
@@ -322,3 +323,16 @@ def test_loading_another_model_frees_the_checkpoints_first(load, tiny_moe_path, 
     assert len(serving.pool) == 0 and serving.pool.nbytes == 0
     _, done = run(serving, ask(SYSTEM, USER))
     assert done.usage.cached_tokens == 0 and done.text == ANSWER and done.model == "tiny-qwen3.5-dense"
+
+
+def test_quantized_kv_checkpoints_restore_and_reply_like_a_fresh_read(load, tiny_moe_path):
+    engine = load(tiny_moe_path)
+    options = ServingOptions(session=SessionOptions(kv_bits=8))
+    pooled, unpooled = ServingEngine(engine, options), ServingEngine(engine, replace(options, pool_bytes=1))
+    sampling = off_script(engine)
+    messages = [SYSTEM, USER]
+    for i in range(2):
+        _, a = run(pooled, ask(*messages, sampling=sampling))
+        _, b = run(unpooled, ask(*messages, sampling=sampling))
+        assert a.text == b.text and (i == 0 or a.usage.cached_tokens > 0) and b.usage.cached_tokens == 0
+        messages += [ChatMessage(Role.ASSISTANT, a.text[:30]), ChatMessage(Role.USER, "More.")]
