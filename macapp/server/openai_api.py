@@ -160,6 +160,15 @@ def thinking_of(body: dict, default: bool) -> bool:
     return default
 
 
+def _refuse_unsupported(body: dict) -> None:
+    """Options whose silent omission would hand the client something else than it asked for."""
+    if f.get_int(body, "n", "n", minimum=1, default=1) != 1:
+        raise invalid("n > 1 is not supported: this server writes one reply per request.", param="n")
+    response_format = f.get_object(body, "response_format", "response_format")
+    if response_format.get("type", "text") != "text":
+        raise invalid(f"response_format {response_format.get('type')!r} is not supported (only 'text'): ask for JSON in the prompt.", param="response_format")
+
+
 def parse_chat_request(body: dict, default_thinking: bool, client: str = "") -> ChatCompletionCall:
     raw_messages = f.get_list(body, "messages", "messages", required=True)
     if not raw_messages:
@@ -180,6 +189,7 @@ def parse_chat_request(body: dict, default_thinking: bool, client: str = "") -> 
         seed=f.get_int(body, "seed", "seed"),
         logit_bias=f.logit_bias(body.get("logit_bias")),
     )
+    _refuse_unsupported(body)
     tools = parse_tools(body.get("tools"))
     tool_choice = parse_tool_choice(body.get("tool_choice"), tools)
     stream_options = f.get_object(body, "stream_options", "stream_options")

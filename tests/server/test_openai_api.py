@@ -113,6 +113,10 @@ def test_sampling_fields_override_the_preset_and_stop_accepts_string_or_list():
         ({"messages": [{"role": "user", "content": "hi"}], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice.function.name"),
         ({"messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{not json"}}]}]}, "messages[0].tool_calls[0].function.arguments"),
         ({"messages": [{"role": "user", "content": [{"type": "audio"}]}]}, "messages[0].content[0].type"),
+        ({"messages": [{"role": "user", "content": "hi"}], "n": 2}, "n"),
+        ({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema"}}, "response_format"),
+        ({"messages": [{"role": "user", "content": "hi"}], "logit_bias": {"abc": 5}}, "logit_bias"),
+        ({"messages": [{"role": "user", "content": "hi"}], "logit_bias": {"5": 500}}, "logit_bias"),
     ],
 )
 def test_bad_bodies_are_400_naming_the_field(body, param):
@@ -154,6 +158,11 @@ def test_chunks_stream_role_then_reasoning_text_tool_calls_finish_and_usage():
     assert chunks[6]["choices"] == [] and chunks[6]["usage"]["prompt_tokens_details"]["cached_tokens"] == 80
     assert all(c["object"] == "chat.completion.chunk" and c["id"] == writer.id for c in chunks)
     assert chunks[-1]["model"] == "tiny"  # the model that answered
+
+
+def test_logit_bias_maps_token_ids():
+    call = parse({"messages": [{"role": "user", "content": "hi"}], "logit_bias": {"2": -100, "7": 3.5}, "n": 1, "response_format": {"type": "text"}})
+    assert call.request.sampling.logit_bias == {2: -100.0, 7: 3.5}
 
 
 def test_without_include_usage_no_usage_chunk():
