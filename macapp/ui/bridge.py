@@ -37,7 +37,10 @@ class EventBridge(QObject):
         if self.finished:  # nothing comes after the terminal event; the bridge may be deleted by now
             return
         if self.throttle.offer(event):
-            self._wake.emit()
+            try:
+                self._wake.emit()
+            except RuntimeError:  # the GUI thread's timer delivered the terminal event first and deleted the bridge
+                pass
 
     def attach(self, job: Any) -> Any:
         """Listen to a core Job's events; call on the GUI thread (it starts the delivery timer)."""

@@ -61,6 +61,8 @@ class ChatController(QObject):
     reply_under_way = Signal()  # the new reply began: a regenerated / edited turn is replaced now
     reply_events = Signal(list)  # a coalesced batch of the reply in flight's events
     turn_settled = Signal(object)  # TurnEnd
+    turn_left = Signal()  # the reply in flight was stopped and left (unload, New Chat, another conversation)
+    conversation_updated = Signal(object)  # a left reply of the open conversation was recorded: its Conversation
     conversations_changed = Signal()
     history_notice = Signal(str)  # the history cannot be written: chats are not saved (said once)
     status_text = Signal(str)  # a line for the meter
@@ -321,6 +323,8 @@ class ChatController(QObject):
         if flight is not self.flight:  # left behind: recorded, not shown
             if turn.settled:
                 self._release(flight)
+                if turn.recorder is self.recorder and self.flight is None and self.conversation_id is not None:
+                    self.conversation_updated.emit(self.store.get_conversation(self.conversation_id))
                 self.conversations_changed.emit()
             return
         if turn.under_way and not was_under_way:
@@ -375,6 +379,7 @@ class ChatController(QObject):
             return
         self._left.append(flight)
         flight.job.stop()
+        self.turn_left.emit()
         self.state_changed.emit()
 
     def shutdown(self) -> None:

@@ -76,6 +76,8 @@ class ChatView(QWidget):
         c.reply_events.connect(self.messages.show_events)
         c.reply_events.connect(self.meter.show_events)
         c.turn_settled.connect(self._on_turn_settled)
+        c.turn_left.connect(self.messages.leave_turn)
+        c.conversation_updated.connect(lambda conv: self.messages.show_conversation(conv.messages))
         c.status_text.connect(self.meter.show_text)
         c.error.connect(self.show_error)
         c.history_notice.connect(self._show_notice)

@@ -158,6 +158,17 @@ class MessageList(QScrollArea):
             msg.finish(reply.stats if reply is not None else msg.stats, note)
         self._changed()
 
+    def leave_turn(self) -> None:
+        """The reply in flight was stopped and will not be shown further: show it as stopped, the old turn again."""
+        msg, pending = self.current, self._pending
+        self.current = self._pending = None
+        if pending is not None:
+            for w in pending.hidden:
+                w.show()
+        if msg is not None:
+            msg.finish(msg.stats, "stopped")
+        self._changed()
+
     # -- helpers ------------------------------------------------------------------------------------------------
     def _add(self, widget: QWidget) -> QWidget:
         self._layout.insertWidget(self._layout.count() - 1, widget)

@@ -273,3 +273,19 @@ def test_a_read_only_history_still_chats_and_says_it_is_not_saved(chat, qtbot, w
     assert len(seen) == 1  # told once
     # The read-only history itself was not written to.
     assert len(chat.controller.history.read_only_store.get_conversation(kept.id).messages) == len(kept.messages)
+
+
+def test_unloading_while_a_reply_streams_records_it_and_shows_what_was_saved(chat, settings, qtbot, window):
+    settings.set("chat.sampling.instant", {**GREEDY, "max_tokens": 4000})
+    chat.controller.sampling_overrides = NO_END
+    chat.composer.thinking.setChecked(False)
+    assert chat.send("Keep going")
+    qtbot.waitUntil(lambda: chat.messages.current is not None and len(chat.messages.current.answer) > 10, timeout=30_000)
+    window.unload_action.trigger()
+    assert not chat.busy and chat.messages.current is None
+    store, key = chat.controller.store, chat.controller.conversation_id
+    qtbot.waitUntil(lambda: store.get_conversation(key).messages[-1].state != "streaming", timeout=10_000)
+    saved = store.get_conversation(key).messages
+    assert [m.role for m in saved] == ["user", "assistant"] and saved[-1].state == "stopped"
+    qtbot.waitUntil(lambda: chat.messages.widgets()[-1].view.source_text == saved[-1].content, timeout=5_000)
+    assert len(chat.messages.widgets()) == 2 and "stopped" in chat.messages.widgets()[-1].stats_label.text()

@@ -85,3 +85,20 @@ def test_fifty_replies_leave_no_bridges_and_no_growing_event_lists(chat, setting
     (jobs_10, events_10), (jobs_50, events_50) = counts[10][1], counts[50][1]
     assert jobs_50 <= jobs_10 <= 2 and events_50 <= events_10  # the session's last job at most, not 50 of them
     assert len(chat.messages.widgets()) == 2 * 51
+
+
+def test_closing_the_window_mid_reply_keeps_the_reply_so_far(chat, settings, qtbot, window):
+    from macapp.core.history import Store
+    from tests.ui.helpers import NO_END
+
+    settings.set("chat.sampling.instant", {**GREEDY, "max_tokens": 4000})
+    chat.controller.sampling_overrides = NO_END
+    assert chat.controller.send("Keep talking", thinking=False)
+    qtbot.waitUntil(lambda: chat.messages.current is not None and len(chat.messages.current.answer) > 10, timeout=30_000)
+    shown = chat.messages.current.answer
+    key = chat.controller.conversation_id
+    window.close()
+    with Store.open() as store:
+        user, reply = store.get_conversation(key).messages
+    assert user.content == "Keep talking"
+    assert reply.state == "stopped" and reply.finish_reason == "stopped" and reply.content.startswith(shown)
