@@ -146,12 +146,12 @@ class History:
     def conversation_id(self) -> int | None:
         return self.recorder.conversation_id if self.recorder is not None else self._resumed
 
-    def begin(self, kind: Any, text: str, thinking: bool) -> Any:
-        """The recorded turn (a send's message committed now), or None when nothing is recorded."""
+    def begin(self, kind: Any, text: str, thinking: bool, images: tuple = ()) -> Any:
+        """The recorded turn (a send's message and pictures committed now), or None when nothing is recorded."""
         if self.recorder is None:
             return None
         try:
-            return self.recorder.begin(kind, text, thinking=thinking)
+            return self.recorder.begin(kind, text, thinking=thinking, images=images)
         except Exception as exc:  # the chat goes on; say why it is not saved
             print(f"qwen-desk: could not save to the history: {exc}", file=sys.stderr)
             return None
@@ -192,7 +192,7 @@ class Chat:
         the job's terminal event."""
         from macapp.core.recorder import TurnResult, run_on
 
-        recorded = self.history.begin(kind, text, thinking)
+        recorded = self.history.begin(kind, text, thinking, images)
         session = self.session
         job = run_on(session, kind, text, thinking=thinking, sampling=sampling, thinking_budget=budget)
         last = _stream(job, out, color, show, on_event=recorded.feed if recorded is not None else None)

@@ -42,6 +42,13 @@ def cache_dir() -> Path:
     return path
 
 
+def pictures_dir() -> Path:
+    """Pictures sent in chats, one file per picture named by its content's SHA-256 (the history refers to them)."""
+    path = app_home() / "pictures"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def resources_dir() -> Path:
     """The `resources/` folder: beside the package in a checkout, inside the bundle when frozen."""
     frozen_root = getattr(sys, "_MEIPASS", None)

@@ -79,6 +79,14 @@ def run_on(session: Any, kind: TurnKind, text: str = "", **options: Any) -> Any:
     return session.send(text, **options)
 
 
+def _saved(images: tuple) -> tuple:
+    if not images:
+        return ()
+    from macapp.core.vision.pictures import save_picture
+
+    return tuple(save_picture(image) for image in images)
+
+
 class ChatRecorder:
     """Mirrors one conversation's turns into the store; the conversation is created by its first sent message."""
 
@@ -112,9 +120,10 @@ class ChatRecorder:
         kwargs.setdefault("settings", conv.settings)
         return cls(store, conversation_id, **kwargs)
 
-    def begin(self, kind: TurnKind, text: str = "", *, thinking: bool = False) -> RecordedTurn:
+    def begin(self, kind: TurnKind, text: str = "", *, thinking: bool = False, images: tuple = ()) -> RecordedTurn:
         """Start recording a turn, before the session runs it. A send commits the user message now (creating
-        the conversation if needed; raises StoreError when that fails). A turn still open is abandoned (kept)."""
+        the conversation if needed; raises StoreError when that fails), its `images` (vision.images.PreparedImage)
+        saved into the pictures folder and referenced from it. A turn still open is abandoned (kept)."""
         with self._lock:
             if self._turn is not None:
                 self._turn.abandon()
@@ -122,7 +131,7 @@ class ChatRecorder:
             if kind is TurnKind.SEND:
                 turn._created_conversation = self.conversation_id is None
                 self._ensure_conversation()
-                self.store.add_message(self.conversation_id, "user", text)
+                self.store.add_message(self.conversation_id, "user", text, images=_saved(images))
             self._turn = turn
             return turn
 

@@ -57,3 +57,22 @@ def test_interactive_image_command_attaches_to_the_next_message(tiny_vlm_path, p
     assert len(stats) == 2
     first, second = (int(line.split()[1]) for line in stats)
     assert first > second + 8 - 1  # the picture's 8 image tokens were read with the first message only
+
+
+def test_pictures_are_saved_with_the_conversation_and_resume_with_it(capsys, tiny_vlm_path, picture):
+    from macapp.core import paths
+    from macapp.core.history import Store
+
+    pic = picture("receipt.png", (96, 96))
+    code = main(["chat", "--model", str(tiny_vlm_path), "--image", str(pic), "--prompt", "total?", "--json", "--temp", "0", "--no-think"])
+    first = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert code == 0 and first["image_tokens"] == 9
+    with Store.open() as store:
+        conv = store.get_conversation(first["conversation_id"])
+    (ref,) = conv.messages[0].images
+    assert ref.name == "receipt.png" and (ref.width, ref.height) == (96, 96)
+    assert (paths.pictures_dir() / ref.file_name).is_file()
+    # resumed: the conversation is read once with its picture (image tokens again), then appended
+    code = main(["chat", "--model", str(tiny_vlm_path), "--resume", str(first["conversation_id"]), "--prompt", "and the tax?", "--json", "--temp", "0", "--no-think"])
+    resumed = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert code == 0 and resumed["image_tokens"] == 9 and resumed["prompt_tokens"] > first["prompt_tokens"]

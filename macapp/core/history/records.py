@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Callable
 
 from macapp.core.events import format_stats
+from macapp.core.vision.refs import ImageRef
 
 TITLE_LIMIT = 60
 
@@ -85,6 +86,7 @@ class Message:
     stats: ReplyStats = field(default_factory=ReplyStats)
     model: str | None = None
     created: float = 0.0
+    images: tuple[ImageRef, ...] = ()  # pictures sent with a user message (files in paths.pictures_dir())
 
     def __post_init__(self) -> None:
         self.role, self.state = Role(self.role), MessageState(self.state)  # plain strings are accepted too
@@ -113,7 +115,9 @@ class Conversation:
     def chat_messages(self, include_system: bool = True) -> list[dict[str, Any]]:
         """The conversation in the engine's message shape, to reopen it: `engine.new_session(messages=...)`.
 
-        {role, content}; replies also carry reasoning, thinking and finish_reason, like ChatSession.messages.
+        {role, content}; replies also carry reasoning, thinking and finish_reason, like ChatSession.messages; a
+        message with pictures carries them under "images" (read back from the pictures folder; a missing file is
+        left out, the text stays).
         """
         out: list[dict[str, Any]] = []
         if include_system and self.system_prompt:
@@ -122,8 +126,23 @@ class Conversation:
             item: dict[str, Any] = {"role": m.role.value, "content": m.content}
             if m.role == Role.ASSISTANT:
                 item.update(reasoning=m.reasoning, thinking=m.thinking, finish_reason=m.finish_reason)
+            if m.images:
+                item["images"] = _pictures(m.images)
             out.append(item)
         return out
+
+
+def _pictures(refs: tuple[ImageRef, ...]) -> list[Any]:
+    from macapp.core.vision.images import ImageError
+    from macapp.core.vision.pictures import load_picture
+
+    out = []
+    for ref in refs:
+        try:
+            out.append(load_picture(ref))
+        except ImageError:
+            continue
+    return out
 
 
 @dataclass

@@ -8,6 +8,7 @@ from dataclasses import fields
 from typing import Any
 
 from macapp.core.history.records import STAT_FIELDS, Conversation, Message, MessageState, ReplyStats, Role
+from macapp.core.vision.refs import refs_from_json, refs_to_json
 
 # A message row: every Message field but `stats`, whose fields are columns of their own.
 MESSAGE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Message) if f.name != "stats")
@@ -33,7 +34,7 @@ def message_values(m: Message, *, id: int | None, conversation_id: int, position
     """The row for `m` in MESSAGE_COLUMNS order, under the given id (None: a new one), conversation and position."""
     values = {name: getattr(m, name) for name in MESSAGE_FIELDS}
     values.update(id=id, conversation_id=conversation_id, position=position, reasoning=m.reasoning or "",
-                  thinking=int(m.thinking))
+                  thinking=int(m.thinking), images=refs_to_json(m.images))
     return tuple(values[name] for name in MESSAGE_FIELDS) + stats_values(m.stats)
 
 
@@ -44,7 +45,8 @@ def finish_values(m: Message) -> tuple[Any, ...]:
 
 def message_from_row(row: sqlite3.Row) -> Message:
     values = {name: row[name] for name in MESSAGE_FIELDS}
-    values.update(thinking=bool(values["thinking"]), role=Role(values["role"]), state=MessageState(values["state"]))
+    values.update(thinking=bool(values["thinking"]), role=Role(values["role"]), state=MessageState(values["state"]),
+                  images=refs_from_json(values["images"]))
     return Message(**values, stats=ReplyStats(**{name: row[name] for name in STAT_FIELDS}))
 
 

@@ -72,10 +72,16 @@ def _migrate_3_search_index(conn: sqlite3.Connection) -> None:
     # later by `ensure_search_index` when a SQLite with FTS5 opens the file.
 
 
+def _migrate_4_pictures(conn: sqlite3.Connection) -> None:
+    """Pictures sent with a message: a JSON list of references to files in the app's pictures folder."""
+    conn.execute("ALTER TABLE messages ADD COLUMN images TEXT NOT NULL DEFAULT '[]'")
+
+
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _migrate_1_base,
     _migrate_2_reply_model,
     _migrate_3_search_index,
+    _migrate_4_pictures,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -239,8 +239,10 @@ class Store:
         stats: Any = None,
         finish_reason: str | None = None,
         model: str | None = None,
+        images: tuple = (),
     ) -> Message:
-        """Append and commit one message. The first user message also titles an untitled conversation."""
+        """Append and commit one message. The first user message also titles an untitled conversation. `images`:
+        the pictures sent with it (vision.refs.ImageRef, already saved by vision.pictures.save_picture)."""
         if role not in ROLES:
             raise StoreError(f"Unknown role {role!r}; expected one of {', '.join(ROLES)}.")
         if state not in STATES:
@@ -249,7 +251,7 @@ class Store:
         message = Message(
             id=0, conversation_id=conversation_id, position=0, role=role, content=content, reasoning=reasoning or "",
             thinking=thinking, state=state, finish_reason=finish_reason, stats=ReplyStats.from_any(stats),
-            model=model, created=time.time(),
+            model=model, created=time.time(), images=tuple(images),
         )
         with self.database.write() as conn:
             conv = conn.execute("SELECT title FROM conversations WHERE id = ?", (conversation_id,)).fetchone()

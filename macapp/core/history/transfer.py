@@ -49,6 +49,8 @@ def export_dict(conv: Conversation, include_reasoning: bool = True) -> dict[str,
         if m.role is Role.ASSISTANT:
             stats = {k: v for k, v in asdict(m.stats).items() if v is not None}
             item.update(state=m.state.value, finish_reason=m.finish_reason, model=m.model, stats=stats)
+        if m.images:
+            item["images"] = _export_pictures(m.images)
         messages.append(item)
     return {
         "format": EXPORT_FORMAT,
@@ -85,6 +87,8 @@ def export_markdown(conv: Conversation, include_reasoning: bool = True) -> str:
         lines += [f"## {m.role.capitalize()}", ""]
         if include_reasoning and m.reasoning:
             lines += ["<details><summary>Reasoning</summary>", "", m.reasoning.strip("\n"), "", "</details>", ""]
+        if m.images:
+            lines += [f"*[picture: {ref.name}, {ref.width}x{ref.height}]*" for ref in m.images] + [""]
         lines += [m.content.strip("\n") if m.content else "*(no answer)*", ""]
         if m.role is Role.ASSISTANT:
             notes = [n for n in (m.model if m.model and m.model != conv.model else None, m.stats.summary()) if n]
@@ -106,8 +110,37 @@ def _message_from_document(i: int, raw: Any, now: float) -> Message:
         id=0, conversation_id=0, position=i, role=Role(raw["role"]), content=raw.get("content") or "",
         reasoning=raw.get("reasoning") or "", thinking=bool(raw.get("thinking")), state=state,
         finish_reason=raw.get("finish_reason"), stats=ReplyStats.from_any(raw.get("stats")),
-        model=raw.get("model"), created=parse_time(raw.get("created"), now),
+        model=raw.get("model"), created=parse_time(raw.get("created"), now), images=_import_pictures(i, raw.get("images")),
     )
+
+
+def _export_pictures(refs) -> list[dict[str, Any]]:
+    """Each picture with its bytes as a data: URL, so an exported conversation carries its pictures."""
+    from macapp.core.vision.pictures import data_url
+
+    return [{"name": ref.name, "width": ref.width, "height": ref.height, "data_url": data_url(ref)} for ref in refs]
+
+
+def _import_pictures(i: int, raw: Any) -> tuple:
+    """Pictures of an imported message, stored into the pictures folder; a bad one fails the import, by name."""
+    if not raw:
+        return ()
+    if not isinstance(raw, list):
+        raise ImportFormatError(f"Message {i + 1}: \"images\" must be a list of pictures.")
+    from macapp.core.vision.images import ImageError
+    from macapp.core.vision.pictures import import_data_url
+
+    refs = []
+    for n, item in enumerate(raw):
+        name = str(item.get("name") or f"picture {n + 1}") if isinstance(item, dict) else f"picture {n + 1}"
+        url = item.get("data_url") if isinstance(item, dict) else None
+        if not url:
+            continue  # exported while its file was gone: the text is still imported
+        try:
+            refs.append(import_data_url(url, name))
+        except ImageError as exc:
+            raise ImportFormatError(f"Message {i + 1}: {exc}") from None
+    return tuple(refs)
 
 
 def conversation_from_document(data: dict[str, Any] | str | bytes) -> Conversation:

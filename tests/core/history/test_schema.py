@@ -33,7 +33,8 @@ V1_DDL = [
     "CREATE INDEX conversations_by_updated ON conversations(updated)",
 ]
 V2_DDL = V1_DDL + ["ALTER TABLE messages ADD COLUMN model TEXT"]
-OLD_SCHEMAS = {1: V1_DDL, 2: V2_DDL}
+V3_DDL = V2_DDL + ["CREATE INDEX messages_streaming ON messages(id) WHERE state = 'streaming'"]  # FTS built on open
+OLD_SCHEMAS = {1: V1_DDL, 2: V2_DDL, 3: V3_DDL}
 
 
 def _build_old(path: Path, version: int) -> None:
@@ -63,9 +64,9 @@ def old_v1(tmp_path):
     return path
 
 
-@pytest.mark.parametrize("version", [0, 1, 2])
+@pytest.mark.parametrize("version", [0, 1, 2, 3])
 def test_migrates_from_every_earlier_version(tmp_path, outside, version):
-    assert SCHEMA_VERSION == 3  # add the new version's frozen DDL above when this changes
+    assert SCHEMA_VERSION == 4  # add the new version's frozen DDL above when this changes
     path = tmp_path / "history.sqlite3"
     if version == 0:
         path.write_bytes(b"")  # a brand-new empty file
