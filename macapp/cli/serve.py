@@ -18,6 +18,7 @@ import threading
 from macapp.cli import UsageError
 from macapp.cli.fit import parse_context
 from macapp.core import events as ev
+from macapp.server.activity import RequestRecord
 from macapp.server.config import DEFAULT_HOST, DEFAULT_PORT, ServerConfig, is_loopback
 
 LOAD_CODES = (ev.NOT_FOUND, ev.NOT_A_MODEL, ev.CORRUPT, ev.CANCELLED)
@@ -55,6 +56,19 @@ def _config(args: argparse.Namespace) -> ServerConfig:
         raise UsageError("--api-key is empty: give a key, or leave the flag out")
     key = args.api_key or os.environ.get("QWEN_DESK_API_KEY") or None
     return ServerConfig(host=args.host, port=args.port, api_key=key, allowed_origins=tuple(args.allow_origin), default_thinking=args.think)
+
+
+def request_line(record: RequestRecord) -> str:
+    """One stderr line per finished request: who, tokens in / reused / out, decode speed, how it ended."""
+    speed = f" at {record.tokens_per_s:.1f} tok/s" if record.tokens_per_s else ""
+    end = record.state.value + (f": {record.error}" if record.error else "")
+    return (f"qwen-desk: {record.client}: {record.prompt_tokens} tokens in ({record.cached_tokens} reused), "
+            f"{record.completion_tokens} out{speed} - {end}")
+
+
+def _log_finished(record: RequestRecord) -> None:
+    if record.state.finished:
+        print(request_line(record), file=sys.stderr, flush=True)
 
 
 def ready_line(model: str, url: str, config: ServerConfig) -> str:
@@ -110,6 +124,7 @@ def run(args: argparse.Namespace) -> int:
             return 1
         backend = serving_backend(engine, context=args.context, kv_bits=args.kv_bits, queue_limit=config.queue_limit)
         server = LocalServer(backend, config)
+        server.activity.add_observer(_log_finished)
         try:
             url = server.start()
         except OSError as exc:

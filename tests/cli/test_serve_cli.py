@@ -16,7 +16,8 @@ import httpx2
 import pytest
 
 from macapp.cli import main
-from macapp.cli.serve import ready_line
+from macapp.cli.serve import ready_line, request_line
+from macapp.server.activity import RequestRecord, RequestState
 from macapp.server.config import DEFAULT_PORT, ServerConfig
 
 URL = re.compile(r"at (http://127\.0\.0\.1:\d+) ")
@@ -81,6 +82,8 @@ def test_ready_line_answers_then_sigterm_ends_a_stream_in_flight_cleanly(tiny_de
         assert time.monotonic() - started < 10
         assert events[-2:] == ["message_delta", "message_stop"]  # the reply in flight ended properly
         assert "SIGTERM" in err
+        assert "openai" in err and "tokens in" in err and "- done" in err  # one line per finished request
+        assert "anthropic" in err and "- stopped" in err
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -131,3 +134,8 @@ def test_port_in_use_is_a_clear_line(capsys, tiny_dense_path):
         port = taken.getsockname()[1]
         assert main(["serve", "--model", str(tiny_dense_path), "--port", str(port)]) == 1
     assert "choose another with --port" in capsys.readouterr().err
+
+
+def test_request_line():
+    record = RequestRecord(3, "127.0.0.1:5000 anthropic (claude-cli/2.0)", "anthropic", 0.0, RequestState.DONE, 5000, 4900, 21, 412.25)
+    assert request_line(record) == "qwen-desk: 127.0.0.1:5000 anthropic (claude-cli/2.0): 5000 tokens in (4900 reused), 21 out at 412.2 tok/s - done"
