@@ -163,7 +163,7 @@ class History:
             return None
         if self.recorder.conversation_id is None:
             return []
-        return self.store.get_conversation(self.recorder.conversation_id).chat_messages(include_system=False)
+        return self.store.get_conversation(self.recorder.conversation_id).chat_messages()  # its own system prompt too
 
     def report(self) -> None:
         """Say (once) if recording failed during the last turn."""
