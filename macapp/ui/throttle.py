@@ -27,8 +27,7 @@ class Throttle:
         self._pending: list[Any] = []
         self._terminal = False
         self._last_drain = float("-inf")
-        self.offered = 0  # events pushed in
-        self.batches = 0  # batches handed out
+        self.offered = 0  # events pushed in (bench and tests compare the repaints with it)
 
     def offer(self, event: Any) -> bool:
         """Queue an event; True when the caller should wake the consumer now (terminal event)."""
@@ -47,10 +46,6 @@ class Throttle:
                 self._terminal = True
             return terminal
 
-    def due(self) -> bool:
-        with self._lock:
-            return bool(self._pending) and (self._terminal or self._clock() - self._last_drain >= self.interval_s)
-
     def drain(self, force: bool = False) -> list[Any]:
         """The coalesced batch if one is due (or `force`), else []."""
         with self._lock:
@@ -61,5 +56,4 @@ class Throttle:
             batch, self._pending = self._pending, []
             self._terminal = False
             self._last_drain = self._clock()
-            self.batches += 1
             return batch
