@@ -248,9 +248,6 @@ class ElidedLabel(QLabel):
         self.setToolTip(text)
         self._elide()
 
-    def full_text(self) -> str:
-        return self._full
-
     def resizeEvent(self, event) -> None:  # noqa: N802
         super().resizeEvent(event)
         self._elide()
