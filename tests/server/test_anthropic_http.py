@@ -107,3 +107,9 @@ def test_thinking_budget_tokens_is_the_engines_budget(tiny_server):
     thinking, text = message.content
     assert thinking.thinking.strip() == "".join(SCRIPT_REASONING[:2]).strip()
     assert text.text == ANSWER
+
+
+def test_stop_sequences(tiny_server):
+    message = tiny_server.anthropic().messages.create(model="m", max_tokens=64, messages=HELLO, stop_sequences=[" is"], **SAMPLING)
+    assert message.stop_reason == "stop_sequence" and message.stop_sequence == " is"
+    assert message.content[0].text == "The answer"

@@ -132,3 +132,9 @@ def test_health(tiny_server):
 
     response = httpx2.get(f"{tiny_server.url}/health", timeout=10)
     assert response.status_code == 200 and response.json()["status"] == "ok"
+
+
+def test_stop_sequence_cuts_the_answer(tiny_server):
+    reply = tiny_server.openai().chat.completions.create(model="x", messages=HELLO, max_tokens=64, stop=[" is"],
+                                                         extra_body={"reasoning_effort": "none"}, **GREEDY)
+    assert reply.choices[0].message.content == "The answer" and reply.choices[0].finish_reason == "stop"
