@@ -5,7 +5,7 @@ from __future__ import annotations
 import mlx.core as mx
 import pytest
 
-from macapp.core.sampling import PRESETS, SamplingParams, greedy, make_sampler_and_processors, preset
+from macapp.core.sampling import PENALTY_WINDOW, PRESETS, SamplingParams, greedy, make_sampler_and_processors, preset
 
 
 def test_presets_match_the_model_card():
@@ -42,3 +42,12 @@ def test_the_sampler_is_mlx_lms_and_greedy_is_argmax():
     assert sampler(biased).item() == 3
     _, with_penalty = make_sampler_and_processors(preset(True))
     assert len(with_penalty) == 1  # the presence penalty
+
+
+def test_the_presence_penalty_reaches_back_over_the_wider_window():
+    _, (penalty,) = make_sampler_and_processors(preset(True))  # presence penalty 1.5
+    history = mx.array([5] + [1] * (PENALTY_WINDOW - 1))
+    logits = penalty(history, mx.zeros((1, 8)))[0].tolist()
+    assert logits[5] == -1.5 and logits[1] == -1.5 and logits[3] == 0.0  # 5 is PENALTY_WINDOW tokens back, still seen
+    older = penalty(mx.array([5] + [1] * PENALTY_WINDOW), mx.zeros((1, 8)))[0].tolist()
+    assert older[5] == 0.0 and PENALTY_WINDOW > 20  # beyond the window it is not (mlx-lm's default window is 20)
