@@ -148,6 +148,7 @@ class MainWindow(QMainWindow):
         self.chat.controller.history_notice.connect(self.status.show_notice)
         self.chat.controller.model_ready.connect(lambda: self.show_page(CHAT))
         self.server.busy_changed.connect(self._on_server_busy)
+        self.chat.controller.state_changed.connect(self._say_chat_waits)
 
         self._build_menus()
         self._restore_state()
@@ -323,6 +324,11 @@ class MainWindow(QMainWindow):
             self.status.showMessage("The local server is answering a request; a chat reply waits until it is done.")
         else:
             self.status.clearMessage()
+
+    def _say_chat_waits(self) -> None:
+        """A chat reply sent while the server answers waits for it: the meter says so until its reading starts."""
+        if self.chat.controller.busy and self.server.busy:
+            self.chat.meter.show_text("Waiting for the local server to finish a request; this reply starts right after.")
 
     def start_background_work(self, wait: bool = False) -> None:
         """After the first paint: open the history, probe the hardware and the download state."""

@@ -84,8 +84,12 @@ def test_a_request_waits_for_the_engine_and_the_chat_is_told(panel, window, chat
         qtbot.waitUntil(lambda: panel.table.rowCount() == 1, timeout=10_000)
         assert panel.table.item(0, 5).text() == "waiting for the engine"
         qtbot.waitUntil(lambda: "local server is answering" in window.status.currentMessage(), timeout=5_000)
+        assert chat.send("And a chat message meanwhile")  # queued behind the server's request: said, not frozen
+        assert "Waiting for the local server" in chat.meter.text()
     qtbot.waitUntil(lambda: not thread.is_alive(), timeout=60_000)
     assert results == [ANSWER]
+    qtbot.waitUntil(lambda: not chat.busy, timeout=60_000)
+    assert chat.messages.widgets()[-1].answer == ANSWER
     qtbot.waitUntil(lambda: "local server" not in window.status.currentMessage(), timeout=5_000)
 
 
