@@ -156,14 +156,9 @@ class ChatSession:
         else:
             cached = 0 if plan.rereads else len(self.tokens)
         budget_bytes = self.options.memory_budget_bytes or self.engine.memory_budget_bytes()
-        encoded = None
-        if plan.images:
-            vision = vision_chat.vision_for(m)
-            most = min(self.options.context_limit or m.info.max_context, m.info.max_context)
-            vision_chat.check_room(vision, plan.images, cached + len(plan.prompt), most - 1)
-            encoded = vision.encode(plan.prompt, plan.images)  # the tower runs once, here (its time is in the TTFT)
+        encoded = self._encode_pictures(m, plan, cached, clock) if plan.images else None
+        if encoded is not None:
             plan = dataclasses.replace(plan, prompt=encoded.tokens)
-            clock.image_tokens = encoded.image_tokens
         limit = limits.context_limit(m, self.options, len(plan.prompt), cached, budget_bytes)
         try:
             reply = self._play(job, m, clock, plan, params, budget, limit, encoded)
@@ -173,6 +168,16 @@ class ChatSession:
             raise
         if reply is not None:
             job.emit(Finished(reply))
+
+    def _encode_pictures(self, m: LoadedModel, plan: TurnPlan, cached: int, clock: TurnClock) -> Any:
+        """The plan's prompt with its pictures encoded by the tower (once, here: its time is in the TTFT), after
+        checking they fit the context (vision.runner.EncodedTurn)."""
+        vision = vision_chat.vision_for(m)
+        most = min(self.options.context_limit or m.info.max_context, m.info.max_context)
+        vision_chat.check_room(vision, plan.images, cached + len(plan.prompt), most - 1)
+        encoded = vision.encode(plan.prompt, plan.images)
+        clock.image_tokens = encoded.image_tokens
+        return encoded
 
     def _play(
         self, job: Job, m: LoadedModel, clock: TurnClock, plan: TurnPlan, params: SamplingParams, budget: int | None, limit: int,
