@@ -366,7 +366,7 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802
         self.save_state()
-        self.server.stop()
+        self.server.stop(wait=True)
         self.chat.shutdown()
         self.library.shutdown()
         super().closeEvent(event)

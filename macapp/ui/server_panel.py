@@ -101,15 +101,23 @@ class ServerController(QObject):
 
         threading.Thread(target=bind, name="qwen-desk-server-start", daemon=True).start()
 
-    def stop(self) -> None:
-        """Stop every request in flight and the server (joins its thread: a few seconds at most)."""
+    def stop(self, wait: bool = False) -> None:
+        """Stop every request in flight (their replies end as stopped), then the server; `stopped` follows.
+        Off the GUI thread unless `wait` (the window closing), since the last replies get a moment to finish."""
         server, backend, self.server, self.backend = self.server, self.backend, None, None
         if server is None:
             return
-        server.stop()
-        if backend is not None:
-            backend.close()
-        self.stopped.emit()
+
+        def down() -> None:
+            server.stop()
+            if backend is not None:
+                backend.close()
+            self.stopped.emit()
+
+        if wait:
+            down()
+        else:
+            threading.Thread(target=down, name="qwen-desk-server-stop", daemon=True).start()
 
     def settings_text(self) -> str:
         if not self.running:
@@ -185,6 +193,8 @@ class ServerPanel(QWidget):
 
     def _toggle(self) -> None:
         if self.controller.running:
+            self.toggle.setEnabled(False)
+            self.message.setText("Stopping…")
             self.controller.stop()
             return
         self.toggle.setEnabled(False)
@@ -216,6 +226,8 @@ class ServerPanel(QWidget):
         self.api_key.setEnabled(True)
         self.copy.setEnabled(False)
         self.url.setText("Not running")
+        if self.message.text() == "Stopping…":
+            self.message.setText("Stopped.")
 
     @Slot(str)
     def _on_failed(self, reason: str) -> None:

@@ -33,7 +33,7 @@ def panel(chat, window, qtbot):
     with qtbot.waitSignal(window.server.started, timeout=20_000):
         panel.toggle.click()
     yield panel
-    window.server.stop()
+    window.server.stop(wait=True)
 
 
 def ask(url: str, results: list) -> threading.Thread:
@@ -70,8 +70,9 @@ def test_start_copy_serve_and_stop(panel, window, chat, qtbot):
     assert int(panel.table.item(0, 1).text()) > 0 and int(panel.table.item(0, 3).text()) > 0
     assert len(chat.controller.conversation_rows()) == conversations_before  # not written to the chat history
 
-    panel.toggle.click()  # stop
-    assert panel.toggle.text() == "Start" and panel.url.text() == "Not running"
+    with qtbot.waitSignal(window.server.stopped, timeout=20_000):
+        panel.toggle.click()  # stop (off the GUI thread)
+    assert panel.toggle.text() == "Start" and panel.url.text() == "Not running" and panel.message.text() == "Stopped."
     with pytest.raises(httpx2.ConnectError):
         httpx2.get(f"{url}/health", timeout=5)
 
