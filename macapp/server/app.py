@@ -31,7 +31,7 @@ from macapp.server.config import ServerConfig
 from macapp.server.errors import ApiError, ErrorKind, Flavor, error_body, error_response, flavor_for_path
 from macapp.server.fields import parse_json_object
 from macapp.server.security import Guard, SecurityPolicy
-from macapp.server.sse import KEEPALIVE, JobFeed, SseResponse, sse_comment, sse_frame, wait_or_disconnect
+from macapp.server.sse import JobFeed, SseResponse, paced_frames, sse_comment, sse_frame, wait_or_disconnect
 
 log = logging.getLogger(__name__)
 CLIENT_GONE = 499  # nginx's code for "the client closed the request": nobody reads it
@@ -111,27 +111,25 @@ class Routes:
         return JSONResponse(reply(done, prompt_tokens))
 
     async def _openai_frames(self, feed: JobFeed, writer: openai_api.ChunkWriter) -> AsyncIterator[bytes]:
-        async for event in feed.events(self.config.keepalive_s):
-            if event is KEEPALIVE:
-                yield sse_comment("keepalive")
-            elif isinstance(event, Failed):
-                yield sse_frame(error_body(refusal(event), Flavor.OPENAI))
-            else:
-                for chunk in writer.chunks(event):
-                    yield sse_frame(chunk)
+        def translate(event: Any) -> list[bytes]:
+            if isinstance(event, Failed):
+                return [sse_frame(error_body(refusal(event), Flavor.OPENAI))]
+            return [sse_frame(chunk) for chunk in writer.chunks(event)]
+
+        async for frame in paced_frames(feed, self.config.keepalive_s, translate, sse_comment("keepalive")):
+            yield frame
         yield sse_frame("[DONE]")
 
     async def _anthropic_frames(self, feed: JobFeed, writer: anthropic_api.EventWriter) -> AsyncIterator[bytes]:
+        def translate(event: Any) -> list[bytes]:
+            if isinstance(event, Failed):
+                return [sse_frame(error_body(refusal(event), Flavor.ANTHROPIC), "error")]
+            return [sse_frame(data, name) for name, data in writer.events(event)]
+
         for name, data in writer.start():
             yield sse_frame(data, name)
-        async for event in feed.events(self.config.keepalive_s):
-            if event is KEEPALIVE:
-                yield sse_frame({"type": "ping"}, "ping")
-            elif isinstance(event, Failed):
-                yield sse_frame(error_body(refusal(event), Flavor.ANTHROPIC), "error")
-            else:
-                for name, data in writer.events(event):
-                    yield sse_frame(data, name)
+        async for frame in paced_frames(feed, self.config.keepalive_s, translate, sse_frame({"type": "ping"}, "ping")):
+            yield frame
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:

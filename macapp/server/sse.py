@@ -14,6 +14,7 @@ import asyncio
 import collections
 import json
 import threading
+import time
 from typing import Any, AsyncIterator, Callable
 
 import anyio
@@ -96,6 +97,20 @@ class JobFeed:
             event = await self.next()
             if isinstance(event, TerminalEvent):
                 return event
+
+
+async def paced_frames(feed: JobFeed, keepalive_s: float, translate: Callable[[Any], list[bytes]], keepalive: bytes) -> AsyncIterator[bytes]:
+    """The frames `translate` makes of each event, with `keepalive` whenever nothing was written for
+    `keepalive_s` (a long prefill reports progress, which writes nothing, so the pace is the writes', not the events')."""
+    last = time.monotonic()
+    async for event in feed.events(keepalive_s):
+        frames = [] if event is KEEPALIVE else translate(event)
+        if not frames and time.monotonic() - last >= keepalive_s:
+            frames = [keepalive]
+        for frame in frames:
+            yield frame
+        if frames:
+            last = time.monotonic()
 
 
 def sse_frame(data: Any, event: str | None = None) -> bytes:
