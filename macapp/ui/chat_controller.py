@@ -32,6 +32,7 @@ class TurnStart:
     kind: TurnKind
     text: str  # the user's message (send, edit); "" for a regenerate
     thinking: bool
+    images: tuple = ()  # pictures sent with the message (macapp.core.vision.images.PreparedImage)
 
 
 @dataclass(frozen=True)
@@ -269,8 +270,8 @@ class ChatController(QObject):
         params.validate()
         return params, budget
 
-    def send(self, text: str, thinking: bool) -> bool:
-        return self.run_turn(TurnKind.SEND, text, thinking)
+    def send(self, text: str, thinking: bool, images: tuple = ()) -> bool:
+        return self.run_turn(TurnKind.SEND, text, thinking, images)
 
     def regenerate(self, thinking: bool) -> bool:
         return self.run_turn(TurnKind.REGENERATE, "", thinking)
@@ -278,9 +279,9 @@ class ChatController(QObject):
     def edit(self, text: str, thinking: bool) -> bool:
         return self.run_turn(TurnKind.EDIT, text, thinking)
 
-    def run_turn(self, kind: TurnKind, text: str, thinking: bool) -> bool:
-        """Start a turn; False (with `error` emitted when there is something to say) when it could not start.
-        Bad settings are refused before anything is saved."""
+    def run_turn(self, kind: TurnKind, text: str, thinking: bool, images: tuple = ()) -> bool:
+        """Start a turn (`images`: a send's pictures); False (with `error` emitted when there is something to say)
+        when it could not start. Bad settings are refused before anything is saved."""
         if self.busy or self.model_ref is None or (kind is not TurnKind.REGENERATE and not text.strip()):
             return False
         try:
@@ -293,15 +294,17 @@ class ChatController(QObject):
             self.open_history()
             self._writable()
             session = self._ensure_session()  # before the message is saved: a replay must not read it twice
-            turn = self._ensure_recorder().begin(kind, text, thinking=thinking)
-            job = run_on(session, kind, text, thinking=thinking, sampling=sampling, thinking_budget=budget)
+            images = tuple(images) if kind is TurnKind.SEND else ()
+            turn = self._ensure_recorder().begin(kind, text, thinking=thinking, images=images)
+            extra = {"images": images} if images else {}
+            job = run_on(session, kind, text, thinking=thinking, sampling=sampling, thinking_budget=budget, **extra)
         except Exception as exc:  # noqa: BLE001 - never raised into Qt's event loop; what was typed is kept
             if turn is not None:
                 turn.feed(Failed(str(exc)))  # takes back what it saved
             self.error.emit(f"Could not {VERBS[kind]}: {exc}")
             self.state_changed.emit()
             return False
-        self._start(_Flight(TurnStart(kind, text, thinking), job, turn))
+        self._start(_Flight(TurnStart(kind, text, thinking, images), job, turn))
         return True
 
     def _start(self, flight: _Flight) -> None:

@@ -65,6 +65,7 @@ class ChatView(QWidget):
         self.edit_button.clicked.connect(self.edit_last)
         self.new_button.clicked.connect(self.new_chat)
         self.composer.send.connect(self.send)
+        self.composer.attachments.error.connect(self.show_error)
         self.composer.stop.connect(c.stop)
         self.composer.settings_requested.connect(self.show_settings)
         self.composer.thinking_changed.connect(lambda on: self.settings.set("chat.thinking", on))
@@ -105,10 +106,12 @@ class ChatView(QWidget):
             return False
         self.error.hide()
         if self.editing and self.messages.last_index("user") is not None:
-            started = self.controller.edit(text, self.thinking)
+            started = self.controller.edit(text, self.thinking)  # the message keeps its pictures
         else:
-            started = self.controller.send(text, self.thinking)
+            started = self.controller.send(text, self.thinking, self.composer.attachments.pictures())
         if started:
+            if not self.editing:
+                self.composer.attachments.clear()  # they went with the message
             self.editing = False
         else:
             self.composer.input.setPlainText(text)  # what they typed is never lost

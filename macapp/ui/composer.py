@@ -1,14 +1,31 @@
-"""The input area: text box (Enter sends, Shift+Enter newline), thinking toggle, settings, Send/Stop."""
+"""The input area: text box (Enter sends, Shift+Enter newline), pictures (button, drag and drop, paste), thinking
+toggle, settings, Send/Stop."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QKeyEvent
-from PySide6.QtWidgets import QCheckBox, QFrame, QHBoxLayout, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtCore import QMimeData, Qt, Signal
+from PySide6.QtGui import QDragEnterEvent, QDropEvent, QKeyEvent
+from PySide6.QtWidgets import QCheckBox, QFileDialog, QFrame, QHBoxLayout, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
+
+from macapp.ui.attachments import IMAGE_FILTER, AttachmentStrip
+
+PICTURE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp", ".tif", ".tiff", ".heic")
+
+
+def picture_files(mime: QMimeData) -> list[str]:
+    """Local files among dropped / pasted URLs that look like pictures (the core checks them properly)."""
+    if not mime.hasUrls():
+        return []
+    return [u.toLocalFile() for u in mime.urls() if u.isLocalFile() and u.toLocalFile().lower().endswith(PICTURE_SUFFIXES)]
+
+
+def has_pictures(mime: QMimeData) -> bool:
+    return mime.hasImage() or bool(picture_files(mime))
 
 
 class InputBox(QPlainTextEdit):
     submitted = Signal()
+    pictures = Signal(object)  # pasted or dropped pictures: the QMimeData that holds them
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -25,6 +42,16 @@ class InputBox(QPlainTextEdit):
             self.submitted.emit()
             return
         super().keyPressEvent(event)
+
+    # Paste and drop both come through here: pictures go to the composer's strip, text as usual.
+    def canInsertFromMimeData(self, source: QMimeData) -> bool:  # noqa: N802
+        return has_pictures(source) or super().canInsertFromMimeData(source)
+
+    def insertFromMimeData(self, source: QMimeData) -> None:  # noqa: N802
+        if has_pictures(source):
+            self.pictures.emit(source)
+            return
+        super().insertFromMimeData(source)
 
     def _fit(self, *_args) -> None:
         lines = max(1, min(8, int(self.document().size().height())))
@@ -44,6 +71,14 @@ class Composer(QFrame):
         super().__init__(parent)
         self.setObjectName("Composer")
         self.input = InputBox(self)
+        self.attachments = AttachmentStrip(self)
+        self.attachments.changed.connect(self._update_enabled)
+        self.input.pictures.connect(self.add_from_mime)
+        self.attach_button = QPushButton("Add picture…", self)
+        self.attach_button.setFlat(True)
+        self.attach_button.setToolTip("Attach pictures to your message (you can also drop or paste them)")
+        self.attach_button.clicked.connect(self.choose_pictures)
+        self.setAcceptDrops(True)
         self.thinking = QCheckBox("Thinking", self)
         self.thinking.setToolTip("Let the model reason before it answers (applies the model card's sampling presets)")
         self.thinking.toggled.connect(self.thinking_changed)
@@ -60,17 +95,40 @@ class Composer(QFrame):
         row = QHBoxLayout()
         row.setContentsMargins(0, 0, 0, 0)
         row.addWidget(self.thinking)
+        row.addWidget(self.attach_button)
         row.addWidget(self.settings_button)
         row.addStretch(1)
         row.addWidget(self.send_button)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(10, 8, 10, 8)
         lay.setSpacing(4)
+        lay.addWidget(self.attachments)
         lay.addWidget(self.input)
         lay.addLayout(row)
         self.busy = False
         self.can_send = True
         self._update_enabled()
+
+    # -- pictures
+    def choose_pictures(self) -> None:
+        paths, _ = QFileDialog.getOpenFileNames(self, "Add pictures", "", IMAGE_FILTER)
+        self.attachments.add_files(paths)
+
+    def add_from_mime(self, mime: QMimeData) -> None:
+        files = picture_files(mime)
+        if files:
+            self.attachments.add_files(files)
+        elif mime.hasImage():
+            self.attachments.add_qimage(mime.imageData())
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802
+        if has_pictures(event.mimeData()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:  # noqa: N802
+        if has_pictures(event.mimeData()):
+            self.add_from_mime(event.mimeData())
+            event.acceptProposedAction()
 
     def set_busy(self, busy: bool) -> None:
         self.busy = busy
@@ -88,7 +146,8 @@ class Composer(QFrame):
         if self.busy:
             self.send_button.setEnabled(True)
         else:
-            self.send_button.setEnabled(self.can_send and bool(self.input.toPlainText().strip()))
+            ready = not self.attachments.pending  # a picture still being read goes with this message
+            self.send_button.setEnabled(self.can_send and ready and bool(self.input.toPlainText().strip()))
 
     def _on_button(self) -> None:
         if self.busy:
@@ -98,7 +157,7 @@ class Composer(QFrame):
 
     def _submit(self) -> None:
         text = self.input.toPlainText().strip()
-        if self.busy or not self.can_send or not text:
+        if self.busy or not self.can_send or not text or self.attachments.pending:
             return
         self.input.clear()
         self.send.emit(text)

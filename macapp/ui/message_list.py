@@ -17,7 +17,7 @@ from macapp.core.events import AnswerDelta, ReasoningDelta, StatsUpdate, Termina
 from macapp.core.recorder import TurnResult
 from macapp.core.history import Message
 from macapp.ui.chat_controller import TurnEnd, TurnStart
-from macapp.ui.messages import FAILED_NOTE, AssistantMessage, UserMessage, reply_note
+from macapp.ui.messages import FAILED_NOTE, AssistantMessage, UserMessage, reply_note, saved_pictures
 
 
 @dataclass(eq=False)
@@ -78,7 +78,7 @@ class MessageList(QScrollArea):
         self.clear()
         for m in messages:
             if m.role == "user":
-                self._add(UserMessage(m.content, self.container))
+                self._add(UserMessage(m.content, self.container, saved_pictures(m.images)))
             elif m.role == "assistant":
                 w = AssistantMessage(self.container)
                 if m.reasoning:
@@ -102,13 +102,21 @@ class MessageList(QScrollArea):
         for w in pending.hidden:
             w.hide()
         if start.kind is not TurnKind.REGENERATE:
-            pending.added.append(self._add(UserMessage(start.text, self.container)))
+            pictures = start.images or self._replaced_pictures(pending.hidden, start)
+            pending.added.append(self._add(UserMessage(start.text, self.container, pictures)))
         self.current = self._add(AssistantMessage(self.container))
         pending.added.append(self.current)
         self._pending = pending
         self._stick_to_bottom = True
         self._changed()
         return self.current
+
+    @staticmethod
+    def _replaced_pictures(hidden: list[QWidget], start: TurnStart) -> tuple:
+        """An edit keeps the message's pictures: those of the user message it replaces."""
+        if start.kind is TurnKind.EDIT and hidden and isinstance(hidden[0], UserMessage):
+            return hidden[0].pictures
+        return ()
 
     def replace_old_turn(self) -> None:
         """The new reply is under way: the turn it replaces goes."""

@@ -82,23 +82,55 @@ class ReasoningBlock(QFrame):
         return self.body.isVisibleTo(self)
 
 
+def saved_pictures(refs) -> tuple:
+    """A saved message's pictures, read back from the pictures folder (a missing file is left out)."""
+    if not refs:
+        return ()
+    from macapp.core.vision.images import ImageError
+    from macapp.core.vision.pictures import load_picture
+
+    out = []
+    for ref in refs:
+        try:
+            out.append(load_picture(ref))
+        except ImageError:
+            continue
+    return tuple(out)
+
+
 class UserMessage(QFrame):
-    def __init__(self, text: str, parent: QWidget | None = None) -> None:
+    def __init__(self, text: str, parent: QWidget | None = None, pictures: tuple = ()) -> None:
         super().__init__(parent)
         self.role = "user"
         self.text = text
+        self.pictures = tuple(pictures)  # vision.images.PreparedImage, shown as thumbnails above the text
         bubble = QFrame(self)
         bubble.setObjectName("UserBubble")
         self.view = MarkdownView(bubble)
         self.view.set_plain(text)
         inner = QVBoxLayout(bubble)
         inner.setContentsMargins(12, 6, 12, 6)
+        self.thumbnails: list[QLabel] = []
+        if self.pictures:
+            from macapp.ui.attachments import THUMB, thumbnail
+
+            row = QHBoxLayout()
+            row.setSpacing(6)
+            for picture in self.pictures:
+                label = QLabel(bubble)
+                label.setPixmap(thumbnail(picture.image, THUMB * 2))
+                label.setToolTip(f"{picture.name} — {picture.size[0]}×{picture.size[1]}")
+                row.addWidget(label)
+                self.thumbnails.append(label)
+            row.addStretch(1)
+            inner.addLayout(row)
         inner.addWidget(self.view)
         # Hug the text: as wide as its longest line, wrapping only past the available width.
         probe = QTextDocument()
         probe.setDefaultFont(self.view.font())
         probe.setPlainText(text)
-        bubble.setMaximumWidth(int(probe.idealWidth()) + 24 + 12)
+        pictures_width = sum(label.pixmap().width() + 6 for label in self.thumbnails)
+        bubble.setMaximumWidth(max(int(probe.idealWidth()), pictures_width) + 24 + 12)
         bubble.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         lay = QHBoxLayout(self)
         lay.setContentsMargins(80, 4, 0, 4)
