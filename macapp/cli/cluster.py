@@ -117,6 +117,14 @@ def engine_for(args: argparse.Namespace):
     return rank.engine_for_rank0(spec) if spec is not None else Engine()
 
 
+def serving_pool_bytes() -> int | None:
+    """The API's prompt checkpoints: none on several Macs (restoring one is not mirrored on the other ranks
+    yet, so every request reads its whole prompt); the usual size otherwise."""
+    from macapp.core.cluster import rank
+
+    return 0 if rank.launched_spec() is not None else None
+
+
 def _rank_argv(prompts: list[str]) -> list[str]:
     """This command line for the ranks, with the prompts as read here (a '-' read stdin: ranks have none)."""
     import sys
@@ -154,10 +162,14 @@ def _launch(args: argparse.Namespace, prompts: list[str]) -> int:
         if not run.interrupt():
             print("\n[Ctrl-C reaches rank 0 only when it runs on this Mac (127.0.0.1 first in the hostfile); /quit ends the chat]", file=sys.stderr)
 
-    previous = signal.signal(signal.SIGINT, on_sigint)
+    def on_stop(sig, _frame) -> None:
+        run.stop(sig)
+
+    previous = {sig: signal.signal(sig, handler) for sig, handler in ((signal.SIGINT, on_sigint), (signal.SIGTERM, on_stop), (signal.SIGHUP, on_stop))}
     try:
         run.start()
         return run.wait()
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         run.close()

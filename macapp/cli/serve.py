@@ -44,6 +44,9 @@ def register(subparsers) -> None:
     mode.add_argument("--think", dest="think", action="store_true", default=True, help="reason before answering when a request does not say (default)")
     mode.add_argument("--no-think", dest="think", action="store_false", help="answer directly when a request does not say")
     parser.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN", help="let web pages from ORIGIN use the server (CORS); repeatable")
+    from macapp.cli.cluster import add_run_arguments
+
+    add_run_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -108,12 +111,15 @@ class _Signals:
 
 
 def run(args: argparse.Namespace) -> int:
-    from macapp.core.engine import Engine, EngineError
+    from macapp.cli.cluster import engine_for, launch_or_follow, serving_pool_bytes
+    from macapp.core.engine import EngineError
     from macapp.server.runner_backend import serving_backend
     from macapp.server.service import LocalServer
 
     config = _config(args)
-    engine = Engine()
+    if (code := launch_or_follow(args)) is not None:
+        return code  # --hostfile: this process started and watched the ranks (or it was a follower rank)
+    engine = engine_for(args)
     try:
         try:
             info = engine.load(args.model).result()
@@ -122,7 +128,9 @@ def run(args: argparse.Namespace) -> int:
                 raise UsageError(exc.message) from exc
             print(f"qwen-desk: {exc.message}", file=sys.stderr)
             return 1
-        backend = serving_backend(engine, context=args.context, kv_bits=args.kv_bits, queue_limit=config.queue_limit)
+        backend = serving_backend(
+            engine, context=args.context, kv_bits=args.kv_bits, queue_limit=config.queue_limit, pool_bytes=serving_pool_bytes()
+        )
         server = LocalServer(backend, config)
         server.activity.add_observer(_log_finished)
         try:

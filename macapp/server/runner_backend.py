@@ -8,10 +8,13 @@ from macapp.core.engine import SessionOptions
 from macapp.core.serving.runner import ServingEngine, ServingOptions
 
 
-def serving_backend(engine: Any, context: int | None = None, kv_bits: int | None = None, queue_limit: int = 8) -> ServingEngine:
-    """A ServingEngine for the model loaded in `engine` (its own prompt checkpoints; the chat keeps its session)."""
+def serving_backend(
+    engine: Any, context: int | None = None, kv_bits: int | None = None, queue_limit: int = 8, pool_bytes: int | None = None
+) -> ServingEngine:
+    """A ServingEngine for the model loaded in `engine` (its own prompt checkpoints; the chat keeps its session).
+    `pool_bytes`: the checkpoints' size (None: from the memory budget; 0: none, as on several Macs)."""
     session = SessionOptions(context_limit=context, kv_bits=kv_bits)
-    return ServingEngine(engine, ServingOptions(session=session, queue_limit=queue_limit))
+    return ServingEngine(engine, ServingOptions(session=session, queue_limit=queue_limit, pool_bytes=pool_bytes))
 
 
 def backend_for(engine: Any, **options: Any) -> ServingEngine:

@@ -236,6 +236,7 @@ class ClusterRun:
         self.proc: subprocess.Popen | None = None
         self._lock = threading.Lock()
         self._control = tempfile.mkdtemp(prefix="qwen-desk-cluster-")
+        self._stop_by: float | None = None  # after stop(): when the whole group is ended regardless
 
     @property
     def rank0_pidfile(self) -> Path:
@@ -299,6 +300,15 @@ class ClusterRun:
         except (OSError, ValueError):
             return False
 
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        """SIGTERM / SIGHUP to the launcher: passed on to rank 0 when it runs here (it ends cleanly and shuts the
+        followers down); the whole group is ended if the run is still going 10 s later (at once otherwise)."""
+        try:
+            os.kill(int(self.rank0_pidfile.read_text()), sig)
+            self._stop_by = time.monotonic() + 10 * GRACE_S / 3
+        except (OSError, ValueError):
+            self._stop_by = time.monotonic()
+
     def _check(self, started: float) -> str | None:
         hosts = self.plan.hostfile.hosts
         with self._lock:
@@ -327,6 +337,9 @@ class ClusterRun:
                 self.fault = fault
                 print(f"qwen-desk: {fault}; stopping every rank.", file=sys.stderr, flush=True)
                 self._end(grace=GRACE_S)
+                break
+            if self._stop_by is not None and time.monotonic() > self._stop_by:
+                self._end(grace=0)
                 break
             if self.rank0_done and done_at is None:
                 done_at = time.monotonic()

@@ -42,3 +42,19 @@ def drive_command(*items, **options):
 
 def records(text):
     return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def processes_naming(path) -> list[int]:
+    """Processes whose command line names `path` (the launcher passes the hostfile to mlx.launch and every rank)."""
+    import os
+
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if str(path).encode() in f.read():
+                        found.append(int(entry))
+            except OSError:
+                pass
+    return found

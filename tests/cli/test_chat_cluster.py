@@ -1,0 +1,82 @@
+"""`qwen-desk chat --hostfile`: two ranks on this machine over the ring backend, and every refusal before start."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.core.cluster.conftest import LOCAL, processes_naming
+
+
+def chat(*argv, timeout=180):
+    return subprocess.run([sys.executable, "-m", "macapp", "chat", *map(str, argv)], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def hostfile(tmp_path):
+    def write(content):
+        path = tmp_path / "hosts.json"
+        path.write_text(content if isinstance(content, str) else json.dumps(content))
+        return path
+
+    return write
+
+
+def test_two_ranks_reply_as_one_process_and_save_the_history(tiny_moe_path, hostfile):
+    turns = ["-p", "Hello there", "-p", "And again?", "--no-think", "--temp", "0", "--max-tokens", "12", "--json"]
+    alone = chat("-m", tiny_moe_path, *turns, "--no-history")
+    assert alone.returncode == 0, alone.stderr
+    path = hostfile([LOCAL, LOCAL])
+    both = chat("-m", tiny_moe_path, *turns, "--hostfile", path)
+    assert both.returncode == 0, both.stderr
+    assert processes_naming(path) == []  # mlx.launch and both ranks are gone
+    assert "[2 hosts, tensor split, ring backend; rank 0 is 127.0.0.1]" in both.stderr
+    one = [json.loads(line) for line in alone.stdout.splitlines()]
+    two = [json.loads(line) for line in both.stdout.splitlines()]
+    keys = ("turn", "text", "reasoning", "generation_tokens", "prompt_tokens", "finish_reason", "context_tokens")
+    assert [{k: r[k] for k in keys} for r in two] == [{k: r[k] for k in keys} for r in one]
+    assert two[0]["generation_tps"] > 0 and two[0]["conversation_id"] is not None
+    history = subprocess.run([sys.executable, "-m", "macapp", "history", "show", str(two[0]["conversation_id"])], capture_output=True, text=True, timeout=60)
+    assert history.returncode == 0 and "And again?" in history.stdout and two[1]["text"] in history.stdout
+
+
+@pytest.mark.parametrize("content,needle", [
+    ("[{\"ssh\": \"127.0.0.1\"", "is not valid JSON (line 1, column"),
+    ("[{\"ssh\": \"127.0.0.1\", \"ips\": [\"127.0.0.1\"]}]", "lists 1 host"),
+    ("[{\"ips\": [\"127.0.0.1\"]}, {\"ssh\": \"127.0.0.1\"}]", "host 0 has no \"ssh\""),
+])
+def test_a_bad_hostfile_is_refused_before_anything_starts(tiny_moe_path, hostfile, content, needle):
+    done = chat("-m", tiny_moe_path, "-p", "hi", "--hostfile", hostfile(content), timeout=60)
+    assert done.returncode == 2 and needle in done.stderr and done.stdout == ""
+    assert "hosts," not in done.stderr  # nothing was launched
+
+
+def test_an_unreachable_host(tiny_moe_path, hostfile):
+    done = chat("-m", tiny_moe_path, "-p", "hi", "--hostfile", hostfile([LOCAL, {"ssh": "127.0.0.2", "ips": ["127.0.0.2"]}]), timeout=60)
+    assert done.returncode == 1 and "cannot reach every host: ssh to 127.0.0.2 failed" in done.stderr
+
+
+def test_tensor_split_that_the_heads_do_not_allow(tiny_models_dir, hostfile):
+    from macapp.devtools.tiny_model import make_tiny_model
+
+    model = make_tiny_model(tiny_models_dir / "tiny-qwen3.5-dense-3heads-cli", kind="dense", hidden_size=192)
+    done = chat("-m", model, "-p", "hi", "--hostfile", hostfile([LOCAL, LOCAL]), "--shard", "tensor", timeout=60)
+    assert done.returncode == 2 and "cannot split this model 2 ways (attention heads (3) do not divide by 2" in done.stderr
+    assert "--shard pipeline" in done.stderr
+
+
+def test_cluster_flags_need_a_hostfile(tiny_moe_path):
+    done = chat("-m", tiny_moe_path, "-p", "hi", "--shard", "pipeline", timeout=60)
+    assert done.returncode == 2 and "--shard and --backend go with --hostfile" in done.stderr
+
+
+def test_interactive_chat_reads_this_terminal_through_mlx_launch(tiny_moe_path, hostfile):
+    done = subprocess.run(
+        [sys.executable, "-m", "macapp", "chat", "-m", str(tiny_moe_path), "--hostfile", str(hostfile([LOCAL, LOCAL])),
+         "--no-think", "--temp", "0", "--no-history"],
+        input="Hello\n", capture_output=True, text=True, timeout=180,
+    )
+    # the end of this input becomes /quit for rank 0 (mlx.launch never closes the ranks' input)
+    assert done.returncode == 0, done.stderr
+    assert "The answer is here!" in done.stdout and "generation 6 tokens" in done.stderr
