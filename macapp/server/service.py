@@ -74,7 +74,7 @@ class LocalServer:
         self._port = sock.getsockname()[1]
         app = create_app(self.backend, self.config, self.activity)
         uv_config = uvicorn.Config(
-            app, loop="asyncio", http="h11", lifespan="off", log_level="warning", access_log=False,
+            app, loop="asyncio", http="h11", ws="none", lifespan="off", log_level="warning", access_log=False,
             timeout_graceful_shutdown=GRACE_S, timeout_keep_alive=30,
         )
         self._server = server = uvicorn.Server(uv_config)
