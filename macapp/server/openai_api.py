@@ -247,10 +247,13 @@ class ChunkWriter:
     _started: bool = False
 
     def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
-        return {
+        chunk = {
             "id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}],
         }
+        if self.include_usage:  # as OpenAI does: null on every chunk but the last
+            chunk["usage"] = None
+        return chunk
 
     def chunks(self, event: Any) -> list[dict[str, Any]]:
         out = []

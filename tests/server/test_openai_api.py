@@ -156,6 +156,7 @@ def test_chunks_stream_role_then_reasoning_text_tool_calls_finish_and_usage():
     assert json.loads(deltas[4]["tool_calls"][0]["function"]["arguments"]) == {"city": "Paris"}
     assert chunks[5]["choices"][0]["finish_reason"] == "tool_calls"
     assert chunks[6]["choices"] == [] and chunks[6]["usage"]["prompt_tokens_details"]["cached_tokens"] == 80
+    assert all(c["usage"] is None for c in chunks[:6])
     assert all(c["object"] == "chat.completion.chunk" and c["id"] == writer.id for c in chunks)
     assert chunks[-1]["model"] == "tiny"  # the model that answered
 
