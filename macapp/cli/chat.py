@@ -269,7 +269,7 @@ def run(args: argparse.Namespace) -> int:
 
     from macapp.cli.cluster import engine_for, launch_or_follow
 
-    if (code := launch_or_follow(args, prompts)) is not None:
+    if (code := launch_or_follow(args, prompts, reads_input=not prompts)) is not None:
         return code  # --hostfile: this process started and watched the ranks (or it was a follower rank)
     engine = engine_for(args)
     try:

@@ -92,10 +92,11 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--backend", choices=("ring", "jaccl"), help="with --hostfile: ring (TCP, default) or jaccl (RDMA over Thunderbolt 5, macOS 26.2+)")
 
 
-def launch_or_follow(args: argparse.Namespace, prompts: list[str] | None = None) -> int | None:
+def launch_or_follow(args: argparse.Namespace, prompts: list[str] | None = None, reads_input: bool = False) -> int | None:
     """With --hostfile, in the process the user started: check, start every rank through mlx.launch, watch
-    them, and return the run's exit status. In a launched follower rank: follow rank 0 and return its status.
-    None where the command should go on as usual (no --hostfile, or this is rank 0)."""
+    them, and return the run's exit status (`reads_input`: rank 0 reads this terminal, as the interactive chat
+    does). In a launched follower rank: follow rank 0 and return its status. None where the command should go
+    on as usual (no --hostfile, or this is rank 0)."""
     from macapp.core.cluster import rank
 
     spec = rank.launched_spec()
@@ -105,7 +106,7 @@ def launch_or_follow(args: argparse.Namespace, prompts: list[str] | None = None)
         if getattr(args, "shard", None) or getattr(args, "backend", None):
             raise UsageError("--shard and --backend go with --hostfile")
         return None
-    return _launch(args, prompts or [])
+    return _launch(args, prompts or [], reads_input)
 
 
 def engine_for(args: argparse.Namespace):
@@ -139,7 +140,7 @@ def _rank_argv(prompts: list[str]) -> list[str]:
     return [sys.executable, "-m", "macapp", *out]
 
 
-def _launch(args: argparse.Namespace, prompts: list[str]) -> int:
+def _launch(args: argparse.Namespace, prompts: list[str], reads_input: bool) -> int:
     import signal
     import sys
 
@@ -156,7 +157,7 @@ def _launch(args: argparse.Namespace, prompts: list[str]) -> int:
     hosts = plan.hostfile.hosts
     note = f" (tensor parallelism not possible: {'; '.join(plan.tensor_problems)})" if plan.tensor_problems else ""
     print(f"[{len(hosts)} hosts, {plan.shard.value} split{note}, {plan.backend} backend; rank 0 is {hosts[0].ssh}]", file=sys.stderr)
-    run = ClusterRun(plan, _rank_argv(prompts), interactive=not prompts)
+    run = ClusterRun(plan, _rank_argv(prompts), interactive=reads_input)
 
     def on_sigint(_sig, _frame) -> None:
         if not run.interrupt():

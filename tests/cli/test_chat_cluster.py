@@ -23,16 +23,18 @@ def hostfile(tmp_path):
     return write
 
 
-def test_two_ranks_reply_as_one_process_and_save_the_history(tiny_moe_path, hostfile):
+def test_two_ranks_reply_as_one_process_and_save_the_history(tiny_moe_path, hostfile, capsys):
+    from macapp.cli import main
+
     turns = ["-p", "Hello there", "-p", "And again?", "--no-think", "--temp", "0", "--max-tokens", "12", "--json"]
-    alone = chat("-m", tiny_moe_path, *turns, "--no-history")
-    assert alone.returncode == 0, alone.stderr
+    assert main(["chat", "-m", str(tiny_moe_path), *turns, "--no-history"]) == 0  # one process: this one
+    alone = capsys.readouterr()
     path = hostfile([LOCAL, LOCAL])
     both = chat("-m", tiny_moe_path, *turns, "--hostfile", path)
     assert both.returncode == 0, both.stderr
     assert processes_naming(path) == []  # mlx.launch and both ranks are gone
     assert "[2 hosts, tensor split, ring backend; rank 0 is 127.0.0.1]" in both.stderr
-    one = [json.loads(line) for line in alone.stdout.splitlines()]
+    one = [json.loads(line) for line in alone.out.splitlines()]
     two = [json.loads(line) for line in both.stdout.splitlines()]
     keys = ("turn", "text", "reasoning", "generation_tokens", "prompt_tokens", "finish_reason", "context_tokens")
     assert [{k: r[k] for k in keys} for r in two] == [{k: r[k] for k in keys} for r in one]

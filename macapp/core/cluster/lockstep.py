@@ -241,7 +241,6 @@ class Follower:
         self.channel = Channel(group)
         self.caches: dict[int, list] = {}
         self.snapshots: dict[int, tuple[int, Any]] = {}  # snapshot id -> (cache id, snapshot)
-        self.steps = 0
 
     def run(self) -> None:
         """Follow until SHUTDOWN; RankLost when rank 0 goes away."""
@@ -250,7 +249,6 @@ class Follower:
 
     def step(self) -> bool:
         op, f, payload = self.channel.receive()
-        self.steps += 1
         match op:
             case Op.NEW_CACHE:
                 self.caches[f[0]] = self.model.make_cache()

@@ -8,7 +8,7 @@ from macapp.core.engine import Engine
 from tests.core.cluster.conftest import drive_command, records
 from tests.core.cluster.drive import run_turns
 
-MAX_TOKENS = 10
+MAX_TOKENS = 8
 
 
 def one_process(model):
