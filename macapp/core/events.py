@@ -141,9 +141,6 @@ class Unloaded(TerminalEvent):
     memory_bytes: int
 
 
-TERMINAL_EVENTS = (TerminalEvent,)  # for isinstance(event, TERMINAL_EVENTS)
-
-
 class TurnKind(enum.Enum):
     """What a chat turn does to the conversation: the session, the recorder and every front end share it."""
 
