@@ -17,6 +17,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from macapp.core.modelfiles import text_config
+
 PIXEL_BYTES = 4  # the processor hands float32 pixel values
 DEFAULT_MAX_PIXELS = 16_777_216  # Qwen3.5's preprocessor_config.json: size.longest_edge
 DEFAULT_MIN_PIXELS = 65_536
@@ -112,7 +114,7 @@ def image_activation_bytes(vision_config: dict, limits: ProcessorLimits, dtype_b
 
 
 def checkpoint_dtype_bytes(config: dict) -> int:
-    dtype = str(config.get("torch_dtype") or config.get("dtype") or (config.get("text_config") or {}).get("dtype") or "bfloat16")
+    dtype = str(config.get("torch_dtype") or config.get("dtype") or text_config(config).get("dtype") or "bfloat16")
     return 4 if "32" in dtype else 2
 
 
@@ -137,7 +139,7 @@ def vision_cost(config: dict, limits: ProcessorLimits | None = None, tower_bytes
         return VisionCost()
     limits = limits or ProcessorLimits.from_dict({"patch_size": vision_config.get("patch_size", 16)})
     dtype_bytes = checkpoint_dtype_bytes(config)
-    text_hidden = (config.get("text_config") or {}).get("hidden_size")
+    text_hidden = text_config(config).get("hidden_size")
     computed = tower_bytes_from_config(vision_config, dtype_bytes)
     return VisionCost(
         vision_bytes=int(tower_bytes) if tower_bytes is not None else computed,
