@@ -86,16 +86,9 @@ def saved_pictures(refs) -> tuple:
     """A saved message's pictures, read back from the pictures folder (a missing file is left out)."""
     if not refs:
         return ()
-    from macapp.core.vision.images import ImageError
-    from macapp.core.vision.pictures import load_picture
+    from macapp.core.vision.pictures import load_pictures  # PIL only once a conversation has pictures
 
-    out = []
-    for ref in refs:
-        try:
-            out.append(load_picture(ref))
-        except ImageError:
-            continue
-    return tuple(out)
+    return load_pictures(refs)
 
 
 class UserMessage(QFrame):

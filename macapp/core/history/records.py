@@ -133,16 +133,9 @@ class Conversation:
 
 
 def _pictures(refs: tuple[ImageRef, ...]) -> list[Any]:
-    from macapp.core.vision.images import ImageError
-    from macapp.core.vision.pictures import load_picture
+    from macapp.core.vision.pictures import load_pictures  # PIL only once a conversation has pictures
 
-    out = []
-    for ref in refs:
-        try:
-            out.append(load_picture(ref))
-        except ImageError:
-            continue
-    return out
+    return list(load_pictures(refs))
 
 
 @dataclass

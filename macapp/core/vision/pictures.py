@@ -52,6 +52,17 @@ def load_picture(ref: ImageRef) -> PreparedImage:
     return PreparedImage(name=ref.name, image=image.image, original_size=image.original_size)
 
 
+def load_pictures(refs: tuple[ImageRef, ...]) -> tuple[PreparedImage, ...]:
+    """A saved message's pictures read back; one whose file is gone or damaged is left out (the text stays)."""
+    out = []
+    for ref in refs:
+        try:
+            out.append(load_picture(ref))
+        except ImageError:
+            continue
+    return tuple(out)
+
+
 def data_url(ref: ImageRef) -> str | None:
     """The stored picture as a data: URL for an export; None when its file is gone."""
     try:
