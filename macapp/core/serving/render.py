@@ -44,11 +44,15 @@ class RenderedPrompt:
     prefill: str  # reply text the prompt already wrote (a forced call's opening), "" usually
     tools: tuple[ToolSpec, ...]  # the tools offered to the model (none with ToolChoiceMode.NONE)
     text: str  # the prompt as text (for logs and tests)
+    images: tuple = ()  # the pictures (ImagePart) the prompt's image placeholders stand for, in order
 
 
 def template_message(message: ChatMessage) -> dict[str, Any]:
     """One message in the shape chat templates read."""
-    out: dict[str, Any] = {"role": message.role.value, "content": message.content}
+    content: Any = message.content
+    if message.images:  # Qwen3.5's template writes one vision block per image part, then the text
+        content = [{"type": "image"} for _ in message.images] + [{"type": "text", "text": message.content}]
+    out: dict[str, Any] = {"role": message.role.value, "content": content}
     if message.role is Role.ASSISTANT:
         if message.reasoning is not None:
             out["reasoning_content"] = message.reasoning
@@ -81,8 +85,6 @@ def forced_prefill(request: CompletionRequest) -> str:
 def _check(request: CompletionRequest) -> None:
     if not request.messages:
         raise RenderError("The request has no messages.")
-    if any(m.images for m in request.messages):
-        raise RenderError("This server reads text only: remove the images from the messages.")
 
 
 def render(tokenizer: Any, request: CompletionRequest) -> RenderedPrompt:
@@ -105,7 +107,8 @@ def render(tokenizer: Any, request: CompletionRequest) -> RenderedPrompt:
     tokens = list(tokenizer.encode(text, add_special_tokens=False))
     gen_prompt = text[text.rfind(TURN_START) :]
     in_reasoning = THINK_OPEN in gen_prompt and THINK_CLOSE not in gen_prompt.rsplit(THINK_OPEN, 1)[1]
-    return RenderedPrompt(tokens, boundaries(tokenizer, text, tokens), in_reasoning, prefill, tools, text)
+    images = tuple(image for m in request.messages for image in m.images)
+    return RenderedPrompt(tokens, boundaries(tokenizer, text, tokens), in_reasoning, prefill, tools, text, images)
 
 
 def boundaries(tokenizer: Any, text: str, tokens: Sequence[int]) -> tuple[int, ...]:

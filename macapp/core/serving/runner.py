@@ -174,25 +174,30 @@ class ServingEngine:
             job.emit(_cancelled(m, Usage()))
             return
         rendered = self._render(m, request)
-        tokens = rendered.tokens
         opts = self.options.session
+        # Pictures (macapp.core.vision.serving): the tower runs once here, the prompt is read from an empty cache
+        # through mlx-vlm's language model, and nothing goes into the pool (placeholders look alike).
+        pictures = self._pictures(m, rendered) if rendered.images else None
+        tokens = pictures.tokens if pictures else rendered.tokens
+        run = pictures.model if pictures else m
         budget = request.thinking_budget if rendered.thinking else None
         params = turn_sampling(request.sampling, rendered.thinking, budget, opts)
         limit = context_limit(m, opts, len(tokens), 0, opts.memory_budget_bytes or self.engine.memory_budget_bytes())
         params = replace(params, max_tokens=min(params.max_tokens, limit - len(tokens)))
         pool = self._pool_for(m)
-        checkpoint = pool.longest_prefix(tokens)
+        checkpoint = pool.longest_prefix(tokens) if pictures is None else None
         cached = checkpoint.length if checkpoint is not None else 0
         usage = Usage(prompt_tokens=len(tokens), cached_tokens=cached)
-        cache = restore(checkpoint) if checkpoint is not None else make_prompt_cache(m.model)
+        cache = pictures.cache if pictures else restore(checkpoint) if checkpoint is not None else make_prompt_cache(m.model)
         text = _ReplyText(job, rendered, request)
         with wired_memory(m):
             clock.reading(len(tokens) - cached)
-            if self._read(job, m, pool, cache, rendered, cached) < len(tokens) - 1:
+            read = self._read_pictures(job, pictures, clock) if pictures else self._read(job, m, pool, cache, rendered, cached)
+            if read < len(tokens) - 1:
                 job.emit(_cancelled(m, usage))
                 return
             streamed = stream_reply(
-                m, cache, tokens[-1:], cached=len(tokens) - 1, limit=limit, params=params, thinking=rendered.thinking,
+                run, cache, tokens[-1:], cached=len(tokens) - 1, limit=limit, params=params, thinking=rendered.thinking,
                 budget=budget, should_stop=text.should_stop, emit=text.emit, clock=clock, kv=opts.kv,
                 prefill_step=opts.prefill_step_size,
             )
@@ -207,6 +212,24 @@ class ServingEngine:
                 stop_sequence=text.stops.matched, model=m.info.name, ttft_s=reply.stats.ttft_s,
                 generation_tps=reply.stats.generation_tps,
             )
+        )
+
+    def _pictures(self, m: LoadedModel, rendered: RenderedPrompt):
+        from macapp.core.vision import serving as vision_serving
+
+        opts = self.options.session
+        return vision_serving.prepare(m, rendered.tokens, rendered.images, min(opts.context_limit or m.info.max_context, m.info.max_context))
+
+    def _read_pictures(self, job: Job, pictures, clock: TurnClock) -> int:
+        """Read a prompt with pictures up to its last token (their embeddings hold the tower's features)."""
+        opts = self.options.session
+        total = len(pictures.tokens)
+        clock.image_tokens = pictures.encoded.image_tokens
+        job.emit(PromptProgress(0, total))
+        return prefill(
+            pictures.model, pictures.cache, pictures.tokens[:-1], step=opts.prefill_step_size, kv=opts.kv,
+            should_stop=lambda: job.stopped, on_progress=lambda done: job.emit(PromptProgress(done, total)),
+            embeddings=pictures.encoded.embeddings,
         )
 
     def _read(self, job: Job, m: LoadedModel, pool: CheckpointPool, cache: list, rendered: RenderedPrompt, cached: int) -> int:

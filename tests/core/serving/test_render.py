@@ -88,8 +88,9 @@ def test_forced_calls_prefill_the_reply_without_reasoning(tokenizer):
 def test_bad_requests_raise_a_clear_render_error(tokenizer):
     with pytest.raises(RenderError, match="no messages"):
         render(tokenizer, request())
-    with pytest.raises(RenderError, match="images"):
-        render(tokenizer, request(ChatMessage(Role.USER, "look", images=(ImagePart(b"\x89PNG"),))))
+    # pictures are rendered as image parts and handed on (macapp.core.vision.serving reads and checks them)
+    picture = ImagePart(b"\x89PNG")
+    assert render(tokenizer, request(ChatMessage(Role.USER, "look", images=(picture,)))).images == (picture,)
     bad = ChatMessage(Role.ASSISTANT, "", tool_calls=(ToolCall("c", "get_weather", "not a mapping"),))  # type: ignore[arg-type]
     with pytest.raises(RenderError, match="chat template"):
         render(tokenizer, request(USER, bad, ChatMessage(Role.TOOL, "x")))
