@@ -1,11 +1,11 @@
 """`qwen-desk chat`: chat with a model in the terminal, or run scripted turns (`--prompt`, `--json`).
 
-    qwen-desk chat --model PATH_OR_REPO [--think | --no-think] [--prompt TEXT]... [--max-tokens N] [--seed N] [--json]
+    qwen-desk chat --model PATH_OR_REPO [--think | --no-think] [--prompt TEXT]... [--image PATH]... [--max-tokens N] [--seed N] [--json]
 
 Each --prompt is one user turn of the same conversation, in order. With --json, one JSON object per turn
 per line: turn, text, reasoning, prompt_tokens (prefilled this turn), generation_tokens, ttft_s, prompt_tps,
-generation_tps, peak_memory_bytes, finish_reason (plus reasoning_tokens, thinking, context_tokens,
-conversation_id). Without --prompt it is an interactive chat: tokens stream, reasoning is dimmed, and a
+generation_tps, peak_memory_bytes, finish_reason, image_tokens (plus reasoning_tokens, thinking, context_tokens,
+conversation_id). --image attaches pictures to the first turn (`/image PATH` to the next message, interactively). Without --prompt it is an interactive chat: tokens stream, reasoning is dimmed, and a
 stats line follows each reply. Conversations are saved to the history unless --no-history.
 """
 
@@ -24,10 +24,11 @@ from macapp.core.sizing import DEFAULT_PREFILL_STEP
 DIM, RESET = "\033[2m", "\033[0m"
 HELP = (
     "commands: /think, /nothink (thinking mode), /regen (answer the last message again), "
-    "/edit TEXT (replace the last message), /stats, /help, /quit (or Ctrl-D). Ctrl-C stops a reply."
+    "/edit TEXT (replace the last message), /image PATH (attach a picture to the next message), /stats, /help, "
+    "/quit (or Ctrl-D). Ctrl-C stops a reply."
 )
 LOAD_CODES = ("not_found", "not_a_model", "corrupt", "cancelled")
-INPUT_CODES = ("empty_prompt", "context_limit", "memory_budget", "nothing_to_redo")
+INPUT_CODES = ("empty_prompt", "context_limit", "memory_budget", "nothing_to_redo", "bad_image", "text_only")
 
 
 def register(subparsers) -> None:
@@ -43,6 +44,7 @@ def register(subparsers) -> None:
     mode.add_argument("--no-think", dest="think", action="store_false", help="answer directly")
     parser.add_argument("--prompt", "-p", action="append", metavar="TEXT", help="a user turn; repeat for more turns ('-' reads stdin)")
     parser.add_argument("--system", metavar="TEXT", help="system prompt")
+    parser.add_argument("--image", action="append", metavar="PATH", help="attach a picture to the first turn; repeat for more")
     parser.add_argument("--json", action="store_true", help="one JSON object per turn on stdout (needs --prompt)")
     parser.add_argument("--preset", default="general", help="model-card sampling preset: general | precise (thinking) | reasoning (no thinking)")
     parser.add_argument("--max-tokens", type=int, metavar="N", help="most tokens per reply (default: the preset's)")
@@ -99,6 +101,7 @@ def _turn_record(turn: int, reply: Any, conversation_id: int | None) -> dict[str
         "budget_hit": reply.budget_hit,
         "context_tokens": st.context_tokens,
         "conversation_id": conversation_id,
+        "image_tokens": st.image_tokens,
     }
 
 
@@ -187,14 +190,15 @@ class Chat:
     options: Any = None  # the session's SessionOptions, for a session re-opened from the history
 
     def turn(self, kind: Any, text: str, thinking: bool, sampling: Any, budget: int | None, out: TextIO,
-             color: bool = False, show: bool = True) -> Any:
+             color: bool = False, show: bool = True, images: tuple = ()) -> Any:
         """Run one turn (TurnKind), printing its text as it streams (when `show`) and recording it; return
-        the job's terminal event."""
+        the job's terminal event. `images`: pictures (vision.images.PreparedImage) for a send."""
         from macapp.core.recorder import TurnResult, run_on
 
         recorded = self.history.begin(kind, text, thinking, images)
         session = self.session
-        job = run_on(session, kind, text, thinking=thinking, sampling=sampling, thinking_budget=budget)
+        extra = {"images": images} if images else {}
+        job = run_on(session, kind, text, thinking=thinking, sampling=sampling, thinking_budget=budget, **extra)
         last = _stream(job, out, color, show, on_event=recorded.feed if recorded is not None else None)
         self.history.report()
         outcome = recorded.outcome if recorded is not None else None
@@ -266,6 +270,7 @@ def run(args: argparse.Namespace) -> int:
     if args.prefill_step_size < 1:
         raise UsageError("--prefill-step-size must be at least 1")
     _sampling(args, args.think)  # refuse bad sampling flags before loading anything
+    images = _pictures(args.image or [])  # every picture checked before loading anything
 
     from macapp.cli.cluster import engine_for, launch_or_follow
 
@@ -289,21 +294,32 @@ def run(args: argparse.Namespace) -> int:
             session = engine.new_session(system_prompt=args.system, messages=history.messages, options=options)
             chat = Chat(engine, session, history, args.system, options)
             if prompts:
-                return _scripted(args, chat, prompts)
-            return _interactive(args, chat)
+                return _scripted(args, chat, prompts, images)
+            return _interactive(args, chat, images)
         finally:
             history.close()
     finally:
         engine.close()
 
 
-def _scripted(args, chat: Chat, prompts: list[str]) -> int:
+def _pictures(paths: list[str]) -> tuple:
+    """--image / /image files read and checked now; UsageError naming a bad one."""
+    from macapp.core.vision.images import ImageError, open_image
+
+    try:
+        return tuple(open_image(path) for path in paths)
+    except ImageError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _scripted(args, chat: Chat, prompts: list[str], images: tuple = ()) -> int:
     from macapp.core.events import Failed, Finished, TurnKind
 
     color = sys.stdout.isatty() and not args.json
     for turn, text in enumerate(prompts, 1):
         sampling = _sampling(args, args.think)
-        last = chat.turn(TurnKind.SEND, text, args.think, sampling, args.thinking_budget, sys.stdout, color, show=not args.json)
+        attached = images if turn == 1 else ()
+        last = chat.turn(TurnKind.SEND, text, args.think, sampling, args.thinking_budget, sys.stdout, color, show=not args.json, images=attached)
         if isinstance(last, Failed):
             print(f"qwen-desk: turn {turn}: {last.message}", file=sys.stderr)
             return 2 if last.code in INPUT_CODES else 1
@@ -316,7 +332,7 @@ def _scripted(args, chat: Chat, prompts: list[str]) -> int:
     return 0
 
 
-def _interactive(args, chat: Chat) -> int:
+def _interactive(args, chat: Chat, images: tuple = ()) -> int:
     from macapp.core.events import Failed, TurnKind
 
     color = sys.stdout.isatty()
@@ -347,6 +363,9 @@ def _interactive(args, chat: Chat) -> int:
         if text == "/stats":
             print(stats_line(last_reply) if last_reply else "no reply yet", file=sys.stderr)
             continue
+        if text.startswith("/image"):
+            images = _attach(images, text[len("/image") :].strip())
+            continue
         if text == "/regen":
             kind, text = TurnKind.REGENERATE, ""
         elif text.startswith("/edit "):
@@ -356,10 +375,27 @@ def _interactive(args, chat: Chat) -> int:
             continue
         else:
             kind, text = TurnKind.SEND, line
-        last = chat.turn(kind, text, thinking, _sampling(args, thinking), args.thinking_budget, sys.stdout, color)
+        attached = images if kind is TurnKind.SEND else ()
+        last = chat.turn(kind, text, thinking, _sampling(args, thinking), args.thinking_budget, sys.stdout, color, images=attached)
+        images = () if attached else images  # sent with the message, or refused with it (attach again to retry)
         if isinstance(last, Failed):
             print(f"[{last.message}]", file=sys.stderr)
             continue
         reply = last.reply
         last_reply = reply
         print(stats_line(reply) if reply.kept else "[stopped before the reply began; nothing kept]", file=sys.stderr)
+
+
+def _attach(images: tuple, path: str) -> tuple:
+    """`/image PATH`: one more picture for the next message (a bad one is said, and nothing else changes)."""
+    if not path:
+        print("[usage: /image PATH]", file=sys.stderr)
+        return images
+    try:
+        (picture,) = _pictures([path])
+    except UsageError as exc:
+        print(f"[{exc}]", file=sys.stderr)
+        return images
+    notes = f"; {'; '.join(picture.notes)}" if picture.notes else ""
+    print(f"[{picture.name} ({picture.size[0]}x{picture.size[1]}{notes}) goes with your next message]", file=sys.stderr)
+    return images + (picture,)
