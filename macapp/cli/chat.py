@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from macapp.cli import UsageError
-from macapp.cli.fit import parse_context
+from macapp.cli.model import add_cache_arguments, add_model_argument, check_cache_arguments, load_model
 from macapp.core.sizing import DEFAULT_PREFILL_STEP
 
 DIM, RESET = "\033[2m", "\033[0m"
@@ -27,7 +27,6 @@ HELP = (
     "/edit TEXT (replace the last message), /image PATH (attach a picture to the next message), /stats, /help, "
     "/quit (or Ctrl-D). Ctrl-C stops a reply."
 )
-LOAD_CODES = ("not_found", "not_a_model", "corrupt", "cancelled")
 INPUT_CODES = ("empty_prompt", "context_limit", "memory_budget", "nothing_to_redo", "bad_image", "text_only")
 
 
@@ -38,7 +37,7 @@ def register(subparsers) -> None:
         description="Chat with a local Qwen3.5 model. Each --prompt is one user turn of the same conversation; "
         "without --prompt, an interactive chat.",
     )
-    parser.add_argument("--model", "-m", required=True, help="model folder, downloaded hub repo id, or catalog name")
+    add_model_argument(parser)
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--think", dest="think", action="store_true", default=True, help="reason before answering (default)")
     mode.add_argument("--no-think", dest="think", action="store_false", help="answer directly")
@@ -55,8 +54,7 @@ def register(subparsers) -> None:
     parser.add_argument("--min-p", type=float, metavar="P")
     parser.add_argument("--presence-penalty", type=float, metavar="X")
     parser.add_argument("--thinking-budget", type=int, metavar="N", help="close the reasoning after N tokens and let the model answer")
-    parser.add_argument("--context", type=parse_context, metavar="TOKENS", help="context limit, e.g. 32768 or 128k (default: the model's maximum)")
-    parser.add_argument("--kv-bits", type=int, choices=(4, 8), help="quantize the KV cache")
+    add_cache_arguments(parser)
     parser.add_argument(
         "--prefill-step-size", type=int, default=DEFAULT_PREFILL_STEP, metavar="N",
         help=f"prompt tokens read per step (default {DEFAULT_PREFILL_STEP})",
@@ -252,7 +250,7 @@ def _stream(job: Any, out: TextIO, color: bool, show: bool, on_event: Any = None
 
 
 def run(args: argparse.Namespace) -> int:
-    from macapp.core.engine import EngineError, SessionOptions
+    from macapp.core.engine import SessionOptions
 
     if args.json and not args.prompt:
         raise UsageError("--json needs at least one --prompt")
@@ -265,8 +263,7 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("a --prompt is empty: give each turn some text")
     if args.thinking_budget is not None and args.thinking_budget < 0:
         raise UsageError("--thinking-budget must be 0 or more tokens")
-    if args.context is not None and args.context < 16:
-        raise UsageError("--context must be at least 16 tokens")
+    check_cache_arguments(args)
     if args.prefill_step_size < 1:
         raise UsageError("--prefill-step-size must be at least 1")
     _sampling(args, args.think)  # refuse bad sampling flags before loading anything
@@ -278,12 +275,8 @@ def run(args: argparse.Namespace) -> int:
         return code  # --hostfile: this process started and watched the ranks (or it was a follower rank)
     engine = engine_for(args)
     try:
-        try:
-            info = engine.load(args.model).result()
-        except EngineError as exc:
-            if exc.code in LOAD_CODES:
-                raise UsageError(exc.message) from exc
-            print(f"qwen-desk: {exc.message}", file=sys.stderr)
+        info = load_model(engine, args.model)
+        if info is None:
             return 1
         if not args.json:
             print(f"[{info.name}: loaded in {info.load_time_s:.2f} s, {info.memory_bytes / 1e9:.2f} GB]", file=sys.stderr)

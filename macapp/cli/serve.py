@@ -16,13 +16,9 @@ import sys
 import threading
 
 from macapp.cli import UsageError
-from macapp.cli.fit import parse_context
-from macapp.core import events as ev
+from macapp.cli.model import add_cache_arguments, add_model_argument, check_cache_arguments, load_model
 from macapp.server.activity import RequestRecord
 from macapp.server.config import DEFAULT_HOST, DEFAULT_PORT, ServerConfig, is_loopback
-
-LOAD_CODES = (ev.NOT_FOUND, ev.NOT_A_MODEL, ev.CORRUPT, ev.CANCELLED)
-
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -31,15 +27,14 @@ def register(subparsers) -> None:
         description="Serve a local Qwen3.5 model over an OpenAI-compatible (/v1/chat/completions) and "
         "Anthropic-compatible (/v1/messages) API, for agents such as Claude Code and OpenAI-client tools.",
     )
-    parser.add_argument("--model", "-m", required=True, help="model folder, downloaded hub repo id, or catalog name")
+    add_model_argument(parser)
     parser.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST}: this Mac only)")
     parser.add_argument(
         "--port", type=int, default=DEFAULT_PORT, metavar="N",
         help=f"port (default {DEFAULT_PORT}, clear of Ollama 11434, LM Studio 1234, llama.cpp/mlx-lm 8080)",
     )
     parser.add_argument("--api-key", metavar="KEY", help="require 'Authorization: Bearer KEY' or 'x-api-key: KEY' on every request")
-    parser.add_argument("--context", type=parse_context, metavar="TOKENS", help="context limit, e.g. 32768 or 128k (default: the model's maximum)")
-    parser.add_argument("--kv-bits", type=int, choices=(4, 8), help="quantize the KV cache")
+    add_cache_arguments(parser)
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--think", dest="think", action="store_true", default=True, help="reason before answering when a request does not say (default)")
     mode.add_argument("--no-think", dest="think", action="store_false", help="answer directly when a request does not say")
@@ -53,8 +48,7 @@ def register(subparsers) -> None:
 def _config(args: argparse.Namespace) -> ServerConfig:
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port must be between 0 (any free port) and 65535, not {args.port}")
-    if args.context is not None and args.context < 16:
-        raise UsageError("--context must be at least 16 tokens")
+    check_cache_arguments(args)
     if args.api_key is not None and not args.api_key.strip():
         raise UsageError("--api-key is empty: give a key, or leave the flag out")
     key = args.api_key or os.environ.get("QWEN_DESK_API_KEY") or None
@@ -112,7 +106,6 @@ class _Signals:
 
 def run(args: argparse.Namespace) -> int:
     from macapp.cli.cluster import engine_for, launch_or_follow, serving_pool_bytes
-    from macapp.core.engine import EngineError
     from macapp.server.runner_backend import serving_backend
     from macapp.server.service import LocalServer
 
@@ -121,12 +114,8 @@ def run(args: argparse.Namespace) -> int:
         return code  # --hostfile: this process started and watched the ranks (or it was a follower rank)
     engine = engine_for(args)
     try:
-        try:
-            info = engine.load(args.model).result()
-        except EngineError as exc:
-            if exc.code in LOAD_CODES:
-                raise UsageError(exc.message) from exc
-            print(f"qwen-desk: {exc.message}", file=sys.stderr)
+        info = load_model(engine, args.model)
+        if info is None:
             return 1
         backend = serving_backend(
             engine, context=args.context, kv_bits=args.kv_bits, queue_limit=config.queue_limit, pool_bytes=serving_pool_bytes()
