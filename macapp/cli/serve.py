@@ -20,6 +20,7 @@ from macapp.cli.model import add_cache_arguments, add_model_argument, check_cach
 from macapp.server.activity import RequestRecord
 from macapp.server.config import DEFAULT_HOST, DEFAULT_PORT, ServerConfig, is_loopback
 
+
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "serve",
