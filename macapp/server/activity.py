@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import itertools
+import logging
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -16,6 +17,8 @@ from typing import Any, Callable
 
 from macapp.core.events import AnswerDelta, Failed, PromptProgress, ReasoningDelta, StatsUpdate
 from macapp.core.serving.requests import Completed, FinishReason, ToolCallStarted
+
+log = logging.getLogger(__name__)
 
 
 class RequestState(enum.Enum):
@@ -114,8 +117,8 @@ class Activity:
         for observer in observers:
             try:
                 observer(record)
-            except Exception:  # a broken view must not break the server
-                pass
+            except Exception:  # a broken view must not break the server; its bug goes to the log
+                log.exception("request list observer %r failed", observer)
 
 
 def _apply(record: RequestRecord, event: Any) -> RequestRecord:

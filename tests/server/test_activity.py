@@ -61,10 +61,16 @@ def test_old_finished_records_are_dropped():
     assert [r.client for r in activity.records()] == ["c2", "c3", "c4"]
 
 
-def test_a_broken_observer_does_not_break_tracking():
+def test_a_broken_observer_does_not_break_tracking(caplog):
     activity = Activity()
     activity.add_observer(lambda r: 1 / 0)
+    seen = []
+    activity.add_observer(seen.append)
     job = Job("serve")
-    activity.track(job, "c", "openai", 1)
-    job.emit(completed())
+    with caplog.at_level("ERROR", logger="macapp.server.activity"):
+        activity.track(job, "c", "openai", 1)
+        job.emit(completed())
     assert activity.records()[0].state is RequestState.DONE
+    assert [r.state for r in seen] == [RequestState.WAITING, RequestState.DONE]  # the next observer still told
+    broken = [r for r in caplog.records if r.exc_info and r.exc_info[0] is ZeroDivisionError]
+    assert len(broken) == 2  # logged with its traceback, once per notification, not swallowed
