@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable
+from typing import Any, Callable, get_args, get_type_hints
 
 from macapp.core.events import format_stats
 from macapp.core.vision.refs import ImageRef
@@ -53,11 +53,9 @@ class ReplyStats:
         else:
             get = lambda name: getattr(obj, name, None)  # noqa: E731
         values: dict[str, Any] = {}
-        for f in fields(cls):
-            value = get(f.name)
-            if value is not None:
-                value = int(value) if f.type == "int | None" else float(value)
-            values[f.name] = value
+        for name, kind in STAT_TYPES.items():
+            value = get(name)
+            values[name] = None if value is None else kind(value)
         return cls(**values)
 
     def is_empty(self) -> bool:
@@ -70,6 +68,10 @@ class ReplyStats:
 
 # The reply-stat fields, declared once: the schema check, inserts, updates and row mapping all read this.
 STAT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(ReplyStats))
+# Each field's number type (int for counts, float for times and rates), from its annotation.
+STAT_TYPES: dict[str, type] = {
+    name: int if int in get_args(hint) else float for name, hint in get_type_hints(ReplyStats).items()
+}
 
 
 @dataclass
