@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from macapp.core.events import AnswerDelta, Failed, Finished, ReasoningDelta, TerminalEvent, TurnKind
-from macapp.core.history import DEFAULT_COMMIT_INTERVAL_S, Message, ReplyWriter, Store, StoreError
+from macapp.core.history import DEFAULT_COMMIT_INTERVAL_S, Message, ReplyWriter, Role, Store, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +131,7 @@ class ChatRecorder:
             if kind is TurnKind.SEND:
                 turn._created_conversation = self.conversation_id is None
                 self._ensure_conversation()
-                self.store.add_message(self.conversation_id, "user", text, images=_saved(images))
+                self.store.add_message(self.conversation_id, Role.USER, text, images=_saved(images))
             self._turn = turn
             return turn
 
@@ -157,7 +157,7 @@ class ChatRecorder:
         return [] if self.conversation_id is None else self.store.get_conversation(self.conversation_id).messages
 
     def _last_user(self) -> Message | None:
-        return next((m for m in reversed(self._messages()) if m.role == "user"), None)
+        return next((m for m in reversed(self._messages()) if m.role is Role.USER), None)
 
     def _turn_ended(self, turn: RecordedTurn) -> None:
         if self._turn is turn:
@@ -249,7 +249,7 @@ class RecordedTurn:
             else:
                 if last_user is not None:
                     rec.store.truncate(rec.conversation_id, last_user.position)
-                rec.store.add_message(rec._ensure_conversation(), "user", self.text)
+                rec.store.add_message(rec._ensure_conversation(), Role.USER, self.text)
         self._writer = rec.store.begin_reply(
             rec.conversation_id, thinking=self.thinking, model=rec.model or None, interval=rec.interval
         )

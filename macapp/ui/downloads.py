@@ -10,6 +10,7 @@ from typing import Any
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QMessageBox, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
+from macapp.core.catalog import Origin
 from macapp.core.download.errors import DownloadErrorKind
 from macapp.core.download.job import DownloadJob, JobState
 from macapp.core.memory import format_bytes
@@ -203,7 +204,7 @@ class DownloadController(QObject):
         job = self.jobs.get(row.ref.repo)
         if job is None:
             if row.local_path is not None:
-                self.panel.set_done(f"Downloaded · {row.local_path}" if row.ref.origin != "local" else "")
+                self.panel.set_done(f"Downloaded · {row.local_path}" if row.ref.origin is not Origin.LOCAL else "")
             elif _offline():
                 self.panel.set_idle("Downloads are unavailable offline (HF_HUB_OFFLINE is set).", downloadable=False)
             else:

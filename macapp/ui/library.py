@@ -99,7 +99,7 @@ class LibraryModel(QAbstractTableModel):
             if col == 5:
                 if self.live_status.get(row.key):
                     return self.live_status[row.key]
-                if row.ref.origin == "local":
+                if row.ref.origin is catalog.Origin.LOCAL:
                     return "Local folder"
                 return "Downloaded" if row.downloaded else ""
         if role == Qt.ItemDataRole.ToolTipRole:
@@ -136,7 +136,7 @@ class LibraryModel(QAbstractTableModel):
     def advice_for(self, row: Row):
         """The ways out for a row that does not fit (computed when first asked: tooltip or details)."""
         if row.advice is None:
-            candidates = [r.ref for r in self.rows if r.ref.origin == "catalog"]
+            candidates = [r.ref for r in self.rows if r.ref.origin is catalog.Origin.CATALOG]
             row.advice = advice.advise(row.ref, row.estimate, self.machine, candidates) if self.machine else advice.Advice(row.estimate.verdict, "")
         return row.advice
 
@@ -350,7 +350,7 @@ class LibraryPage(QWidget):
 
     def suggested_row(self) -> Row | None:
         """The best model that fits: the largest build (most weights) whose verdict is 'fits'."""
-        fitting = [r for r in self.model.rows if r.estimate.verdict == "fits" and r.ref.origin == "catalog"]
+        fitting = [r for r in self.model.rows if r.estimate.verdict == "fits" and r.ref.origin is catalog.Origin.CATALOG]
         return max(fitting, key=lambda r: (r.estimate.weights_bytes, -(r.ref.bits or 16)), default=None)
 
     def _update_summary(self, suggestion: Row | None) -> None:

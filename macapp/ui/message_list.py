@@ -15,7 +15,7 @@ from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QVBoxLayout, QWidget
 
 from macapp.core.events import AnswerDelta, ReasoningDelta, StatsUpdate, TerminalEvent, TurnKind
 from macapp.core.recorder import TurnResult
-from macapp.core.history import Message
+from macapp.core.history import Message, Role
 from macapp.ui.chat_controller import TurnEnd, TurnStart
 from macapp.ui.messages import FAILED_NOTE, AssistantMessage, UserMessage, reply_note, saved_pictures
 
@@ -77,9 +77,9 @@ class MessageList(QScrollArea):
     def show_conversation(self, messages: list[Message]) -> None:
         self.clear()
         for m in messages:
-            if m.role == "user":
+            if m.role is Role.USER:
                 self._add(UserMessage(m.content, self.container, saved_pictures(m.images)))
-            elif m.role == "assistant":
+            elif m.role is Role.ASSISTANT:
                 w = AssistantMessage(self.container)
                 if m.reasoning:
                     w.add_reasoning(m.reasoning)
