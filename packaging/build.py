@@ -56,7 +56,6 @@ EXCLUDED_MODULES = (
     "pandas",
     "scipy",
     "sklearn",
-    "PIL",
     "tkinter",
     "_tkinter",
     "pytest",
@@ -76,6 +75,19 @@ EXCLUDED_MODULES = (
     "transformers.training_args",
     "transformers.data",
     "transformers.cli",
+    # mlx-vlm's dependencies that pictures never use (video, audio, datasets, training): ~400 MB if bundled
+    "cv2",
+    "pyarrow",
+    "datasets",
+    "dill",
+    "multiprocess",
+    "xxhash",
+    "mlx_audio",
+    "miniaudio",
+    "sounddevice",
+    "cryptography",
+    "mlx_vlm.server",
+    "mlx_vlm.evals",
 )
 
 # transformers resolves tokenizer and config classes by name at run time (AutoTokenizer, AutoConfig):
@@ -83,6 +95,10 @@ EXCLUDED_MODULES = (
 # model packages (2,000+ modules, 20 MB) are excluded: the app only ever loads Qwen tokenizers and configs.
 TRANSFORMERS_MODEL_PACKAGES = ("qwen2", "qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe")
 TRANSFORMERS_SUPPORT_PACKAGES = ("auto", "encoder_decoder")
+# Pictures: mlx-vlm imports its model package by model_type and the Qwen-VL processor by name; only these of its
+# ~40 model families are bundled (PIL comes with them; opencv, scipy and pandas stay out: video only).
+VISION_PACKAGES = ("mlx_vlm.models.qwen3_5", "mlx_vlm.models.qwen3_5_moe", "mlx_vlm.models.qwen3_vl")
+VISION_MODULES = ("mlx_vlm", "mlx_vlm.utils", "mlx_vlm.prompt_utils", "mlx_vlm.models.cache", "mlx_vlm.models.base", "PIL.Image")
 
 
 class BuildError(Exception):

@@ -2,7 +2,8 @@
 
 Imports everything, starts Qt, checks the data folders sit outside the bundle, runs the fit check for a
 catalog model, generates a tiny model of the real architecture in a temp folder and chats a few tokens
-with it through the real engine. A broken bundle is caught by this command, not by a user.
+with it through the real engine, then one picture through mlx-vlm's tower on a tiny model with one. A broken
+bundle is caught by this command, not by a user.
 """
 
 from __future__ import annotations
@@ -50,6 +51,12 @@ RUNTIME_MODULES = (
     "PySide6.QtCore",
     "PySide6.QtGui",
     "PySide6.QtWidgets",
+    # pictures: mlx-vlm loads its model and processor classes by name too
+    "PIL.Image",
+    "mlx_vlm.utils",
+    "mlx_vlm.models.qwen3_5",
+    "mlx_vlm.models.qwen3_5_moe",
+    "mlx_vlm.models.qwen3_vl.processing_qwen3_vl",
 )
 
 
@@ -310,6 +317,31 @@ def _chat_with_engine(model_path: Path) -> tuple[str, str, int]:
     return "the engine", reply.reasoning + reply.text, reply.stats.generation_tokens
 
 
+def check_picture(workdir: Path) -> str:
+    """One picture through the engine on a tiny Qwen3.5 with a vision tower: its image tokens must reach the model."""
+    from PIL import Image
+
+    from macapp.core.engine import Engine
+    from macapp.core.sampling import SamplingParams
+    from macapp.core.vision.images import PreparedImage
+    from macapp.devtools.tiny_vlm import make_tiny_vlm
+
+    path = make_tiny_vlm(workdir / "tiny-vl")
+    picture = Image.effect_mandelbrot((96, 64), (-2, -1, 1, 1), 30).convert("RGB")
+    engine = Engine()
+    try:
+        engine.load(str(path)).result(timeout=ENGINE_TIMEOUT_S)
+        reply = engine.new_session().send(
+            "What is in this picture?", thinking=False, sampling=SamplingParams(max_tokens=CHAT_TOKENS, seed=0),
+            images=[PreparedImage("self-test.png", picture, picture.size)],
+        ).result(timeout=ENGINE_TIMEOUT_S)
+    finally:
+        engine.close()
+    if reply.stats.image_tokens < 1:
+        raise SelfTestFailure("the picture did not reach the model (0 image tokens)")
+    return f"{reply.stats.image_tokens} image tokens, {reply.stats.generation_tokens} tokens generated"
+
+
 # ---------------------------------------------------------------- running and reporting
 
 
@@ -345,6 +377,7 @@ def run_checks(workdir: Path) -> Iterator[CheckResult]:
         yield _timed("chat", lambda: check_chat(model_path[0]))
     else:
         yield CheckResult("chat", False, "skipped: no tiny model to chat with", 0.0)
+    yield _timed("picture", lambda: check_picture(workdir))
 
 
 def run_self_test(out: TextIO | None = None) -> int:

@@ -126,6 +126,15 @@ def test_transformers_keeps_the_qwen_tokenizers_and_drops_other_models(build):
     assert not {"transformers.models.auto", "transformers.models.qwen3_5", "transformers.models.qwen2"} & set(excluded)
 
 
+def test_pictures_bundle_pillow_and_only_the_qwen_packages_of_mlx_vlm(build):
+    import importlib.util
+
+    assert "PIL" not in build.EXCLUDED_MODULES  # pictures are read with Pillow
+    assert {"cv2", "pyarrow", "datasets", "mlx_audio"} <= set(build.EXCLUDED_MODULES)  # video/audio/datasets: ~400 MB
+    for name in build.VISION_PACKAGES + build.VISION_MODULES:
+        assert importlib.util.find_spec(name) is not None, name
+
+
 def test_pyinstaller_puts_the_metal_library_where_mlx_and_the_self_test_look():
     """PyInstaller's own .app layout (run on Linux): data beside a binary goes to Resources, linked back.
 
@@ -274,6 +283,7 @@ def test_linux_bundle_passes_its_self_test_and_keeps_data_outside(linux_bundle, 
     assert (internal / "PySide6" / "QtWidgets.abi3.so").exists()
     assert not (internal / "PySide6" / "QtNetwork.abi3.so").exists()  # unused Qt modules left out
     assert not (internal / "torch").exists()
+    assert (internal / "PIL").exists() and not (internal / "cv2").exists() and not (internal / "pyarrow").exists()
     before = sorted(p.relative_to(linux_bundle) for p in linux_bundle.rglob("*"))
 
     home = tmp_path / "home"
@@ -297,7 +307,7 @@ def test_linux_bundle_passes_its_self_test_and_keeps_data_outside(linux_bundle, 
     assert result.returncode == 0, report
     assert "PASS" in report and "FAIL" not in report
     assert "every loaded module from inside the bundle" in report
-    for check in ("imports", "qt", "bundle", "data folders", "fit check", "tiny model", "chat"):
+    for check in ("imports", "qt", "bundle", "data folders", "fit check", "tiny model", "chat", "picture"):
         assert f"ok   {check}" in report, report
     log_file = home / "logs" / "qwen-desk.log"
     assert log_file.exists() and "self-test chat ok" in log_file.read_text()

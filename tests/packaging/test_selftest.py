@@ -14,9 +14,9 @@ def test_self_test_passes_from_source_and_reports_each_check(qapp):
     report = out.getvalue()
     assert status == 0, report
     assert report.splitlines()[0].startswith("Qwen Desk ")
-    for check in ("imports", "qt", "bundle", "data folders", "fit check", "tiny model", "chat"):
+    for check in ("imports", "qt", "bundle", "data folders", "fit check", "tiny model", "chat", "picture"):
         assert f"ok   {check}" in report, report
-    assert "PASS: 7/7 checks" in report
+    assert "PASS: 8/8 checks" in report
     assert "log: " in report
 
 
@@ -47,6 +47,11 @@ def test_chat_runs_a_few_tokens_on_a_tiny_model(tmp_path):
     report = selftest.check_chat(path)
     tokens = int(report.split(" tokens", 1)[0])
     assert 1 <= tokens <= selftest.CHAT_TOKENS
+
+
+def test_the_picture_check_sees_image_tokens(tmp_path):
+    report = selftest.check_picture(tmp_path)
+    assert int(report.split(" image tokens", 1)[0]) == 6  # 96x64 pixels in 32x32-pixel tokens
 
 
 def _fake_app(tmp_path, version="0.1.0", metallib=True):
