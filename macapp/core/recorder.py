@@ -1,6 +1,7 @@
 """The one recorder: a chat turn's engine events in, the conversation's history rows out (no MLX, no Qt).
 
-Every front end records the same way (the window, `qwen-desk chat`, the API server), mirroring the session:
+Every front end that keeps a history records the same way (the window, `qwen-desk chat`; the local API server
+records nothing), mirroring the session:
 
     recorder = ChatRecorder(store, model="Qwen3.5-4B", system_prompt=..., settings=...)  # or ChatRecorder.resume(store, id)
     turn = recorder.begin(TurnKind.SEND, text, thinking=True)   # a send commits the user message now
