@@ -109,11 +109,6 @@ class ChatController(QObject):
         return self.recorder.conversation_id if self.recorder is not None else None
 
     @property
-    def needs_replay(self) -> bool:
-        """A saved conversation without a session: the engine reads it once on the next turn."""
-        return self.session is None and self.conversation_id is not None
-
-    @property
     def model_label(self) -> str:
         ref = self.model_ref
         return "" if ref is None else (f"{ref.name} · {ref.bits}-bit" if ref.bits else ref.name)

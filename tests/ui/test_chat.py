@@ -120,10 +120,10 @@ def test_new_chat_then_reopen_restores_and_continues(chat, qtbot, window):
     widgets = chat.messages.widgets()
     assert [w.role for w in widgets] == ["user", "assistant"]
     assert widgets[1].reasoning is not None and widgets[1].view.source_text == ANSWER
-    assert chat.controller.needs_replay
+    assert chat.controller.session is None and chat.controller.conversation_id == first_id  # read on the next turn
     reply = send(chat, qtbot, "Still there?", thinking=False)
     assert reply.view.source_text == ANSWER
-    assert not chat.controller.needs_replay
+    assert chat.controller.session is not None
     # The reopened conversation was read once into the engine's cache, in this turn: all three turns' tokens.
     session = chat.controller.session
     assert session.context_tokens == reply.stats.prompt_tokens + reply.stats.generation_tokens
