@@ -172,10 +172,9 @@ def reading_words(e: sizing.Estimate) -> str:
 
 def run_models(args: argparse.Namespace) -> int:
     if args.refresh:
-        from macapp.core.vision.builds import refresh_from_hub
+        from macapp.core.vision.builds import refresh_catalog_and_pictures
 
-        errors = catalog.refresh_catalog()
-        errors.update({k: v for k, v in refresh_from_hub(b.repo for e in catalog.builtin_catalog() for b in e.builds.values()).items() if k not in errors})
+        errors = refresh_catalog_and_pictures()
         for repo, error in errors.items():
             print(f"qwen-desk: could not refresh {repo}: {error} (using built-in data)", file=sys.stderr)
     entries = catalog.load_catalog()

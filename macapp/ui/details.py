@@ -21,6 +21,16 @@ SEGMENTS = [
 ]
 
 
+def images_words(est: Any) -> str:
+    """Whether a build accepts pictures, for the library and the details pane."""
+    if est.accepts_images is False:
+        return "Pictures: no — this build is text-only"
+    if est.accepts_images is None:
+        return "Pictures: not known until its files are read (File › Refresh Catalog from Hub, or download it)"
+    extra = f" (tower {format_bytes(est.vision_bytes)}, +{format_bytes(est.image_activation_bytes or 0)} while a full-size picture is read)" if est.vision_bytes else ""
+    return f"Pictures: yes{extra}"
+
+
 def _swatch(colour: str) -> QLabel:
     sw = QLabel()
     sw.setFixedSize(10, 10)
@@ -69,6 +79,8 @@ class DetailsPanel(QFrame):
         self.speed.setWordWrap(True)
         self.reading = QLabel(self)
         self.reading.setWordWrap(True)
+        self.pictures = QLabel(self)  # whether the build accepts images, and what they cost
+        self.pictures.setWordWrap(True)
         self.advice = QLabel(self)
         self.advice.setObjectName("Advice")
         self.advice.setWordWrap(True)
@@ -126,6 +138,7 @@ class DetailsPanel(QFrame):
         body.addWidget(self.max_context)
         body.addWidget(self.speed)
         body.addWidget(self.reading)
+        body.addWidget(self.pictures)
         body.addWidget(self.advice)
         body.addWidget(self.cluster_note)
         body.addWidget(self.derivation)
@@ -172,6 +185,7 @@ class DetailsPanel(QFrame):
         else:
             self.speed.setText("Estimated speed: unknown on this machine (no Apple GPU bandwidth figure)")
         self._show_reading_and_advice(row)
+        self.pictures.setText(images_words(est))
         self._show_cluster_note(row, machine, context, kv_bits)
         self.derivation.setText("How this is worked out:\n" + "\n".join(f"• {line}" for line in est.derivation))
         downloaded = row.local_path is not None

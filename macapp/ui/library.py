@@ -106,7 +106,9 @@ class LibraryModel(QAbstractTableModel):
             if col == FIT_COL:
                 return fit_tooltip(row, self.advice_for(row))
             if col == 0:
-                return row.ref.repo or str(row.ref.local_path)
+                from macapp.ui.details import images_words  # details imports this module's neighbours lazily too
+
+                return f"{row.ref.repo or row.ref.local_path}\n{images_words(est)}"
             if col == 5 and not row.downloaded:
                 return "Not downloaded yet" if not catalog.hub_offline() else "Not downloaded (offline: downloads unavailable)"
         if role == Qt.ItemDataRole.TextAlignmentRole and col in (2, 4):
@@ -321,6 +323,16 @@ class LibraryPage(QWidget):
         self.context_spin.setValue(tokens)
 
     # -- data ---------------------------------------------------------------------------------------------------
+    def _sees(self, ref: Any) -> Any:
+        """Whether a build accepts pictures (macapp.core.vision.builds), read once per build and catalog load."""
+        from macapp.core.vision.builds import build_vision
+
+        cache = self.__dict__.setdefault("_vision", {})
+        key = (ref.repo, str(ref.local_path), len(self.entries))
+        if key not in cache:
+            cache[key] = build_vision(ref)
+        return cache[key]
+
     def _refs(self) -> list:
         refs = []
         for entry in self.entries:
@@ -334,8 +346,12 @@ class LibraryPage(QWidget):
         keep = selected.key if selected else self.settings.get("library.selected")
         rows = []
         for ref in self._refs():
-            # A model with a shorter maximum context is sized at its maximum.
-            est = sizing.estimate(ref, min(self.context, ref.arch.max_position_embeddings), self.machine, kv_bits=self.kv_bits)
+            # A model with a shorter maximum context is sized at its maximum; pictures are reported, not counted.
+            seen = self._sees(ref)
+            est = sizing.estimate(
+                ref, min(self.context, ref.arch.max_position_embeddings), self.machine, kv_bits=self.kv_bits,
+                vision=seen.cost, accepts_images=seen.accepts_images,
+            )
             path = ref.local_path or (self.downloads.local_path(ref) if self.downloads else None)
             rows.append(Row(ref=ref, estimate=est, downloaded=path is not None, local_path=path))
         self.model.set_rows(rows, self.context, self.machine)
@@ -413,13 +429,16 @@ class LibraryPage(QWidget):
         if not getattr(self, "_hub_wired", False):
             self._hub_answered.connect(self._hub_done)
             self._hub_wired = True
-        worker = threading.Thread(target=lambda: self._hub_answered.emit(catalog.refresh_catalog()), daemon=True)
+        from macapp.core.vision.builds import refresh_catalog_and_pictures
+
+        worker = threading.Thread(target=lambda: self._hub_answered.emit(refresh_catalog_and_pictures()), daemon=True)
         worker.start()
         if wait:
             worker.join()
 
     def _hub_done(self, errors: dict) -> None:
         self.entries = catalog.load_catalog()
+        self.__dict__.pop("_vision", None)  # what the hub's files said about pictures is read again
         self.refresh()
         self.hub_refreshed.emit(errors)
 

@@ -144,3 +144,18 @@ def test_a_text_only_build_says_so_and_keeps_the_message(qtbot, chat, picture):
     qtbot.keyClick(chat.composer.input, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: not chat.busy, timeout=60_000)
     assert "text-only" in chat.error.text() and chat.error.isVisibleTo(chat)
+
+
+def test_the_library_and_details_say_which_builds_accept_pictures(window, library, tiny_vlm_path, tiny_dense_path):
+    from PySide6.QtCore import Qt as _Qt
+
+    library.open_local_folder(str(tiny_vlm_path))
+    row = library.selected_row()
+    assert row.estimate.accepts_images is True and row.estimate.vision_bytes > 0
+    assert library.details.pictures.text().startswith("Pictures: yes (tower")
+    index = library.model.index(library.model.rows.index(row), 0)
+    assert "Pictures: yes" in library.model.data(index, _Qt.ItemDataRole.ToolTipRole)
+    library.open_local_folder(str(tiny_dense_path))
+    assert "text-only" in library.details.pictures.text()
+    big = next(r for r in library.model.rows if r.ref.repo == "mlx-community/Qwen3.5-397B-A17B-4bit")
+    assert big.estimate.accepts_images is False

@@ -13,7 +13,9 @@ In order of trust:
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 import time
 from dataclasses import dataclass
 from enum import Enum
@@ -26,6 +28,7 @@ from macapp.core.vision.capability import folder_support, support_from_tensors
 from macapp.core.vision.cost import ProcessorLimits, VisionCost, vision_cost
 
 VISION_CACHE = "vision-refresh.json"
+log = logging.getLogger(__name__)
 
 
 class Source(str, Enum):
@@ -76,6 +79,7 @@ def _from_record(hit: dict[str, Any]) -> BuildVision:
     return BuildVision(True, vision_cost(hit.get("config") or {}, limits, hit.get("tower_bytes")), Source.HUB)
 
 
+@functools.cache
 def _catalog_rows() -> dict[str, tuple[dict, Any]]:
     """repo → (the model's row, its build's `vision` flag) from resources/catalog.json."""
     data = json.loads((paths.resources_dir() / "catalog.json").read_text())
@@ -157,6 +161,19 @@ def hub_record(repo: str) -> dict[str, Any]:
         "processor": processor,
         "fetched_at": time.time(),
     }
+
+
+def refresh_catalog_and_pictures(entries: list | None = None) -> dict[str, str]:
+    """`catalog.refresh_catalog()` (its repo → error), then `refresh_from_hub` for the same builds. A build whose
+    pictures could not be learnt (e.g. unreadable safetensors headers) is logged and stays "not known" ("?")."""
+    from macapp.core import catalog
+
+    entries = entries or catalog.builtin_catalog()
+    errors = catalog.refresh_catalog(entries)
+    for repo, error in refresh_from_hub(build.repo for entry in entries for build in entry.builds.values()).items():
+        if repo not in errors:
+            log.warning("could not learn whether %s accepts pictures: %s", repo, error)
+    return errors
 
 
 def refresh_from_hub(repos: Iterable[str]) -> dict[str, str]:
