@@ -42,12 +42,14 @@ STOP_REASONS = {
 }
 _TOOL_CHOICES = {"auto": ToolChoiceMode.AUTO, "any": ToolChoiceMode.REQUIRED, "tool": ToolChoiceMode.FUNCTION, "none": ToolChoiceMode.NONE}
 _SKIPPED_BLOCKS = ("redacted_thinking",)  # opaque to any model but Claude
+ERROR_RESULT_PREFIX = "Error: "  # a tool_result with is_error, as the model reads it
 
 
 @dataclass(frozen=True)
 class MessagesCall:
     request: CompletionRequest
     stream: bool = False
+    show_thinking: bool = True  # thinking.display "omitted": the blocks come back empty
 
 
 # ------------------------------------------------------------------------------------------------ request
@@ -76,6 +78,25 @@ def _image(block: dict, param: str) -> ImagePart:
     return f.decode_image(f.get_str(source, "data", f"{param}.source.data", required=True), source.get("media_type") or "", param)
 
 
+def _document_text(block: dict, param: str) -> str:
+    """A plain-text document (source `text`, or `content` blocks of text), titled as the client named it."""
+    source = f.require_object(block.get("source"), f"{param}.source")
+    kind = source.get("type")
+    if kind == "text":
+        body = f.get_str(source, "data", f"{param}.source.data", required=True)
+    elif kind == "content":
+        body = _tool_result_text(source.get("content"), f"{param}.source.content")
+    else:
+        media = source.get("media_type") or kind
+        raise invalid(
+            f"{param}: {media!r} documents (PDF, files, URLs) are not supported: this server reads plain-text "
+            "documents only (source type 'text' or 'content'); send the text instead."
+        )
+    title = f.get_str(block, "title", f"{param}.title", default="")
+    context = f.get_str(block, "context", f"{param}.context", default="")
+    return "\n".join(part for part in (title, context, body) if part)
+
+
 def _tool_result_text(value: Any, param: str) -> str:
     if value is None or isinstance(value, str):
         return value or ""
@@ -86,6 +107,8 @@ def _tool_result_text(value: Any, param: str) -> str:
         block = f.require_object(block, f"{param}[{j}]")
         if block.get("type") == "text":
             texts.append(f.get_str(block, "text", f"{param}[{j}].text", required=True))
+        elif block.get("type") == "document":
+            texts.append(_document_text(block, f"{param}[{j}]"))
         elif block.get("type") != "image":  # a picture in a tool result: not passed on
             raise invalid(f"{param}[{j}].type {block.get('type')!r} is not supported in a tool_result.")
     return "\n".join(texts)
@@ -106,11 +129,15 @@ def _user_turn(blocks: list[dict], param: str, call_names: dict[str, str]) -> li
         where, kind = f"{param}[{j}]", block.get("type")
         if kind == "text":
             texts.append(f.get_str(block, "text", f"{where}.text", required=True))
+        elif kind == "document":
+            texts.append(_document_text(block, where) + "\n\n")
         elif kind == "image":
             images.append(_image(block, where))
         elif kind == "tool_result":
             call_id = f.get_str(block, "tool_use_id", f"{where}.tool_use_id", required=True)
             text = _tool_result_text(block.get("content"), f"{where}.content")
+            if f.get_bool(block, "is_error", f"{where}.is_error", default=False):
+                text = ERROR_RESULT_PREFIX + text  # the template has no error flag: the model reads it in the text
             results.append(ChatMessage(Role.TOOL, text, tool_call_id=call_id, name=call_names.get(call_id)))
         elif kind not in _SKIPPED_BLOCKS:
             raise invalid(f"{where}.type {kind!r} is not supported in a user message.")
@@ -191,38 +218,58 @@ def parse_tool_choice(value: Any, tools: tuple[ToolSpec, ...]) -> ToolChoice:
     return ToolChoice(mode, name)
 
 
-def parse_thinking(body: dict) -> tuple[bool, int | None]:
-    """(thinking on, budget): on only for {"type": "enabled", "budget_tokens": N} (or "adaptive", no budget)."""
+@dataclass(frozen=True)
+class Thinking:
+    on: bool = False
+    budget: int | None = None  # the engine's thinking budget; None: the engine's own
+    shown: bool = True  # display "omitted": thinking blocks come back with no text
+
+
+def parse_thinking(body: dict) -> Thinking:
+    """On for {"type": "enabled", "budget_tokens": N} and "adaptive" (no budget); off when absent, "disabled" or
+    "between_tools" (thinking off; this model writes no progress notes between calls)."""
     thinking = f.get_object(body, "thinking", "thinking")
     kind = thinking.get("type")
-    if (kind is None and not thinking) or kind == "disabled":
-        return False, None
+    display = f.get_str(thinking, "display", "thinking.display", default="summarized")
+    if display not in ("summarized", "omitted"):
+        raise invalid(f"thinking.display {display!r} is not 'summarized' or 'omitted'.")
+    shown = display == "summarized"
+    if (kind is None and not thinking) or kind in ("disabled", "between_tools"):
+        return Thinking(shown=shown)
     if kind == "enabled":
-        return True, f.get_int(thinking, "budget_tokens", "thinking.budget_tokens", minimum=0)
+        return Thinking(True, f.get_int(thinking, "budget_tokens", "thinking.budget_tokens", minimum=0), shown)
     if kind == "adaptive":
-        return True, None
-    raise invalid(f"thinking.type {kind!r} is not 'enabled', 'adaptive' or 'disabled'.")
+        return Thinking(True, None, shown)
+    raise invalid(f"thinking.type {kind!r} is not 'enabled', 'adaptive', 'disabled' or 'between_tools'.")
 
 
 def parse_messages_request(body: dict, client: str = "", for_counting: bool = False) -> MessagesCall:
     messages = parse_messages(body)
-    thinking, budget = parse_thinking(body)
+    thinking = parse_thinking(body)
+    _refuse_unsupported(body)
     max_tokens = f.get_int(body, "max_tokens", "max_tokens", minimum=1)
     if max_tokens is None and not for_counting:
         raise invalid("max_tokens is required.")
     sampling = f.sampling_for(
-        thinking, max_tokens,
+        thinking.on, max_tokens,
         temperature=f.get_float(body, "temperature", "temperature", 0, 1),
         top_p=f.get_float(body, "top_p", "top_p", 0, 1),
         top_k=f.get_int(body, "top_k", "top_k", minimum=0),
     )
     tools = parse_tools(body.get("tools"))
     request = CompletionRequest(
-        messages=messages, sampling=sampling, thinking=thinking, thinking_budget=budget, tools=tools,
+        messages=messages, sampling=sampling, thinking=thinking.on, thinking_budget=thinking.budget, tools=tools,
         tool_choice=parse_tool_choice(body.get("tool_choice"), tools),
         stop=f.stop_sequences(body.get("stop_sequences"), "stop_sequences"), client=client,
     )
-    return MessagesCall(request, stream=bool(f.get_bool(body, "stream", "stream", default=False)))
+    return MessagesCall(request, stream=bool(f.get_bool(body, "stream", "stream", default=False)), show_thinking=thinking.shown)
+
+
+def _refuse_unsupported(body: dict) -> None:
+    """What silently ignored would hand the client something else than it asked for (effort is only a hint)."""
+    output = f.get_object(body, "output_config", "output_config")
+    if output.get("format") is not None:
+        raise invalid("output_config.format (structured outputs) is not supported: ask for JSON in the prompt.")
 
 
 # ------------------------------------------------------------------------------------------------ reply
@@ -237,10 +284,10 @@ def usage_body(usage: Usage) -> dict[str, Any]:
     }
 
 
-def message_body(done: Completed, message_id: str, model: str) -> dict[str, Any]:
+def message_body(done: Completed, message_id: str, model: str, show_thinking: bool = True) -> dict[str, Any]:
     content: list[dict[str, Any]] = []
     if done.reasoning:
-        content.append({"type": "thinking", "thinking": done.reasoning, "signature": ""})
+        content.append({"type": "thinking", "thinking": done.reasoning if show_thinking else "", "signature": ""})
     if done.text:
         content.append({"type": "text", "text": done.text})
     content.extend({"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in done.tool_calls)
@@ -260,6 +307,7 @@ class EventWriter:
 
     model: str
     prompt_tokens: int = 0  # message_start's estimate; message_delta carries the real split
+    show_thinking: bool = True  # False: thinking blocks open and close with no thinking_delta
     id: str = field(default_factory=new_message_id)
     _index: int = -1
     _open: str | None = None  # "thinking" | "text" | "tool_use"
@@ -293,7 +341,8 @@ class EventWriter:
             case ReasoningDelta(text=text) if text:
                 if self._open != "thinking":
                     out += self._begin("thinking", {"type": "thinking", "thinking": "", "signature": ""})
-                out.append(self._delta({"type": "thinking_delta", "thinking": text}))
+                if self.show_thinking:
+                    out.append(self._delta({"type": "thinking_delta", "thinking": text}))
             case AnswerDelta(text=text) if text:
                 if self._open != "text":
                     out += self._begin("text", {"type": "text", "text": ""})

@@ -3,7 +3,8 @@
     POST /v1/chat/completions   OpenAI (stream or not)
     POST /v1/messages           Anthropic (stream or not)
     POST /v1/messages/count_tokens
-    GET  /v1/models             the loaded model first, then the downloaded ones
+    GET  /v1/models             the loaded model first, then the downloaded ones (read by both SDKs)
+    GET  /v1/models/{name}      one of them (404 for another name, though a request naming it is served)
     GET  /health
 
 Any model name in a request is served by the loaded model; replies name the model that answered.
@@ -12,7 +13,9 @@ Any model name in a request is served by the loaded model; replies name the mode
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any, AsyncIterator
 
 from starlette.applications import Starlette
@@ -53,11 +56,21 @@ def downloaded_model_names() -> list[str]:
         return []
 
 
+def model_entry(name: str, loaded: str, created: int) -> dict[str, Any]:
+    """One model as both SDKs read it: OpenAI's id/object/created/owned_by, Anthropic's type/display_name/created_at."""
+    return {
+        "id": name, "object": "model", "created": created, "owned_by": "qwen-desk", "loaded": name == loaded,
+        "type": "model", "display_name": name.rsplit("/", 1)[-1],
+        "created_at": datetime.fromtimestamp(created, timezone.utc).isoformat().replace("+00:00", "Z"),
+    }
+
+
 @dataclass
 class Routes:
     backend: Backend
     config: ServerConfig
     activity: Activity = field(default_factory=Activity)
+    started: int = field(default_factory=lambda: int(time.time()))  # the models' `created`: when this server started
 
     async def health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok", "model": self.backend.model_name})
@@ -65,8 +78,14 @@ class Routes:
     async def models(self, request: Request) -> Response:
         loaded = self.backend.model_name
         names = [loaded] + [n for n in await run_in_threadpool(downloaded_model_names) if n != loaded]
-        data = [{"id": n, "object": "model", "created": 0, "owned_by": "qwen-desk", "loaded": n == loaded} for n in names]
-        return JSONResponse({"object": "list", "data": data})
+        data = [model_entry(n, loaded, self.started) for n in names]
+        return JSONResponse({"object": "list", "data": data, "has_more": False, "first_id": names[0], "last_id": names[-1]})
+
+    async def model(self, request: Request) -> Response:
+        name, loaded = request.path_params["name"], self.backend.model_name
+        if name != loaded and name not in await run_in_threadpool(downloaded_model_names):
+            raise ApiError(ErrorKind.NOT_FOUND, f"No model {name!r} here; requests that name it are answered by {loaded!r}.")
+        return JSONResponse(model_entry(name, loaded, self.started))
 
     async def chat_completions(self, request: Request) -> Response:
         body = parse_json_object(await request.body())
@@ -85,8 +104,8 @@ class Routes:
         model = self.backend.model_name
         return await self._complete(
             request, call.request, call.stream, "anthropic",
-            reply=lambda done, _tokens: anthropic_api.message_body(done, anthropic_api.new_message_id(), model),
-            frames=lambda feed, tokens: self._anthropic_frames(feed, anthropic_api.EventWriter(model, tokens)),
+            reply=lambda done, _tokens: anthropic_api.message_body(done, anthropic_api.new_message_id(), model, call.show_thinking),
+            frames=lambda feed, tokens: self._anthropic_frames(feed, anthropic_api.EventWriter(model, tokens, call.show_thinking)),
         )
 
     async def count_tokens(self, request: Request) -> Response:
@@ -159,6 +178,7 @@ def create_app(backend: Backend, config: ServerConfig, activity: Activity | None
         routes=[
             Route("/health", routes.health, methods=["GET"]),
             Route("/v1/models", routes.models, methods=["GET"]),
+            Route("/v1/models/{name:path}", routes.model, methods=["GET"]),
             Route("/v1/chat/completions", routes.chat_completions, methods=["POST"]),
             Route("/v1/messages", routes.messages, methods=["POST"]),
             Route("/v1/messages/count_tokens", routes.count_tokens, methods=["POST"]),
