@@ -66,6 +66,8 @@ def format_stats(stats: Any) -> str:
     for label, tokens, tps in (("prompt", get("prompt_tokens"), get("prompt_tps")), ("generation", get("generation_tokens"), get("generation_tps"))):
         if tokens is not None:
             parts.append(f"{label} {tokens} tokens" + (f" at {tps:.1f} tok/s" if tps is not None else ""))
+    if get("image_tokens"):
+        parts.append(f"{get('image_tokens')} image")  # of the prompt tokens: the pictures'
     if get("reasoning_tokens"):
         parts.append(f"{get('reasoning_tokens')} reasoning")
     if get("ttft_s") is not None:

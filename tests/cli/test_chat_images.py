@@ -70,6 +70,7 @@ def test_pictures_are_saved_with_the_conversation_and_resume_with_it(capsys, tin
     with Store.open() as store:
         conv = store.get_conversation(first["conversation_id"])
     (ref,) = conv.messages[0].images
+    assert conv.messages[1].stats.image_tokens == 9 and "9 image" in conv.messages[1].stats.summary()
     assert ref.name == "receipt.png" and (ref.width, ref.height) == (96, 96)
     assert (paths.pictures_dir() / ref.file_name).is_file()
     # resumed: the conversation is read once with its picture (image tokens again), then appended

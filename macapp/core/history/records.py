@@ -39,6 +39,7 @@ class ReplyStats:
     generation_tps: float | None = None
     reasoning_tokens: int | None = None
     peak_memory_bytes: int | None = None
+    image_tokens: int | None = None  # of prompt_tokens, the pictures' (schema 4)
 
     @classmethod
     def from_any(cls, obj: Any) -> ReplyStats:

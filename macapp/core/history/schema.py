@@ -73,8 +73,10 @@ def _migrate_3_search_index(conn: sqlite3.Connection) -> None:
 
 
 def _migrate_4_pictures(conn: sqlite3.Connection) -> None:
-    """Pictures sent with a message: a JSON list of references to files in the app's pictures folder."""
+    """Pictures sent with a message (a JSON list of references to files in the app's pictures folder) and the
+    image tokens a reply's prompt held."""
     conn.execute("ALTER TABLE messages ADD COLUMN images TEXT NOT NULL DEFAULT '[]'")
+    conn.execute("ALTER TABLE messages ADD COLUMN image_tokens INTEGER")
 
 
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [

@@ -13,12 +13,13 @@ def test_stats_come_from_the_engine_and_read_like_the_chat_command_line():
     engine_stats = GenerationStats(ttft_s=0.31, prompt_tokens=10, prompt_tps=100.0, generation_tokens=5, generation_tps=20.0,
                                    reasoning_tokens=2, peak_memory_bytes=1_500_000_000, context_tokens=532)
     stats = ReplyStats.from_any(engine_stats)
-    assert stats == ReplyStats(0.31, 10, 100.0, 5, 20.0, 2, 1_500_000_000)
+    assert stats == ReplyStats(0.31, 10, 100.0, 5, 20.0, 2, 1_500_000_000, image_tokens=0)
     assert stats.summary() == (
         "prompt 10 tokens at 100.0 tok/s · generation 5 tokens at 20.0 tok/s · 2 reasoning · first token 0.31 s · peak 1.50 GB"
     )
     assert format_stats(engine_stats) == stats.summary() + " · context 532"  # one formatter for the CLI and the history
     assert ReplyStats.from_any({"generation_tokens": 3}).summary() == "generation 3 tokens"
+    assert ReplyStats.from_any({"prompt_tokens": 40, "image_tokens": 28}).summary() == "prompt 40 tokens · 28 image"
 
 
 def test_stats_from_a_dict_are_typed_per_field():
