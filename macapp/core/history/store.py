@@ -171,30 +171,6 @@ class Store:
             if cur.rowcount == 0:
                 raise NotFoundError(f"There is no conversation {conversation_id}.")
 
-    def update_conversation(
-        self,
-        conversation_id: int,
-        *,
-        model: str | None = None,
-        system_prompt: str | None = None,
-        settings: dict[str, Any] | None = None,
-    ) -> None:
-        """Change the model / system prompt / settings recorded for a conversation (None leaves a field as is)."""
-        sets, params = [], []
-        for column, value in (("model", model), ("system_prompt", system_prompt)):
-            if value is not None:
-                sets.append(f"{column} = ?")
-                params.append(value)
-        if settings is not None:
-            sets.append("settings = ?")
-            params.append(rows.settings_json(settings))
-        if not sets:
-            return
-        with self.database.write() as conn:
-            cur = conn.execute(f"UPDATE conversations SET {', '.join(sets)} WHERE id = ?", (*params, conversation_id))
-            if cur.rowcount == 0:
-                raise NotFoundError(f"There is no conversation {conversation_id}.")
-
     def delete(self, conversation_id: int) -> Conversation:
         """Delete a conversation and its messages; returns the full conversation, which `restore()` puts back (undo)."""
         with self.database.lock:

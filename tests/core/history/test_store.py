@@ -44,16 +44,6 @@ def test_added_message_is_what_reads_back(store):
     assert store.get_conversation(conv.id).model == "Qwen3.5-4B"  # a reply's model becomes the conversation's
 
 
-def test_update_conversation_changes_only_what_is_given(store):
-    conv = store.create_conversation("m", "sys", {"a": 1})
-    store.update_conversation(conv.id, settings={"b": 2})
-    store.update_conversation(conv.id, model="other")
-    got = store.get_conversation(conv.id)
-    assert (got.model, got.system_prompt, got.settings) == ("other", "sys", {"b": 2})
-    with pytest.raises(NotFoundError):
-        store.update_conversation(999, model="x")
-
-
 def test_only_the_first_user_message_titles_and_rename_wins(store):
     conv = store.create_conversation("m")
     assert store.get_conversation(conv.id).title == ""

@@ -26,9 +26,11 @@ def test_markdown_notes_a_stopped_reply_and_another_model(store):
     conv = store.create_conversation("Qwen3.5-9B")
     store.add_message(conv.id, "user", "q")
     store.add_message(conv.id, "assistant", "", state="stopped", finish_reason="interrupted", model="Qwen3.5-4B")
-    store.update_conversation(conv.id, model="Qwen3.5-9B")
+    store.add_message(conv.id, "user", "again")
+    store.add_message(conv.id, "assistant", "An answer.", finish_reason="stop", model="Qwen3.5-9B")  # the model switched back
     md = store.export_markdown(conv.id)
     assert "*(no answer)*" in md and "*Qwen3.5-4B · stopped (interrupted)*" in md
+    assert "Qwen3.5-9B ·" not in md  # the conversation's own model is not noted on its replies
 
 
 @pytest.mark.parametrize("include_reasoning", [True, False])
