@@ -143,3 +143,46 @@ def test_a_text_only_build_refuses_pictures(tiny_dense_path, picture):
         assert s.send("fine, words then", thinking=THINK, sampling=greedy(4)).result(timeout=TIMEOUT).stats.image_tokens == 0
     finally:
         e.close()
+
+
+def test_thinking_with_a_picture_streams_reasoning_then_answer(engine, picture):
+    reply = engine.new_session().send("hello", thinking=True, sampling=greedy(60), images=[picture("t.png", (64, 64))]).result(timeout=TIMEOUT)
+    assert reply.thinking and reply.stats.image_tokens == 4 and reply.stats.reasoning_tokens > 0
+    assert "</think>" not in reply.text + reply.reasoning
+
+
+def test_stop_while_the_picture_turn_is_read_undoes_it(engine, picture, long_reply):
+    import threading
+
+    from macapp.core.events import PromptProgress
+
+    s = engine.new_session(options=SessionOptions(prefill_step_size=8))
+    s.send("hi", thinking=THINK, sampling=greedy(8)).result(timeout=TIMEOUT)
+    before_tokens, before_messages = list(s.tokens), s.messages
+    job = s.send("look " * 100, thinking=THINK, sampling=greedy(8), images=[picture("big.png", (256, 256))])
+    reading = threading.Event()
+    job.add_listener(lambda e: reading.set() if isinstance(e, PromptProgress) and e.processed > 0 else None)
+    assert reading.wait(TIMEOUT)
+    job.stop()
+    reply = job.result(timeout=10)
+    assert reply.finish_reason == "stopped" and not reply.kept
+    job.join(TIMEOUT)
+    assert s.tokens == before_tokens and s.messages == before_messages
+    again = s.send("and now?", thinking=THINK, sampling=long_reply, images=[picture("small.png", (64, 64))]).result(timeout=TIMEOUT)
+    assert again.stats.image_tokens == 4 and kv_offsets(s) == [s.context_tokens]
+    fresh = engine.new_session()  # the undone picture left nothing behind: positions and cache as if never sent
+    fresh.send("hi", thinking=THINK, sampling=greedy(8)).result(timeout=TIMEOUT)
+    same = fresh.send("and now?", thinking=THINK, sampling=long_reply, images=[picture("small.png", (64, 64))]).result(timeout=TIMEOUT)
+    assert again.token_ids == same.token_ids
+
+
+def test_a_quantized_kv_cache_takes_pictures_too(engine, picture, long_reply):
+    from mlx_lm.models.cache import QuantizedKVCache
+
+    s = engine.new_session(options=SessionOptions(kv_bits=8))
+    first = s.send("What is it?", thinking=THINK, sampling=long_reply, images=[picture("q.png", (96, 96))]).result(timeout=TIMEOUT)
+    follow = s.send("more?", thinking=THINK, sampling=long_reply).result(timeout=TIMEOUT)
+    assert isinstance(s.cache[-1], QuantizedKVCache) and first.stats.image_tokens == 9
+    again = s.regenerate(sampling=long_reply).result(timeout=TIMEOUT)
+    assert again.stats.prompt_tokens == 1 and again.token_ids == follow.token_ids
+    assert kv_offsets(s) == [s.context_tokens]
