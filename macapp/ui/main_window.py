@@ -251,7 +251,7 @@ class MainWindow(QMainWindow):
             self.status.showMessage(f"Could not delete “{title}”: {exc}", 10000)
             return False
         self.refresh_conversations()
-        self.status.offer_undo(f"Deleted “{title}”", self.undo_delete, self.undo_seconds * 1000)
+        self.status.offer_undo(f"Deleted “{title}”", self.undo_delete)
         self._undo_timer.start(self.undo_seconds * 1000)
         return True
 

@@ -57,7 +57,8 @@ class StatusArea(QStatusBar):
         self.notice_label.setToolTip(text)
         self.notice_label.show()
 
-    def offer_undo(self, text: str, action: Callable[[], object], timeout_ms: int = 10000) -> None:
+    def offer_undo(self, text: str, action: Callable[[], object]) -> None:
+        """Show `text` with an Undo button that calls `action` (the caller withdraws it with clear_undo)."""
         self._undo_action = action
         self.undo_label.setText(text)
         self.undo_label.show()
