@@ -34,6 +34,7 @@ class SamplingParams:
     seed: int | None = None
     logit_bias: dict[int, float] | None = field(default=None)
     penalty_window: int = PENALTY_WINDOW
+    frequency_penalty: float = 0.0  # OpenAI's: subtracted once per earlier use of a token in the window
 
     def with_overrides(self, **overrides: Any) -> "SamplingParams":
         """A copy with the given fields changed; None values are ignored (so CLI flags can pass through)."""
@@ -95,5 +96,7 @@ def make_sampler_and_processors(params: SamplingParams):
         repetition_context_size=params.penalty_window,
         presence_penalty=params.presence_penalty or None,
         presence_context_size=params.penalty_window,
+        frequency_penalty=params.frequency_penalty or None,
+        frequency_context_size=params.penalty_window,
     )
     return sampler, processors

@@ -210,12 +210,13 @@ def parse_tool_choice(value: Any, tools: tuple[ToolSpec, ...]) -> ToolChoice:
     mode = _TOOL_CHOICES.get(choice.get("type"))
     if mode is None:
         raise invalid(f"tool_choice.type {choice.get('type')!r} is not 'auto', 'any', 'tool' or 'none'.")
+    parallel = not f.get_bool(choice, "disable_parallel_tool_use", "tool_choice.disable_parallel_tool_use", default=False)
     if mode is not ToolChoiceMode.FUNCTION:
-        return ToolChoice(mode)
+        return ToolChoice(mode, parallel=parallel)
     name = f.get_str(choice, "name", "tool_choice.name", required=True)
     if name not in {t.name for t in tools}:
         raise invalid(f"tool_choice names {name!r}, which is not in tools.")
-    return ToolChoice(mode, name)
+    return ToolChoice(mode, name, parallel)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from macapp.core.events import AnswerDelta, ReasoningDelta
@@ -164,6 +164,8 @@ def _refuse_unsupported(body: dict) -> None:
     """Options whose silent omission would hand the client something else than it asked for."""
     if f.get_int(body, "n", "n", minimum=1, default=1) != 1:
         raise invalid("n > 1 is not supported: this server writes one reply per request.", param="n")
+    if f.get_bool(body, "logprobs", "logprobs", default=False):
+        raise invalid("logprobs is not supported: this server returns no token log probabilities (send logprobs: false).", param="logprobs")
     response_format = f.get_object(body, "response_format", "response_format")
     if response_format.get("type", "text") != "text":
         raise invalid(f"response_format {response_format.get('type')!r} is not supported (only 'text'): ask for JSON in the prompt.", param="response_format")
@@ -186,12 +188,15 @@ def parse_chat_request(body: dict, default_thinking: bool, client: str = "") -> 
         top_k=0 if top_k == -1 else top_k,  # vLLM's -1 means "off"
         min_p=f.get_float(body, "min_p", "min_p", 0, 1),
         presence_penalty=f.get_float(body, "presence_penalty", "presence_penalty", -2, 2),
+        frequency_penalty=f.get_float(body, "frequency_penalty", "frequency_penalty", -2, 2),
         seed=f.get_int(body, "seed", "seed"),
         logit_bias=f.logit_bias(body.get("logit_bias")),
     )
     _refuse_unsupported(body)
     tools = parse_tools(body.get("tools"))
     tool_choice = parse_tool_choice(body.get("tool_choice"), tools)
+    if f.get_bool(body, "parallel_tool_calls", "parallel_tool_calls", default=True) is False:
+        tool_choice = replace(tool_choice, parallel=False)
     stream_options = f.get_object(body, "stream_options", "stream_options")
     request = CompletionRequest(
         messages=messages, sampling=sampling, thinking=thinking, tools=tools, tool_choice=tool_choice,

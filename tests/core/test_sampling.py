@@ -51,3 +51,10 @@ def test_the_presence_penalty_reaches_back_over_the_wider_window():
     assert logits[5] == -1.5 and logits[1] == -1.5 and logits[3] == 0.0  # 5 is PENALTY_WINDOW tokens back, still seen
     older = penalty(mx.array([5] + [1] * PENALTY_WINDOW), mx.zeros((1, 8)))[0].tolist()
     assert older[5] == 0.0 and PENALTY_WINDOW > 20  # beyond the window it is not (mlx-lm's default window is 20)
+
+
+def test_the_frequency_penalty_counts_each_earlier_use():
+    _, (penalty,) = make_sampler_and_processors(greedy(frequency_penalty=0.5))
+    logits = penalty(mx.array([2, 2, 2, 4]), mx.zeros((1, 8)))[0].tolist()
+    assert logits[2] == -1.5 and logits[4] == -0.5 and logits[1] == 0.0
+    assert make_sampler_and_processors(greedy())[1] == []  # off by default

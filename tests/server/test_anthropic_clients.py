@@ -74,7 +74,7 @@ def test_claude_code_streamed_request_with_beta_query_and_headers(tool_server):
 
 
 def test_raw_beta_query_string_and_headers(tool_server):
-    body = {**claude_code_body(), "temperature": 0.0}
+    body = {**claude_code_body(), "temperature": 0.0, "output_config": {"effort": "high"}, "context_management": {"edits": []}}
     del body["extra_body"]
     response = httpx2.post(f"{tool_server.url}/v1/messages?beta=true", json=body, timeout=60,
                            headers={"anthropic-version": "2023-06-01", **CLAUDE_CODE_HEADERS})
@@ -229,6 +229,8 @@ def test_auth_by_x_api_key_and_bearer(tiny_dense_path):
         ({"tool_choice": {"type": "tool", "name": "nope"}}, "nope"),
         ({"thinking": {"type": "sometimes"}}, "thinking.type"),
         ({"temperature": 7}, "temperature"),
+        ({"output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}}}, "structured outputs"),
+        ({"thinking": {"type": "adaptive", "display": "full"}}, "thinking.display"),
     ],
 )
 def test_bad_inputs_raise_bad_request_with_our_message(tiny_server, kwargs, match):

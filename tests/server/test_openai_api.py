@@ -90,9 +90,10 @@ def test_server_default_thinking_applies_when_the_request_is_silent():
 def test_sampling_fields_override_the_preset_and_stop_accepts_string_or_list():
     call = parse({"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 77, "temperature": 0,
                   "top_p": 0.5, "top_k": -1, "min_p": 0.1, "presence_penalty": 0.5, "seed": 7, "stop": "END",
-                  "stream": True, "stream_options": {"include_usage": True}})
+                  "stream": True, "stream_options": {"include_usage": True}, "frequency_penalty": 0.25})
     s = call.request.sampling
     assert (s.max_tokens, s.temperature, s.top_p, s.top_k, s.min_p, s.presence_penalty, s.seed) == (77, 0.0, 0.5, 0, 0.1, 0.5, 7)
+    assert s.frequency_penalty == 0.25
     assert call.request.stop == ("END",)
     assert call.stream and call.include_usage
     assert parse({"messages": [{"role": "user", "content": "hi"}], "stop": ["a", "b"], "max_tokens": 5}).request.stop == ("a", "b")
@@ -114,6 +115,9 @@ def test_sampling_fields_override_the_preset_and_stop_accepts_string_or_list():
         ({"messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{not json"}}]}]}, "messages[0].tool_calls[0].function.arguments"),
         ({"messages": [{"role": "user", "content": [{"type": "audio"}]}]}, "messages[0].content[0].type"),
         ({"messages": [{"role": "user", "content": "hi"}], "n": 2}, "n"),
+        ({"messages": [{"role": "user", "content": "hi"}], "logprobs": True}, "logprobs"),
+        ({"messages": [{"role": "user", "content": "hi"}], "frequency_penalty": 2.5}, "frequency_penalty"),
+        ({"messages": [{"role": "user", "content": "hi"}], "parallel_tool_calls": "no"}, "parallel_tool_calls"),
         ({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema"}}, "response_format"),
         ({"messages": [{"role": "user", "content": "hi"}], "logit_bias": {"abc": 5}}, "logit_bias"),
         ({"messages": [{"role": "user", "content": "hi"}], "logit_bias": {"5": 500}}, "logit_bias"),

@@ -54,6 +54,7 @@ class ToolChoiceMode(enum.Enum):
 class ToolChoice:
     mode: ToolChoiceMode = ToolChoiceMode.AUTO
     name: str | None = None
+    parallel: bool = True  # False: at most one call (the reply ends after it; OpenAI parallel_tool_calls, Anthropic disable_parallel_tool_use)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ template or the tool choice refuses), restored from the longest checkpoint of it
 from there with the engine's `prefill` (a checkpoint at each boundary on the way) and answered with the
 engine's `stream_reply` (sampling, thinking budget, context cap, statistics). The answer text goes through
 the tool-call parser (toolcalls.py) and the stop sequences (stops.py) before it is emitted, so AnswerDelta
-never carries tool-call markup nor anything from a stop sequence on. max_tokens is clamped to the room the
+never carries tool-call markup nor anything from a stop sequence on; a request for at most one call
+(`ToolChoice.parallel` off) ends after the first. max_tokens is clamped to the room the
 prompt leaves in the context.
 
 Chat sessions keep their own caches; the pool holds only the API's. Both run on the engine's one worker, so
@@ -264,6 +265,7 @@ class _ReplyText:
         if self.parser is not None and rendered.prefill:
             self.parser.feed(rendered.prefill)  # the forced call's opening: the reply goes on inside it
         self.stops = StopMatcher(request.stop)
+        self.single_call = not request.tool_choice.parallel
         self.pieces: list[str] = []
         self.calls: list[ToolCall] = []
 
@@ -272,7 +274,7 @@ class _ReplyText:
         return "".join(self.pieces)
 
     def should_stop(self) -> bool:
-        return self.stops.matched is not None or self.job.stopped
+        return self.stops.matched is not None or self.job.stopped or (self.single_call and bool(self.calls))
 
     def emit(self, event: Any) -> None:
         if isinstance(event, AnswerDelta):
@@ -289,7 +291,7 @@ class _ReplyText:
         self._say(self.stops.flush())
         if self.stops.matched is not None:
             return FinishReason.STOP_SEQUENCE
-        if engine_finish == "stopped":
+        if engine_finish == "stopped" and not (self.single_call and self.calls):
             return FinishReason.CANCELLED
         if engine_finish in ("length", "context"):
             return FinishReason.LENGTH
@@ -300,6 +302,8 @@ class _ReplyText:
             if self.stops.matched is not None:
                 return
             if isinstance(piece, ToolCall):
+                if self.single_call and self.calls:
+                    return  # one call was asked for: the others in its block, and anything after, are not the reply
                 self._say(self.stops.flush())  # held text was no stop sequence: the text ended at the call
                 index = len(self.calls)
                 self.calls.append(piece)

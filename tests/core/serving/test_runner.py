@@ -269,6 +269,22 @@ def test_a_forced_call_parses_what_the_model_writes_after_the_prefill(engine, lo
     assert [type(e) for e in job.history] == [ToolCallStarted, ToolCallFinished]
 
 
+def test_at_most_one_call_ends_the_reply_after_the_first(engine, load, tiny_moe_path):
+    """ToolChoice.parallel off: the other calls of the block are not the reply, generation is asked to stop."""
+    from macapp.core.engine import Job
+    from macapp.core.serving.runner import _ReplyText
+
+    load(tiny_moe_path)
+    request = ask(USER, tools=(WEATHER,), tool_choice=ToolChoice(parallel=False))
+    text = _ReplyText(Job("test"), render(engine.model.tokenizer, request), request)
+    assert not text.should_stop()
+    text.emit(AnswerDelta("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n"))
+    text.emit(AnswerDelta("<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n</function>\n</tool_call>"))
+    assert text.should_stop()
+    assert text.finish("stopped") is FinishReason.TOOL_CALLS
+    assert [c.arguments for c in text.calls] == [{"city": "Paris"}]
+
+
 @pytest.mark.parametrize("choice", [ToolChoice(ToolChoiceMode.REQUIRED), ToolChoice(ToolChoiceMode.FUNCTION, "get_weather")])
 def test_a_forced_call_the_model_botches_comes_back_as_text_with_its_opening(tool_model, choice):
     """The scripted model does not follow the prefill (its script starts elsewhere): nothing is lost."""
