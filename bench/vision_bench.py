@@ -75,26 +75,8 @@ def text_paths(path: Path, tokens: int, reps: int) -> dict:
     return {"prompt": len(prompt), "median": med}
 
 
-def picture_turns(path: Path, sizes) -> tuple[list, dict]:
-    model, tokenizer = mlx_lm.load(str(path))
-    before = mx.get_active_memory()
-    vision = attach_vision(model, path)
-    grew = mx.get_active_memory() - before
-    rows = []
-    for size in sizes:
-        image = _picture(size, vision.limits.max_pixels)
-        text = tokenizer.apply_chat_template(
-            [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is in this picture?"}]}],
-            add_generation_prompt=True, enable_thinking=False, tokenize=False,
-        )
-        turn = vision.encode(tokenizer.encode(text, add_special_tokens=False), [image])
-        cache = vision.lm.make_cache()
-        vision.lm.bind([])
-        vision.lm.queue(turn, cache)
-        _, _, first = _run(vision.lm, tokenizer, turn.tokens, 8, cache, embeddings=turn.embeddings)
-        rows.append((size, image.size, turn.image_tokens, len(turn.tokens), turn.encode_s, turn.encode_s + first))
-    # follow-up on the kept cache vs afresh
-    image = _picture(sizes[-1], vision.limits.max_pixels)
+def _picture_turn(vision, tokenizer, image):
+    """(templated text, EncodedTurn, a fresh cache with the turn queued) for one question about `image`."""
     text = tokenizer.apply_chat_template(
         [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is in this picture?"}]}],
         add_generation_prompt=True, enable_thinking=False, tokenize=False,
@@ -103,6 +85,23 @@ def picture_turns(path: Path, sizes) -> tuple[list, dict]:
     cache = vision.lm.make_cache()
     vision.lm.bind([])
     vision.lm.queue(turn, cache)
+    return text, turn, cache
+
+
+def picture_turns(path: Path, sizes) -> tuple[list, dict]:
+    model, tokenizer = mlx_lm.load(str(path))
+    before = mx.get_active_memory()
+    vision = attach_vision(model, path)
+    grew = mx.get_active_memory() - before
+    rows = []
+    for size in sizes:
+        image = _picture(size, vision.limits.max_pixels)
+        text, turn, cache = _picture_turn(vision, tokenizer, image)
+        _, _, first = _run(vision.lm, tokenizer, turn.tokens, 8, cache, embeddings=turn.embeddings)
+        rows.append((size, image.size, turn.image_tokens, len(turn.tokens), turn.encode_s, turn.encode_s + first))
+    # follow-up on the kept cache vs afresh
+    image = _picture(sizes[-1], vision.limits.max_pixels)
+    text, turn, cache = _picture_turn(vision, tokenizer, image)
     reply = [r.token for r in mlx_lm.stream_generate(vision.lm, tokenizer, mx.array(turn.tokens), max_tokens=16, prompt_cache=cache, input_embeddings=turn.embeddings)]
     follow = tokenizer.encode("\n", add_special_tokens=False) + tokenizer.apply_chat_template(
         [{"role": "user", "content": "And what colour is it mostly?"}], add_generation_prompt=True, enable_thinking=False

@@ -2,31 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import shutil
-
-import mlx.core as mx
-import pytest
 
 from macapp.core import catalog
 from macapp.core.vision import builds
 from macapp.core.vision.builds import Source, build_vision
 from macapp.core.vision.capability import folder_support
-
-
-def _text_only_copy(source, folder):
-    shutil.copytree(source, folder)
-    weights = {k: v for k, v in mx.load(str(folder / "model.safetensors")).items() if not k.startswith("vision_tower.")}
-    mx.save_safetensors(str(folder / "model.safetensors"), weights, metadata={"format": "mlx"})
-    index = json.loads((folder / "model.safetensors.index.json").read_text())
-    index["weight_map"] = {k: v for k, v in index["weight_map"].items() if k in weights}
-    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
-    return folder
-
-
-@pytest.fixture(scope="module")
-def text_only_vlm(tiny_vlm_path, tmp_path_factory):
-    return _text_only_copy(tiny_vlm_path, tmp_path_factory.mktemp("vision") / "text-only")
 
 
 def test_a_local_folder_with_its_tower(tiny_vlm_path):
@@ -36,8 +16,8 @@ def test_a_local_folder_with_its_tower(tiny_vlm_path):
     assert seen.cost.max_image_tokens == 64 and seen.cost.image_activation_bytes > 0
 
 
-def test_a_local_text_only_conversion(text_only_vlm):
-    seen = build_vision(catalog.resolve_model(str(text_only_vlm)))
+def test_a_local_text_only_conversion(tiny_vlm_text_only_path):
+    seen = build_vision(catalog.resolve_model(str(tiny_vlm_text_only_path)))
     assert seen.accepts_images is False and seen.cost.vision_bytes == 0 and "no vision tower" in seen.note
 
 
@@ -52,9 +32,9 @@ def test_the_catalog_knows_the_397b_4bit_is_text_only_and_the_rest_wait_for_thei
     assert unknown.accepts_images is None and unknown.cost.vision_bytes == 0
 
 
-def test_refresh_learns_it_from_the_hubs_real_files(hub_server, tiny_vlm_path, text_only_vlm):
+def test_refresh_learns_it_from_the_hubs_real_files(hub_server, tiny_vlm_path, tiny_vlm_text_only_path):
     hub_server.add_repo("mlx-community/Qwen3.5-0.8B-4bit", tiny_vlm_path)
-    hub_server.add_repo("mlx-community/Qwen3.5-397B-A17B-8bit", text_only_vlm)
+    hub_server.add_repo("mlx-community/Qwen3.5-397B-A17B-8bit", tiny_vlm_text_only_path)
     errors = builds.refresh_from_hub(["mlx-community/Qwen3.5-0.8B-4bit", "mlx-community/Qwen3.5-397B-A17B-8bit", "nobody/missing"])
     assert set(errors) == {"nobody/missing"}
     seen = build_vision(catalog.resolve_model("Qwen3.5-0.8B", 4))

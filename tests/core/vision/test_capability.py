@@ -19,19 +19,8 @@ def test_a_build_with_its_tower_sees_and_its_bytes_are_the_towers(tiny_vlm_path)
     assert support.tower_bytes == sum(v.nbytes for v in tower.values())
 
 
-def _text_only_copy(source, folder):
-    """The same build converted without its tower (what the 397B-A17B 4-bit MLX conversion is)."""
-    shutil.copytree(source, folder)
-    weights = {k: v for k, v in mx.load(str(folder / "model.safetensors")).items() if not k.startswith("vision_tower.")}
-    mx.save_safetensors(str(folder / "model.safetensors"), weights, metadata={"format": "mlx"})
-    index = json.loads((folder / "model.safetensors.index.json").read_text())
-    index["weight_map"] = {k: v for k, v in index["weight_map"].items() if k in weights}
-    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
-    return folder
-
-
-def test_vision_config_without_tower_weights_is_text_only(tiny_vlm_path, tmp_path):
-    folder = _text_only_copy(tiny_vlm_path, tmp_path / "text-only")
+def test_vision_config_without_tower_weights_is_text_only(tiny_vlm_text_only_path):
+    folder = tiny_vlm_text_only_path
     assert "vision_config" in json.loads((folder / "config.json").read_text())
     support = capability.folder_support(folder)
     assert not support.sees and support.tower_bytes == 0
