@@ -105,7 +105,14 @@ class MarkdownView(QTextBrowser):
             cursor.insertBlock(first.blockFormat(), first.charFormat())
         else:
             cursor.setBlockFormat(first.blockFormat())
+        opened = cursor.block()
         cursor.insertFragment(QTextDocumentFragment(part))
+        if start > 0 and opened.length() == 1 and opened.next().textList() is not None:
+            # A list comes in as blocks of its own, after the one opened for it: drop that empty paragraph.
+            gap = QTextCursor(self.document())
+            gap.setPosition(opened.position() - 1)
+            gap.setPosition(opened.position(), QTextCursor.MoveMode.KeepAnchor)
+            gap.removeSelectedText()
         self._style_code_blocks(from_position=start)
 
     def set_plain(self, text: str) -> None:

@@ -34,6 +34,7 @@ TEXTS = [
     "Intro with **bold**.\n\nSecond para\nover two lines.\n\n```python\nx = 1\n\ny = 2\n```\n\n- a\n- b\n\nEnd `code`.",
     "# Title\n\nSome *text*.\n\n1. one\n2. two\n\n> a quote\n\nlast",
     "> quoted first\n\n## Heading two\n\ntext **b**\n\n~~~\nfenced\n~~~\n\ntail",
+    "Intro\n\n- a\n- b\n\nafter",
 ]
 
 
@@ -48,6 +49,9 @@ def test_the_incremental_render_ends_equal_to_a_full_render(qtbot, text, step):
     streamed.stream_markdown(text)
     full.set_markdown(text)
     assert streamed.toMarkdown() == full.toMarkdown()
+    # Block for block and format for format, before the finishing set_markdown (no stray empty paragraph
+    # before a list, no fence, quote or heading losing its format).
+    assert streamed.document().toHtml() == full.document().toHtml()
     assert streamed.source_text == text and streamed.renders == len(range(step, len(text), step)) + 1
     streamed.set_markdown(text)  # what a finished reply ends with: exactly the full render
     assert streamed.document().toHtml() == full.document().toHtml()
