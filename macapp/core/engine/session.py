@@ -159,7 +159,8 @@ class ChatSession:
         encoded = self._encode_pictures(m, plan, cached, clock) if plan.images else None
         if encoded is not None:
             plan = dataclasses.replace(plan, prompt=encoded.tokens)
-        limit = limits.context_limit(m, self.options, len(plan.prompt), cached, budget_bytes)
+        with_tower = dataclasses.replace(m, weights_bytes=m.weights_bytes + vision_chat.attached_bytes(m))
+        limit = limits.context_limit(with_tower, self.options, len(plan.prompt), cached, budget_bytes)  # the tower counts
         try:
             reply = self._play(job, m, clock, plan, params, budget, limit, encoded)
         except Exception:

@@ -66,6 +66,13 @@ def _forget(vision_id: int) -> None:
         drop_vision()
 
 
+def attached_bytes(model: Any) -> int:
+    """The tower's bytes when it is attached to this model (it stays in memory for the model's lifetime), else 0."""
+    if _attached is not None and _attached[0]() is model:
+        return _attached[1].vision_bytes
+    return 0
+
+
 def drop_vision() -> None:
     global _attached
     _attached = None

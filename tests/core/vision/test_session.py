@@ -186,3 +186,19 @@ def test_a_quantized_kv_cache_takes_pictures_too(engine, picture, long_reply):
     again = s.regenerate(sampling=long_reply).result(timeout=TIMEOUT)
     assert again.stats.prompt_tokens == 1 and again.token_ids == follow.token_ids
     assert kv_offsets(s) == [s.context_tokens]
+
+
+def test_the_memory_budget_counts_the_tower_once_it_is_attached(engine, picture):
+    from macapp.core.vision.chat import attached_bytes
+
+    s = engine.new_session()
+    s.send("x", thinking=THINK, sampling=greedy(2), images=[picture("m.png", (64, 64))]).result(timeout=TIMEOUT)
+    tower = attached_bytes(engine.model)
+    assert tower > 0
+    from macapp.core.engine.limits import memory_needed
+
+    need = memory_needed(engine.model, SessionOptions(), 20, s.context_tokens + 20)
+    tight = engine.new_session(options=SessionOptions(memory_budget_bytes=need + tower // 2))  # enough without the tower
+    with pytest.raises(EngineError) as info:
+        tight.send("y" * 1, thinking=THINK, sampling=greedy(2)).result(timeout=TIMEOUT)
+    assert info.value.code == ev.MEMORY_BUDGET
