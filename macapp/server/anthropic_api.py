@@ -1,7 +1,7 @@
 """Anthropic Messages: a request body -> CompletionRequest, and the job's events -> a message or its SSE events.
 
 The stream is the real sequence: `message_start`, `ping`, then per block `content_block_start` /
-`content_block_delta` (`thinking_delta`, `text_delta`, `input_json_delta`) / `content_block_stop`, then
+`content_block_delta` (`thinking_delta` then `signature_delta`, `text_delta`, `input_json_delta`) / `content_block_stop`, then
 `message_delta` (stop_reason, usage) and `message_stop`. Usage: `input_tokens` counts the prompt tokens read
 afresh, `cache_read_input_tokens` the ones restored from a checkpoint. Thinking is on only when the request
 says `thinking: {"type": "enabled", "budget_tokens": N}` (N becomes the engine's thinking budget).
@@ -43,6 +43,9 @@ STOP_REASONS = {
 _TOOL_CHOICES = {"auto": ToolChoiceMode.AUTO, "any": ToolChoiceMode.REQUIRED, "tool": ToolChoiceMode.FUNCTION, "none": ToolChoiceMode.NONE}
 _SKIPPED_BLOCKS = ("redacted_thinking",)  # opaque to any model but Claude
 ERROR_RESULT_PREFIX = "Error: "  # a tool_result with is_error, as the model reads it
+# Claude Code drops a thinking block (and with it the whole reply) that comes without a signature; nothing here
+# verifies one, so every block carries this opaque constant (a signature sent back is ignored).
+THINKING_SIGNATURE = "qwen-desk-local-thinking"
 
 
 @dataclass(frozen=True)
@@ -288,7 +291,7 @@ def usage_body(usage: Usage) -> dict[str, Any]:
 def message_body(done: Completed, message_id: str, model: str, show_thinking: bool = True) -> dict[str, Any]:
     content: list[dict[str, Any]] = []
     if done.reasoning:
-        content.append({"type": "thinking", "thinking": done.reasoning if show_thinking else "", "signature": ""})
+        content.append({"type": "thinking", "thinking": done.reasoning if show_thinking else "", "signature": THINKING_SIGNATURE})
     if done.text:
         content.append({"type": "text", "text": done.text})
     content.extend({"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in done.tool_calls)
@@ -324,8 +327,9 @@ class EventWriter:
     def _close(self) -> list[tuple[str, dict[str, Any]]]:
         if self._open is None:
             return []
+        out = [self._delta({"type": "signature_delta", "signature": THINKING_SIGNATURE})] if self._open == "thinking" else []
         self._open = None
-        return [("content_block_stop", {"type": "content_block_stop", "index": self._index})]
+        return [*out, ("content_block_stop", {"type": "content_block_stop", "index": self._index})]
 
     def _begin(self, kind: str, block: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         out = self._close()

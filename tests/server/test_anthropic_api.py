@@ -127,15 +127,16 @@ def test_stream_event_sequence_opens_and_closes_each_block_in_order():
     names = [n for n, _ in out]
     assert names == [
         "message_start", "ping",
-        "content_block_start", "content_block_delta", "content_block_delta", "content_block_stop",
+        "content_block_start", "content_block_delta", "content_block_delta", "content_block_delta", "content_block_stop",
         "content_block_start", "content_block_delta", "content_block_stop",
         "content_block_start", "content_block_delta", "content_block_stop",
         "message_delta", "message_stop",
     ]
     assert all(data["type"] == name for name, data in out)
     deltas = [d["delta"] for n, d in out if n == "content_block_delta"]
-    assert [d["type"] for d in deltas] == ["thinking_delta", "thinking_delta", "text_delta", "input_json_delta"]
-    assert json.loads(deltas[3]["partial_json"]) == {"city": "Paris"}
+    assert [d["type"] for d in deltas] == ["thinking_delta", "thinking_delta", "signature_delta", "text_delta", "input_json_delta"]
+    assert deltas[2]["signature"]  # Claude Code drops a thinking block without one
+    assert json.loads(deltas[4]["partial_json"]) == {"city": "Paris"}
     starts = [d for n, d in out if n == "content_block_start"]
     assert [(s["index"], s["content_block"]["type"]) for s in starts] == [(0, "thinking"), (1, "text"), (2, "tool_use")]
     assert starts[2]["content_block"]["id"] == "toolu_1"

@@ -87,9 +87,25 @@ def test_stream_final_message_with_thinking_then_text(tiny_server):
                                                  thinking={"type": "enabled", "budget_tokens": 1024}, **GREEDY) as stream:
         final = stream.get_final_message()
     assert [b.type for b in final.content] == ["thinking", "text"]
-    assert final.content[0].thinking.strip() == REASONING and isinstance(final.content[0].signature, str)
+    assert final.content[0].thinking.strip() == REASONING and final.content[0].signature  # Claude Code drops unsigned ones
     assert final.content[1].text == ANSWER
     assert final.usage.input_tokens + (final.usage.cache_read_input_tokens or 0) > 0
+
+
+def test_raw_stream_signs_each_thinking_block_before_it_stops(tiny_server):
+    """The order Claude Code keeps: thinking_delta..., signature_delta, content_block_stop, then the text block."""
+    import json
+
+    body = {"model": "m", "max_tokens": 64, "messages": HELLO, "stream": True, "temperature": 0.0,
+            "thinking": {"type": "enabled", "budget_tokens": 1024}}
+    with httpx2.stream("POST", f"{tiny_server.url}/v1/messages?beta=true", json=body, timeout=60) as response:
+        events = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: ")]
+    kinds = [e["delta"]["type"] if e["type"] == "content_block_delta" else e["type"] for e in events]
+    first_stop = kinds.index("content_block_stop")
+    assert kinds[first_stop - 1] == "signature_delta" and kinds[first_stop - 2] == "thinking_delta"
+    assert events[first_stop - 1]["delta"]["signature"] and kinds.count("signature_delta") == 1
+    assert kinds[-2:] == ["message_delta", "message_stop"]
+    assert kinds.count("message_delta") == 1 and events[-2]["delta"]["stop_reason"] == "end_turn"
 
 
 @pytest.mark.parametrize("thinking", [{"type": "disabled"}, {"type": "adaptive"}, {"type": "adaptive", "display": "summarized"},
