@@ -19,6 +19,7 @@ from typing import Any, TextIO
 
 from macapp.cli import UsageError
 from macapp.cli.model import add_cache_arguments, add_model_argument, check_cache_arguments, load_model
+from macapp.core import events as ev
 from macapp.core.sizing import DEFAULT_PREFILL_STEP
 
 DIM, RESET = "\033[2m", "\033[0m"
@@ -27,7 +28,8 @@ HELP = (
     "/edit TEXT (replace the last message), /image PATH (attach a picture to the next message), /stats, /help, "
     "/quit (or Ctrl-D). Ctrl-C stops a reply."
 )
-INPUT_CODES = ("empty_prompt", "context_limit", "memory_budget", "nothing_to_redo", "bad_image", "text_only")
+# A turn that fails for one of these is the user's to fix (exit 2); anything else exits 1.
+INPUT_CODES = (ev.EMPTY_PROMPT, ev.CONTEXT_LIMIT, ev.MEMORY_BUDGET, ev.NOTHING_TO_REDO, ev.BAD_IMAGE, ev.TEXT_ONLY)
 
 
 def register(subparsers) -> None:
