@@ -47,6 +47,10 @@ def vision_for(model: Any) -> Any:
     global _attached
     if _attached is not None and _attached[0]() is model:
         return _attached[1]
+    from macapp.core.cluster.lockstep import LockstepModel
+
+    if isinstance(model.model, LockstepModel):  # the ranks run only token forward passes in lock step
+        raise EngineError("Pictures are not supported on several Macs yet: send them in a chat on one Mac.", ev.ERROR)
     support = folder_support(model.path)
     if not support.sees:
         raise EngineError(text_only_message(model.info.name) + f" ({support.why_not})", ev.TEXT_ONLY)

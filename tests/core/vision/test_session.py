@@ -202,3 +202,21 @@ def test_the_memory_budget_counts_the_tower_once_it_is_attached(engine, picture)
     with pytest.raises(EngineError) as info:
         tight.send("y" * 1, thinking=THINK, sampling=greedy(2)).result(timeout=TIMEOUT)
     assert info.value.code == ev.MEMORY_BUDGET
+
+
+def test_pictures_on_several_macs_are_refused_clearly(engine):
+    import dataclasses
+
+    import mlx.core as mx
+
+    from macapp.core.cluster.lockstep import LockstepModel
+    from macapp.core.vision.chat import vision_for
+    from tests.core.engine.helpers import on_worker
+
+    def attach_on_a_cluster(m):
+        shared = dataclasses.replace(m, model=LockstepModel(m.model, mx.distributed.init()))  # a group of one rank
+        with pytest.raises(EngineError, match="not supported on several Macs yet"):
+            vision_for(shared)
+        return True
+
+    assert on_worker(engine, attach_on_a_cluster)
