@@ -82,3 +82,33 @@ def test_interactive_chat_reads_this_terminal_through_mlx_launch(tiny_moe_path, 
     # the end of this input becomes /quit for rank 0 (mlx.launch never closes the ranks' input)
     assert done.returncode == 0, done.stderr
     assert "The answer is here!" in done.stdout and "generation 6 tokens" in done.stderr
+
+
+def test_ctrl_c_reaches_rank_0(tiny_moe_path, hostfile):
+    """Ctrl-C goes to the launcher (the foreground process), which passes it to rank 0: at the prompt it ends
+    the chat (during a reply it stops the reply, as in one process), and every rank goes with it."""
+    import os
+    import signal
+    import threading
+    import time
+
+    path = hostfile([LOCAL, LOCAL])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "macapp", "chat", "-m", str(tiny_moe_path), "--hostfile", str(path), "--no-think", "--temp", "0", "--no-history"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    out = bytearray()
+    threading.Thread(target=lambda: [out.extend(chunk) for chunk in iter(lambda: proc.stdout.read1(4096), b"")], daemon=True).start()
+    try:
+        proc.stdin.write(b"Hello\n")
+        proc.stdin.flush()
+        deadline = time.monotonic() + 90
+        while out.count(b">> ") < 2 and time.monotonic() < deadline:  # replied, and waiting for the next line
+            time.sleep(0.05)
+        assert b"The answer is here!" in out and out.count(b">> ") == 2, out
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0, proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert processes_naming(path) == []

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from macapp.core.cluster.fingerprint import Fingerprint, fingerprint
 from macapp.core.cluster.hostfile import Hostfile, read_hostfile
-from macapp.core.cluster.rank import DONE, ENV, READY, RankSpec
+from macapp.core.cluster.rank import DONE, ENV, FOLLOWER_LOST, READY, RankSpec
 from macapp.core.cluster.sizing import Shard, tensor_split_problems
 
 CONNECT_TIMEOUT_S = 60.0
@@ -255,7 +255,8 @@ class ClusterRun:
 
     def start(self) -> None:
         self.proc = subprocess.Popen(self.argv(), stdin=subprocess.PIPE, stdout=self.stdout, stderr=subprocess.PIPE, process_group=0)
-        threading.Thread(target=self._read_stderr, name="cluster-stderr", daemon=True).start()
+        self._reader = threading.Thread(target=self._read_stderr, name="cluster-stderr", daemon=True)
+        self._reader.start()
         if self.interactive:
             threading.Thread(target=self._relay_stdin, name="cluster-stdin", daemon=True).start()
 
@@ -309,16 +310,26 @@ class ClusterRun:
         except (OSError, ValueError):
             self._stop_by = time.monotonic()
 
-    def _check(self, started: float) -> str | None:
+    def _cause(self) -> str | None:
+        """The rank whose end ended the run, if one did: a follower that died or was killed (not one that only
+        lost rank 0), or rank 0 killed by a signal nobody here sent. mlx.launch reports ranks in any order."""
         hosts = self.plan.hostfile.hosts
         with self._lock:
             exits = dict(self.exits)
-            joined = set(self.joined)
-        rank0_over = self.rank0_done or 0 in exits
-        for r, code in sorted(exits.items()):
-            if r != 0 and not rank0_over:
+        for r, code in sorted(exits.items(), key=lambda item: item[0] == 0):  # followers first
+            killed = code is None or code < 0
+            if (r != 0 and code not in (0, FOLLOWER_LOST)) or (r == 0 and killed and self._stop_by is None):
                 how = "was killed" if code is None else (f"was killed by signal {-code}" if code < 0 else f"exited with status {code}")
-                return f"rank {r} ({hosts[r].ssh}) {how} while rank 0 was still running"
+                return f"rank {r} ({hosts[r].ssh}) {how}"
+        return None
+
+    def _check(self, started: float) -> str | None:
+        hosts = self.plan.hostfile.hosts
+        with self._lock:
+            joined = set(self.joined)
+            rank0_over = self.rank0_done or 0 in self.exits
+        if cause := self._cause():
+            return cause
         if len(joined) < len(hosts) and time.monotonic() - started > self.connect_timeout and not rank0_over:
             missing = ", ".join(f"rank {r} ({hosts[r].ssh})" for r in range(len(hosts)) if r not in joined)
             return (
@@ -348,6 +359,10 @@ class ClusterRun:
                 break
             time.sleep(0.05)
         self.proc.wait()
+        self._reader.join(timeout=5)  # mlx.launch's last lines (a rank's end may be reported after rank 0's)
+        if self.fault is None and (fault := self._cause()):
+            self.fault = fault
+            print(f"qwen-desk: {fault}; every rank has been stopped.", file=sys.stderr, flush=True)
         self._end(grace=0)  # anything of the group still there
         if self.fault is not None:
             return 1

@@ -97,7 +97,7 @@ def test_a_follower_killed_mid_reply(two_local, tiny_moe_path):
     assert run.wait() == 1
     run.close()
     assert time.monotonic() - killed < 15
-    assert run.fault == "rank 1 (127.0.0.1) was killed by signal 9 while rank 0 was still running"
+    assert run.fault == "rank 1 (127.0.0.1) was killed by signal 9"
     assert group_gone(run.proc.pid) and pid_gone(rank0) and pid_gone(rank1)
     reader.join(5)
     replies = [json.loads(line) for line in lines if line.startswith(b"{")]
