@@ -107,3 +107,13 @@ def test_a_text_only_build_refuses_pictures_with_a_400(tiny_server):
     with pytest.raises(openai.BadRequestError) as info:
         tiny_server.openai().chat.completions.create(model="x", messages=_openai_message("hi", _data_url()), max_tokens=4)
     assert "this build is text-only" in str(info.value)
+
+
+def test_count_tokens_counts_the_pictures(vision_server):
+    import httpx2 as httpx
+
+    data = base64.b64encode(picture_bytes((192, 128))).decode()
+    body = {"model": "x", "messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}}, {"type": "text", "text": "what is it?"}]}]}
+    counted = httpx.post(f"{vision_server.url}/v1/messages/count_tokens", json=body, timeout=30).json()["input_tokens"]
+    message = vision_server.anthropic().messages.create(max_tokens=2, extra_body={"thinking": {"type": "disabled"}}, **body)
+    assert counted == message.usage.input_tokens + message.usage.cache_read_input_tokens

@@ -101,7 +101,13 @@ class ServingEngine:
     def count_tokens(self, request: CompletionRequest) -> int:
         """The prompt's length as the template renders it. Only the tokenizer is read (no MLX): any thread.
         EngineError NO_MODEL or INVALID_REQUEST (what the template or the tool choice refuses), as submit's job would."""
-        return len(self._render(self._model(), request).tokens)
+        m = self._model()
+        rendered = self._render(m, request)
+        if rendered.images:  # each picture's placeholder becomes its image tokens (from the sizes: no tower run)
+            from macapp.core.vision.serving import extra_image_tokens
+
+            return len(rendered.tokens) + extra_image_tokens(m.path, rendered.images)
+        return len(rendered.tokens)
 
     def submit(self, request: CompletionRequest) -> Job:
         with self._lock:

@@ -8,13 +8,17 @@ matches token prefixes, and every picture's placeholder tokens look the same wha
 from __future__ import annotations
 
 import dataclasses
+import functools
+import io
+from pathlib import Path
 from typing import Any, Sequence
 
 from macapp.core.engine import EngineError
 from macapp.core.serving.requests import INVALID_REQUEST, ImagePart
 from macapp.core.vision import chat as vision_chat
 from macapp.core.vision.dataurl import image_from_base64
-from macapp.core.vision.images import ImageError, PreparedImage
+from macapp.core.vision.cost import ProcessorLimits
+from macapp.core.vision.images import DEFAULT_MAX_PIXELS, ImageError, PreparedImage
 
 
 @dataclasses.dataclass
@@ -36,6 +40,34 @@ def decode_pictures(images: Sequence[ImagePart]) -> list[PreparedImage]:
         except ImageError as exc:
             raise EngineError(str(exc), INVALID_REQUEST) from None
     return out
+
+
+def extra_image_tokens(folder: Any, images: Sequence[ImagePart]) -> int:
+    """How many tokens the pictures add to a rendered prompt (each placeholder widened to its image tokens), from
+    the picture sizes and the folder's processor settings alone: no tower, no MLX (any thread)."""
+    from PIL import Image
+
+    processor = _image_processor(str(folder))
+    extra = 0
+    for n, part in enumerate(images):
+        try:
+            with Image.open(io.BytesIO(part.data)) as image:
+                width, height = image.size
+        except Exception:  # noqa: BLE001 - what Pillow raises for bad bytes varies; the request is refused by name
+            raise EngineError(f"image {n + 1}: is not a picture Qwen Desk can read", INVALID_REQUEST) from None
+        extra += processor.num_image_tokens(height, width) - 1
+    return extra
+
+
+@functools.lru_cache(maxsize=4)
+def _image_processor(folder: str) -> Any:
+    from mlx_vlm.models.qwen3_vl.processing_qwen3_vl import Qwen3VLImageProcessor
+
+    limits = ProcessorLimits.from_files(Path(folder))
+    return Qwen3VLImageProcessor(
+        patch_size=limits.patch_size, merge_size=limits.merge_size, temporal_patch_size=limits.temporal_patch_size,
+        min_pixels=limits.min_pixels, max_pixels=min(limits.max_pixels, DEFAULT_MAX_PIXELS),
+    )
 
 
 def prepare(m: Any, tokens: list[int], images: Sequence[ImagePart], limit: int) -> PictureRequest:
