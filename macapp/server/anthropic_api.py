@@ -186,8 +186,12 @@ def parse_messages(body: dict) -> tuple[ChatMessage, ...]:
             out.extend(_user_turn(blocks, f"{param}.content", call_names))
         elif role == "assistant":
             out.append(_assistant_turn(blocks, f"{param}.content", call_names))
+        elif role == "system":  # Claude Code (2.1.154 on) sends hook context so; rendered in place (render.py)
+            out.append(ChatMessage(Role.SYSTEM, _system(blocks)))
         else:
-            raise invalid(f"{param}.role {role!r} is not 'user' or 'assistant' (the system prompt goes in 'system').")
+            raise invalid(f"{param}.role {role!r} is not 'user', 'assistant' or 'system'.")
+    if all(m.role is Role.SYSTEM for m in out):
+        raise invalid("messages: at least one user or assistant message is required (the system prompt is not one).")
     return tuple(out)
 
 

@@ -79,6 +79,7 @@ def test_sampling_and_stop_sequences():
         {"messages": []},
         {},
         {"messages": [{"role": "system", "content": "x"}]},
+        {"messages": [{"role": "tool", "content": "x"}]},
         {"messages": [{"role": "user", "content": "hi"}], "max_tokens": -5},
         {"messages": [{"role": "user", "content": [{"type": "video"}]}]},
         {"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "web_search_20250305", "name": "web_search"}]},

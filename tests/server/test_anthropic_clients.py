@@ -182,6 +182,18 @@ def test_history_as_claude_code_sends_it(tool_server):
     assert counted.input_tokens == message.usage.input_tokens + message.usage.cache_read_input_tokens
 
 
+def test_system_messages_inside_messages_are_served(tool_server):
+    """Claude Code 2.1.154 on sends hook context as {"role": "system"} after the first user turn (servers that refuse
+    it broke it); it is read in place, as a user turn would be (Qwen3.5's template takes a system message only first)."""
+    client = tool_server.anthropic()
+    hook = "<system-reminder>SessionStart hook: branch main</system-reminder>"
+    messages = [{"role": "user", "content": "Weather?"}, {"role": "system", "content": [{"type": "text", "text": hook}]}]
+    message = client.messages.create(model="m", max_tokens=96, messages=messages, tools=[TOOL], system="Be brief.", **GREEDY)
+    assert message.stop_reason == "tool_use"
+    as_user = client.messages.count_tokens(model="m", messages=[messages[0], {"role": "user", "content": hook}], tools=[TOOL], system="Be brief.")
+    assert message.usage.input_tokens + message.usage.cache_read_input_tokens == as_user.input_tokens
+
+
 def test_error_tool_result_is_marked_for_the_model(tool_server):
     base = [{"role": "user", "content": "Weather?"},
             {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]}]
@@ -239,7 +251,8 @@ def test_auth_by_x_api_key_and_bearer(tiny_dense_path):
     ("kwargs", "match"),
     [
         ({"messages": []}, "at least one message"),
-        ({"messages": [{"role": "system", "content": "hi"}]}, "role"),
+        ({"messages": [{"role": "system", "content": "hi"}]}, "at least one user or assistant message"),
+        ({"messages": [{"role": "tool", "content": "hi"}]}, "role 'tool'"),
         ({"max_tokens": -1}, "max_tokens"),
         ({"messages": [{"role": "user", "content": [{"type": "video", "data": "x"}]}]}, "video"),
         ({"tool_choice": {"type": "tool", "name": "nope"}}, "nope"),

@@ -37,6 +37,16 @@ def test_developer_role_is_the_system_prompt(tiny_server):
     assert as_developer.choices[0].message.content == as_system.choices[0].message.content
 
 
+def test_system_and_developer_together_and_a_late_developer_message(tiny_server):
+    """Qwen3.5's template takes one system message, first: leading ones are joined, a late one is read in place."""
+    client = tiny_server.openai()
+    joined = [{"role": "system", "content": "Be brief.\n\nAnswer in French."}, *HELLO]
+    pair = [{"role": "system", "content": "Be brief."}, {"role": "developer", "content": "Answer in French."}, *HELLO]
+    late = [{"role": "system", "content": "Be brief."}, *HELLO, {"role": "developer", "content": "Answer in French."}]
+    usage = [client.chat.completions.create(model="x", messages=m, max_tokens=4, **GREEDY).usage.prompt_tokens for m in (joined, pair, late)]
+    assert usage[0] == usage[1] and usage[2] > 0
+
+
 def test_options_clients_send_at_their_defaults(tiny_server):
     """What LiteLLM / Open WebUI / the Agents SDK put in every request: accepted, the reply unchanged."""
     reply = tiny_server.openai().chat.completions.create(

@@ -4,7 +4,7 @@
   mapping (the template iterates ``arguments|items``), tool results as ``tool`` messages (the template groups
   them into one user turn of ``<tool_response>`` blocks), an assistant turn's earlier reasoning as
   ``reasoning_content`` (the template keeps it only after the last user query). ``enable_thinking`` is
-  always passed explicitly.
+  always passed explicitly. One system message, first: leading ones are joined, later ones become user turns.
 - Tool choice: AUTO offers the tools; NONE does not offer them (and no call is parsed); REQUIRED and FUNCTION
   offer them and prefill the reply's opening after the generation prompt — ``<tool_call>\\n<function=`` for
   REQUIRED, ``<tool_call>\\n<function=NAME>\\n`` for FUNCTION — so the model can only go on writing a call.
@@ -21,7 +21,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from macapp.core.serving.requests import ChatMessage, CompletionRequest, Role, ToolChoiceMode, ToolSpec
@@ -68,6 +68,19 @@ def template_message(message: ChatMessage) -> dict[str, Any]:
     return out
 
 
+def template_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
+    """The messages as the template takes them. Qwen3.5's takes one system message, first ("System message must be
+    at the beginning"); clients send more: a system and a developer message together (joined into one), Claude
+    Code's hook context as a system message after the first user turn, a late developer message (those become
+    user turns, in place: moving them into the first would change the prompt's start, and its checkpoints)."""
+    leading = 0
+    while leading < len(messages) and messages[leading].role is Role.SYSTEM:
+        leading += 1
+    head = [ChatMessage(Role.SYSTEM, "\n\n".join(m.content for m in messages[:leading] if m.content))] if leading else []
+    rest = [replace(m, role=Role.USER) if m.role is Role.SYSTEM else m for m in messages[leading:]]
+    return [template_message(m) for m in head + rest]
+
+
 def forced_prefill(request: CompletionRequest) -> str:
     """The reply's opening the prompt writes for a forced tool choice ("" when the model chooses)."""
     choice = request.tool_choice
@@ -95,7 +108,7 @@ def render(tokenizer: Any, request: CompletionRequest) -> RenderedPrompt:
     thinking = request.thinking and request.thinking_budget != 0 and not prefill
     try:
         text = tokenizer.apply_chat_template(
-            [template_message(m) for m in request.messages],
+            template_messages(request.messages),
             tools=tool_dicts(tools) or None,
             add_generation_prompt=True,
             enable_thinking=thinking,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,39 @@ def test_each_rounds_turn_starts_are_token_prefixes_of_the_next_round(tokenizer,
         previous = p
     other = render(tokenizer, request(SYSTEM, ChatMessage(Role.USER, "Something else entirely")))
     assert other.tokens[: other.boundaries[0]] == previous.tokens[: previous.boundaries[0]]  # same system + tools
+
+
+STRICT_SYSTEM = ("{%- for m in messages %}{%- if m.role == 'system' and not loop.first %}"
+                 "{{- raise_exception('System message must be at the beginning.') }}{%- endif %}{%- endfor %}")
+
+
+@pytest.fixture
+def strict_tokenizer(tiny_dense_path):
+    """The tiny template with Qwen3.5's own check: a system message anywhere but first is an error."""
+    from mlx_lm.tokenizer_utils import load
+
+    from macapp.devtools.tiny_model import CHAT_TEMPLATE
+
+    tok = load(Path(tiny_dense_path))
+    tok._tokenizer.chat_template = STRICT_SYSTEM + CHAT_TEMPLATE
+    return tok
+
+
+def test_a_late_system_message_becomes_a_user_turn_in_place(strict_tokenizer):
+    """Claude Code sends hook context as a system message after the first user turn; OpenAI clients a late developer one."""
+    hook = ChatMessage(Role.SYSTEM, "<system-reminder>hook output</system-reminder>")
+    call, result = agent_round(1)
+    p = render(strict_tokenizer, request(SYSTEM, USER, hook, call, result))
+    as_user = render(strict_tokenizer, request(SYSTEM, USER, replace(hook, role=Role.USER), call, result))
+    assert p.tokens == as_user.tokens
+    assert p.text.count("<|im_start|>system") == 1 and p.text.startswith("<|im_start|>system")
+    with pytest.raises(Exception, match="System message must be at the beginning"):  # the template as is refuses it
+        strict_tokenizer.apply_chat_template([{"role": "user", "content": "a"}, {"role": "system", "content": "b"}], tokenize=False)
+
+
+def test_leading_system_messages_are_joined_into_one(strict_tokenizer):
+    developer = ChatMessage(Role.SYSTEM, "Answer in French.")
+    p = render(strict_tokenizer, request(SYSTEM, developer, USER))
+    assert p.text.count("<|im_start|>system") == 1
+    assert SYSTEM.content + "\n\n" + developer.content in p.text
+    assert p.tokens[: p.boundaries[0]] == render(strict_tokenizer, request(replace(SYSTEM, content=SYSTEM.content + "\n\n" + developer.content), USER)).tokens[: p.boundaries[0]]
