@@ -30,7 +30,7 @@ from pathlib import Path
 
 from macapp.core.cluster.fingerprint import Fingerprint, fingerprint
 from macapp.core.cluster.hostfile import Hostfile, read_hostfile
-from macapp.core.cluster.rank import DONE, ENV, FOLLOWER_LOST, READY, RankSpec
+from macapp.core.cluster.rank import DONE, ENV, FOLLOWER_LOST, MODEL_DIFFERS, READY, RankSpec
 from macapp.core.cluster.sizing import Shard, tensor_split_problems
 
 CONNECT_TIMEOUT_S = 60.0
@@ -319,6 +319,8 @@ class ClusterRun:
         for r, code in sorted(exits.items(), key=lambda item: item[0] == 0):  # followers first
             killed = code is None or code < 0
             if (r != 0 and code not in (0, FOLLOWER_LOST)) or (r == 0 and killed and self._stop_by is None):
+                if code == MODEL_DIFFERS and r != 0:
+                    return f"rank {r} ({hosts[r].ssh}) has other model files than rank 0: download the same build on each host"
                 how = "was killed" if code is None else (f"was killed by signal {-code}" if code < 0 else f"exited with status {code}")
                 return f"rank {r} ({hosts[r].ssh}) {how}"
         return None

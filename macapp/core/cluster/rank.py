@@ -21,6 +21,7 @@ ENV = "QWEN_DESK_CLUSTER"
 READY = "qwen-desk-cluster: rank {rank} of {size} joined"  # on stderr, for the launcher's start-up watch
 DONE = "qwen-desk-cluster: rank 0 done"  # on stderr when rank 0 exits
 FOLLOWER_LOST = 3  # a follower's exit status when rank 0 went away mid-run
+MODEL_DIFFERS = 4  # a follower's exit status when its model files are not rank 0's
 
 
 @dataclass(frozen=True)
@@ -84,11 +85,36 @@ def read_shard(path: Path, group: Any, shard: Shard) -> tuple[Any, Any, dict]:
     return sharded_load(str(path), return_config=True, **groups)
 
 
+def ranks_with_other_files(group: Any, path: Path) -> list[int]:
+    """The ranks whose model files differ from rank 0's (macapp.core.cluster.fingerprint), asked of the whole
+    group at once; every rank calls it at the same point, before reading its shard. RankLost if a peer is gone."""
+    import mlx.core as mx
+
+    from macapp.core.cluster.fingerprint import fingerprint
+    from macapp.core.cluster.lockstep import RankLost
+
+    mine = mx.array(list(bytes.fromhex(fingerprint(path).digest)), dtype=mx.int32)[None]
+    try:
+        rows = mx.distributed.all_gather(mine, group=group, stream=mx.cpu).tolist()
+    except RuntimeError as exc:
+        raise RankLost(str(exc)) from exc
+    return [r for r, row in enumerate(rows) if row != rows[0]]
+
+
 def reader_for_rank0(group: Any, shard: Shard):
     """The engine's model reader on rank 0: the shard, wrapped so that every call is mirrored on the followers."""
+    from macapp.core import events as ev
     from macapp.core.cluster.lockstep import LockstepModel
+    from macapp.core.engine import EngineError
 
     def read(path: Path) -> tuple[Any, Any, dict]:
+        differ = ranks_with_other_files(group, path)
+        if differ:
+            raise EngineError(
+                f"The model files are not the same on every host: rank{'s' if len(differ) > 1 else ''} "
+                f"{', '.join(map(str, differ))} hold{'' if len(differ) > 1 else 's'} other files than rank 0 ({path}). "
+                "Download the same build on each host.", ev.ERROR,
+            )
         model, tokenizer, config = read_shard(path, group, shard)
         return LockstepModel(model, group), tokenizer, config
 
@@ -127,7 +153,7 @@ def _shut_down(engine: Any, job: Any) -> None:
 
 def follow(spec: RankSpec, model_spec: str, group: Any | None = None) -> int:
     """A follower rank's whole life: join (unless `group` is given), load the same folder, follow rank 0 until
-    it shuts us down; the exit status (0, 1 for a model that cannot load, FOLLOWER_LOST)."""
+    it shuts us down; the exit status (0, 1 for a model that cannot load, MODEL_DIFFERS, FOLLOWER_LOST)."""
     from macapp.core.cluster.lockstep import Follower, RankLost
     from macapp.core.engine import EngineError, check_model_folder, locate_model
 
@@ -137,6 +163,9 @@ def follow(spec: RankSpec, model_spec: str, group: Any | None = None) -> int:
     try:
         path = locate_model(model_spec)
         check_model_folder(path)
+        if group.rank() in ranks_with_other_files(group, path):
+            print(f"qwen-desk: rank {group.rank()}: the model files in {path} are not rank 0's", file=sys.stderr, flush=True)
+            return MODEL_DIFFERS
         try:
             model, _tokenizer, _config = read_shard(path, group, spec.shard)
         except RuntimeError as exc:  # a collective of sharded_load: rank 0 went away while loading

@@ -124,6 +124,8 @@ def load_model(path: Path, config: dict, read: ModelReader = read_with_mlx_lm) -
     start = time.perf_counter()
     try:
         model, tokenizer, loaded_config = read(path)
+    except EngineError:
+        raise  # a reader's own clear message (several Macs: another rank lost, different files)
     except Exception as exc:
         raise EngineError(f"Could not read the model in {path}: {exc}. The files may be damaged; download it again.", ev.CORRUPT) from exc
     load_time = time.perf_counter() - start

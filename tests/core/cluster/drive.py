@@ -65,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stop-after", type=int, default=3, help="where a :stop model's first reply is stopped (streamed pieces)")
     parser.add_argument("--turns", type=int, default=len(TURNS))
     parser.add_argument("--kv-bits", type=int, choices=(4, 8))
+    parser.add_argument("--follower-model", help="the other ranks read this folder instead (as a host with other files would)")
     args = parser.parse_args(argv)
 
     from macapp.core.cluster import rank
@@ -80,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         shard, _, stop = rest.partition(":")
         item_spec = dataclasses.replace(spec, shard=Shard(shard)) if spec is not None and shard else spec
         if spec is not None and rank.rank() != 0:
-            code = rank.follow(item_spec, path, group)
+            code = rank.follow(item_spec, args.follower_model or path, group)
             if code:
                 return code
             continue

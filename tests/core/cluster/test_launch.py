@@ -102,3 +102,18 @@ def test_a_follower_killed_mid_reply(two_local, tiny_moe_path):
     reader.join(5)
     replies = [json.loads(line) for line in lines if line.startswith(b"{")]
     assert not any("tokens" in r for r in replies)  # the reply never finished: rank 0 lost its peer mid-reply
+
+
+def test_other_model_files_on_a_rank_are_found_before_loading(two_local, tiny_moe_path, tiny_moe_4bit_path):
+    """Checked again inside the run, over the group: here rank 1 reads another build, as another host could."""
+    plan = prepare(two_local, "ring", str(tiny_moe_path), None)
+    command = drive_command(f"{tiny_moe_path}:tensor", turns=1, follower_model=tiny_moe_4bit_path)
+    run = ClusterRun(plan, command, stdout=subprocess.PIPE)
+    started = time.monotonic()
+    run.start()
+    out = run.proc.stdout.read().decode()
+    assert run.wait() == 1
+    run.close()
+    assert time.monotonic() - started < 30
+    assert run.fault == "rank 1 (127.0.0.1) has other model files than rank 0: download the same build on each host"
+    assert "tokens" not in out and group_gone(run.proc.pid)
