@@ -42,6 +42,7 @@ class Thumb(QWidget):
     def __init__(self, picture, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.picture = picture
+        self.order = 0  # when it was added (AttachmentStrip keeps that order)
         self.setObjectName("Attachment")
         self.image = QLabel(self)
         self.image.setPixmap(thumbnail(picture.image))
@@ -68,7 +69,7 @@ class AttachmentStrip(QScrollArea):
 
     changed = Signal()
     error = Signal(str)
-    _ready = Signal(object)  # a PreparedImage or an ImageError, from the reading thread
+    _ready = Signal(int, object)  # (order added, a PreparedImage or an ImageError), from the reading thread
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -83,6 +84,7 @@ class AttachmentStrip(QScrollArea):
         self.row.addStretch(1)
         self.setWidget(inner)
         self.pending = 0  # pictures still being read
+        self._added = 0  # pictures asked for so far: they are shown in that order, however fast each one reads
         self._ready.connect(self._arrived, Qt.ConnectionType.QueuedConnection)
         self.setVisible(False)
 
@@ -105,16 +107,18 @@ class AttachmentStrip(QScrollArea):
         from macapp.core.vision.images import ImageError
 
         self.pending += 1
+        self._added += 1
+        order = self._added
 
         def work() -> None:
             try:
-                self._ready.emit(read())
+                self._ready.emit(order, read())
             except ImageError as exc:
-                self._ready.emit(exc)
+                self._ready.emit(order, exc)
 
         threading.Thread(target=work, name="read-picture", daemon=True).start()
 
-    def _arrived(self, result) -> None:
+    def _arrived(self, order: int, result) -> None:
         from macapp.core.vision.images import ImageError
 
         self.pending -= 1
@@ -123,8 +127,9 @@ class AttachmentStrip(QScrollArea):
             self.changed.emit()
             return
         thumb = Thumb(result, self.widget())
+        thumb.order = order
         thumb.removed.connect(self._remove)
-        self.row.insertWidget(self.row.count() - 1, thumb)
+        self.row.insertWidget(sum(1 for t in self.thumbs() if t.order < order), thumb)
         self.setVisible(True)
         self.changed.emit()
 

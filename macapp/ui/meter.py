@@ -27,6 +27,8 @@ def stats_summary(stats: Any) -> str:
         parts.append(f"{stats.generation_tps:.1f} tok/s")
     if stats.prompt_tps:
         label = f"prompt {prompt_tokens:,} tokens at " if prompt_tokens else "prompt at "
+        pictures = getattr(stats, "image_tokens", None)
+        label = label.replace(" tokens at ", f" tokens ({pictures:,} image) at ") if pictures else label
         parts.append(f"{label}{stats.prompt_tps:.0f} tok/s")
     if stats.ttft_s is not None:
         parts.append(f"first token {stats.ttft_s:.2f} s")

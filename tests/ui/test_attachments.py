@@ -46,6 +46,13 @@ def test_the_button_attaches_several_and_each_can_be_removed(qtbot, composer, pi
     assert not composer.attachments.isVisible()
 
 
+def test_pictures_keep_the_order_they_were_added_in(qtbot, composer, picture):
+    slow, quick = picture("slow.png", (3000, 2000)), picture("quick.png", (16, 16))  # the first takes longer to read
+    composer.attachments.add_files([slow, quick])
+    _settled(qtbot, composer, 2)
+    assert [p.name for p in composer.attachments.pictures()] == [str(slow), str(quick)]
+
+
 def test_a_bad_file_is_named_and_nothing_is_added(qtbot, composer, tmp_path):
     (tmp_path / "notes.png").write_text("words")
     with qtbot.waitSignal(composer.attachments.error, timeout=10_000) as said:
@@ -130,6 +137,7 @@ def test_a_message_with_pictures_shows_them_and_a_reopened_conversation_too(qtbo
     user, reply = chat.messages.widgets()[-2:]
     assert [p.name.rsplit("/", 1)[-1] for p in user.pictures] == ["one.png", "two.png"] and len(user.thumbnails) == 2
     assert reply.stats is not None and reply.stats.image_tokens == 6 + 4  # the pictures reached the model
+    assert "(10 image)" in reply.stats_label.text()  # the reply's figures say how much of the prompt the pictures were
     conversation_id = chat.controller.conversation_id
     chat.new_chat()
     chat.open_conversation(conversation_id)
