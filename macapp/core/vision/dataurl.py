@@ -46,7 +46,7 @@ def image_from_data_url(url: str, name: str = "image_url", max_pixels: int = DEF
 def image_from_base64(data: str, media_type: str, name: str = "image", max_pixels: int = DEFAULT_MAX_PIXELS) -> PreparedImage:
     """An Anthropic-style base64 source (or a data URL's payload) → PreparedImage."""
     media_type = (media_type or "").lower()
-    if media_type not in MEDIA_TYPES:
+    if not media_type.startswith("image/"):  # the bytes decide which picture format it is (Pillow reads the header)
         raise ImageError(name, f"media type {media_type or 'missing'!s} is not a picture type ({', '.join(MEDIA_TYPES)})")
     if not isinstance(data, str) or not data:
         raise ImageError(name, "has no image data")

@@ -20,6 +20,10 @@ def test_data_url_png_and_jpeg():
     assert image_from_data_url("data:image/jpeg;base64," + _b64("JPEG"), "part 2").name == "part 2"
 
 
+def test_the_bytes_decide_the_format_not_the_label():
+    assert image_from_url("data:image/jpg;base64," + _b64()).size == (50, 40)  # PNG bytes labelled image/jpg
+
+
 def test_anthropic_base64_source():
     assert image_from_base64(_b64(), "image/png", "block 0").size == (50, 40)
 
