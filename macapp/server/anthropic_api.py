@@ -269,6 +269,7 @@ def parse_messages_request(body: dict, client: str = "", for_counting: bool = Fa
         messages=messages, sampling=sampling, thinking=thinking.on, thinking_budget=thinking.budget, tools=tools,
         tool_choice=parse_tool_choice(body.get("tool_choice"), tools),
         stop=f.stop_sequences(body.get("stop_sequences"), "stop_sequences"), client=client,
+        continue_reply=messages[-1].role is Role.ASSISTANT,  # a prefill: the reply goes on from it
     )
     return MessagesCall(request, stream=bool(f.get_bool(body, "stream", "stream", default=False)), show_thinking=thinking.shown)
 

@@ -194,6 +194,16 @@ def test_system_messages_inside_messages_are_served(tool_server):
     assert message.usage.input_tokens + message.usage.cache_read_input_tokens == as_user.input_tokens
 
 
+def test_a_last_assistant_message_is_the_start_of_the_reply(tiny_server):
+    """Anthropic's prefill: the reply goes on from the partial assistant turn, and holds only what follows it."""
+    messages = [*HELLO, {"role": "assistant", "content": "The answer"}]
+    client = tiny_server.anthropic()
+    message = client.messages.create(model="m", max_tokens=64, messages=messages, **GREEDY)
+    assert message.content[0].text == ANSWER.removeprefix("The answer") and message.stop_reason == "end_turn"
+    with client.messages.stream(model="m", max_tokens=64, messages=messages, **GREEDY) as stream:
+        assert stream.get_final_message().content[0].text == ANSWER.removeprefix("The answer")
+
+
 def test_error_tool_result_is_marked_for_the_model(tool_server):
     base = [{"role": "user", "content": "Weather?"},
             {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]}]

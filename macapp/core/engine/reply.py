@@ -114,6 +114,14 @@ def stream_reply(
     return _finish(run, thinking, finish)
 
 
+def _leading_space(tokenizer: Any, tokens: list[int], text: str) -> str:
+    """mlx-lm's BPE streaming detokenizer drops the leading space of a stream's first text (as if nothing came
+    before it); here the prompt did, and a reply that goes on from a partial one ("The answer" + " is") needs it."""
+    if text.startswith(" ") or not tokenizer.decode(tokens).startswith(" "):
+        return text
+    return " " + text
+
+
 def _generate(run: _Stream, segment: list[int], cap: int) -> tuple[int, str, bool]:
     """Feed `segment` and sample up to `cap` tokens with one stream_generate, until it finishes, a stop is asked
     or the thinking budget is spent. Returns (tokens sampled, finish reason, whether the budget ended it)."""
@@ -137,6 +145,7 @@ def _generate(run: _Stream, segment: list[int], cap: int) -> tuple[int, str, boo
     taken = 0
     finish = "length"
     over_budget = False
+    lead = True  # no text out of this stream yet (see _leading_space)
     try:
         for r in gen:
             now = perf()
@@ -150,7 +159,11 @@ def _generate(run: _Stream, segment: list[int], cap: int) -> tuple[int, str, boo
             if splitter.in_reasoning:
                 reasoning += 1
             if r.text:
-                _deliver(emit, feed(r.text))
+                text = r.text
+                if lead:
+                    lead = False
+                    text = _leading_space(m.tokenizer, generated[len(generated) - taken :], text)
+                _deliver(emit, feed(text))
             if r.finish_reason is not None:
                 finish = r.finish_reason
                 break

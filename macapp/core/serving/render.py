@@ -10,6 +10,8 @@
   REQUIRED, ``<tool_call>\\n<function=NAME>\\n`` for FUNCTION — so the model can only go on writing a call.
   A forced call is written without reasoning (the prompt closes the think block, as with thinking off):
   a prefill cannot wait for the end of a reasoning the model has not written yet.
+- Continuing a reply (Anthropic's prefill: the request ends with an assistant turn): the turns before it are
+  rendered and its text is written after the generation prompt, like a forced call's opening (same rules).
 - A thinking budget of 0 is thinking off (the template's own empty think block, so the prompt is the same
   as a thinking-off request's and shares its checkpoints).
 - Checkpoint boundaries (where the pool may keep a cache snapshot): the start of the first turn after the
@@ -95,6 +97,18 @@ def forced_prefill(request: CompletionRequest) -> str:
     return ""
 
 
+def continued_reply(request: CompletionRequest) -> tuple[tuple[ChatMessage, ...], str]:
+    """(the messages to render, the reply's start the prompt already writes): with `continue_reply`, a last
+    assistant turn without calls is not a finished turn but the opening of this reply, written after the
+    generation prompt; the reply that comes back is what follows it."""
+    last = request.messages[-1]
+    if not request.continue_reply or last.role is not Role.ASSISTANT or last.tool_calls:
+        return request.messages, ""
+    if len(request.messages) == 1:
+        raise RenderError("The reply to go on with (the last assistant message) needs a user message before it.")
+    return request.messages[:-1], last.content
+
+
 def _check(request: CompletionRequest) -> None:
     if not request.messages:
         raise RenderError("The request has no messages.")
@@ -103,12 +117,13 @@ def _check(request: CompletionRequest) -> None:
 def render(tokenizer: Any, request: CompletionRequest) -> RenderedPrompt:
     """The prompt of `request` through `tokenizer`'s chat template (an mlx-lm TokenizerWrapper or HF tokenizer)."""
     _check(request)
-    prefill = forced_prefill(request)
+    messages, started = continued_reply(request)
+    prefill = started + forced_prefill(request)
     tools = () if request.tool_choice.mode is ToolChoiceMode.NONE else tuple(request.tools)
     thinking = request.thinking and request.thinking_budget != 0 and not prefill
     try:
         text = tokenizer.apply_chat_template(
-            template_messages(request.messages),
+            template_messages(messages),
             tools=tool_dicts(tools) or None,
             add_generation_prompt=True,
             enable_thinking=thinking,

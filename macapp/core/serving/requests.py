@@ -85,6 +85,7 @@ class CompletionRequest:
     tools: tuple[ToolSpec, ...] = ()
     tool_choice: ToolChoice = field(default_factory=ToolChoice)
     stop: tuple[str, ...] = ()  # stop sequences (not included in the output)
+    continue_reply: bool = False  # a last assistant turn is the reply's start to go on from (Anthropic's prefill)
     client: str = ""  # who asked (for the window's request list): "127.0.0.1:53211 openai"
 
 

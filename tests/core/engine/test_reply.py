@@ -87,3 +87,19 @@ def test_stream_reply_keeps_to_the_context_limit_and_the_thinking_budget(engine,
     assert reply.budget_hit and reply.stats.reasoning_tokens == 2 and not still_reasoning
     assert reply.stats.forced_tokens == len(added) - 1 - len(reply.token_ids) > 0  # the closing tag went into the cache
     assert reply.text == ANSWER and logit_error(engine, cache, prompt[:-1] + added) < EXACT
+
+
+def test_a_leading_space_the_detokenizer_drops_is_given_back(engine):
+    """mlx-lm's BPE streaming detokenizer trims the first space of a stream; a reply that continues a prompt keeps it."""
+    from macapp.core.engine.reply import _leading_space
+
+    tok = engine.model.tokenizer
+    is_, the = tok.encode(" is", add_special_tokens=False), tok.encode("The", add_special_tokens=False)
+    detok = tok.detokenizer
+    for t in is_:
+        detok.add_token(t)
+    detok.finalize()
+    assert detok.text == "is"  # what mlx-lm streams
+    assert _leading_space(tok, is_, detok.text) == " is"
+    assert _leading_space(tok, the, "The") == "The"
+    assert _leading_space(tok, is_, " is") == " is"

@@ -162,3 +162,13 @@ def test_leading_system_messages_are_joined_into_one(strict_tokenizer):
     assert p.text.count("<|im_start|>system") == 1
     assert SYSTEM.content + "\n\n" + developer.content in p.text
     assert p.tokens[: p.boundaries[0]] == render(strict_tokenizer, request(replace(SYSTEM, content=SYSTEM.content + "\n\n" + developer.content), USER)).tokens[: p.boundaries[0]]
+
+
+def test_continuing_a_reply_writes_its_start_after_the_generation_prompt(tokenizer):
+    start = ChatMessage(Role.ASSISTANT, "The best answer is (")
+    p = render(tokenizer, request(USER, start, continue_reply=True, thinking=True))
+    fresh = render(tokenizer, request(USER, thinking=False))
+    assert p.text == fresh.text + start.content and p.prefill == start.content and not p.thinking
+    assert render(tokenizer, request(USER, start)).text.count("<|im_start|>assistant") == 2  # without it: a finished turn
+    with pytest.raises(RenderError, match="user message before it"):
+        render(tokenizer, request(start, continue_reply=True))
