@@ -11,6 +11,7 @@ Run on the engine's worker thread.
 
 from __future__ import annotations
 
+import logging
 import weakref
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -22,6 +23,7 @@ from macapp.core.vision.images import ImageError, PreparedImage, image_from_byte
 
 Picture = str | Path | bytes | PreparedImage
 
+log = logging.getLogger(__name__)
 _attached: tuple[Any, Any] | None = None  # (weakref to the LoadedModel, its VisionModel): one model at a time
 
 
@@ -61,6 +63,7 @@ def vision_for(model: Any) -> Any:
     except VisionLoadError as exc:
         raise EngineError(f"{model.info.name}: its vision tower could not be read ({exc}).", ev.TEXT_ONLY) from exc
     _attached = (weakref.ref(model), vision)
+    log.info("vision tower of %s attached: %.1f MB in %.2f s", model.info.name, vision.vision_bytes / 1e6, vision.load_s)
     weakref.finalize(model, _forget, id(vision))  # the tower and the shared arrays go with the model
     return vision
 

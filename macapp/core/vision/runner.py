@@ -23,9 +23,8 @@ Call everything here on the engine's worker thread (MLX streams are per thread).
 
 from __future__ import annotations
 
-import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -195,7 +194,6 @@ class VisionModel:
     vision_bytes: int  # the tower's weights, read from the files
     load_s: float
     image_token_id: int
-    config: dict = field(repr=False, default_factory=dict)
 
     def image_token_count(self, image: PreparedImage) -> int:
         """How many prompt tokens the processor will give this picture (no pixels processed)."""
@@ -313,5 +311,4 @@ def attach_vision(text_model: nn.Module, path: str | Path) -> VisionModel:
         vision_bytes=int(vision_bytes),
         load_s=time.perf_counter() - start,
         image_token_id=int(model.config.image_token_id),
-        config=json.loads((path / "config.json").read_text()),
     )
