@@ -141,11 +141,33 @@ def parse_tool_choice(value: Any, tools: tuple[ToolSpec, ...]) -> ToolChoice:
             raise invalid("tool_choice 'function' needs the function's name: {\"type\": \"function\", \"function\": {\"name\": ...}}.", param="tool_choice")
         return ToolChoice(mode)
     choice = f.require_object(value, "tool_choice")
+    if choice.get("type") == "allowed_tools":
+        return _allowed_tools(choice, tools)
+    if choice.get("type", "function") != "function":
+        raise invalid(f"tool_choice type {choice.get('type')!r} is not supported (only 'function' and 'allowed_tools').", param="tool_choice.type")
     function = f.require_object(choice.get("function"), "tool_choice.function")
     name = f.get_str(function, "name", "tool_choice.function.name", required=True)
     if name not in {t.name for t in tools}:
         raise invalid(f"tool_choice names {name!r}, which is not in tools.", param="tool_choice.function.name")
     return ToolChoice(ToolChoiceMode.FUNCTION, name)
+
+
+def _allowed_tools(choice: dict, tools: tuple[ToolSpec, ...]) -> ToolChoice:
+    """{"type": "allowed_tools", "allowed_tools": {"mode": "auto" | "required", "tools": [{"type": "function",
+    "function": {"name": ...}}]}}: the model may call only those (`ToolChoice.allowed`; the others are not offered)."""
+    allowed = f.require_object(choice.get("allowed_tools"), "tool_choice.allowed_tools")
+    mode = {"auto": ToolChoiceMode.AUTO, "required": ToolChoiceMode.REQUIRED}.get(allowed.get("mode"))
+    if mode is None:
+        raise invalid(f"tool_choice.allowed_tools.mode {allowed.get('mode')!r} is not 'auto' or 'required'.", param="tool_choice.allowed_tools.mode")
+    names = []
+    for j, item in enumerate(f.get_list(allowed, "tools", "tool_choice.allowed_tools.tools", required=True)):
+        where = f"tool_choice.allowed_tools.tools[{j}]"
+        function = f.require_object(f.require_object(item, where).get("function"), f"{where}.function")
+        names.append(f.get_str(function, "name", f"{where}.function.name", required=True))
+    unknown = sorted(set(names) - {t.name for t in tools})
+    if unknown:
+        raise invalid(f"tool_choice.allowed_tools names {', '.join(map(repr, unknown))}, not in tools.", param="tool_choice.allowed_tools.tools")
+    return ToolChoice(mode, allowed=tuple(names))
 
 
 def thinking_of(body: dict, default: bool) -> bool:
@@ -166,6 +188,9 @@ def _refuse_unsupported(body: dict) -> None:
         raise invalid("n > 1 is not supported: this server writes one reply per request.", param="n")
     if f.get_bool(body, "logprobs", "logprobs", default=False):
         raise invalid("logprobs is not supported: this server returns no token log probabilities (send logprobs: false).", param="logprobs")
+    for legacy in ("functions", "function_call"):
+        if body.get(legacy) is not None:
+            raise invalid(f"{legacy} (the deprecated form) is not supported: send tools and tool_choice.", param=legacy)
     response_format = f.get_object(body, "response_format", "response_format")
     if response_format.get("type", "text") != "text":
         raise invalid(f"response_format {response_format.get('type')!r} is not supported (only 'text'): ask for JSON in the prompt.", param="response_format")

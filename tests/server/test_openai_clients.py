@@ -131,6 +131,16 @@ def test_forced_tool_choice_required_or_named(request, model, choice):
         assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Lima"}
 
 
+def test_allowed_tools_offers_only_those(tool_server):
+    client = tool_server.openai()
+    args = {"model": "x", "messages": [{"role": "user", "content": "Weather?"}], "max_tokens": 96, **GREEDY}
+    both = client.chat.completions.create(**args, tools=[STRICT_TOOL, TIME_TOOL])
+    only_time = client.chat.completions.create(**args, tools=[STRICT_TOOL, TIME_TOOL], tool_choice={
+        "type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": [{"type": "function", "function": {"name": "get_time"}}]}})
+    alone = client.chat.completions.create(**args, tools=[TIME_TOOL])
+    assert only_time.usage.prompt_tokens == alone.usage.prompt_tokens < both.usage.prompt_tokens
+
+
 def test_history_with_null_content_and_tool_results_as_parts(tool_server):
     messages = [
         {"role": "developer", "content": "Use tools."},
@@ -196,6 +206,10 @@ def test_the_reply_names_the_model_that_answered(tiny_server):
         ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}}, "response_format"),
         ({"tools": [{"type": "function", "function": {"name": "a"}}], "tool_choice": {"type": "function", "function": {"name": "b"}}}, "'b'"),
         ({"temperature": 9}, "temperature"),
+        ({"functions": [{"name": "f", "parameters": {}}], "function_call": "auto"}, "deprecated"),
+        ({"tools": [STRICT_TOOL], "tool_choice": {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": [
+            {"type": "function", "function": {"name": "nope"}}]}}}, "'nope'"),
+        ({"tools": [STRICT_TOOL], "tool_choice": {"type": "custom", "custom": {"name": "get_weather"}}}, "custom"),
         ({"messages": [{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}]}, "input_audio"),
     ],
 )

@@ -83,11 +83,19 @@ def template_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
     return [template_message(m) for m in head + rest]
 
 
+def offered_tools(request: CompletionRequest) -> tuple[ToolSpec, ...]:
+    """The tools the prompt lists: none for ToolChoiceMode.NONE, only the allowed ones when the choice names them."""
+    choice = request.tool_choice
+    if choice.mode is ToolChoiceMode.NONE:
+        return ()
+    return tuple(t for t in request.tools if choice.allowed is None or t.name in choice.allowed)
+
+
 def forced_prefill(request: CompletionRequest) -> str:
     """The reply's opening the prompt writes for a forced tool choice ("" when the model chooses)."""
     choice = request.tool_choice
     if choice.mode is ToolChoiceMode.REQUIRED:
-        if not request.tools:
+        if not offered_tools(request):
             raise RenderError("tool_choice requires a tool call, but the request offers no tools.")
         return OPEN + "\n<function="
     if choice.mode is ToolChoiceMode.FUNCTION:
@@ -119,7 +127,7 @@ def render(tokenizer: Any, request: CompletionRequest) -> RenderedPrompt:
     _check(request)
     messages, started = continued_reply(request)
     prefill = started + forced_prefill(request)
-    tools = () if request.tool_choice.mode is ToolChoiceMode.NONE else tuple(request.tools)
+    tools = offered_tools(request)
     thinking = request.thinking and request.thinking_budget != 0 and not prefill
     try:
         text = tokenizer.apply_chat_template(

@@ -55,6 +55,7 @@ class ToolChoice:
     mode: ToolChoiceMode = ToolChoiceMode.AUTO
     name: str | None = None
     parallel: bool = True  # False: at most one call (the reply ends after it; OpenAI parallel_tool_calls, Anthropic disable_parallel_tool_use)
+    allowed: tuple[str, ...] | None = None  # only these tools are offered (OpenAI allowed_tools); None: all
 
 
 @dataclass(frozen=True)

@@ -172,3 +172,12 @@ def test_continuing_a_reply_writes_its_start_after_the_generation_prompt(tokeniz
     assert render(tokenizer, request(USER, start)).text.count("<|im_start|>assistant") == 2  # without it: a finished turn
     with pytest.raises(RenderError, match="user message before it"):
         render(tokenizer, request(start, continue_reply=True))
+
+
+def test_allowed_tools_are_the_only_ones_offered(tokenizer):
+    clock = ToolSpec("get_time", "time", {"type": "object", "properties": {"city": {"type": "string"}}})
+    p = render(tokenizer, request(USER, tools=(WEATHER, clock), tool_choice=ToolChoice(ToolChoiceMode.REQUIRED, allowed=("get_time",))))
+    assert [t.name for t in p.tools] == ["get_time"] and '"get_weather"' not in p.text
+    assert p.prefill == "<tool_call>\n<function="
+    with pytest.raises(RenderError, match="offers no tools"):
+        render(tokenizer, request(USER, tools=(WEATHER,), tool_choice=ToolChoice(ToolChoiceMode.REQUIRED, allowed=())))
