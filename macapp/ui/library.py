@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QRectF, Qt, Signal
-from PySide6.QtGui import QFont
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -19,148 +17,19 @@ from PySide6.QtWidgets import (
     QSlider,
     QSpinBox,
     QSplitter,
-    QStyledItemDelegate,
-    QStyleOptionViewItem,
     QTableView,
     QVBoxLayout,
     QWidget,
 )
 
-from macapp.core import advice, catalog, hardware, prefill, sizing
+from macapp.core import catalog, hardware, sizing
 from macapp.core.memory import format_bytes
 from macapp.core.settings import Settings
-from macapp.ui.style import BADGE_TEXT, badge_colour
-from macapp.ui.widgets import paint_pill
+from macapp.ui.library_model import FIT_COL, BadgeDelegate, LibraryModel, Row, short_context
 
 CONTEXT_STEPS = [2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144]
 MAX_CONTEXT = 262_144
 KV_CHOICES = [("Full precision", None), ("8-bit", 8), ("4-bit", 4)]
-COLUMNS = ["Model", "Bits", "On disk", "Fit", "Est. speed", "Status"]
-FIT_COL = 3
-
-
-def short_context(tokens: int) -> str:
-    return f"{tokens // 1024}K" if tokens % 1024 == 0 else f"{tokens:,}"
-
-
-@dataclass
-class Row:
-    ref: Any  # catalog.ModelRef
-    estimate: Any  # sizing.Estimate
-    downloaded: bool = False
-    local_path: Path | None = None
-    advice: Any = None  # advice.Advice, filled on demand by LibraryModel.advice_for
-
-    @property
-    def key(self) -> str:
-        return self.ref.repo or str(self.ref.local_path)
-
-    @property
-    def title(self) -> str:
-        return self.ref.name
-
-
-class LibraryModel(QAbstractTableModel):
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.rows: list[Row] = []
-        self.context = 32768
-        self.live_status: dict[str, str] = {}  # repo -> "Downloading 42%" while a download runs
-        self.machine: Any = None
-
-    def rowCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: N802
-        return 0 if parent.isValid() else len(self.rows)
-
-    def columnCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: N802
-        return 0 if parent.isValid() else len(COLUMNS)
-
-    def headerData(self, section: int, orientation, role: int = Qt.ItemDataRole.DisplayRole):  # noqa: N802
-        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
-            return f"Fit at {short_context(self.context)}" if section == FIT_COL else COLUMNS[section]
-        return None
-
-    def data(self, index: QModelIndex, role: int = Qt.ItemDataRole.DisplayRole):
-        if not index.isValid():
-            return None
-        row = self.rows[index.row()]
-        col = index.column()
-        est = row.estimate
-        if role == Qt.ItemDataRole.DisplayRole:
-            if col == 0:
-                return row.title
-            if col == 1:
-                return f"{row.ref.bits}-bit" if row.ref.bits else "full"
-            if col == 2:
-                return format_bytes(est.weights_bytes)
-            if col == FIT_COL:
-                return BADGE_TEXT.get(est.verdict, est.verdict)
-            if col == 4:
-                return f"~{est.decode_tps_estimate:.0f} tok/s" if est.decode_tps_estimate else "—"
-            if col == 5:
-                if self.live_status.get(row.key):
-                    return self.live_status[row.key]
-                if row.ref.origin is catalog.Origin.LOCAL:
-                    return "Local folder"
-                return "Downloaded" if row.downloaded else ""
-        if role == Qt.ItemDataRole.ToolTipRole:
-            if col == FIT_COL:
-                return fit_tooltip(row, self.advice_for(row))
-            if col == 0:
-                from macapp.ui.details import images_words  # details imports this module's neighbours lazily too
-
-                return f"{row.ref.repo or row.ref.local_path}\n{images_words(est)}"
-            if col == 5 and not row.downloaded:
-                return "Not downloaded yet" if not catalog.hub_offline() else "Not downloaded (offline: downloads unavailable)"
-        if role == Qt.ItemDataRole.TextAlignmentRole and col in (2, 4):
-            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        if role == Qt.ItemDataRole.FontRole and col == 0:
-            f = QFont()
-            f.setWeight(QFont.Weight.DemiBold)
-            return f
-        if role == Qt.ItemDataRole.UserRole:
-            return est.verdict
-        return None
-
-    def set_live_status(self, key: str, text: str) -> None:
-        self.live_status[key] = text
-        for i, row in enumerate(self.rows):
-            if row.key == key:
-                idx = self.index(i, 5)
-                self.dataChanged.emit(idx, idx)
-
-    def set_rows(self, rows: list[Row], context: int, machine: Any = None) -> None:
-        self.beginResetModel()
-        self.rows = rows
-        self.context = context
-        self.machine = machine  # the profile the rows were estimated for (for the advice)
-        self.endResetModel()
-
-    def advice_for(self, row: Row):
-        """The ways out for a row that does not fit (computed when first asked: tooltip or details)."""
-        if row.advice is None:
-            candidates = [r.ref for r in self.rows if r.ref.origin is catalog.Origin.CATALOG]
-            row.advice = advice.advise(row.ref, row.estimate, self.machine, candidates) if self.machine else advice.Advice(row.estimate.verdict, "")
-        return row.advice
-
-
-def fit_tooltip(row: Row, ways_out) -> str:
-    """The badge's tooltip: memory against the budget, the prompt-reading time, and the ways out when it does not fit."""
-    est = row.estimate
-    lines = [f"Needs {format_bytes(est.total_bytes)} of {format_bytes(est.budget_bytes)} GPU budget"]
-    if est.ttft_estimate_s is not None:
-        lines.append(f"Reading a {est.context:,}-token prompt: ~{prefill.format_duration(est.ttft_estimate_s)} (estimate)")
-    lines += ways_out.lines()
-    return "\n".join(lines)
-
-
-class BadgeDelegate(QStyledItemDelegate):
-    def paint(self, painter, option: QStyleOptionViewItem, index: QModelIndex) -> None:
-        verdict = index.data(Qt.ItemDataRole.UserRole)
-        opt = QStyleOptionViewItem(option)
-        self.initStyleOption(opt, index)
-        opt.text = ""
-        opt.widget.style().drawControl(opt.widget.style().ControlElement.CE_ItemViewItem, opt, painter, opt.widget)
-        paint_pill(painter, QRectF(option.rect), index.data(), badge_colour(verdict), option.font)
 
 
 class LibraryPage(QWidget):
@@ -182,6 +51,8 @@ class LibraryPage(QWidget):
         self.entries: list = []
         self.local_refs: list = []
         self.downloads = None  # macapp.ui.downloads.DownloadController, created in start()
+        self._vision: dict = {}  # (repo, folder, catalog size) -> whether the build sees pictures
+        self._hub_answered.connect(self._hub_done)
 
         title = QLabel("Models", self)
         title.setObjectName("PageTitle")
@@ -327,11 +198,10 @@ class LibraryPage(QWidget):
         """Whether a build accepts pictures (macapp.core.vision.builds), read once per build and catalog load."""
         from macapp.core.vision.builds import build_vision
 
-        cache = self.__dict__.setdefault("_vision", {})
         key = (ref.repo, str(ref.local_path), len(self.entries))
-        if key not in cache:
-            cache[key] = build_vision(ref)
-        return cache[key]
+        if key not in self._vision:
+            self._vision[key] = build_vision(ref)
+        return self._vision[key]
 
     def _refs(self) -> list:
         refs = []
@@ -426,9 +296,6 @@ class LibraryPage(QWidget):
         """Read every build's real config.json and exact file sizes from the hub (off the GUI thread), then redo the rows."""
         import threading
 
-        if not getattr(self, "_hub_wired", False):
-            self._hub_answered.connect(self._hub_done)
-            self._hub_wired = True
         from macapp.core.vision.builds import refresh_catalog_and_pictures
 
         worker = threading.Thread(target=lambda: self._hub_answered.emit(refresh_catalog_and_pictures()), daemon=True)
@@ -438,7 +305,7 @@ class LibraryPage(QWidget):
 
     def _hub_done(self, errors: dict) -> None:
         self.entries = catalog.load_catalog()
-        self.__dict__.pop("_vision", None)  # what the hub's files said about pictures is read again
+        self._vision.clear()  # what the hub's files said about pictures is read again
         self.refresh()
         self.hub_refreshed.emit(errors)
 

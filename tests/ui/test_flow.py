@@ -4,7 +4,7 @@ chat with thinking on and off, stop, regenerate."""
 from PySide6.QtCore import Qt
 
 from macapp.devtools.tiny_model import SCRIPT_ANSWER, SCRIPT_REASONING
-from macapp.ui.library import FIT_COL
+from macapp.ui.library_model import FIT_COL
 from macapp.ui.main_window import CHAT
 
 REPO = "mlx-community/Qwen3.5-0.8B-4bit"  # a catalog row; the stand-in serves a tiny model's files under that name

@@ -5,7 +5,7 @@ from pathlib import Path
 
 
 from macapp.core import catalog, hardware, sizing
-from macapp.ui.library import FIT_COL
+from macapp.ui.library_model import FIT_COL
 from tests.ui.helpers import answer_next_box
 
 ROOT = Path(__file__).resolve().parents[2]
