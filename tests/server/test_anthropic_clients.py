@@ -150,6 +150,15 @@ def test_forced_tool_choice_any_or_named(request, model, choice):
         assert reply.content[0].name == "get_weather" and reply.content[0].input == {"city": "Lima"}
 
 
+def test_call_values_typed_by_an_optional_schema(tool_server):
+    """MCP servers' schemas come from pydantic: Optional[int] is anyOf integer / null; Claude Code checks the types."""
+    optional = {**TOOL, "input_schema": {"type": "object", "properties": {
+        "city": {"type": "string"}, "days": {"anyOf": [{"type": "integer"}, {"type": "null"}], "default": None}}}}
+    message = tool_server.anthropic().messages.create(model="m", max_tokens=96, messages=[{"role": "user", "content": "Weather?"}],
+                                                      tools=[optional], **GREEDY)
+    assert message.content[-1].input == {"city": "Paris", "days": 3}
+
+
 def test_tool_choice_none_offers_no_tools(tool_server):
     message = tool_server.anthropic().messages.create(model="m", max_tokens=96, messages=[{"role": "user", "content": "Weather?"}],
                                                       tools=[TOOL], tool_choice={"type": "none"}, **GREEDY)

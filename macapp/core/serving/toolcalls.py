@@ -45,9 +45,50 @@ def tool_dicts(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
     ]
 
 
+_NULL = "null"
+
+
+def _plain_type(schema: Any) -> Any:
+    """The one JSON type a property schema allows, for qwen3_coder's converter, which reads only a single `type`
+    string: `["integer", "null"]` (strict OpenAI schemas), `anyOf` / `oneOf` of one type and null (pydantic's
+    Optional), `$ref` (an object), an `enum` of strings. None when the schema says no single type."""
+    if not isinstance(schema, dict):
+        return None
+    kind = schema.get("type")
+    if isinstance(kind, str):
+        return kind
+    if isinstance(kind, list):
+        kinds = {k for k in kind if k != _NULL}
+    elif "$ref" in schema:
+        return "object"
+    elif isinstance(schema.get("anyOf") or schema.get("oneOf"), list):
+        kinds = {_plain_type(s) for s in schema.get("anyOf") or schema.get("oneOf")} - {_NULL}
+    elif isinstance(schema.get("enum"), list) and schema["enum"] and all(isinstance(v, str) for v in schema["enum"]):
+        return "string"
+    else:
+        return None
+    return kinds.pop() if len(kinds) == 1 and None not in kinds else None
+
+
+def parsing_schemas(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+    """The tools as qwen3_coder reads them to type the values: each property with its single type made explicit
+    (the prompt shows the tools as the client sent them; only parsing uses this)."""
+    out = []
+    for tool in tool_dicts(tools):
+        parameters = dict(tool["function"]["parameters"])
+        properties = parameters.get("properties")
+        if isinstance(properties, dict):
+            parameters["properties"] = {
+                name: {**prop, "type": kind} if isinstance(prop, dict) and (kind := _plain_type(prop)) else prop
+                for name, prop in properties.items()
+            }
+        out.append({"type": "function", "function": {**tool["function"], "parameters": parameters}})
+    return out
+
+
 def parse_block(body: str, tools: Sequence[ToolSpec], new_id: Callable[[], str] = new_call_id) -> list[ToolCall] | None:
     """The calls in one block's body (between the tags), or None if it is not a well-formed block."""
-    schemas = tool_dicts(tools)
+    schemas = parsing_schemas(tools)
     calls: list[ToolCall] = []
     pos = 0
     for match in _FUNCTION.finditer(body):

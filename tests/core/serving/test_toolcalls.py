@@ -171,3 +171,19 @@ def test_parse_block_refuses_empty_and_garbage():
     assert parse_block("", TOOLS) is None
     assert parse_block("\n<function=>\n</function>\n", TOOLS) is None
     assert parse_block("\n<function=get_time>\n</function>\n", TOOLS)[0].arguments == {}
+
+
+def _one(params: str, properties: dict) -> dict:
+    tool = ToolSpec("f", "", {"type": "object", "properties": properties})
+    (call,) = parse_block(f"\n<function=f>\n{params}</function>\n", [tool])
+    return call.arguments
+
+
+def test_values_are_typed_by_optional_and_union_schemas_too():
+    """What clients send: pydantic's Optional (anyOf with null), strict OpenAI type lists, $ref objects, enums."""
+    p = "<parameter=n>\n3\n</parameter>\n<parameter=s>\n123\n</parameter>\n<parameter=o>\n{\"a\": 1}\n</parameter>\n<parameter=e>\n1\n</parameter>\n"
+    args = _one(p, {"n": {"anyOf": [{"type": "integer"}, {"type": "null"}], "default": None},
+                    "s": {"type": ["string", "null"]}, "o": {"$ref": "#/$defs/Thing"}, "e": {"enum": ["1", "2"]}})
+    assert args == {"n": 3, "s": "123", "o": {"a": 1}, "e": "1"}
+    assert _one("<parameter=n>\n2.5\n</parameter>\n", {"n": {"type": ["number", "null"]}}) == {"n": 2.5}
+    assert _one("<parameter=x>\n7\n</parameter>\n", {"x": {"anyOf": [{"type": "string"}, {"type": "integer"}]}}) == {"x": "7"}  # no single type: as before
