@@ -214,6 +214,7 @@ def parse_chat_request(body: dict, default_thinking: bool, client: str = "") -> 
         min_p=f.get_float(body, "min_p", "min_p", 0, 1),
         presence_penalty=f.get_float(body, "presence_penalty", "presence_penalty", -2, 2),
         frequency_penalty=f.get_float(body, "frequency_penalty", "frequency_penalty", -2, 2),
+        repetition_penalty=f.get_float(body, "repetition_penalty", "repetition_penalty", 0.01, 10),  # vLLM's extra
         seed=f.get_int(body, "seed", "seed"),
         logit_bias=f.logit_bias(body.get("logit_bias")),
     )

@@ -94,6 +94,7 @@ def test_sampling_fields_override_the_preset_and_stop_accepts_string_or_list():
     s = call.request.sampling
     assert (s.max_tokens, s.temperature, s.top_p, s.top_k, s.min_p, s.presence_penalty, s.seed) == (77, 0.0, 0.5, 0, 0.1, 0.5, 7)
     assert s.frequency_penalty == 0.25
+    assert parse({"messages": [{"role": "user", "content": "hi"}], "repetition_penalty": 1.1}).request.sampling.repetition_penalty == 1.1
     assert call.request.stop == ("END",)
     assert call.stream and call.include_usage
     assert parse({"messages": [{"role": "user", "content": "hi"}], "stop": ["a", "b"], "max_tokens": 5}).request.stop == ("a", "b")
@@ -116,6 +117,7 @@ def test_sampling_fields_override_the_preset_and_stop_accepts_string_or_list():
         ({"messages": [{"role": "user", "content": [{"type": "audio"}]}]}, "messages[0].content[0].type"),
         ({"messages": [{"role": "user", "content": "hi"}], "n": 2}, "n"),
         ({"messages": [{"role": "user", "content": "hi"}], "logprobs": True}, "logprobs"),
+        ({"messages": [{"role": "user", "content": "hi"}], "repetition_penalty": 0}, "repetition_penalty"),
         ({"messages": [{"role": "user", "content": "hi"}], "frequency_penalty": 2.5}, "frequency_penalty"),
         ({"messages": [{"role": "user", "content": "hi"}], "parallel_tool_calls": "no"}, "parallel_tool_calls"),
         ({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema"}}, "response_format"),
