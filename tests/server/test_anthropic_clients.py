@@ -300,6 +300,29 @@ def test_unknown_path_is_not_found_and_oversized_is_413(tiny_dense_path):
         assert caught.value.status_code == 413
 
 
+def test_a_full_queue_is_rate_limit_error_with_retry_after(tiny_dense_path):
+    import threading
+    import time
+
+    with serve(tiny_dense_path, queue_limit=0) as served:
+        gate = threading.Event()
+        held = served.engine.submit("hold", lambda job: gate.wait(30))  # the worker is busy: requests wait
+        waiting = threading.Thread(target=lambda: served.anthropic().messages.create(model="m", max_tokens=4, messages=HELLO))
+        try:
+            waiting.start()
+            deadline = time.monotonic() + 30
+            while served.backend.pending < 1 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            with pytest.raises(anthropic.RateLimitError, match="busy") as caught:
+                served.anthropic().messages.create(model="m", max_tokens=4, messages=HELLO)
+            assert int(caught.value.response.headers["retry-after"]) >= 1
+            assert caught.value.body["error"]["type"] == "rate_limit_error"
+        finally:
+            gate.set()
+            waiting.join(60)
+            held.wait(30)
+
+
 def test_models_list_and_retrieve_through_the_anthropic_sdk(tiny_server):
     client = tiny_server.anthropic()
     page = client.models.list()
