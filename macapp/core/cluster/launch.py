@@ -221,10 +221,13 @@ class ClusterRun:
     """`mlx.launch` running `command` on every host of the plan, watched until it ends (see the module docstring)."""
 
     def __init__(
-        self, plan: Plan, command: list[str], connect_timeout: float = CONNECT_TIMEOUT_S, interactive: bool = False, stdout: int | None = None
+        self, plan: Plan, command: list[str], connect_timeout: float = CONNECT_TIMEOUT_S, interactive: bool = False,
+        stdout: int | None = None, stall_limit_s: float = 0.0,
     ):
-        """`stdout`: where rank 0's output goes (default this process's stdout; subprocess.PIPE to read it)."""
+        """`stdout`: where rank 0's output goes (default this process's stdout; subprocess.PIPE to read it).
+        `stall_limit_s`: a fixed bound on rank 0's waits for the other ranks (default: adaptive, watchdog.py)."""
         self.plan = plan
+        self.stall_limit_s = stall_limit_s
         self.stdout = stdout
         self.command = command
         self.connect_timeout = connect_timeout
@@ -247,7 +250,7 @@ class ClusterRun:
         return Path(self._control) / f"rank{rank}.pid"
 
     def argv(self) -> list[str]:
-        spec = RankSpec(self.plan.shard, self.plan.backend, self.plan.hostfile.size, self._control)
+        spec = RankSpec(self.plan.shard, self.plan.backend, self.plan.hostfile.size, self._control, self.stall_limit_s)
         argv = [mlx_launch(), "--hostfile", str(self.plan.hostfile.path), "--backend", self.plan.backend, "--env", f"{ENV}={spec.to_env()}"]
         if all(h.is_local for h in self.plan.hostfile.hosts):
             argv += ["--starting-port", str(free_base_port(self.plan.hostfile.size))]
@@ -354,10 +357,10 @@ class ClusterRun:
             if self._stop_by is not None and time.monotonic() > self._stop_by:
                 self._end(grace=0)
                 break
-            if self.rank0_done and done_at is None:
+            if done_at is None and (self.rank0_done or 0 in self.exits):
                 done_at = time.monotonic()
-            if done_at is not None and time.monotonic() - done_at > 10 * GRACE_S:
-                self._end(grace=0)  # rank 0 is done but a follower lingers
+            if done_at is not None and time.monotonic() - done_at > 2 * GRACE_S:
+                self._end(grace=0)  # rank 0 has ended but a follower lingers (stuck, or stopped: mlx.launch waits on it)
                 break
             time.sleep(0.05)
         self.proc.wait()

@@ -162,9 +162,13 @@ class LockstepModel:
 
     Use it from one thread (the engine's worker). Anything not overridden is the model's own attribute."""
 
-    def __init__(self, model: Any, group: Any):
+    def __init__(self, model: Any, group: Any, stall_limit_s: float = 0.0):
+        """`stall_limit_s` > 0: a fixed bound on every wait for the followers (else adaptive: watchdog.py)."""
+        from macapp.core.cluster.watchdog import Watchdog
+
         self._model = model
         self._channel = Channel(group)
+        self._watchdog = Watchdog(stall_limit_s)
         self._ids = itertools.count(1)
         self._freed: collections.deque[tuple[int, int]] = collections.deque()  # (kind, id), appended by GC
         self.closed = False
@@ -182,9 +186,10 @@ class LockstepModel:
         freed = []
         while self._freed:
             freed.extend(self._freed.popleft())
-        if freed:
-            self._channel.send(Op.FREE, payload=freed)
-        self._channel.send(op, *fields, payload=payload)
+        with self._watchdog.waiting("header"):
+            if freed:
+                self._channel.send(Op.FREE, payload=freed)
+            self._channel.send(op, *fields, payload=payload)
 
     def make_cache(self) -> MirroredCache:
         cache_id = next(self._ids)
@@ -202,7 +207,8 @@ class LockstepModel:
             raise ValueError("a model shared across several Macs runs one sequence at a time")
         tokens = inputs.reshape(-1).tolist()
         self._send(Op.FORWARD, cache.cache_id, *quantization_of(cache), payload=tokens)
-        return forward(self._model, inputs, cache)
+        with self._watchdog.waiting("call"):
+            return forward(self._model, inputs, cache)
 
     # -- snapshots, as MirroredCache hears of them ------------------------------------------------------------
     def snapshot_taken(self, cache: MirroredCache, snap: Any) -> None:

@@ -30,6 +30,7 @@ class RankSpec:
     backend: str
     hosts: int
     control_dir: str = ""  # the launcher's folder for rank 0's pid (Ctrl-C is passed on when rank 0 is local)
+    stall_limit_s: float = 0.0  # > 0: a fixed bound on rank 0's waits for the others (else adaptive: watchdog.py)
 
     def to_env(self) -> str:
         data = asdict(self)
@@ -39,7 +40,10 @@ class RankSpec:
     @classmethod
     def from_env(cls, text: str) -> "RankSpec":
         data = json.loads(text)
-        return cls(Shard(data["shard"]), str(data["backend"]), int(data["hosts"]), str(data.get("control_dir") or ""))
+        return cls(
+            Shard(data["shard"]), str(data["backend"]), int(data["hosts"]), str(data.get("control_dir") or ""),
+            float(data.get("stall_limit_s") or 0.0),
+        )
 
 
 def launched_spec() -> RankSpec | None:
@@ -101,7 +105,7 @@ def ranks_with_other_files(group: Any, path: Path) -> list[int]:
     return [r for r, row in enumerate(rows) if row != rows[0]]
 
 
-def reader_for_rank0(group: Any, shard: Shard):
+def reader_for_rank0(group: Any, shard: Shard, stall_limit_s: float = 0.0):
     """The engine's model reader on rank 0: the shard, wrapped so that every call is mirrored on the followers."""
     from macapp.core import events as ev
     from macapp.core.cluster.lockstep import LockstepModel
@@ -116,7 +120,7 @@ def reader_for_rank0(group: Any, shard: Shard):
                 "Download the same build on each host.", ev.ERROR,
             )
         model, tokenizer, config = read_shard(path, group, shard)
-        return LockstepModel(model, group), tokenizer, config
+        return LockstepModel(model, group, stall_limit_s), tokenizer, config
 
     return read
 
@@ -135,7 +139,7 @@ def engine_for_rank0(spec: RankSpec, group: Any | None = None) -> Any:
                 self.submit("cluster-shutdown", lambda job: _shut_down(self, job)).wait(timeout)
             super().close(timeout)
 
-    return Rank0Engine(read_model=reader_for_rank0(group or start_rank0(spec), spec.shard))
+    return Rank0Engine(read_model=reader_for_rank0(group or start_rank0(spec), spec.shard, spec.stall_limit_s))
 
 
 def _shut_down(engine: Any, job: Any) -> None:

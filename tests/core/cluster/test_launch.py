@@ -117,3 +117,23 @@ def test_other_model_files_on_a_rank_are_found_before_loading(two_local, tiny_mo
     assert time.monotonic() - started < 30
     assert run.fault == "rank 1 (127.0.0.1) has other model files than rank 0: download the same build on each host"
     assert "tokens" not in out and group_gone(run.proc.pid)
+
+
+def test_a_follower_that_stops_answering_mid_reply(two_local, tiny_moe_path):
+    """Alive but stuck (SIGSTOP): MLX's collective would wait forever; rank 0's watchdog ends the run."""
+    plan = prepare(two_local, "ring", str(tiny_moe_path), None)
+    run = ClusterRun(plan, drive_command(f"{tiny_moe_path}:tensor", max_tokens=100000, turns=1), stdout=subprocess.PIPE, stall_limit_s=3)
+    run.start()
+    lines = []
+    threading.Thread(target=lambda: lines.extend(run.proc.stdout), daemon=True).start()
+    deadline = time.monotonic() + 60
+    while not any(b"streaming" in line for line in lines) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    rank1 = int(run.pidfile(1).read_text())
+    os.kill(rank1, signal.SIGSTOP)
+    stopped = time.monotonic()
+    code = run.wait()
+    run.close()
+    assert time.monotonic() - stopped < 20
+    assert code == 5  # rank 0's own exit: watchdog.STALLED
+    assert group_gone(run.proc.pid) and pid_gone(rank1)
