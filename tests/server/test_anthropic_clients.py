@@ -132,7 +132,7 @@ def test_tool_choice_auto_shapes(tool_server, choice):
     message = tool_server.anthropic().messages.create(model="m", max_tokens=96, messages=[{"role": "user", "content": "Weather?"}],
                                                       tools=[TOOL, BIG_SCHEMA_TOOL], tool_choice=choice, **GREEDY)
     assert message.stop_reason == "tool_use"
-    assert [b for b in message.content if b.type == "tool_use"][0].input == TOOL_CALL_ARGUMENTS
+    assert next(b for b in message.content if b.type == "tool_use").input == TOOL_CALL_ARGUMENTS
 
 
 @pytest.mark.parametrize(("model", "choice"), [("scripted_forced_any_path", {"type": "any", "disable_parallel_tool_use": True}),

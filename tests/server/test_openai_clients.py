@@ -12,7 +12,12 @@ import pydantic
 import pytest
 
 from macapp.devtools.tiny_model import SCRIPT_ANSWER
-from tests.fixtures.scripted import TIME_TOOL, TOOL_CALL_ARGUMENTS, TOOL_PREAMBLE, WEATHER_TOOL
+from tests.fixtures.scripted import (
+    TIME_TOOL,
+    TOOL_CALL_ARGUMENTS,
+    TOOL_PREAMBLE,
+    WEATHER_TOOL,
+)
 from tests.server.conftest import GREEDY, serve
 
 ANSWER = "".join(SCRIPT_ANSWER)
