@@ -43,6 +43,9 @@ STOP_REASONS = {
 _TOOL_CHOICES = {"auto": ToolChoiceMode.AUTO, "any": ToolChoiceMode.REQUIRED, "tool": ToolChoiceMode.FUNCTION, "none": ToolChoiceMode.NONE}
 _SKIPPED_BLOCKS = ("redacted_thinking",)  # opaque to any model but Claude
 ERROR_RESULT_PREFIX = "Error: "  # a tool_result with is_error, as the model reads it
+# Deferred tools (`defer_loading`) are offered like the others (the prompt stays the same between requests, and
+# its checkpoints with it), so a `tool_reference` only tells the model the tool it searched for is there.
+TOOL_REFERENCE = "Tool available: "
 # Claude Code drops a thinking block (and with it the whole reply) that comes without a signature; nothing here
 # verifies one, so every block carries this opaque constant (a signature sent back is ignored).
 THINKING_SIGNATURE = "qwen-desk-local-thinking"
@@ -112,6 +115,8 @@ def _tool_result_text(value: Any, param: str) -> str:
             texts.append(f.get_str(block, "text", f"{param}[{j}].text", required=True))
         elif block.get("type") == "document":
             texts.append(_document_text(block, f"{param}[{j}]"))
+        elif block.get("type") == "tool_reference":  # Claude Code's ToolSearch found a (deferred) tool
+            texts.append(TOOL_REFERENCE + f.get_str(block, "tool_name", f"{param}[{j}].tool_name", required=True))
         elif block.get("type") != "image":  # a picture in a tool result: not passed on
             raise invalid(f"{param}[{j}].type {block.get('type')!r} is not supported in a tool_result.")
     return "\n".join(texts)

@@ -213,6 +213,22 @@ def test_a_last_assistant_message_is_the_start_of_the_reply(tiny_server):
         assert stream.get_final_message().content[0].text == ANSWER.removeprefix("The answer")
 
 
+def test_tool_search_with_deferred_tools(tool_server):
+    """Claude Code behind a custom base URL defers tools (`defer_loading`) and finds them with ToolSearch, whose
+    result holds `tool_reference` blocks; deferred tools are offered like the others, the reference is read as text."""
+    search = {"name": "ToolSearch", "description": "Find tools.", "input_schema": {"type": "object", "properties": {"query": {"type": "string"}}}}
+    tools = [search, {**TOOL, "defer_loading": True}]
+    messages = [{"role": "user", "content": "Weather?"},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_s", "name": "ToolSearch", "input": {"query": "weather"}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_s", "content": [{"type": "tool_reference", "tool_name": "get_weather"}]}]}]
+    client = tool_server.anthropic()
+    message = client.messages.create(model="m", max_tokens=96, messages=messages, tools=tools, **GREEDY)
+    assert message.content[-1].type == "tool_use" and message.content[-1].input == TOOL_CALL_ARGUMENTS
+    plain = [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_s", "content": "Tool available: get_weather"}]}]
+    assert client.messages.count_tokens(model="m", messages=messages[:2] + plain, tools=tools).input_tokens == (
+        message.usage.input_tokens + message.usage.cache_read_input_tokens)
+
+
 def test_error_tool_result_is_marked_for_the_model(tool_server):
     base = [{"role": "user", "content": "Weather?"},
             {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]}]
