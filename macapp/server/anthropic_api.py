@@ -1,10 +1,12 @@
 """Anthropic Messages: a request body -> CompletionRequest, and the job's events -> a message or its SSE events.
 
 The stream is the real sequence: `message_start`, `ping`, then per block `content_block_start` /
-`content_block_delta` (`thinking_delta` then `signature_delta`, `text_delta`, `input_json_delta`) / `content_block_stop`, then
-`message_delta` (stop_reason, usage) and `message_stop`. Usage: `input_tokens` counts the prompt tokens read
-afresh, `cache_read_input_tokens` the ones restored from a checkpoint. Thinking is on only when the request
-says `thinking: {"type": "enabled", "budget_tokens": N}` (N becomes the engine's thinking budget).
+`content_block_delta` (`thinking_delta` then `signature_delta`, `text_delta`, `input_json_delta`) /
+`content_block_stop`, then `message_delta` (stop_reason, usage) and `message_stop`. Usage: `input_tokens` counts
+the prompt tokens read afresh, `cache_read_input_tokens` the ones restored from a checkpoint. Thinking is on for
+`{"type": "enabled", "budget_tokens": N}` (N becomes the engine's thinking budget) and "adaptive". Requests are
+read as Claude Code sends them: system messages inside `messages`, a last assistant turn as a prefill,
+`tool_reference` results, plain-text documents (tests/server/test_anthropic_clients.py).
 """
 
 from __future__ import annotations
