@@ -29,7 +29,7 @@ class Watchdog:
         self.slowest_call_s = 0.0
         self._busy: tuple[float, float, str] | None = None  # (since, limit, what)
         self._lock = threading.Lock()
-        threading.Thread(target=self._watch, name="lockstep-watchdog", daemon=True).start()
+        self._thread: threading.Thread | None = None  # started by the first wait
 
     def limit(self, what: str) -> float:
         if self.fixed > 0:
@@ -44,6 +44,9 @@ class Watchdog:
         start = time.monotonic()
         with self._lock:
             self._busy = (start, self.limit(what), what)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._watch, name="lockstep-watchdog", daemon=True)
+                self._thread.start()
         try:
             yield
         finally:
