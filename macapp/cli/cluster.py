@@ -137,6 +137,8 @@ def _rank_argv(prompts: list[str]) -> list[str]:
         elif arg.startswith("--prompt=") and k < len(prompts):
             arg, k = "--prompt=" + prompts[k], k + 1
         out.append(arg)
+    if getattr(sys, "frozen", False):  # the packaged app's executable is the command itself
+        return [sys.executable, *out]
     return [sys.executable, "-m", "macapp", *out]
 
 
