@@ -73,6 +73,30 @@ def test_claude_code_streamed_request_with_beta_query_and_headers(tool_server):
     assert final.usage.output_tokens > 0 and final.usage.input_tokens > 0
 
 
+def test_claude_code_agent_loop_with_thinking_reads_only_the_new_tail(tool_server):
+    """Streamed rounds as Claude Code runs them: the reply sent back whole (signed thinking, text, tool_use), then the
+    tool result; each request after the first reads afresh only the previous reply and the result."""
+    client = tool_server.anthropic()
+    body = claude_code_body(thinking={"type": "enabled", "budget_tokens": 1024})
+    body["system"] = [{**body["system"][0], "text": "You are Claude Code. " * 150}]
+    messages = body.pop("messages")
+    usages = []
+    for round_ in range(3):
+        with client.beta.messages.stream(messages=messages, betas=["interleaved-thinking-2025-05-14"], **body) as stream:
+            final = stream.get_final_message()
+        usages.append(final.usage)
+        assert [b.type for b in final.content] == ["thinking", "text", "tool_use"]
+        use = final.content[-1]
+        messages = messages + [
+            {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in final.content]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": f"result {round_}",
+                                          "cache_control": EPHEMERAL}]},
+        ]
+    assert usages[0].input_tokens > 500
+    for usage in usages[1:]:
+        assert usage.cache_read_input_tokens > 500 and usage.input_tokens < 80
+
+
 def test_raw_beta_query_string_and_headers(tool_server):
     body = {**claude_code_body(), "temperature": 0.0, "output_config": {"effort": "high"}, "context_management": {"edits": []}}
     del body["extra_body"]
