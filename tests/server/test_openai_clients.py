@@ -84,6 +84,16 @@ def test_stop_as_string_or_list(tiny_server, stop):
     assert reply.choices[0].message.content in ("The answer is here", "The answer")
 
 
+def test_stream_helper_with_reasoning_keeps_it_out_of_content(tiny_server):
+    from macapp.devtools.tiny_model import SCRIPT_REASONING
+
+    with tiny_server.openai().chat.completions.stream(model="x", messages=HELLO, max_tokens=64, **GREEDY) as stream:
+        reasoning = "".join((e.chunk.choices[0].delta.model_extra or {}).get("reasoning_content") or ""
+                            for e in stream if e.type == "chunk" and e.chunk.choices)
+        final = stream.get_final_completion()
+    assert final.choices[0].message.content == ANSWER and reasoning.strip() == "".join(SCRIPT_REASONING)
+
+
 def test_stream_helper_accumulates_the_tool_call(tool_server):
     """client.chat.completions.stream (Agents SDK, LiteLLM): the final message holds the call with valid JSON."""
     with tool_server.openai().chat.completions.stream(
