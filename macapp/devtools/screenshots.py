@@ -1,21 +1,25 @@
 """Screenshots of the real window for docs/: `python -m macapp.devtools.screenshots docs/` (or `make screenshots`).
 
 Runs offscreen on a throwaway app home and HF cache, sized for a 'what if' Mac (M4 Pro, 24 GB) so the shots
-do not depend on the machine that makes them. The chat shot streams from a tiny random-weights test model
-(its text is the model's script, not real prose); the download shot fetches from the local hub stand-in
-(tests/fixtures/hub.py), so run it from a checkout.
+do not depend on the machine that makes them. The chat, server and pictures shots run tiny random-weights test
+models (their text is the model's script, not real prose; the server's requests come from the real `openai` and
+`anthropic` clients on loopback); the download shot fetches from the local hub stand-in (tests/fixtures/hub.py),
+so run it from a checkout with the test extras installed.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 WHAT_IF = {"chip": "M4 Pro", "memory_gb": 24}
 SIZE = (1180, 760)
+TALL = 1040  # the advice shot's window height
 NO_END = {"logit_bias": {2: -100.0, 0: -100.0}}  # keeps the tiny model talking (its end tokens are 0 and 2)
 
 
@@ -55,6 +59,51 @@ def _save(app, window, path: Path) -> None:
     print(f"wrote {path}")
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ask_both_apis(url: str, done: list) -> threading.Thread:
+    """Two requests to the local server, as other tools send them: one per API, off the GUI thread."""
+    import anthropic
+    import openai
+
+    def run() -> None:
+        no_thinking = {"chat_template_kwargs": {"enable_thinking": False}}
+        oa = openai.OpenAI(base_url=f"{url}/v1", api_key="qwen-desk", max_retries=0, timeout=120)
+        oa.chat.completions.create(model="any", messages=[{"role": "user", "content": "Name three colours."}],
+                                   temperature=0, max_tokens=24, extra_body=no_thinking)
+        done.append("openai")
+        an = anthropic.Anthropic(base_url=url, api_key="qwen-desk", max_retries=0, timeout=120)
+        an.messages.create(model="any", max_tokens=24, messages=[{"role": "user", "content": "And three shapes?"}],
+                           thinking={"type": "disabled"})
+        done.append("anthropic")
+
+    thread = threading.Thread(target=run, name="shots-clients", daemon=True)
+    thread.start()
+    return thread
+
+
+def _landscape(path: Path, size: tuple[int, int], seed: int) -> Path:
+    """A small made-up picture (sky, sun, hills) so the thumbnails look like photos, not test patterns."""
+    from PIL import Image, ImageDraw
+
+    w, h = size
+    image = Image.new("RGB", size)
+    draw = ImageDraw.Draw(image)
+    top, bottom = ((70, 130, 200), (250, 200, 150)) if seed == 0 else ((30, 40, 90), (230, 120, 90))
+    for y in range(h):
+        t = y / h
+        draw.line([(0, y), (w, y)], fill=tuple(int(a + (b - a) * t) for a, b in zip(top, bottom)))
+    draw.ellipse([w * 0.62, h * 0.18, w * 0.82, h * 0.18 + w * 0.2], fill=(255, 230, 120))
+    draw.polygon([(0, h), (0, h * 0.7), (w * 0.35, h * 0.5), (w * 0.7, h * 0.75), (w, h * 0.6), (w, h)], fill=(60, 120, 70))
+    draw.polygon([(0, h), (w * 0.2, h * 0.8), (w * 0.55, h * 0.72), (w, h * 0.9), (w, h)], fill=(40, 90, 55))
+    image.save(path)
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     out = Path(argv[0] if argv else "docs").resolve()
@@ -75,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     from macapp.core.settings import Settings
     from macapp.devtools.tiny_model import make_tiny_model
     from macapp.ui.app import make_application
-    from macapp.ui.main_window import CHAT, LIBRARY, MainWindow
+    from macapp.ui.main_window import CHAT, LIBRARY, SERVER, MainWindow
 
     app = make_application()
     settings = Settings()
@@ -95,6 +144,13 @@ def main(argv: list[str] | None = None) -> int:
     lib.kv_combo.setCurrentIndex(lib.kv_combo.findData(8))
     lib.select("mlx-community/Qwen3.5-35B-A3B-4bit")
     _save(app, window, out / "details.png")
+
+    # 2b. A build too big at this context: the prompt-reading time and the ways out.
+    lib.kv_combo.setCurrentIndex(0)
+    lib.select("mlx-community/Qwen3.5-27B-4bit")
+    window.resize(SIZE[0], TALL)  # the whole pane, from the headline to the ways out, without scrolling it
+    _save(app, window, out / "advice.png")
+    window.resize(*SIZE)
 
     # 3. A download in progress (the hub stand-in holds the transfer part-way so the shot can be taken).
     repo = "mlx-community/Qwen3.5-2B-4bit"
@@ -134,7 +190,43 @@ def main(argv: list[str] | None = None) -> int:
     chat.stop()
     _wait(app, lambda: not chat.busy)
 
-    # 5. The library in dark appearance (the palette follows the system; forced here for the shot).
+    # 5. The Local Server serving the tiny model, with a request from each API finished in its list.
+    window.show_page(SERVER)
+    server = window.server_panel
+    server.port.setValue(_free_port())
+    server.toggle.click()
+    _wait(app, lambda: window.server.running and server.toggle.text() == "Stop")
+    done: list = []
+    clients = _ask_both_apis(window.server.server.base_url, done)
+    _wait(app, lambda: not clients.is_alive() and server.table.rowCount() == 2
+          and all(server.table.item(r, 5).text() == "done" for r in range(2)), 120)
+    if len(done) != 2:
+        raise RuntimeError("a request to the local server failed")
+    _save(app, window, out / "server.png")
+    window.server.stop(wait=True)
+
+    # 6. Pictures: a sent message with one, and another waiting in the composer (a tiny model with a vision tower).
+    from macapp.devtools.tiny_vlm import make_tiny_vlm
+
+    lib.open_local_folder(str(make_tiny_vlm(work / "tiny-qwen3.5-vl", kind="dense")))
+    chat.controller.sampling_overrides = {}
+    lib.request_load()
+    _wait(app, lambda: chat.controller.model_ref is not None and chat.controller.model_ref.name == "tiny-qwen3.5-vl" and not chat.busy, 120)
+    chat.new_chat()
+    chat.composer.thinking.setChecked(False)
+    chat.composer.attachments.add_files([_landscape(work / "hills.png", (320, 200), 0)])
+    _wait(app, lambda: len(chat.composer.attachments.thumbs()) == 1)
+    chat.send("What is in this picture?")
+    _wait(app, lambda: not chat.busy, 120)
+    chat.composer.attachments.add_files([_landscape(work / "dusk.png", (240, 240), 1)])
+    _wait(app, lambda: len(chat.composer.attachments.thumbs()) == 1)
+    chat.composer.input.setPlainText("And this one, taken an hour later?")
+    window.show_page(CHAT)
+    _save(app, window, out / "pictures.png")
+    chat.composer.attachments.clear()
+    chat.composer.input.setPlainText("")
+
+    # 7. The library in dark appearance (the palette follows the system; forced here for the shot).
     from macapp.ui.style import apply_style
 
     os.environ["QWEN_DESK_APPEARANCE"] = "dark"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QSize, Qt, Signal
 from PySide6.QtGui import QImage, QPixmap
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QScrollArea, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QScrollArea, QToolButton, QWidget
 
 THUMB = 64
 IMAGE_FILTER = "Pictures (*.png *.jpg *.jpeg *.gif *.webp *.bmp *.tif *.tiff)"
@@ -44,6 +44,7 @@ class Thumb(QWidget):
         self.picture = picture
         self.order = 0  # when it was added (AttachmentStrip keeps that order)
         self.setObjectName("Attachment")
+        self.setFixedSize(QSize(THUMB, THUMB))
         self.image = QLabel(self)
         self.image.setPixmap(thumbnail(picture.image))
         self.image.setFixedSize(QSize(THUMB, THUMB))
@@ -57,11 +58,10 @@ class Thumb(QWidget):
         self.remove.setToolTip(f"Remove {Path(picture.name).name}")
         self.remove.setAccessibleName(f"Remove {Path(picture.name).name}")
         self.remove.clicked.connect(lambda: self.removed.emit(self))
-        lay = QVBoxLayout(self)
-        lay.setContentsMargins(0, 0, 0, 0)
-        lay.setSpacing(0)
-        lay.addWidget(self.remove, 0, Qt.AlignmentFlag.AlignRight)
-        lay.addWidget(self.image)
+        # On the picture's top right corner: a row of its own above the picture left the strip half empty.
+        self.remove.setFixedSize(QSize(20, 20))
+        self.remove.move(THUMB - 22, 2)
+        self.remove.raise_()
 
 
 class AttachmentStrip(QScrollArea):
@@ -75,14 +75,18 @@ class AttachmentStrip(QScrollArea):
         super().__init__(parent)
         self.setObjectName("Attachments")
         self.setWidgetResizable(True)
-        self.setFixedHeight(THUMB + 34)
+        self.setFrameShape(QScrollArea.Shape.NoFrame)
+        self.setFixedHeight(THUMB + 16)  # room for the scroll bar once the pictures overflow
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
         self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         inner = QWidget(self)
         self.row = QHBoxLayout(inner)
         self.row.setContentsMargins(0, 0, 0, 0)
+        self.row.setSpacing(8)
         self.row.addStretch(1)
         self.setWidget(inner)
+        self.viewport().setAutoFillBackground(False)  # the composer's own background, not a grey band across it
+        inner.setAutoFillBackground(False)
         self.pending = 0  # pictures still being read
         self._added = 0  # pictures asked for so far: they are shown in that order, however fast each one reads
         self._ready.connect(self._arrived, Qt.ConnectionType.QueuedConnection)

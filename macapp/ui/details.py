@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+import re
 from typing import Any
 
 from PySide6.QtCore import Qt, Signal
@@ -29,6 +31,23 @@ def images_words(est: Any) -> str:
         return "Pictures: not known until its files are read (File › Refresh Catalog from Hub, or download it)"
     extra = f" (tower {format_bytes(est.vision_bytes)}, +{format_bytes(est.image_activation_bytes or 0)} while a full-size picture is read)" if est.vision_bytes else ""
     return f"Pictures: yes{extra}"
+
+
+def _unbroken(text: str) -> str:
+    """'8 min 44 s' kept on one line (a wrapped label split it as '8 min 44' / 's')."""
+    return text.replace(" ", "\u00a0")
+
+
+def advice_html(lines: list[str]) -> str:
+    """The ways out as the label shows them: the headline, then one step a line, `commands` in a code
+    font (the same lines as `qwen-desk fit` prints; plain spaces, so a selected command pastes into Terminal)."""
+    def line_html(line: str) -> str:
+        return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(line, quote=False))
+
+    if not lines:
+        return ""
+    head, *steps = (line_html(line) for line in lines)
+    return f"<p style='margin:0 0 4px 0'>{head}</p>" + "<br>".join(steps)
 
 
 def _swatch(colour: str) -> QLabel:
@@ -84,7 +103,7 @@ class DetailsPanel(QFrame):
         self.advice = QLabel(self)
         self.advice.setObjectName("Advice")
         self.advice.setWordWrap(True)
-        self.advice.setTextFormat(Qt.TextFormat.PlainText)
+        self.advice.setTextFormat(Qt.TextFormat.RichText)
         self.advice.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)  # the sysctl command can be copied
         self.cluster_note = QLabel(self)  # for a build too big for this Mac: how many such Macs it needs
         self.cluster_note.setWordWrap(True)
@@ -197,14 +216,14 @@ class DetailsPanel(QFrame):
         est = row.estimate
         if est.ttft_estimate_s is not None:
             self.reading.setText(
-                f"Reading a {est.context:,}-token prompt: <b>~{format_duration(est.ttft_estimate_s)}</b> before the first word "
+                f"Reading a {est.context:,}-token prompt: <b>~{_unbroken(format_duration(est.ttft_estimate_s))}</b> before the first word "
                 f"(~{est.prefill_tps_estimate:,.0f} tok/s, estimated)"
             )
         else:
             self.reading.setText("Prompt reading time: unknown on this machine (no Apple GPU figure)")
         lines = row.advice.lines() if row.advice is not None else []
         self.advice.setVisible(bool(lines))
-        self.advice.setText("\n".join(lines))
+        self.advice.setText(advice_html(lines))
 
     def _show_cluster_note(self, row: Any, machine: Any, context: int, kv_bits: int | None) -> None:
         from macapp.core.cluster.sizing import hosts_needed

@@ -43,9 +43,11 @@ class Sidebar(QWidget):
         self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
         self.nav = QListWidget(self)
         self.nav.setObjectName("NavList")
-        for text in ("Models", "Chat", "Server"):
+        for text in ("Models", "Chat", "Local Server"):  # the page titles and the View menu say the same
             self.nav.addItem(QListWidgetItem(text))
-        self.nav.setFixedHeight(self.nav.sizeHintForRow(0) * self.nav.count() + 8)
+        self.nav.setFixedHeight(self.nav.sizeHintForRow(0) * self.nav.count() + 12)
+        for policy in (self.nav.setVerticalScrollBarPolicy, self.nav.setHorizontalScrollBarPolicy):
+            policy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)  # three fixed rows: a scroll bar (off by a pixel) only hid text
         self.nav.currentRowChanged.connect(self.page_requested)
         self.new_chat = QPushButton("New Chat", self)
         self.new_chat.clicked.connect(self.new_chat_requested)

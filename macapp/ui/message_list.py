@@ -184,6 +184,7 @@ class MessageList(QScrollArea):
 
     def _remove(self, widget: QWidget) -> None:
         self._layout.removeWidget(widget)
+        widget.hide()  # deleteLater waits for the event loop; until then it would still paint over the new turn
         widget.deleteLater()
 
     def _changed(self) -> None:

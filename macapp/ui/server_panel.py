@@ -139,7 +139,7 @@ class ServerPanel(QWidget):
         super().__init__(parent)
         self.controller = controller
         title = QLabel("Local Server", self)
-        title.setObjectName("SectionTitle")
+        title.setObjectName("PageTitle")  # a page like Models and Chat
         note = QLabel(
             "Serve the loaded model to other tools: OpenAI-compatible (/v1/chat/completions) and "
             "Anthropic-compatible (/v1/messages, for Claude Code). Only this Mac can reach it.", self,
@@ -152,6 +152,7 @@ class ServerPanel(QWidget):
         self.api_key = QLineEdit(self)
         self.api_key.setPlaceholderText("API key (optional)")
         self.api_key.setEchoMode(QLineEdit.EchoMode.PasswordEchoOnEdit)
+        self.api_key.setMaximumWidth(320)
         self.toggle = QPushButton("Start", self)
         self.toggle.clicked.connect(self._toggle)
         self.url = QLabel("Not running", self)
@@ -165,7 +166,13 @@ class ServerPanel(QWidget):
         self.table.setHorizontalHeaderLabels(COLUMNS)
         self.table.verticalHeader().setVisible(False)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
-        self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(len(COLUMNS) - 1, QHeaderView.ResizeMode.Stretch)  # the state, with its error
+        header.setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
+        self.table.setShowGrid(False)
+        for column in range(1, len(COLUMNS) - 1):  # the figures, right-aligned under their headings
+            self.table.horizontalHeaderItem(column).setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         self._rows: dict[int, int] = {}  # record id -> row
 
         controls = QHBoxLayout()
@@ -173,11 +180,12 @@ class ServerPanel(QWidget):
         controls.addWidget(self.port)
         controls.addWidget(self.api_key, 1)
         controls.addWidget(self.toggle)
+        controls.addStretch(0)
         address = QHBoxLayout()
         address.addWidget(self.url, 1)
         address.addWidget(self.copy)
         lay = QVBoxLayout(self)
-        lay.setContentsMargins(16, 16, 16, 16)
+        lay.setContentsMargins(20, 16, 20, 12)  # as the Models page
         for widget in (title, note):
             lay.addWidget(widget)
         lay.addLayout(controls)
@@ -215,7 +223,7 @@ class ServerPanel(QWidget):
         self.port.setEnabled(False)
         self.api_key.setEnabled(False)
         self.copy.setEnabled(True)
-        self.url.setText(f"{url}   (OpenAI: {url}/v1)")
+        self.url.setText(f"Base URL <b>{url}</b> · OpenAI clients: <b>{url}/v1</b> · Claude Code: the base URL")
         self.message.setText(f"Serving {self.controller.model_name}.")
 
     @Slot()
@@ -245,4 +253,7 @@ class ServerPanel(QWidget):
         values = (record.client, record.prompt_tokens, record.cached_tokens, record.completion_tokens,
                   f"{record.tokens_per_s:.1f}" if record.tokens_per_s else "", state)
         for column, value in enumerate(values):
-            self.table.setItem(row, column, QTableWidgetItem(str(value)))
+            item = QTableWidgetItem(str(value))
+            if 0 < column < len(COLUMNS) - 1:  # the figures
+                item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            self.table.setItem(row, column, item)

@@ -91,3 +91,10 @@ def test_a_failed_reply_keeps_its_text_with_a_note(messages):
     messages.settle(_end(TurnKind.SEND, TurnResult.FAILED))
     reply = messages.widgets()[-1]
     assert reply.view.source_text == "half" and "stopped by an error" in reply.stats_label.text()
+
+
+def test_cleared_messages_stop_painting_before_they_are_deleted(messages):
+    messages.show_conversation(_saved(("q1", "a1")))
+    old = messages.widgets()
+    messages.clear()  # deleteLater: the widgets live until the event loop runs again
+    assert messages.widgets() == [] and not any(w.isVisible() for w in old)
