@@ -72,7 +72,7 @@ def test_anthropic_base64_image_blocks_reach_the_model(vision_server):
     )
     plain = client.messages.create(model="x", max_tokens=8, messages=[{"role": "user", "content": "what is it?"}], extra_body={"thinking": {"type": "disabled"}})
     total = plain.usage.input_tokens + plain.usage.cache_read_input_tokens
-    assert message.usage.cache_read_input_tokens == 0  # a prompt with pictures is read afresh (placeholders look alike)
+    assert message.usage.cache_read_input_tokens == 0  # a picture not sent before (the PNG's pixels differ): read afresh
     assert message.usage.input_tokens == total + 24 + 2
 
 

@@ -24,6 +24,11 @@ mlx-lm allocates in steps of 256 tokens). Beyond `max_bytes` the least recently 
 prefixes refreshes them longest first, so within a conversation the shortest ones (the system prompt and
 tools, shared by every conversation of an agent) are the last to go, and checkpoints of other conversations
 go before any of this one's.
+
+Keys: a prompt's tokens, except that a picture's image tokens (all one placeholder id) are keyed by the picture's
+content digest (macapp.core.vision.serving), so a prefix matches only with the same pictures in the same places.
+A checkpoint after a picture also keeps `rope_delta`: how far the picture's compact mRoPE positions pulled the
+positions behind the token count, which the reading of the rest goes on from.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
+
+Key = tuple[int | str, ...]  # token ids; a picture's image tokens are its digest (see the module docstring)
 
 
 @dataclass(frozen=True)
@@ -69,10 +76,11 @@ Layer = KVLayer | RecurrentState
 
 @dataclass(frozen=True)
 class Checkpoint:
-    tokens: tuple[int, ...]
+    tokens: Key
     layers: tuple[Layer, ...]  # the cache's layers in order
     kv: KVBlock
     state_bytes: int  # the DeltaNet arrays this checkpoint alone keeps
+    rope_delta: int = 0  # the next token's position minus `length` (< 0 after a picture, else 0)
 
     @property
     def length(self) -> int:
@@ -89,8 +97,8 @@ def _arrays(x: Any) -> list[Any]:
     return list(x) if isinstance(x, (tuple, list)) else [x]
 
 
-def snapshot(cache: list, tokens: Sequence[int]) -> Checkpoint:
-    """A checkpoint of a live prompt cache that holds exactly `tokens`."""
+def snapshot(cache: list, tokens: Sequence[int | str], rope_delta: int = 0) -> Checkpoint:
+    """A checkpoint of a live prompt cache that holds exactly `tokens` (a Key), read up to positions `rope_delta` behind."""
     import mlx.core as mx
     from mlx_lm.models.cache import ArraysCache, KVCache, QuantizedKVCache
 
@@ -114,7 +122,7 @@ def snapshot(cache: list, tokens: Sequence[int]) -> Checkpoint:
         else:
             raise TypeError(f"cannot checkpoint a {type(c).__name__} layer")
     mx.eval([a for b in buffers for a in _arrays(b.keys) + _arrays(b.values)])
-    return Checkpoint(tuple(tokens), tuple(layers), KVBlock(tuple(buffers), len(tokens), kv_bytes), state_bytes)
+    return Checkpoint(tuple(tokens), tuple(layers), KVBlock(tuple(buffers), len(tokens), kv_bytes), state_bytes, rope_delta)
 
 
 def restore(checkpoint: Checkpoint) -> list:
@@ -141,7 +149,7 @@ class CheckpointPool:
     def __init__(self, max_bytes: int):
         self.max_bytes = max(0, int(max_bytes))
         self.owner: Any = None  # what the checkpoints belong to (the loaded model); see bind()
-        self._entries: collections.OrderedDict[tuple[int, ...], Checkpoint] = collections.OrderedDict()
+        self._entries: collections.OrderedDict[Key, Checkpoint] = collections.OrderedDict()
         self._blocks: dict[int, tuple[KVBlock, int]] = {}  # id -> (block, checkpoints using it)
         self.nbytes = 0
         self.evicted = 0  # checkpoints dropped for room, since the start
@@ -149,7 +157,7 @@ class CheckpointPool:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def __contains__(self, tokens: Sequence[int]) -> bool:
+    def __contains__(self, tokens: Sequence[int | str]) -> bool:
         return tuple(tokens) in self._entries
 
     @property
@@ -178,7 +186,7 @@ class CheckpointPool:
         self.clear()
         self.owner = None
 
-    def longest_prefix(self, tokens: Sequence[int]) -> Checkpoint | None:
+    def longest_prefix(self, tokens: Sequence[int | str]) -> Checkpoint | None:
         """The longest stored checkpoint that is a proper prefix of `tokens` (one token at least is left to read).
 
         Every stored prefix of `tokens` counts as used now, the longest first (see the module docstring)."""
@@ -189,13 +197,14 @@ class CheckpointPool:
             self._entries.move_to_end(c.tokens)
         return found[0] if found else None
 
-    def add(self, tokens: Sequence[int], cache: list) -> Checkpoint | None:
-        """Checkpoint `cache`, which holds exactly `tokens`; None if it alone is over the pool's size."""
+    def add(self, tokens: Sequence[int | str], cache: list, rope_delta: int = 0) -> Checkpoint | None:
+        """Checkpoint `cache`, which holds exactly `tokens` (a Key) with positions `rope_delta` behind the count;
+        None if it alone is over the pool's size."""
         key = tuple(tokens)
         if key in self._entries:
             self._entries.move_to_end(key)
             return self._entries[key]
-        checkpoint = snapshot(cache, key)
+        checkpoint = snapshot(cache, key, rope_delta)
         if checkpoint.kv.nbytes + checkpoint.state_bytes > self.max_bytes:
             return None
         self._entries[key] = checkpoint

@@ -182,24 +182,27 @@ class ServingEngine:
             return
         rendered = self._render(m, request)
         opts = self.options.session
-        # Pictures (macapp.core.vision.serving): the tower runs once here, the prompt is read from an empty cache
-        # through mlx-vlm's language model, and nothing goes into the pool (placeholders look alike).
+        # Pictures (macapp.core.vision.serving): laid out in the prompt and keyed by content for the pool; read
+        # through mlx-vlm's language model, the tower run only on those after the checkpoint found.
         pictures = self._pictures(m, rendered) if rendered.images else None
-        tokens = pictures.tokens if pictures else rendered.tokens
+        prompt = _Prompt.of(pictures) if pictures else _Prompt(rendered.tokens, tuple(rendered.tokens), rendered.boundaries)
+        tokens = prompt.tokens
         run = pictures.model if pictures else m
         budget = request.thinking_budget if rendered.thinking else None
         params = turn_sampling(request.sampling, rendered.thinking, budget, opts)
         limit = context_limit(m, opts, len(tokens), 0, opts.memory_budget_bytes or self.engine.memory_budget_bytes())
         params = replace(params, max_tokens=min(params.max_tokens, limit - len(tokens)))
         pool = self._pool_for(m)
-        checkpoint = pool.longest_prefix(tokens) if pictures is None else None
+        checkpoint = pool.longest_prefix(prompt.key)
         cached = checkpoint.length if checkpoint is not None else 0
         usage = Usage(prompt_tokens=len(tokens), cached_tokens=cached)
-        cache = pictures.cache if pictures else restore(checkpoint) if checkpoint is not None else make_prompt_cache(m.model)
+        cache = restore(checkpoint) if checkpoint is not None else make_prompt_cache(m.model)
+        if pictures is not None:
+            prompt = replace(prompt, embeddings=self._begin_pictures(pictures, cache, checkpoint, clock))
         text = _ReplyText(job, rendered, request)
         with wired_memory(m):
             clock.reading(len(tokens) - cached)
-            read = self._read_pictures(job, pictures, clock) if pictures else self._read(job, m, pool, cache, rendered, cached)
+            read = self._read(job, run, pool, cache, prompt, cached, pictures)
             if read < len(tokens) - 1:
                 job.emit(_cancelled(m, usage))
                 return
@@ -225,37 +228,60 @@ class ServingEngine:
         from macapp.core.vision import serving as vision_serving
 
         opts = self.options.session
-        return vision_serving.prepare(m, rendered.tokens, rendered.images, min(opts.context_limit or m.info.max_context, m.info.max_context))
+        most = min(opts.context_limit or m.info.max_context, m.info.max_context)
+        return vision_serving.prepare(m, rendered.tokens, rendered.boundaries, rendered.images, most)
 
-    def _read_pictures(self, job: Job, pictures, clock: TurnClock) -> int:
-        """Read a prompt with pictures up to its last token (their embeddings hold the tower's features)."""
-        opts = self.options.session
-        total = len(pictures.tokens)
-        clock.image_tokens = pictures.encoded.image_tokens
-        job.emit(PromptProgress(0, total))
-        return prefill(
-            pictures.model, pictures.cache, pictures.tokens[:-1], step=opts.prefill_step_size, kv=opts.kv,
-            should_stop=lambda: job.stopped, on_progress=lambda done: job.emit(PromptProgress(done, total)),
-            embeddings=pictures.encoded.embeddings,
-        )
+    @staticmethod
+    def _begin_pictures(pictures, cache: list, checkpoint, clock: TurnClock):
+        """The positioned model set to go on from the checkpoint; the tower run on the pictures after it."""
+        from macapp.core.vision import serving as vision_serving
 
-    def _read(self, job: Job, m: LoadedModel, pool: CheckpointPool, cache: list, rendered: RenderedPrompt, cached: int) -> int:
+        cached, delta = (checkpoint.length, checkpoint.rope_delta) if checkpoint is not None else (0, 0)
+        encoded = vision_serving.begin(pictures, cache, cached, delta)
+        clock.image_tokens = encoded.image_tokens if encoded is not None else 0
+        return encoded.embeddings if encoded is not None else None
+
+    def _read(self, job: Job, m: LoadedModel, pool: CheckpointPool, cache: list, prompt: "_Prompt", cached: int, pictures=None) -> int:
         """Read the prompt from `cached` up to its last token, checkpointing each boundary; return where it got to."""
-        tokens = rendered.tokens
+        tokens = prompt.tokens
         total = len(tokens) - cached
         opts = self.options.session
         pos = cached
         job.emit(PromptProgress(0, total))
-        for boundary in [b for b in rendered.boundaries if b > cached]:
+        for boundary in [b for b in prompt.boundaries if b > cached]:
             start = pos
             pos += prefill(
                 m, cache, tokens[pos:boundary], step=opts.prefill_step_size, kv=opts.kv, should_stop=lambda: job.stopped,
                 on_progress=lambda done: job.emit(PromptProgress(start - cached + done, total)),
+                embeddings=None if prompt.embeddings is None else prompt.embeddings[pos - cached : boundary - cached],
             )
             if pos < boundary:
                 return pos
-            pool.add(tokens[:boundary], cache)
+            pool.add(prompt.key[:boundary], cache, _rope_delta(pictures, boundary))
         return pos
+
+
+@dataclass(frozen=True)
+class _Prompt:
+    """What is read: the tokens, their pool key (a picture's tokens are its digest), the checkpoint boundaries, and
+    the embeddings of the tokens after the checkpoint when they hold pictures."""
+
+    tokens: list[int]
+    key: tuple
+    boundaries: tuple[int, ...]
+    embeddings: Any = None
+
+    @classmethod
+    def of(cls, pictures) -> "_Prompt":
+        return cls(pictures.tokens, pictures.key, pictures.boundaries)
+
+
+def _rope_delta(pictures, index: int) -> int:
+    if pictures is None:
+        return 0
+    from macapp.core.vision import serving as vision_serving
+
+    return vision_serving.rope_delta(pictures, index)
 
 
 def _cancelled(m: LoadedModel, usage: Usage) -> Completed:

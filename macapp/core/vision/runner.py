@@ -92,6 +92,11 @@ class PositionedLM(nn.Module):
         base = start + self._delta_before(start)
         self._spans.append(_Span(start, start + len(turn.tokens), turn.positions + base, turn.delta))
 
+    def resume(self, length: int, delta: int) -> None:
+        """A cache restored to `length` tokens from a serving checkpoint (which keeps no spans): later positions are
+        `delta` behind the cache index (what the spans before `length` added up to). Binds a list of its own."""
+        self._spans = [_Span(0, length, None, delta)] if length else []  # never read inside: the cache holds it
+
     def forget_after(self, length: int) -> None:
         """The cache was restored to `length` tokens (regenerate / edit): drop the spans read after it."""
         self._spans[:] = [span for span in self._spans if span.start < length]
@@ -194,6 +199,7 @@ class VisionModel:
     vision_bytes: int  # the tower's weights, read from the files
     load_s: float
     image_token_id: int
+    pictures_encoded: int = 0  # pictures the tower has run on, since it was attached
 
     def image_token_count(self, image: PreparedImage) -> int:
         """How many prompt tokens the processor will give this picture (no pixels processed)."""
@@ -213,6 +219,7 @@ class VisionModel:
             raise ValueError(f"the prompt has {len(slots)} picture placeholders for {len(images)} pictures")
         pixel_values = grid = None
         if images:
+            self.pictures_encoded += len(images)
             processed = self.processor.image_processor(images=[image.image for image in images])
             pixel_values = mx.array(processed["pixel_values"])
             grid = mx.array(processed["image_grid_thw"])

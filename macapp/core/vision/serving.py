@@ -1,18 +1,24 @@
-"""Pictures in an API request (macapp.core.serving): decoded and checked, the tower run once, and the model view
-that reads them, for the serving runner. Run on the engine's worker thread.
+"""Pictures in an API request (macapp.core.serving): decoded and checked, laid out in the prompt, the tower run
+on those not read yet, and the model view that reads them, for the serving runner. Run on the engine's worker thread.
 
-A request with pictures is read from an empty cache and never stored in the prompt-checkpoint pool: the pool
-matches token prefixes, and every picture's placeholder tokens look the same whatever the picture.
+Prompt reuse (the runner's checkpoint pool): `prepare` widens each picture's placeholder to its image tokens
+(counted from its size by the processor's own sizing, no pixels processed) and keys those tokens by the
+picture's content digest, so the pool's longest-prefix match counts a prefix only with the same pictures in the
+same places. `begin` then goes on from the checkpoint found (`cached` tokens, `rope_delta` behind): the
+tower runs only on the pictures after it, and their mRoPE positions continue from the checkpoint's, as a chat
+session's later turns do. A follow-up question about the same picture thus reads only its new tail.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import io
 from pathlib import Path
 from typing import Any, Sequence
 
+from macapp.core import events as ev
 from macapp.core.engine import EngineError
 from macapp.core.serving.requests import INVALID_REQUEST, ImagePart
 from macapp.core.vision import chat as vision_chat
@@ -23,10 +29,23 @@ from macapp.core.vision.images import DEFAULT_MAX_PIXELS, ImageError, PreparedIm
 
 @dataclasses.dataclass
 class PictureRequest:
+    """A prompt with pictures laid out, before the tower runs."""
+
+    vision: Any  # vision.runner.VisionModel
     model: Any  # the LoadedModel view whose `model` reads pictures (vision.runner.PositionedLM)
     tokens: list[int]  # the prompt with each placeholder widened to its picture's image tokens
-    encoded: Any  # vision.runner.EncodedTurn (embeddings, positions, image_tokens)
-    cache: list  # the empty mlx-lm prompt cache the prompt is read into
+    key: tuple  # the checkpoint pool's key of `tokens`: each picture's image tokens are its digest
+    boundaries: tuple[int, ...]  # the rendered prompt's checkpoint boundaries, as offsets into `tokens`
+    pictures: list[PreparedImage]
+    starts: list[int]  # each picture's first image token in `tokens`
+    counts: list[int]  # each picture's image tokens
+
+
+def digest(image: PreparedImage) -> str:
+    """What a picture is, for prompt reuse: its pixels as the processor gets them."""
+    h = hashlib.sha256(f"{image.image.mode} {image.size}".encode())
+    h.update(image.image.tobytes())
+    return "image:" + h.hexdigest()
 
 
 def decode_pictures(images: Sequence[ImagePart]) -> list[PreparedImage]:
@@ -70,18 +89,59 @@ def _image_processor(folder: str) -> Any:
     )
 
 
-def prepare(m: Any, tokens: list[int], images: Sequence[ImagePart], limit: int) -> PictureRequest:
-    """Everything a request with pictures needs before its prompt is read (into the PictureRequest's fresh cache)."""
-    from mlx_lm.models.cache import make_prompt_cache
-
+def prepare(m: Any, tokens: list[int], boundaries: Sequence[int], images: Sequence[ImagePart], limit: int) -> PictureRequest:
+    """A rendered prompt (one placeholder per picture) laid out with its pictures' image tokens; no tower run."""
     pictures = decode_pictures(images)
     try:
         vision = vision_chat.vision_for(m)
         vision_chat.check_room(vision, pictures, len(tokens), limit - 1)
     except EngineError as exc:
         raise EngineError(exc.message, INVALID_REQUEST) from exc  # the request cannot be served as sent: a 400
-    encoded = vision.encode(tokens, pictures)
-    cache = make_prompt_cache(m.model)
-    vision.lm.bind([])
-    vision.lm.queue(encoded, cache)
-    return PictureRequest(dataclasses.replace(m, model=vision.lm), encoded.tokens, encoded, cache)
+    slots = [i for i, t in enumerate(tokens) if t == vision.image_token_id]
+    if len(slots) != len(pictures):
+        raise EngineError(f"The prompt has {len(slots)} picture placeholders for {len(pictures)} pictures.", INVALID_REQUEST)
+    counts = [vision.image_token_count(image) for image in pictures]
+    widened: list[int] = []
+    key: list[int | str] = []
+    starts: list[int] = []
+    last = 0
+    for slot, count, image in zip(slots, counts, pictures):
+        widened += tokens[last:slot]
+        key += tokens[last:slot]
+        starts.append(len(widened))
+        widened += [vision.image_token_id] * count
+        key += [digest(image)] * count
+        last = slot + 1
+    widened += tokens[last:]
+    key += tokens[last:]
+    moved = [b + sum(c - 1 for s, c in zip(slots, counts) if s < b) for b in boundaries]
+    return PictureRequest(vision, dataclasses.replace(m, model=vision.lm), widened, tuple(key), tuple(moved), pictures, starts, counts)
+
+
+def begin(request: PictureRequest, cache: list, cached: int, rope_delta: int) -> Any:
+    """Set the positioned model up to read `request.tokens[cached:]` into `cache` (which holds the first `cached`,
+    positions `rope_delta` behind); the tower runs on the pictures among them. The EncodedTurn of those tokens
+    (its embeddings hold the tower's features), or None when they hold no picture (plain token embeddings)."""
+    lm = request.vision.lm
+    lm.resume(cached, rope_delta)
+    if any(start < cached < start + count for start, count in zip(request.starts, request.counts)):
+        raise ValueError(f"a checkpoint at {cached} tokens cuts a picture")  # boundaries are turn starts: never
+    later = [n for n, start in enumerate(request.starts) if start >= cached]
+    if not later:
+        return None
+    tail: list[int] = []
+    at = cached
+    for n in later:  # one placeholder per picture again, as encode takes the prompt
+        tail += request.tokens[at : request.starts[n] + 1]
+        at = request.starts[n] + request.counts[n]
+    tail += request.tokens[at:]
+    encoded = request.vision.encode(tail, [request.pictures[n] for n in later])
+    if encoded.tokens != request.tokens[cached:]:
+        raise EngineError("The processor gave a picture a different number of image tokens than its size said.", ev.ERROR)
+    lm.queue(encoded, cache)
+    return encoded
+
+
+def rope_delta(request: PictureRequest, index: int) -> int:
+    """How far the position of the token at `index` is behind `index` (once `begin` has set the model up)."""
+    return int(request.vision.lm.positions(index, 1)[0, 0, 0].item()) - index

@@ -158,3 +158,20 @@ def test_a_new_owner_clears_the_pool(lm, tokens):
     assert len(pool) == 1
     pool.bind("model b")
     assert len(pool) == 0 and pool.nbytes == 0
+
+
+def test_picture_keys_match_only_the_same_picture_and_checkpoints_keep_their_rope_delta(lm, tokens):
+    """Keys where a picture's tokens are its digest (vision.serving): a prefix counts only with the same picture."""
+    picture = ("image:a",) * 10  # stands for tokens 5..15
+    key = (*tokens[:5], *picture, *tokens[15:40])
+    pool = CheckpointPool(1 << 30)
+    live = fresh(lm)
+    read(lm, live, tokens[:20])
+    pool.add(key[:20], live, rope_delta=-6)
+    read(lm, live, tokens[20:40])
+    pool.add(key, live, rope_delta=-6)  # the 20-token one now reads this one's KV buffer: its state stays
+    assert pool.kv_blocks == 1 and [c.rope_delta for c in (pool.longest_prefix(key[:21]), pool.longest_prefix((*key, 1)))] == [-6, -6]
+    assert pool.longest_prefix((*key, 1)).length == 40
+    other = (*tokens[:5], *("image:b",) * 10, *tokens[15:40], 1)
+    assert pool.longest_prefix(other) is None  # a different picture at token 5: nothing stored before it
+    assert pool.longest_prefix((*tokens[:40], 1)) is None  # nor the bare placeholder ids of a text prompt

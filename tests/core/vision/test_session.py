@@ -15,21 +15,6 @@ from tests.core.engine.helpers import TIMEOUT, kv_offsets
 THINK = False
 
 
-@pytest.fixture(scope="module")
-def engine(tiny_vlm_path):
-    e = Engine()
-    e.load(str(tiny_vlm_path)).result(timeout=TIMEOUT)
-    yield e
-    e.close()
-
-
-@pytest.fixture(scope="module")
-def long_reply(engine):
-    """Greedy, end tokens banned: 24 context-dependent tokens, so a picture that did not arrive shows."""
-    vocab = engine.model.tokenizer.get_vocab()
-    return greedy(24, logit_bias={vocab["<|im_end|>"]: -1e9, vocab["<|endoftext|>"]: -1e9})
-
-
 def _reference(path, prompt_text, pictures, bias, n):
     """mlx-vlm's own load + generate on the same text prompt and pictures: its first `n` greedy tokens."""
     from mlx_vlm import load, stream_generate
