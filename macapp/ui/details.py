@@ -179,7 +179,7 @@ class DetailsPanel(QFrame):
             return
         est = row.estimate
         ref = row.ref
-        bits = f"{ref.bits}-bit" if ref.bits else "unquantized"
+        bits = f"{ref.bits}-bit" if ref.bits else "bf16"  # unquantized, sized as bf16 (the library, `qwen-desk fit`)
         self.title.setText(ref.name)
         self.repo.setText(f"{bits} · {ref.repo or ref.local_path}")
         self.badge.set_verdict(est.verdict)

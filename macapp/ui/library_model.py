@@ -69,7 +69,7 @@ class LibraryModel(QAbstractTableModel):
             if col == 0:
                 return row.title
             if col == 1:
-                return f"{row.ref.bits}-bit" if row.ref.bits else "full"
+                return f"{row.ref.bits}-bit" if row.ref.bits else "bf16"  # as `qwen-desk fit` and the details say
             if col == 2:
                 return format_bytes(est.weights_bytes)
             if col == FIT_COL:
