@@ -114,6 +114,14 @@ def _kv_cache(model: ModelRef, est: sizing.Estimate, machine: MachineProfile) ->
     return None
 
 
+def _better_step_down(model: ModelRef, new: tuple[sizing.Estimate, ModelRef], old: tuple[sizing.Estimate, ModelRef]) -> bool:
+    """The same model at fewer bits first (a smaller dense model is slower than a 4-bit MoE), then the biggest build."""
+    same_new, same_old = new[1].name == model.name, old[1].name == model.name
+    if same_new != same_old:
+        return same_new
+    return new[0].weights_bytes > old[0].weights_bytes
+
+
 def _smaller_build(model: ModelRef, est: sizing.Estimate, machine: MachineProfile, candidates: Iterable[ModelRef]) -> Step | None:
     best: tuple[sizing.Estimate, ModelRef] | None = None
     for other in candidates:
@@ -124,7 +132,7 @@ def _smaller_build(model: ModelRef, est: sizing.Estimate, machine: MachineProfil
             e = sizing.estimate(other, context, machine, kv_bits=est.kv_bits)
         except ValueError:
             continue
-        if e.verdict != "too_big" and e.weights_bytes < est.weights_bytes and (best is None or e.weights_bytes > best[0].weights_bytes):
+        if e.verdict != "too_big" and e.weights_bytes < est.weights_bytes and (best is None or _better_step_down(model, (e, other), best)):
             best = (e, other)
     if best is None:
         return None

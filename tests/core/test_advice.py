@@ -105,3 +105,15 @@ def test_json_is_plain_data():
     data = json.loads(json.dumps(ways.to_json()))
     assert data["verdict"] == "too_big" and data["steps"][0]["remedy"] == "wired_limit"
     assert data["steps"][0]["command"].startswith("sudo sysctl iogpu.wired_limit_mb=")
+
+
+def test_the_same_model_at_4bit_comes_before_a_bigger_other_build():
+    # 35B-A3B 8-bit on a 48 GB M4 Pro at 128K: the 27B 8-bit is bigger than the 35B-A3B 4-bit and fits too, but the
+    # same model at 4-bit keeps its quality class and its speed (3B active), so that is the step offered.
+    machine = what_if_machine("M4 Pro", 48 * GiB)
+    est, ways = _advise("Qwen3.5-35B-A3B", 8, machine, 131072)
+    assert est.verdict == "too_big"
+    other = sizing.estimate(catalog.resolve_model("Qwen3.5-27B", 8), 131072, machine)
+    assert other.verdict != "too_big" and other.weights_bytes > sizing.estimate(catalog.resolve_model("Qwen3.5-35B-A3B", 4), 131072, machine).weights_bytes
+    smaller = next(s for s in ways.steps if s.remedy is Remedy.SMALLER_BUILD)
+    assert smaller.model == "Qwen3.5-35B-A3B 4-bit"
