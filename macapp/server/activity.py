@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from macapp.core.events import AnswerDelta, Failed, PromptProgress, ReasoningDelta, StatsUpdate
-from macapp.core.serving.requests import Completed, FinishReason, ToolCallStarted
+from macapp.core.serving.requests import Completed, FinishReason, RequestStarted, ToolCallStarted
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +124,8 @@ class Activity:
 def _apply(record: RequestRecord, event: Any) -> RequestRecord:
     """The record after one event (the same object when nothing the list shows changed)."""
     match event:
+        case RequestStarted(prompt_tokens=prompt, cached_tokens=cached):
+            return replace(record, state=RequestState.READING, prompt_tokens=prompt, cached_tokens=cached)
         case PromptProgress() if record.state is RequestState.WAITING:
             return replace(record, state=RequestState.READING)
         case ReasoningDelta() | AnswerDelta() | ToolCallStarted() if record.state is not RequestState.ANSWERING:

@@ -23,6 +23,7 @@ from macapp.core.serving.requests import (
     CompletionRequest,
     FinishReason,
     ImagePart,
+    RequestStarted,
     Role,
     ToolCall,
     ToolCallFinished,
@@ -93,7 +94,9 @@ def _document_text(block: dict, param: str) -> str:
     if kind == "text":
         body = f.get_str(source, "data", f"{param}.source.data", required=True)
     elif kind == "content":
-        body = _tool_result_text(source.get("content"), f"{param}.source.content")
+        body, images = _tool_result_content(source.get("content"), f"{param}.source.content")
+        if images:
+            raise invalid(f"{param}.source.content: pictures inside a document are not supported; send them as image blocks.")
     else:
         media = source.get("media_type") or kind
         raise invalid(
@@ -105,12 +108,14 @@ def _document_text(block: dict, param: str) -> str:
     return "\n".join(part for part in (title, context, body) if part)
 
 
-def _tool_result_text(value: Any, param: str) -> str:
+def _tool_result_content(value: Any, param: str) -> tuple[str, tuple[ImagePart, ...]]:
+    """A tool_result's text and pictures (Claude Code's Read of a picture file, a screenshot tool): the pictures go
+    to the model inside the tool's response, as Qwen3.5's template renders them, on builds that see."""
     if value is None or isinstance(value, str):
-        return value or ""
+        return value or "", ()
     if not isinstance(value, list):
         raise invalid(f"{param} must be a string or an array of blocks.")
-    texts = []
+    texts, images = [], []
     for j, block in enumerate(value):
         block = f.require_object(block, f"{param}[{j}]")
         if block.get("type") == "text":
@@ -119,9 +124,11 @@ def _tool_result_text(value: Any, param: str) -> str:
             texts.append(_document_text(block, f"{param}[{j}]"))
         elif block.get("type") == "tool_reference":  # Claude Code's ToolSearch found a (deferred) tool
             texts.append(TOOL_REFERENCE + f.get_str(block, "tool_name", f"{param}[{j}].tool_name", required=True))
-        elif block.get("type") != "image":  # a picture in a tool result: not passed on
+        elif block.get("type") == "image":
+            images.append(_image(block, f"{param}[{j}]"))
+        else:
             raise invalid(f"{param}[{j}].type {block.get('type')!r} is not supported in a tool_result.")
-    return "\n".join(texts)
+    return "\n".join(texts), tuple(images)
 
 
 def _blocks(value: Any, param: str) -> list[dict]:
@@ -145,10 +152,10 @@ def _user_turn(blocks: list[dict], param: str, call_names: dict[str, str]) -> li
             images.append(_image(block, where))
         elif kind == "tool_result":
             call_id = f.get_str(block, "tool_use_id", f"{where}.tool_use_id", required=True)
-            text = _tool_result_text(block.get("content"), f"{where}.content")
+            text, pictures = _tool_result_content(block.get("content"), f"{where}.content")
             if f.get_bool(block, "is_error", f"{where}.is_error", default=False):
                 text = ERROR_RESULT_PREFIX + text  # the template has no error flag: the model reads it in the text
-            results.append(ChatMessage(Role.TOOL, text, tool_call_id=call_id, name=call_names.get(call_id)))
+            results.append(ChatMessage(Role.TOOL, text, tool_call_id=call_id, name=call_names.get(call_id), images=pictures))
         elif kind not in _SKIPPED_BLOCKS:
             raise invalid(f"{where}.type {kind!r} is not supported in a user message.")
     if texts or images or not results:
@@ -322,17 +329,22 @@ class EventWriter:
     """Turns a job's events into Anthropic stream events (name, data), keeping track of the open block."""
 
     model: str
-    prompt_tokens: int = 0  # message_start's estimate; message_delta carries the real split
+    prompt_tokens: int = 0  # message_start's usage if the job ends before it starts (stopped while queued)
     show_thinking: bool = True  # False: thinking blocks open and close with no thinking_delta
     id: str = field(default_factory=new_message_id)
     _index: int = -1
     _open: str | None = None  # "thinking" | "text" | "tool_use"
+    _started: bool = False  # message_start written
 
-    def start(self) -> list[tuple[str, dict[str, Any]]]:
+    def start(self, usage: Usage | None = None) -> list[tuple[str, dict[str, Any]]]:
+        """message_start (with the prompt's read/reused split once the engine has it) and a ping; once only."""
+        if self._started:
+            return []
+        self._started = True
         message = {
             "id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": [],
             "stop_reason": None, "stop_sequence": None,
-            "usage": usage_body(Usage(prompt_tokens=self.prompt_tokens)),
+            "usage": usage_body(usage or Usage(prompt_tokens=self.prompt_tokens)),
         }
         return [("message_start", {"type": "message_start", "message": message}), ("ping", {"type": "ping"})]
 
@@ -353,6 +365,15 @@ class EventWriter:
         return "content_block_delta", {"type": "content_block_delta", "index": self._index, "delta": delta}
 
     def events(self, event: Any) -> list[tuple[str, dict[str, Any]]]:
+        """The stream events for one job event. message_start waits for RequestStarted, the job's first event once
+        the engine takes the request, so its usage already says how much of the prompt is read and how much reused
+        (Claude Code reads it there); until then only pings go out (the route's keep-alives)."""
+        if isinstance(event, RequestStarted):
+            return self.start(Usage(prompt_tokens=event.prompt_tokens, cached_tokens=event.cached_tokens))
+        out = self._block_events(event)
+        return self.start() + out if out else out
+
+    def _block_events(self, event: Any) -> list[tuple[str, dict[str, Any]]]:
         out: list[tuple[str, dict[str, Any]]] = []
         match event:
             case ReasoningDelta(text=text) if text:

@@ -145,8 +145,6 @@ class Routes:
                 return [sse_frame(error_body(refusal(event), Flavor.ANTHROPIC), "error")]
             return [sse_frame(data, name) for name, data in writer.events(event)]
 
-        for name, data in writer.start():
-            yield sse_frame(data, name)
         async for frame in paced_frames(feed, self.config.keepalive_s, translate, sse_frame({"type": "ping"}, "ping")):
             yield frame
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from macapp.core.engine import Job
 from macapp.core.events import AnswerDelta, Failed, PromptProgress
-from macapp.core.serving.requests import Completed, FinishReason, Usage
+from macapp.core.serving.requests import Completed, FinishReason, RequestStarted, Usage
 from macapp.server.activity import Activity, RequestState
 
 
@@ -28,6 +28,15 @@ def test_a_record_follows_its_job_to_the_end():
     last = activity.records()[-1]
     assert (last.prompt_tokens, last.cached_tokens, last.completion_tokens, last.tokens_per_s) == (50, 40, 3, 12.5)
     assert not activity.busy()
+
+
+def test_the_reused_tokens_show_as_soon_as_the_engine_takes_the_request():
+    activity = Activity()
+    job = Job("serve")
+    activity.track(job, "c", "anthropic", prompt_tokens=50)
+    job.emit(RequestStarted(prompt_tokens=52, cached_tokens=40))
+    record = activity.records()[-1]
+    assert (record.state, record.prompt_tokens, record.cached_tokens) == (RequestState.READING, 52, 40)
 
 
 def test_cancelled_and_failed_requests():

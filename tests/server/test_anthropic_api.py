@@ -6,10 +6,11 @@ import json
 
 import pytest
 
-from macapp.core.events import AnswerDelta, ReasoningDelta
+from macapp.core.events import AnswerDelta, PromptProgress, ReasoningDelta
 from macapp.core.serving.requests import (
     Completed,
     FinishReason,
+    RequestStarted,
     Role,
     ToolCall,
     ToolCallFinished,
@@ -145,3 +146,21 @@ def test_stream_event_sequence_opens_and_closes_each_block_in_order():
     assert message_delta["delta"]["stop_reason"] == "tool_use"
     assert message_delta["usage"]["input_tokens"] == 10 and message_delta["usage"]["cache_read_input_tokens"] == 90
     assert out[0][1]["message"]["model"] == "loaded"
+
+
+def test_message_start_waits_for_the_engine_and_carries_the_read_and_reused_split():
+    writer = EventWriter("loaded", prompt_tokens=100)
+    assert writer.events(PromptProgress(0, 10)) == []  # nothing before the engine takes the request
+    out = writer.events(RequestStarted(prompt_tokens=100, cached_tokens=90)) + writer.events(AnswerDelta("Hi")) + writer.events(done())
+    names = [n for n, _ in out]
+    assert names[:3] == ["message_start", "ping", "content_block_start"] and names.count("message_start") == 1
+    usage = out[0][1]["message"]["usage"]
+    assert (usage["input_tokens"], usage["cache_read_input_tokens"]) == (10, 90)
+
+
+def test_a_job_that_ends_before_it_starts_still_opens_with_message_start():
+    """Stopped while queued (the server shutting down): no RequestStarted came; the stream is still well formed."""
+    writer = EventWriter("loaded", prompt_tokens=100)
+    out = writer.events(done(text="", finish_reason=FinishReason.CANCELLED, usage=Usage(prompt_tokens=0)))
+    assert [n for n, _ in out] == ["message_start", "ping", "message_delta", "message_stop"]
+    assert out[0][1]["message"]["usage"]["input_tokens"] == 100

@@ -83,8 +83,11 @@ def test_claude_code_agent_loop_with_thinking_reads_only_the_new_tail(tool_serve
     usages = []
     for round_ in range(3):
         with client.beta.messages.stream(messages=messages, betas=["interleaved-thinking-2025-05-14"], **body) as stream:
+            start = next(event for event in stream if event.type == "message_start").message.usage
             final = stream.get_final_message()
         usages.append(final.usage)
+        # message_start already has the split Claude Code reads there (not the whole prompt as input_tokens)
+        assert (start.input_tokens, start.cache_read_input_tokens) == (final.usage.input_tokens, final.usage.cache_read_input_tokens)
         assert [b.type for b in final.content] == ["thinking", "text", "tool_use"]
         use = final.content[-1]
         messages = messages + [

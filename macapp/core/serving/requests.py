@@ -111,6 +111,15 @@ class Usage:
 
 
 @dataclass
+class RequestStarted:
+    """The engine took the request: its prompt's length and how much of it a checkpoint restores, known before any
+    of it is read (the job's first event unless it fails first), so a stream can report usage from its start."""
+
+    prompt_tokens: int
+    cached_tokens: int
+
+
+@dataclass
 class ToolCallStarted:
     """A tool call began streaming (its name is known); `index` counts calls in this reply from 0."""
 

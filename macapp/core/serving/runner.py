@@ -2,7 +2,7 @@
 
     serving = ServingEngine(engine, ServingOptions(session=SessionOptions(context_limit=32768)))
     job = serving.submit(request)     # a Job (macapp.core.engine); QueueFull beyond the queue limit
-    for event in job.events(): ...    # PromptProgress, ReasoningDelta, AnswerDelta, StatsUpdate,
+    for event in job.events(): ...    # RequestStarted, PromptProgress, ReasoningDelta, AnswerDelta, StatsUpdate,
                                       # ToolCallStarted + ToolCallFinished, then Completed | Failed
     job.stop()                        # a client that went away: Completed(CANCELLED) within about a token
 
@@ -38,6 +38,7 @@ from macapp.core.serving.requests import (
     Completed,
     CompletionRequest,
     FinishReason,
+    RequestStarted,
     ToolCall,
     ToolCallFinished,
     ToolCallStarted,
@@ -196,6 +197,7 @@ class ServingEngine:
         checkpoint = pool.longest_prefix(prompt.key)
         cached = checkpoint.length if checkpoint is not None else 0
         usage = Usage(prompt_tokens=len(tokens), cached_tokens=cached)
+        job.emit(RequestStarted(usage.prompt_tokens, usage.cached_tokens))
         cache = restore(checkpoint) if checkpoint is not None else make_prompt_cache(m.model)
         if pictures is not None:
             prompt = replace(prompt, embeddings=self._begin_pictures(pictures, cache, checkpoint, clock))

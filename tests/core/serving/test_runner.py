@@ -18,6 +18,7 @@ from macapp.core.serving.requests import (
     Completed,
     CompletionRequest,
     FinishReason,
+    RequestStarted,
     Role,
     ToolCallFinished,
     ToolCallStarted,
@@ -84,7 +85,7 @@ def test_text_and_reasoning_stream_and_complete_with_usage(tiny, thinking):
         len(SCRIPT_REASONING) + 2 if thinking else 0
     )  # eos counted like mlx-lm; with thinking also </think> and the blank line
     assert done.model == tiny.model_name and done.ttft_s > 0
-    assert isinstance(events[0], PromptProgress)
+    assert events[0] == RequestStarted(prompt, 0) and isinstance(events[1], PromptProgress)
 
 
 def test_thinking_budget_closes_the_reasoning(tiny):
@@ -138,9 +139,12 @@ def test_an_agent_loop_reads_only_the_new_tail(tool_model, engine, thinking):
     for i in range(4):
         request = ask(*messages, tools=(WEATHER,), thinking=thinking)
         rendered = render(tok, request)
-        _, done = run(tool_model, request)
+        events, done = run(tool_model, request)
         assert done.finish_reason is FinishReason.TOOL_CALLS, done
         assert done.usage.prompt_tokens == len(rendered.tokens)
+        # the split is known before any of the prompt is read: the job's first event says it
+        assert events[0] == RequestStarted(done.usage.prompt_tokens, done.usage.cached_tokens)
+        assert isinstance(events[1], PromptProgress) and events[1].total == done.usage.read_tokens
         if rounds:
             before_reply = rounds[-1].boundaries[-2]  # where the previous reply started
             assert done.usage.cached_tokens == longest_shared_boundary(rounds[-1], rendered) >= before_reply
