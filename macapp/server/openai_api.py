@@ -103,14 +103,16 @@ def parse_message(index: int, value: Any) -> ChatMessage:
         )
     role = ROLES[role_name]
     text, images = _content(message.get("content"), f"{param}.content")
+    if images and role in (Role.SYSTEM, Role.ASSISTANT):  # the template has no place for them: never dropped silently
+        raise invalid(f"{param}: pictures go in user (or tool) messages, not in a {role_name} message.", param=f"{param}.content")
     if role is Role.ASSISTANT:
         reasoning = f.get_str(message, "reasoning_content", f"{param}.reasoning_content") or f.get_str(message, "reasoning", f"{param}.reasoning")
         calls = _tool_calls(message.get("tool_calls") or [], f"{param}.tool_calls")
         return ChatMessage(role, text, reasoning=reasoning, tool_calls=calls)
     if role is Role.TOOL:
         call_id = f.get_str(message, "tool_call_id", f"{param}.tool_call_id")
-        return ChatMessage(role, text, tool_call_id=call_id, name=f.get_str(message, "name", f"{param}.name"))
-    return ChatMessage(role, text, images=images if role is Role.USER else ())
+        return ChatMessage(role, text, tool_call_id=call_id, name=f.get_str(message, "name", f"{param}.name"), images=images)
+    return ChatMessage(role, text, images=images)
 
 
 def parse_tools(value: Any) -> tuple[ToolSpec, ...]:

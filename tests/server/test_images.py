@@ -117,3 +117,76 @@ def test_count_tokens_counts_the_pictures(vision_server):
     counted = httpx.post(f"{vision_server.url}/v1/messages/count_tokens", json=body, timeout=30).json()["input_tokens"]
     message = vision_server.anthropic().messages.create(max_tokens=2, extra_body={"thinking": {"type": "disabled"}}, **body)
     assert counted == message.usage.input_tokens + message.usage.cache_read_input_tokens
+
+
+SCREENSHOT_TOOL = {"name": "screenshot", "description": "Take a screenshot.", "input_schema": {"type": "object", "properties": {}}}
+
+
+def _after_a_tool_call(client, result_content):
+    """A conversation where the model called a tool and the client sends back its result (Claude Code's Read of a
+    picture file, a screenshot tool)."""
+    return client.messages.create(
+        model="x", max_tokens=4, tools=[SCREENSHOT_TOOL], extra_body={"thinking": {"type": "disabled"}},
+        messages=[
+            {"role": "user", "content": "take a screenshot"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "screenshot", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": result_content}]},
+        ],
+    )
+
+
+def _image_block(size=(192, 128), seed=5):
+    data = base64.b64encode(picture_bytes(size, seed=seed)).decode()
+    return {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}}
+
+
+def test_a_picture_in_an_anthropic_tool_result_reaches_the_model(vision_server):
+    from macapp.core.vision import chat as vision_chat
+    from tests.core.engine.helpers import on_worker
+
+    def encoded():
+        return on_worker(vision_server.engine, lambda m: vision_chat.vision_for(m).pictures_encoded)
+
+    client = vision_server.anthropic()
+    plain = _after_a_tool_call(client, [{"type": "text", "text": "here it is"}])
+    before = encoded()
+    shot = _after_a_tool_call(client, [{"type": "text", "text": "here it is"}, _image_block()])
+    total = [m.usage.input_tokens + m.usage.cache_read_input_tokens for m in (plain, shot)]
+    assert total[1] == total[0] + 24 + 2  # the picture's image tokens and its vision marks, inside the tool response
+    assert encoded() == before + 1  # the tower ran on it: the picture was not left out
+
+
+def test_a_bad_picture_in_a_tool_result_is_a_400_naming_it(vision_server):
+    bad = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": base64.b64encode(b"not a picture").decode()}}
+    with pytest.raises(anthropic.BadRequestError) as info:
+        _after_a_tool_call(vision_server.anthropic(), [bad])
+    assert "image 1: is not a picture" in str(info.value)
+
+
+def test_a_picture_in_a_tool_result_on_a_text_only_build_is_a_400(tiny_server):
+    with pytest.raises(anthropic.BadRequestError) as info:
+        _after_a_tool_call(tiny_server.anthropic(), [{"type": "text", "text": "here it is"}, _image_block()])
+    assert "this build is text-only" in str(info.value)
+
+
+def test_openai_pictures_in_a_tool_message_reach_the_model_and_elsewhere_are_a_400(vision_server):
+    client = vision_server.openai()
+    call = {"id": "call_1", "type": "function", "function": {"name": "screenshot", "arguments": "{}"}}
+
+    def ask(tool_content, first="take a screenshot"):
+        return client.chat.completions.create(
+            model="x", max_tokens=4, extra_body=OFF, **GREEDY,
+            messages=[{"role": "user", "content": first}, {"role": "assistant", "content": None, "tool_calls": [call]},
+                      {"role": "tool", "tool_call_id": "call_1", "content": tool_content}],
+        )
+
+    plain = ask([{"type": "text", "text": "here it is"}])
+    shot = ask([{"type": "text", "text": "here it is"}, {"type": "image_url", "image_url": {"url": _data_url((192, 128))}}])
+    assert shot.usage.prompt_tokens == plain.usage.prompt_tokens + 24 + 2
+    for role in ("system", "assistant"):
+        with pytest.raises(openai.BadRequestError) as info:
+            client.chat.completions.create(
+                model="x", max_tokens=4, messages=[{"role": role, "content": [{"type": "image_url", "image_url": {"url": _data_url()}}]},
+                                                   {"role": "user", "content": "hi"}],
+            )
+        assert f"not in a {role} message" in str(info.value)
