@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from macapp.devtools.tiny_model import SCRIPT_ANSWER, SCRIPT_REASONING
 from tests.fixtures.scripted import TOOL_CALL_ARGUMENTS, TOOL_PREAMBLE, WEATHER_TOOL
 from tests.server.conftest import GREEDY
@@ -102,14 +104,21 @@ def test_streamed_tool_call_deltas(tool_server):
     assert json.loads(calls[0]["arguments"]) == TOOL_CALL_ARGUMENTS
 
 
-def test_agent_loop_reads_only_the_new_tail(tool_server):
-    """Long system prompt + tools, then call / result rounds: every request after the first reuses the prompt."""
+@pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
+def test_agent_loop_reads_only_the_new_tail(tool_server, streamed):
+    """Long system prompt + tools, then call / result rounds: every request after the first reuses the prompt
+    (streamed: the usage chunk of stream_options.include_usage says so too)."""
     client = tool_server.openai()
-    system = "You are a careful assistant. " * 60
+    system = ("You are a careful assistant. " if not streamed else "You are a streaming assistant. ") * 60
     messages = [{"role": "system", "content": system}, {"role": "user", "content": "Plan a trip to Paris."}]
     usages = []
     for round_ in range(3):
-        reply = client.chat.completions.create(model="x", messages=messages, tools=[WEATHER_TOOL], max_tokens=96, **GREEDY)
+        ask = dict(model="x", messages=messages, tools=[WEATHER_TOOL], max_tokens=96, **GREEDY)
+        if streamed:
+            with client.chat.completions.stream(stream_options={"include_usage": True}, **ask) as stream:
+                reply = stream.get_final_completion()
+        else:
+            reply = client.chat.completions.create(**ask)
         usages.append(reply.usage)
         call = reply.choices[0].message.tool_calls[0]
         messages += [reply.choices[0].message.model_dump(exclude_none=True),
