@@ -356,3 +356,18 @@ def test_quantized_kv_checkpoints_restore_and_reply_like_a_fresh_read(load, tiny
         _, b = run(unpooled, ask(*messages, sampling=sampling))
         assert a.text == b.text and (i == 0 or a.usage.cached_tokens > 0) and b.usage.cached_tokens == 0
         messages += [ChatMessage(Role.ASSISTANT, a.text[:30]), ChatMessage(Role.USER, "More.")]
+
+
+def test_the_pool_is_a_share_of_the_memory_the_weights_leave(load, tiny_moe_path):
+    """Sized from the sizing model's memory budget on the first request (a quarter of budget - weights, with a floor)."""
+    from macapp.core.serving.runner import MIN_POOL_BYTES, POOL_SHARE
+
+    engine = load(tiny_moe_path)
+    weights = engine.model.weights_bytes
+    roomy = ServingEngine(engine, ServingOptions(session=SessionOptions(memory_budget_bytes=weights + 8 * 1024**3)))
+    tight = ServingEngine(engine, ServingOptions(session=SessionOptions(memory_budget_bytes=weights + 900 * 1024**2)))
+    for serving in (roomy, tight):
+        _, done = run(serving, ask(USER))
+        assert isinstance(done, Completed), done
+    assert roomy.pool.max_bytes == int(8 * 1024**3 * POOL_SHARE) and roomy.pool.nbytes > 0
+    assert tight.pool.max_bytes == MIN_POOL_BYTES
