@@ -275,7 +275,7 @@ def run(args: argparse.Namespace) -> int:
 
     if (code := launch_or_follow(args, prompts, reads_input=not prompts)) is not None:
         return code  # --hostfile: this process started and watched the ranks (or it was a follower rank)
-    engine = engine_for(args)
+    engine = engine_for()
     try:
         info = load_model(engine, args.model)
         if info is None:

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
 from macapp.cli import UsageError
 from macapp.core import hardware
 from macapp.core.catalog import ModelRef
 from macapp.core.cluster.sizing import DEFAULT_LINK, LINKS, MAX_HOSTS, ClusterEstimate, Shard, cluster_estimate
+
+if TYPE_CHECKING:
+    from macapp.core.engine import Engine
 
 
 def _hosts(text: str) -> int:
@@ -109,7 +113,7 @@ def launch_or_follow(args: argparse.Namespace, prompts: list[str] | None = None,
     return _launch(args, prompts or [], reads_input)
 
 
-def engine_for(args: argparse.Namespace):
+def engine_for() -> "Engine":
     """The engine for this process: rank 0's cluster engine inside a launched run, else the usual one."""
     from macapp.core.cluster import rank
     from macapp.core.engine import Engine

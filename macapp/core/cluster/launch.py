@@ -32,6 +32,7 @@ from macapp.core.cluster.fingerprint import Fingerprint, fingerprint
 from macapp.core.cluster.hostfile import Hostfile, read_hostfile
 from macapp.core.cluster.rank import DONE, ENV, FOLLOWER_LOST, MODEL_DIFFERS, READY, RankSpec
 from macapp.core.cluster.sizing import Shard, tensor_split_problems
+from macapp.core.cluster.watchdog import GAVE_UP
 
 CONNECT_TIMEOUT_S = 60.0
 SSH_TIMEOUT_S = 15.0
@@ -222,12 +223,14 @@ class ClusterRun:
 
     def __init__(
         self, plan: Plan, command: list[str], connect_timeout: float = CONNECT_TIMEOUT_S, interactive: bool = False,
-        stdout: int | None = None, stall_limit_s: float = 0.0,
+        stdout: int | None = None, stall_limit_s: float = 0.0, load_limit_s: float = 0.0,
     ):
         """`stdout`: where rank 0's output goes (default this process's stdout; subprocess.PIPE to read it).
-        `stall_limit_s`: a fixed bound on rank 0's waits for the other ranks (default: adaptive, watchdog.py)."""
+        `stall_limit_s` / `load_limit_s`: fixed bounds on rank 0's waits for the other ranks while running /
+        loading (default: watchdog.py's)."""
         self.plan = plan
         self.stall_limit_s = stall_limit_s
+        self.load_limit_s = load_limit_s
         self.stdout = stdout
         self.command = command
         self.connect_timeout = connect_timeout
@@ -235,11 +238,13 @@ class ClusterRun:
         self.joined: set[int] = set()
         self.exits: dict[int, int | None] = {}  # rank -> exit status (None: killed by mlx.launch)
         self.rank0_done = False
+        self.rank0_gave_up = False  # rank 0's watchdog ended it: the others did not answer (it said so)
         self.fault: str | None = None
         self.proc: subprocess.Popen | None = None
         self._lock = threading.Lock()
         self._control = tempfile.mkdtemp(prefix="qwen-desk-cluster-")
         self._stop_by: float | None = None  # after stop(): when the whole group is ended regardless
+        self._ended_at: set[int] | None = None  # the ranks that had ended when the group was ended from here
 
     @property
     def rank0_pidfile(self) -> Path:
@@ -250,7 +255,7 @@ class ClusterRun:
         return Path(self._control) / f"rank{rank}.pid"
 
     def argv(self) -> list[str]:
-        spec = RankSpec(self.plan.shard, self.plan.backend, self.plan.hostfile.size, self._control, self.stall_limit_s)
+        spec = RankSpec(self.plan.shard, self.plan.backend, self.plan.hostfile.size, self._control, self.stall_limit_s, self.load_limit_s)
         argv = [mlx_launch(), "--hostfile", str(self.plan.hostfile.path), "--backend", self.plan.backend, "--env", f"{ENV}={spec.to_env()}"]
         if all(h.is_local for h in self.plan.hostfile.hosts):
             argv += ["--starting-port", str(free_base_port(self.plan.hostfile.size))]
@@ -280,6 +285,8 @@ class ClusterRun:
                 continue
             if _NOISE.search(line):
                 continue
+            if line.startswith(GAVE_UP):
+                self.rank0_gave_up = True
             sys.stderr.write(line + "\n")
             sys.stderr.flush()
 
@@ -319,6 +326,10 @@ class ClusterRun:
         hosts = self.plan.hostfile.hosts
         with self._lock:
             exits = dict(self.exits)
+        if self._ended_at is not None:  # a rank ended from here (after rank 0, or after a stop) is not to blame
+            exits = {r: code for r, code in exits.items() if r in self._ended_at}
+        if self.rank0_gave_up:  # nor one mlx.launch ended after rank 0's watchdog gave up on it
+            exits = {r: code for r, code in exits.items() if r == 0 or (code is not None and code >= 0)}
         for r, code in sorted(exits.items(), key=lambda item: item[0] == 0):  # followers first
             killed = code is None or code < 0
             if (r != 0 and code not in (0, FOLLOWER_LOST)) or (r == 0 and killed and self._stop_by is None):
@@ -355,12 +366,12 @@ class ClusterRun:
                 self._end(grace=GRACE_S)
                 break
             if self._stop_by is not None and time.monotonic() > self._stop_by:
-                self._end(grace=0)
+                self._end_lingering()
                 break
             if done_at is None and (self.rank0_done or 0 in self.exits):
                 done_at = time.monotonic()
             if done_at is not None and time.monotonic() - done_at > 2 * GRACE_S:
-                self._end(grace=0)  # rank 0 has ended but a follower lingers (stuck, or stopped: mlx.launch waits on it)
+                self._end_lingering()  # rank 0 has ended but a follower lingers (stuck, or stopped: mlx.launch waits on it)
                 break
             time.sleep(0.05)
         self.proc.wait()
@@ -373,6 +384,12 @@ class ClusterRun:
             return 1
         code = self.exits.get(0, 0)
         return 1 if code is None else (code if code >= 0 else 128 - code)
+
+    def _end_lingering(self) -> None:
+        """End the group now, blaming no rank for an end that comes from this."""
+        with self._lock:
+            self._ended_at = set(self.exits)
+        self._end(grace=0)
 
     def _end(self, grace: float) -> None:
         """Let mlx.launch wind down for `grace` seconds, then terminate the whole process group."""

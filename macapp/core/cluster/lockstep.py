@@ -28,6 +28,7 @@ import weakref
 from typing import Any
 
 from macapp.core import events as ev
+from macapp.core.cluster.watchdog import Wait, Watchdog
 from macapp.core.engine.errors import EngineError
 from macapp.core.engine.snapshots import ObservedCache, restore_snapshot, take_snapshot
 
@@ -162,13 +163,11 @@ class LockstepModel:
 
     Use it from one thread (the engine's worker). Anything not overridden is the model's own attribute."""
 
-    def __init__(self, model: Any, group: Any, stall_limit_s: float = 0.0):
-        """`stall_limit_s` > 0: a fixed bound on every wait for the followers (else adaptive: watchdog.py)."""
-        from macapp.core.cluster.watchdog import Watchdog
-
+    def __init__(self, model: Any, group: Any, watchdog: Watchdog | None = None):
+        """`watchdog`: the bound on every wait for the followers (default: adaptive limits)."""
         self._model = model
         self._channel = Channel(group)
-        self._watchdog = Watchdog(stall_limit_s)
+        self._watchdog = watchdog or Watchdog()
         self._ids = itertools.count(1)
         self._freed: collections.deque[tuple[int, int]] = collections.deque()  # (kind, id), appended by GC
         self.closed = False
@@ -186,7 +185,7 @@ class LockstepModel:
         freed = []
         while self._freed:
             freed.extend(self._freed.popleft())
-        with self._watchdog.waiting("header"):
+        with self._watchdog.waiting(Wait.HEADER):
             if freed:
                 self._channel.send(Op.FREE, payload=freed)
             self._channel.send(op, *fields, payload=payload)
@@ -207,7 +206,7 @@ class LockstepModel:
             raise ValueError("a model shared across several Macs runs one sequence at a time")
         tokens = inputs.reshape(-1).tolist()
         self._send(Op.FORWARD, cache.cache_id, *quantization_of(cache), payload=tokens)
-        with self._watchdog.waiting("call"):
+        with self._watchdog.waiting(Wait.CALL):
             return forward(self._model, inputs, cache)
 
     # -- snapshots, as MirroredCache hears of them ------------------------------------------------------------

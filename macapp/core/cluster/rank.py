@@ -31,6 +31,7 @@ class RankSpec:
     hosts: int
     control_dir: str = ""  # the launcher's folder for rank 0's pid (Ctrl-C is passed on when rank 0 is local)
     stall_limit_s: float = 0.0  # > 0: a fixed bound on rank 0's waits for the others (else adaptive: watchdog.py)
+    load_limit_s: float = 0.0  # > 0: a fixed bound on its waits while loading (else watchdog.FILES_S / LOAD_S)
 
     def to_env(self) -> str:
         data = asdict(self)
@@ -42,7 +43,7 @@ class RankSpec:
         data = json.loads(text)
         return cls(
             Shard(data["shard"]), str(data["backend"]), int(data["hosts"]), str(data.get("control_dir") or ""),
-            float(data.get("stall_limit_s") or 0.0),
+            float(data.get("stall_limit_s") or 0.0), float(data.get("load_limit_s") or 0.0),
         )
 
 
@@ -99,28 +100,36 @@ def ranks_with_other_files(group: Any, path: Path) -> list[int]:
 
     mine = mx.array(list(bytes.fromhex(fingerprint(path).digest)), dtype=mx.int32)[None]
     try:
-        rows = mx.distributed.all_gather(mine, group=group, stream=mx.cpu).tolist()
+        rows = mx.distributed.all_gather(mine, group=group, stream=mx.cpu)
+        mx.eval(rows)  # the wait, with the GIL released (rank 0's watchdog thread must run meanwhile)
+        rows = rows.tolist()
     except RuntimeError as exc:
         raise RankLost(str(exc)) from exc
     return [r for r, row in enumerate(rows) if row != rows[0]]
 
 
-def reader_for_rank0(group: Any, shard: Shard, stall_limit_s: float = 0.0):
-    """The engine's model reader on rank 0: the shard, wrapped so that every call is mirrored on the followers."""
+def reader_for_rank0(group: Any, shard: Shard, watchdog: Any = None):
+    """The engine's model reader on rank 0: the shard, wrapped so that every call is mirrored on the followers.
+    Every wait for the others, loading included, is bounded by `watchdog` (a rank stuck while loading ends the run)."""
     from macapp.core import events as ev
     from macapp.core.cluster.lockstep import LockstepModel
+    from macapp.core.cluster.watchdog import Wait, Watchdog
     from macapp.core.engine import EngineError
 
+    dog = watchdog or Watchdog()
+
     def read(path: Path) -> tuple[Any, Any, dict]:
-        differ = ranks_with_other_files(group, path)
+        with dog.waiting(Wait.FILES):
+            differ = ranks_with_other_files(group, path)
         if differ:
             raise EngineError(
                 f"The model files are not the same on every host: rank{'s' if len(differ) > 1 else ''} "
                 f"{', '.join(map(str, differ))} hold{'' if len(differ) > 1 else 's'} other files than rank 0 ({path}). "
                 "Download the same build on each host.", ev.ERROR,
             )
-        model, tokenizer, config = read_shard(path, group, shard)
-        return LockstepModel(model, group, stall_limit_s), tokenizer, config
+        with dog.waiting(Wait.LOAD):
+            model, tokenizer, config = read_shard(path, group, shard)
+        return LockstepModel(model, group, dog), tokenizer, config
 
     return read
 
@@ -128,6 +137,7 @@ def reader_for_rank0(group: Any, shard: Shard, stall_limit_s: float = 0.0):
 def engine_for_rank0(spec: RankSpec, group: Any | None = None) -> Any:
     """Rank 0's engine: the app's Engine reading the shard through a LockstepModel; closing it shuts the
     followers down first (on the worker, after every job), so they exit cleanly."""
+    from macapp.core.cluster.watchdog import Watchdog
     from macapp.core.engine import Engine
 
     class Rank0Engine(Engine):
@@ -139,7 +149,8 @@ def engine_for_rank0(spec: RankSpec, group: Any | None = None) -> Any:
                 self.submit("cluster-shutdown", lambda job: _shut_down(self, job)).wait(timeout)
             super().close(timeout)
 
-    return Rank0Engine(read_model=reader_for_rank0(group or start_rank0(spec), spec.shard, spec.stall_limit_s))
+    dog = Watchdog(spec.stall_limit_s, spec.load_limit_s)
+    return Rank0Engine(read_model=reader_for_rank0(group or start_rank0(spec), spec.shard, dog))
 
 
 def _shut_down(engine: Any, job: Any) -> None:

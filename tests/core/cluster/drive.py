@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 import json
 import sys
+import time
 
 TURNS = [("send", "Tell me a story about a cat."), ("regenerate", None), ("send", "And a dog?"), ("edit", "And a bird?")]
 
@@ -66,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--turns", type=int, default=len(TURNS))
     parser.add_argument("--kv-bits", type=int, choices=(4, 8))
     parser.add_argument("--follower-model", help="the other ranks read this folder instead (as a host with other files would)")
+    parser.add_argument("--follower-stall", type=float, default=0.0, help="the other ranks sleep this long after joining (as a host stuck while loading)")
     args = parser.parse_args(argv)
 
     from macapp.core.cluster import rank
@@ -81,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         shard, _, stop = rest.partition(":")
         item_spec = dataclasses.replace(spec, shard=Shard(shard)) if spec is not None and shard else spec
         if spec is not None and rank.rank() != 0:
+            time.sleep(args.follower_stall)
             code = rank.follow(item_spec, args.follower_model or path, group)
             if code:
                 return code

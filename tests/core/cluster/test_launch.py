@@ -137,3 +137,17 @@ def test_a_follower_that_stops_answering_mid_reply(two_local, tiny_moe_path):
     assert time.monotonic() - stopped < 20
     assert code == 5  # rank 0's own exit: watchdog.STALLED
     assert group_gone(run.proc.pid) and pid_gone(rank1)
+
+
+def test_a_follower_stuck_while_loading_ends_the_run(two_local, tiny_moe_path, capfd):
+    """A rank that joined but never reaches the model-files check (stuck reading its disk, say): rank 0's wait
+    over the group is bounded like every other, with a message naming the load."""
+    plan = prepare(two_local, "ring", str(tiny_moe_path), None)
+    run = ClusterRun(plan, drive_command(f"{tiny_moe_path}:tensor", turns=1, follower_stall=600), stdout=subprocess.PIPE, load_limit_s=3)
+    run.start()
+    out = run.proc.stdout.read().decode()
+    code = run.wait()
+    run.close()
+    assert code == 5  # rank 0's own exit: watchdog.STALLED
+    assert "have not answered for 3 s (the model-files check)" in capfd.readouterr().err
+    assert "tokens" not in out and group_gone(run.proc.pid)
