@@ -160,3 +160,17 @@ def test_models_lists_downloaded_models_after_the_loaded_one(tiny_server, hub_se
     snapshot_download(repo, endpoint=hub_server.url, cache_dir=hfcache.hub_cache_dir(), allow_patterns=hfcache.NEEDED_PATTERNS)
     ids = [m.id for m in tiny_server.openai().models.list().data]
     assert ids[0] == tiny_server.backend.model_name and repo in ids
+
+
+def test_seed_makes_a_sampled_reply_repeatable(tiny_server):
+    from tests.server.conftest import no_eos_bias
+
+    def sample(seed: int) -> str:
+        reply = tiny_server.openai().chat.completions.create(
+            model="x", messages=HELLO, max_tokens=24, temperature=1.0, top_p=1.0, seed=seed,
+            logit_bias=no_eos_bias(tiny_server), extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+        return reply.choices[0].message.content
+
+    first = sample(7)
+    assert sample(7) == first and len(first) > 10
+    assert sample(8) != first
