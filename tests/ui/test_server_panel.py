@@ -53,8 +53,10 @@ def test_start_copy_serve_and_stop(panel, window, chat, qtbot):
     assert url.startswith("http://127.0.0.1:") and url in panel.url.text()
     assert panel.toggle.text() == "Stop" and not panel.port.isEnabled()
 
-    text = panel.copy_settings()
-    assert QGuiApplication.clipboard().text() == text
+    assert panel.copy.isEnabled()
+    panel.copy.click()  # the button, as the user presses it
+    text = QGuiApplication.clipboard().text()
+    assert text == window.server.settings_text() and "Copied" in panel.message.text()
     assert f"OPENAI_BASE_URL={url}/v1" in text
     env = json.loads(text[text.index("{"):])["env"]
     assert env["ANTHROPIC_BASE_URL"] == url and env["CLAUDE_CODE_ATTRIBUTION_HEADER"] == "0"
@@ -68,6 +70,10 @@ def test_start_copy_serve_and_stop(panel, window, chat, qtbot):
     qtbot.waitUntil(lambda: panel.table.rowCount() == 1 and panel.table.item(0, 5).text() == "done", timeout=10_000)
     assert "openai" in panel.table.item(0, 0).text()
     assert int(panel.table.item(0, 1).text()) > 0 and int(panel.table.item(0, 3).text()) > 0
+    thread = ask(url, results)  # the same prompt again: reused from the first one's checkpoints, shown in the list
+    qtbot.waitUntil(lambda: not thread.is_alive(), timeout=60_000)
+    qtbot.waitUntil(lambda: panel.table.rowCount() == 2 and panel.table.item(1, 5).text() == "done", timeout=10_000)
+    assert int(panel.table.item(1, 2).text()) > 0 and panel.table.item(0, 2).text() == "0"
     assert len(chat.controller.conversation_rows()) == conversations_before  # not written to the chat history
 
     with qtbot.waitSignal(window.server.stopped, timeout=20_000):
