@@ -156,6 +156,8 @@ def describe(e: sizing.Estimate, machine: hardware.MachineProfile) -> str:
 def images_words(e: sizing.Estimate) -> str:
     if e.accepts_images is False:
         return "images: this build is text-only"
+    if not e.vision_bytes and e.accepts_images:
+        return "images: yes, but the vision tower's size is not known until its files are read (`qwen-desk models --refresh`): not counted"
     if not e.vision_bytes:
         return "images: not known for this build until its files are read (`qwen-desk models --refresh`)"
     counted = "counted in the total" if e.images else "not counted (add --images)"

@@ -379,6 +379,8 @@ def estimate(
         )
     elif accepts_images is False:
         derivation.append("images: this build is text-only (no vision tower in its files)")
+    elif images:
+        derivation.append("images not counted: the vision tower's size is not known until its files are read (qwen-desk models --refresh)")
     if reading is not None:
         derivation.append(prefill_model.describe(reading, prefill_workload(model), machine, prefill_step))
     return Estimate(

@@ -52,4 +52,16 @@ def test_human_fit_and_models_say_which_builds_accept_images(capsys, tiny_vlm_pa
     row = next(line for line in out.splitlines() if line.startswith("Qwen3.5-397B-A17B") and " 4 " in line[:26])
     assert "text only" in row
     rows = json.loads((main(["models", "--json"]), capsys.readouterr().out)[1])
-    assert {r["accepts_images"] for r in rows} == {None, False}
+    assert {r["accepts_images"] for r in rows} == {True, False}
+    assert [r["repo"] for r in rows if r["accepts_images"] is False] == ["mlx-community/Qwen3.5-397B-A17B-4bit"]
+
+
+def test_a_build_that_sees_with_no_known_tower_size_is_not_counted_and_says_so(capsys):
+    # Qwen3.5-2B sees (every Qwen3.5 checkpoint does) but no vision_config is at hand until its files are read
+    plain = _fit(capsys, "Qwen3.5-2B", "--bits", "4")
+    images = _fit(capsys, "Qwen3.5-2B", "--bits", "4", "--images")
+    assert plain["accepts_images"] is True and plain["vision_bytes"] is None and plain["image_activation_bytes"] is None
+    assert images["total_bytes"] == plain["total_bytes"] and images["images"] is False
+    assert any("images not counted" in line for line in images["derivation"])
+    assert main(["fit", "Qwen3.5-2B", "--bits", "4", "--images"]) == 0
+    assert "images: yes, but the vision tower's size is not known" in capsys.readouterr().out

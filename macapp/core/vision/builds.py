@@ -7,8 +7,10 @@ In order of trust:
 2. the last `refresh_from_hub()` (``qwen-desk models --refresh``, the library's refresh): the same read from
    the hub (config.json, preprocessor_config.json, safetensors headers by range requests), cached under the app
    home;
-3. resources/catalog.json: a model's ``vision_config`` and each build's ``vision`` (true, false — e.g. the
-   397B-A17B 4-bit card says text-only — or null: not known until refreshed); bytes computed from the config.
+3. resources/catalog.json: a model's ``vision_config`` and each build's ``vision`` (true: every Qwen3.5 checkpoint
+   is vision-language, so a build sees unless its card says otherwise; false: the card says text-only, e.g. the
+   397B-A17B 4-bit; null: not known); bytes computed from the config where the family reference gives one (0.8B,
+   35B-A3B), else not known (`cost` None) until the files are read.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from macapp.core.vision.capability import folder_support, support_from_tensors
 from macapp.core.vision.cost import ProcessorLimits, VisionCost, vision_cost
 
 VISION_CACHE = "vision-refresh.json"
+CATALOG_SEES = "every Qwen3.5 checkpoint sees; its own files confirm it on download or `qwen-desk models --refresh`"
 log = logging.getLogger(__name__)
 
 
@@ -40,7 +43,7 @@ class Source(str, Enum):
 @dataclass(frozen=True)
 class BuildVision:
     accepts_images: bool | None  # None: not known until the hub is read
-    cost: VisionCost
+    cost: VisionCost | None  # None: the tower's size is not known (no vision_config at hand)
     source: Source
     note: str = ""  # why text-only, or why unknown
 
@@ -95,10 +98,25 @@ def _from_catalog(repo: str | None) -> BuildVision:
     config = {"vision_config": row.get("vision_config"), "text_config": row.get("text_config") or {}}
     if flag is False:
         return BuildVision(False, VisionCost(), Source.CATALOG, row.get("vision_note", "its MLX conversion is text-only"))
-    cost = vision_cost(config) if config["vision_config"] else VisionCost()
+    cost = vision_cost(config) if config["vision_config"] else None
     if flag is None:
         return BuildVision(None, cost, Source.CATALOG, "not known until its files are read: `qwen-desk models --refresh`")
-    return BuildVision(True, cost, Source.CATALOG)
+    return BuildVision(True, cost, Source.CATALOG, CATALOG_SEES)
+
+
+def seeing_alternative(build: str) -> str | None:
+    """A catalog build that accepts pictures, to name in a text-only build's message: another build of the same
+    model first (`build`: a repo id or a folder name holding the model's name), else the smallest one that sees."""
+    from macapp.core import catalog
+
+    entries = catalog.builtin_catalog()
+    same = [e for e in entries if e.name in build or any(b.repo == build for b in e.builds.values())]
+    for entry in same + entries:
+        for bits in sorted(entry.builds):
+            candidate = entry.builds[bits]
+            if candidate.repo != build and build_vision(catalog.model_ref(entry, candidate)).accepts_images is True:
+                return candidate.repo
+    return None
 
 
 def _downloaded_folder(repo: str | None) -> Path | None:

@@ -99,5 +99,8 @@ def folder_support(folder: Path) -> VisionSupport:
 
 def text_only_message(build: str, alternative: str | None = None) -> str:
     """What to tell someone who gave a picture to a text-only build."""
-    use = f"use {alternative}" if alternative else "use a build marked 'images' in `qwen-desk models` (or the library)"
+    if alternative:
+        use = f"use {alternative} (or any build marked 'images' in `qwen-desk models` and the library)"
+    else:
+        use = "use a build marked 'images' in `qwen-desk models` (or the library)"
     return f"{build}: this build is text-only: {use}, or send the message without pictures."

@@ -55,7 +55,10 @@ def vision_for(model: Any) -> Any:
         raise EngineError("Pictures are not supported on several Macs yet: send them in a chat on one Mac.", ev.ERROR)
     support = folder_support(model.path)
     if not support.sees:
-        raise EngineError(text_only_message(model.info.name) + f" ({support.why_not})", ev.TEXT_ONLY)
+        from macapp.core.vision.builds import seeing_alternative
+
+        message = text_only_message(model.info.name, seeing_alternative(model.info.name))
+        raise EngineError(f"{message} ({support.why_not})", ev.TEXT_ONLY)
     from macapp.core.vision.runner import VisionLoadError, attach_vision
 
     try:

@@ -123,7 +123,7 @@ def test_a_text_only_build_refuses_pictures(tiny_dense_path, picture):
         s = e.new_session()
         with pytest.raises(EngineError) as info:
             s.send("look", thinking=THINK, images=[picture()]).result(timeout=TIMEOUT)
-        assert info.value.code == ev.TEXT_ONLY and "this build is text-only: use" in str(info.value)
+        assert info.value.code == ev.TEXT_ONLY and "this build is text-only: use mlx-community/Qwen3.5-0.8B-4bit" in str(info.value)
         assert s.messages == []
         assert s.send("fine, words then", thinking=THINK, sampling=greedy(4)).result(timeout=TIMEOUT).stats.image_tokens == 0
     finally:
