@@ -50,6 +50,28 @@ def test_a_bigger_picture_gives_more_image_tokens(engine, picture):
     assert big.stats.prompt_tokens - small.stats.prompt_tokens == 20
 
 
+def test_the_time_to_first_token_includes_encoding_the_picture(engine, picture, monkeypatch):
+    """The tower's run is part of the wait for the first token (not hidden before the clock starts); prompt tok/s
+    times the reading of the prompt, its image tokens included."""
+    import time
+
+    from macapp.core.vision import chat as vision_chat
+    from tests.core.engine.helpers import on_worker
+
+    vision = on_worker(engine, vision_chat.vision_for)
+    real = vision.encode
+    delay = 0.5
+
+    def slower_encode(*args, **kwargs):  # the real encoder, plus a known pause inside it
+        time.sleep(delay)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(vision, "encode", slower_encode)
+    stats = engine.new_session().send("describe", thinking=THINK, sampling=greedy(4), images=[picture("t.png", (64, 64))]).result(timeout=TIMEOUT).stats
+    assert stats.image_tokens == 4 and stats.ttft_s >= delay
+    assert stats.prompt_tokens / stats.prompt_tps <= stats.ttft_s - delay  # the reading, after the encoding
+
+
 def test_a_follow_up_reads_only_its_own_tokens_and_matches_a_full_reread(engine, picture, long_reply):
     path = picture("page.png", (128, 96))
     s = engine.new_session()
