@@ -146,3 +146,26 @@ def test_quiet_streams_get_keepalives(tiny_dense_path):
                 assert events[:2] == ["ping", "ping"] and events[-1] == "message_start"
         finally:
             gate.set()
+
+
+def test_an_sdk_stream_that_waits_in_the_queue_reads_the_pings_then_the_reply(tiny_dense_path):
+    """Pings come before message_start while the engine is busy elsewhere; the anthropic SDK's stream takes them."""
+    with serve(tiny_dense_path, keepalive_s=0.05, first_event_wait_s=0.05) as served:
+        gate, parked = threading.Event(), threading.Event()
+        served.engine.submit("test-gate", lambda _job: (parked.set(), gate.wait(30)))
+        assert parked.wait(10)
+        finals = []
+
+        def ask() -> None:
+            with served.anthropic().messages.stream(model="m", max_tokens=64, extra_body={"temperature": 0.0},
+                                                    messages=[{"role": "user", "content": "hi"}]) as stream:
+                finals.append(stream.get_final_message())
+
+        client = threading.Thread(target=ask)
+        client.start()
+        wait_for(lambda: len(served.activity.records()) == 1, 10, "the request queued")
+        time.sleep(0.3)  # several pings go out meanwhile
+        gate.set()
+        client.join(60)
+        (final,) = finals
+        assert final.content[0].text == ANSWER and final.stop_reason == "end_turn" and final.usage.input_tokens > 0
