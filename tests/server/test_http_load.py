@@ -45,8 +45,20 @@ def test_four_concurrent_clients_all_complete_correctly(tiny_server):
                                                           messages=[{"role": "user", "content": f"Question number {i}"}])
         return message.content[0].text
 
+    def stream_openai(i: int) -> str:
+        stream = tiny_server.openai().chat.completions.create(
+            model="x", messages=[{"role": "user", "content": f"Question number {i}"}], max_tokens=64, temperature=0,
+            stream=True, extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+        return "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+
+    def stream_anthropic(i: int) -> str:
+        with tiny_server.anthropic().messages.stream(model="m", max_tokens=64, extra_body={"temperature": 0},
+                                                     messages=[{"role": "user", "content": f"Question number {i}"}]) as stream:
+            return stream.get_final_message().content[0].text
+
+    clients = [ask_anthropic, ask_openai, stream_anthropic, stream_openai]
     with ThreadPoolExecutor(4) as pool:
-        futures = [pool.submit(ask_openai if i % 2 else ask_anthropic, i) for i in range(4)]
+        futures = [pool.submit(ask, i) for i, ask in enumerate(clients)]
         answers = [f.result(timeout=120) for f in futures]
     assert answers == [ANSWER] * 4
 
