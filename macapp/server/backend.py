@@ -70,9 +70,12 @@ async def fit_to_context(backend: Backend, request: CompletionRequest) -> tuple[
     limit = backend.context_limit
     room = limit - prompt_tokens
     if room < 1:
+        pictures = sum(len(m.images) for m in request.messages)
+        held = f" with its {pictures} picture{'s' * (pictures != 1)}' image tokens" if pictures else ""
+        fewer = "send fewer or smaller pictures, " if pictures else ""
         raise invalid(
-            f"This prompt is {prompt_tokens} tokens, over the server's context limit of {limit} tokens: "
-            "shorten the conversation (or start the server with a larger --context).",
+            f"This prompt is {prompt_tokens} tokens{held}, over the server's context limit of {limit} tokens: "
+            f"{fewer}shorten the conversation (or start the server with a larger --context).",
             param="messages", code="context_length_exceeded",
         )
     if request.sampling.max_tokens > room:

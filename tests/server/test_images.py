@@ -190,3 +190,13 @@ def test_openai_pictures_in_a_tool_message_reach_the_model_and_elsewhere_are_a_4
                                                    {"role": "user", "content": "hi"}],
             )
         assert f"not in a {role} message" in str(info.value)
+
+
+def test_too_many_pictures_for_the_context_is_a_400_naming_them_and_the_server_goes_on(tiny_vlm_path):
+    with serve(tiny_vlm_path, context=120, default_thinking=False) as small:
+        client = small.openai()
+        with pytest.raises(openai.BadRequestError) as info:
+            client.chat.completions.create(model="x", messages=_openai_message("all of these", *[_data_url((256, 256), seed=s) for s in range(3)]), max_tokens=4)
+        assert "with its 3 pictures' image tokens" in str(info.value) and "send fewer or smaller pictures" in str(info.value)
+        ok = client.chat.completions.create(model="x", messages=_openai_message("just one", _data_url((64, 64))), max_tokens=4, extra_body=OFF, **GREEDY)
+        assert ok.usage.completion_tokens > 0
