@@ -89,11 +89,20 @@ def test_ready_line_answers_then_sigterm_ends_a_stream_in_flight_cleanly(tiny_de
             proc.kill()
 
 
-def test_sigint_stops_an_idle_server(tiny_dense_path):
-    proc = start(tiny_dense_path)
-    url = ready(proc)
-    assert httpx2.get(f"{url}/health", timeout=10).status_code == 200
-    code, _out, err = stop(proc, signal.SIGINT)
+def test_sigint_stops_an_idle_server_and_context_and_kv_bits_reach_it(tiny_dense_path):
+    proc = start(tiny_dense_path, "--context", "256", "--kv-bits", "8")
+    try:
+        url = ready(proc)
+        assert httpx2.get(f"{url}/health", timeout=10).status_code == 200
+        long = {"messages": [{"role": "user", "content": "hello " * 400}], "max_tokens": 4}
+        refused = httpx2.post(f"{url}/v1/chat/completions", json=long, timeout=30)
+        assert refused.status_code == 400 and "256" in refused.json()["error"]["message"]  # --context is the limit
+        short = {"messages": [{"role": "user", "content": "hi"}], "temperature": 0, "max_tokens": 100_000,
+                 "chat_template_kwargs": {"enable_thinking": False}}
+        reply = httpx2.post(f"{url}/v1/chat/completions", json=short, timeout=30).json()  # on an 8-bit KV cache
+        assert reply["choices"][0]["message"]["content"] and reply["usage"]["total_tokens"] <= 256  # max_tokens clamped
+    finally:
+        code, _out, err = stop(proc, signal.SIGINT)
     assert code == 0, err
 
 
