@@ -11,7 +11,7 @@ import time
 
 import httpx2
 
-from tests.core.cluster.conftest import LOCAL, processes_naming
+from tests.core.cluster.conftest import HANG_S, LOCAL, processes_naming
 
 URL = re.compile(r"at (http://127\.0\.0\.1:\d+) ")
 
@@ -37,7 +37,7 @@ def test_two_ranks_serve_the_api_and_sigterm_ends_them(tiny_dense_path, tmp_path
             reply = httpx2.post(f"{url}/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "temperature": 0}, timeout=60)
             assert reply.status_code == 200 and reply.json()["choices"][0]["message"]["content"] == "The answer is here!"
         proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=30)
+        out, err = proc.communicate(timeout=HANG_S)
     finally:
         if proc.poll() is None:
             proc.kill()

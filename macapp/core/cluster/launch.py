@@ -275,6 +275,8 @@ class ClusterRun:
             if m := _READY.search(line):
                 with self._lock:
                     self.joined.add(int(m.group(1)))
+                if m.group(1) == "0" and not self.rank0_pidfile.exists():  # written before the line, when here
+                    sys.stderr.write(self.rank0_elsewhere() + "\n")
                 continue
             if DONE in line:
                 self.rank0_done = True
@@ -289,6 +291,13 @@ class ClusterRun:
                 self.rank0_gave_up = True
             sys.stderr.write(line + "\n")
             sys.stderr.flush()
+
+    def rank0_elsewhere(self) -> str:
+        """What it means that rank 0 (the hostfile's first host) runs on another Mac than this one."""
+        return (
+            f"qwen-desk: rank 0 runs on {self.plan.hostfile.hosts[0].ssh}, not on this Mac: the chat's history and the "
+            "API live there, and Ctrl-C cannot stop a reply from here. To keep them here, list this Mac first in the hostfile."
+        )
 
     def _relay_stdin(self) -> None:
         """The terminal's input to mlx.launch (which hands it to rank 0); at end of input, /quit."""

@@ -1,12 +1,42 @@
-"""Hostfiles for two ranks on this machine, and a model whose heads cannot be cut two ways."""
+"""Hostfiles for two ranks on this machine, and a model whose heads cannot be cut two ways. Nothing here
+reaches past this machine: every ssh and name lookup the launcher makes must be for 127.0.0.0/8."""
 
+import ipaddress
 import json
+import socket
 
 import pytest
 
 from macapp.devtools.tiny_model import make_tiny_model
 
 LOCAL = {"ssh": "127.0.0.1", "ips": ["127.0.0.1"]}
+HANG_S = 60  # a fault must end the run well before this: a bound that tells a hang, not a speed (2 loaded cores)
+
+
+def is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.split("@")[-1]) in ipaddress.ip_network("127.0.0.0/8")
+    except ValueError:
+        return False
+
+
+@pytest.fixture(autouse=True)
+def loopback_only(monkeypatch):
+    """The launcher's real ssh and name lookups, refused for anything but a loopback address."""
+    from macapp.core.cluster import launch
+
+    real_ssh, real_lookup = launch.ssh, socket.getaddrinfo
+
+    def ssh(host, command, timeout=launch.SSH_TIMEOUT_S):
+        assert is_loopback(host), f"a test tried to ssh to {host}"
+        return real_ssh(host, command, timeout)
+
+    def getaddrinfo(host, *args, **kwargs):
+        assert host is None or is_loopback(str(host)) or host == "localhost", f"a test tried to look up {host}"
+        return real_lookup(host, *args, **kwargs)
+
+    monkeypatch.setattr(launch, "ssh", ssh)
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
 
 
 @pytest.fixture
