@@ -134,20 +134,25 @@ async def watch_disconnect(receive: Receive, on_disconnect: Callable[[], None]) 
 
 
 async def wait_or_disconnect(feed: JobFeed, receive: Receive) -> Any:
-    """The job's terminal event; if the client goes away first, the job is stopped and None returned."""
+    """The job's terminal event; if the client goes away first, the job is stopped and None returned. A wait
+    cancelled from outside (the server shutting down) stops the job too: nobody would read its reply."""
     result: list[Any] = []
-    async with anyio.create_task_group() as group:
+    try:
+        async with anyio.create_task_group() as group:
 
-        async def finish() -> None:
-            result.append(await feed.terminal())
-            group.cancel_scope.cancel()
+            async def finish() -> None:
+                result.append(await feed.terminal())
+                group.cancel_scope.cancel()
 
-        async def watch() -> None:
-            await watch_disconnect(receive, feed.job.stop)
-            group.cancel_scope.cancel()
+            async def watch() -> None:
+                await watch_disconnect(receive, feed.job.stop)
+                group.cancel_scope.cancel()
 
-        group.start_soon(finish)
-        group.start_soon(watch)
+            group.start_soon(finish)
+            group.start_soon(watch)
+    finally:
+        if not result and not feed.job.done:
+            feed.job.stop()
     return result[0] if result else None
 
 

@@ -9,7 +9,7 @@ import time
 from macapp.core.engine import Job
 from macapp.core.events import AnswerDelta, PromptProgress
 from macapp.core.serving.requests import Completed, FinishReason, Usage
-from macapp.server.sse import KEEPALIVE, JobFeed, paced_frames, sse_comment, sse_frame
+from macapp.server.sse import KEEPALIVE, JobFeed, paced_frames, sse_comment, sse_frame, wait_or_disconnect
 
 DONE = Completed("", "", (), FinishReason.STOP, Usage())
 
@@ -73,3 +73,28 @@ def test_keepalives_are_paced_by_writes_not_by_events():
 
     frames = asyncio.run(main())
     assert frames.count(b"ping") >= 2 and frames[-1] == b"text"
+
+
+def test_a_plain_reply_wait_cancelled_from_outside_stops_its_job():
+    """The server shutting down cancels the route that waits for a plain reply: its job must not run on."""
+
+    async def main():
+        job = Job("serve")
+        feed = JobFeed(job)
+        never = asyncio.Event()
+
+        async def receive():
+            await never.wait()
+            return {"type": "http.disconnect"}
+
+        waiting = asyncio.ensure_future(wait_or_disconnect(feed, receive))
+        await asyncio.sleep(0.05)
+        assert not job.stopped
+        waiting.cancel()
+        try:
+            await waiting
+        except asyncio.CancelledError:
+            pass
+        return job
+
+    assert asyncio.run(main()).stopped
