@@ -77,3 +77,15 @@ def test_pictures_are_saved_with_the_conversation_and_resume_with_it(capsys, tin
     code = main(["chat", "--model", str(tiny_vlm_path), "--resume", str(first["conversation_id"]), "--prompt", "and the tax?", "--json", "--temp", "0", "--no-think"])
     resumed = json.loads(capsys.readouterr().out.splitlines()[0])
     assert code == 0 and resumed["image_tokens"] == 9 and resumed["prompt_tokens"] > first["prompt_tokens"]
+
+
+def test_a_text_chat_on_a_build_that_sees_never_imports_mlx_vlm(tiny_vlm_path):
+    code = (
+        "import sys; from macapp.cli import main;"
+        "rc = main(['chat', '--model', sys.argv[1], '--prompt', 'hi', '--max-tokens', '3', '--no-history', '--json']);"
+        "print('VLM', 'mlx_vlm' in sys.modules); sys.exit(rc)"
+    )
+    env = dict(os.environ, MLX_DISABLE_COMPILE="1")
+    res = subprocess.run([sys.executable, "-c", code, str(tiny_vlm_path)], env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "VLM False" in res.stdout  # the tower (and mlx-vlm) wait for the first picture

@@ -114,12 +114,12 @@ def test_screenshot_flag_paints_the_window_without_importing_mlx(tmp_path):
     out = tmp_path / "main.png"
     code = (
         "import sys; from macapp.ui.app import run_app; rc = run_app(screenshot=sys.argv[1]);"
-        "print('MLX', 'mlx.core' in sys.modules, 'mlx_lm' in sys.modules); sys.exit(rc)"
+        "print('MLX', 'mlx.core' in sys.modules, 'mlx_lm' in sys.modules, 'mlx_vlm' in sys.modules, 'PIL' in sys.modules); sys.exit(rc)"
     )
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
     res = subprocess.run([sys.executable, "-c", code, str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
-    assert "MLX False False" in res.stdout
+    assert "MLX False False False False" in res.stdout  # mlx-lm, mlx-vlm and Pillow wait for the first model / picture
     assert out.stat().st_size > 10_000
     from PySide6.QtGui import QImage
 
