@@ -28,7 +28,8 @@ def hostfile(tmp_path):
 def test_two_ranks_reply_as_one_process_and_save_the_history(tiny_moe_path, hostfile, capsys):
     from macapp.cli import main
 
-    turns = ["-p", "Hello there", "-p", "And again?", "--no-think", "--temp", "0", "--max-tokens", "12", "--json"]
+    # thinking on, closed by its budget (rank 0 feeds the closing tokens through the model too)
+    turns = ["-p", "Hello there", "-p", "And again?", "--think", "--thinking-budget", "6", "--temp", "0", "--max-tokens", "40", "--json"]
     assert main(["chat", "-m", str(tiny_moe_path), *turns, "--no-history"]) == 0  # one process: this one
     alone = capsys.readouterr()
     path = hostfile([LOCAL, LOCAL])
@@ -39,8 +40,9 @@ def test_two_ranks_reply_as_one_process_and_save_the_history(tiny_moe_path, host
     assert "not on this Mac" not in both.stderr  # rank 0 is here
     one = [json.loads(line) for line in alone.out.splitlines()]
     two = [json.loads(line) for line in both.stdout.splitlines()]
-    keys = ("turn", "text", "reasoning", "generation_tokens", "prompt_tokens", "finish_reason", "context_tokens")
+    keys = ("turn", "text", "reasoning", "budget_hit", "generation_tokens", "prompt_tokens", "finish_reason", "context_tokens")
     assert [{k: r[k] for k in keys} for r in two] == [{k: r[k] for k in keys} for r in one]
+    assert two[0]["reasoning"] and two[0]["budget_hit"] and two[0]["text"]
     assert two[0]["generation_tps"] > 0 and two[0]["conversation_id"] is not None
     history = subprocess.run([sys.executable, "-m", "macapp", "history", "show", str(two[0]["conversation_id"])], capture_output=True, text=True, timeout=60)
     assert history.returncode == 0 and "And again?" in history.stdout and two[1]["text"] in history.stdout
