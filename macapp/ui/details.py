@@ -29,8 +29,9 @@ def images_words(est: Any) -> str:
         return "Pictures: no — this build is text-only"
     if est.accepts_images is None:
         return "Pictures: not known until its files are read (File › Refresh Catalog from Hub, or download it)"
-    extra = f" (tower {format_bytes(est.vision_bytes)}, +{format_bytes(est.image_activation_bytes or 0)} while a full-size picture is read)" if est.vision_bytes else ""
-    return f"Pictures: yes{extra}"
+    if not est.vision_bytes:
+        return "Pictures: yes (the tower's size is known once its files are read: File › Refresh Catalog from Hub, or download it)"
+    return f"Pictures: yes (tower {format_bytes(est.vision_bytes)}, +{format_bytes(est.image_activation_bytes or 0)} while a full-size picture is read)"
 
 
 def _unbroken(text: str) -> str:

@@ -167,3 +167,7 @@ def test_the_library_and_details_say_which_builds_accept_pictures(window, librar
     assert "text-only" in library.details.pictures.text()
     big = next(r for r in library.model.rows if r.ref.repo == "mlx-community/Qwen3.5-397B-A17B-4bit")
     assert big.estimate.accepts_images is False
+    from macapp.ui.details import images_words
+
+    small = next(r for r in library.model.rows if r.ref.repo == "mlx-community/Qwen3.5-2B-4bit")  # sees; no vision_config at hand
+    assert small.estimate.accepts_images is True and images_words(small.estimate).startswith("Pictures: yes (the tower's size is known once")
