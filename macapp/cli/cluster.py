@@ -32,15 +32,21 @@ def add_fit_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --hosts: tensor parallelism (default where the head counts allow it) or pipeline stages",
     )
     parser.add_argument(
-        "--link", choices=sorted(LINKS), default=DEFAULT_LINK,
+        "--link", choices=sorted(LINKS),
         help=f"with --hosts: the network the speed estimate assumes (default {DEFAULT_LINK})",
     )
+
+
+def check_fit_arguments(args: argparse.Namespace) -> None:
+    """--shard and --link size several Macs: without --hosts they would be silently ignored."""
+    if args.hosts is None and (args.shard or args.link):
+        raise UsageError("--shard and --link go with --hosts N")
 
 
 def run_cluster_fit(args: argparse.Namespace, model: ModelRef, machine: hardware.MachineProfile) -> int:
     shard = Shard(args.shard) if args.shard else None
     try:
-        result = cluster_estimate(model, args.context, machine, args.hosts, shard=shard, kv_bits=args.kv_bits, link=args.link)
+        result = cluster_estimate(model, args.context, machine, args.hosts, shard=shard, kv_bits=args.kv_bits, link=args.link or DEFAULT_LINK)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if args.json:

@@ -94,9 +94,10 @@ def resolve(spec: str, bits: int | None) -> catalog.ModelRef:
 def run_fit(args: argparse.Namespace) -> int:
     model = resolve(args.model, args.bits)
     machine = machine_from_args(args)
-    if args.hosts is not None:
-        from macapp.cli.cluster import run_cluster_fit
+    from macapp.cli.cluster import check_fit_arguments, run_cluster_fit
 
+    check_fit_arguments(args)
+    if args.hosts is not None:
         return run_cluster_fit(args, model, machine)
     try:
         result = sizing.estimate(model, args.context, machine, kv_bits=args.kv_bits, **vision_args(model, args.images))

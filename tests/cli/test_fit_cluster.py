@@ -52,3 +52,9 @@ def test_bad_flags(capsys, argv, needle):
     with pytest.raises(SystemExit) as exc:
         main(["fit", "Qwen3.5-0.8B", *argv])
     assert exc.value.code == 2 and needle in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", [["--shard", "pipeline"], ["--link", "10gbe-tcp"]])
+def test_cluster_flags_need_hosts(capsys, flag):
+    code, out, err = fit(capsys, "Qwen3.5-0.8B", *flag)
+    assert code == 2 and "--shard and --link go with --hosts N" in err and out == ""
