@@ -7,7 +7,7 @@ import json
 
 from macapp.cli import main
 from macapp.core.vision.capability import folder_support
-from tests.fixtures.vision import tiny_vlm_path  # noqa: F401  (fixture)
+from tests.fixtures.vision import tiny_vlm_path, tiny_vlm_text_only_path  # noqa: F401  (fixtures)
 
 
 def _fit(capsys, *argv):
@@ -65,3 +65,20 @@ def test_a_build_that_sees_with_no_known_tower_size_is_not_counted_and_says_so(c
     assert any("images not counted" in line for line in images["derivation"])
     assert main(["fit", "Qwen3.5-2B", "--bits", "4", "--images"]) == 0
     assert "images: yes, but the vision tower's size is not known" in capsys.readouterr().out
+
+
+def test_models_refresh_learns_from_the_hubs_real_files_over_the_catalog(capsys, hub_server, tiny_vlm_path, tiny_vlm_text_only_path):
+    hub_server.add_repo("mlx-community/Qwen3.5-0.8B-4bit", tiny_vlm_text_only_path)  # this conversion dropped the tower
+    hub_server.add_repo("mlx-community/Qwen3.5-2B-4bit", tiny_vlm_path)
+
+    def rows():
+        return {(r["model"], r["bits"]): r for r in json.loads(capsys.readouterr().out)}
+
+    assert main(["models", "--json"]) == 0
+    before = rows()
+    assert before[("Qwen3.5-0.8B", 4)]["accepts_images"] is True  # the catalog: every Qwen3.5 checkpoint sees
+    assert main(["models", "--refresh", "--json"]) == 0
+    after = rows()
+    assert after[("Qwen3.5-0.8B", 4)]["accepts_images"] is False
+    assert after[("Qwen3.5-2B", 4)]["accepts_images"] is True
+    assert after[("Qwen3.5-2B", 4)]["vision_bytes"] == folder_support(tiny_vlm_path).tower_bytes  # exact, from the hub's headers
