@@ -39,6 +39,27 @@ def loopback_only(monkeypatch):
     monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
 
 
+@pytest.fixture(autouse=True)
+def no_run_left_behind(monkeypatch):
+    """Every ClusterRun a test starts has ended by the test's end; one still going (a test that failed before
+    its wait) is ended here, so a failing test leaves no ranks running either."""
+    from macapp.core.cluster.launch import ClusterRun
+
+    started, real_start = [], ClusterRun.start
+
+    def start(run):
+        started.append(run)
+        real_start(run)
+
+    monkeypatch.setattr(ClusterRun, "start", start)
+    yield
+    going = [run for run in started if run.proc is not None and run.proc.poll() is None]
+    for run in going:
+        run._end(grace=0)
+        run.close()
+    assert not going, "a cluster run was still going at the end of the test"
+
+
 @pytest.fixture
 def write_hostfile(tmp_path):
     def write(hosts, name="hosts.json"):
