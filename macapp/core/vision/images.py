@@ -5,8 +5,9 @@ memory blow-up.
 - not an image (Pillow cannot identify it) → the formats it reads;
 - damaged or cut short → said so (the whole image is decoded here, not later inside the model);
 - far larger than the processor takes → scaled down while decoding (JPEG's `draft` decodes at 1/2..1/8 scale,
-  `reduce` / `thumbnail` for the rest), so the pixels held are bounded by `max_pixels`; beyond
-  `MAX_SOURCE_PIXELS` (what can be decoded at all without holding gigabytes) it is refused with the size;
+  `reduce` / `thumbnail` for the rest), so the pixels held are bounded by `max_pixels`; a picture claiming more
+  than Pillow's decompression-bomb limit (~179 megapixels, any format) is refused from its header, before any
+  decoding, and `MAX_SOURCE_PIXELS` bounds a non-JPEG should that limit be raised;
 - animated (GIF, APNG, WebP) → its first frame, with a note;
 - orientation (EXIF) applied, transparency flattened onto white, converted to RGB.
 """
@@ -20,8 +21,8 @@ from pathlib import Path
 
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-# A source picture is decoded at full size only up to this (RGB: ~3 bytes a pixel -> ~0.6 GB); JPEGs shrink
-# while decoding, so they may be bigger.
+# A non-JPEG is decoded at full size only up to this (RGB: ~3 bytes a pixel -> ~0.6 GB); Pillow's own bomb limit
+# (Image.MAX_IMAGE_PIXELS x 2) refuses any picture above ~179 megapixels first.
 MAX_SOURCE_PIXELS = 200_000_000
 # Without a processor's own limit (Qwen3.5's preprocessor_config says 16,777,216 pixels).
 DEFAULT_MAX_PIXELS = 16_777_216

@@ -106,3 +106,24 @@ def test_exif_orientation_is_applied():
     buffer = io.BytesIO()
     image.save(buffer, "JPEG", exif=exif)
     assert image_from_bytes(buffer.getvalue(), "phone.jpg").size == (20, 40)
+
+
+def _png_header_only(path, width, height):
+    """A few hundred bytes claiming width x height RGB pixels (a decompression bomb): never decoded."""
+    import struct
+    import zlib
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * 1000)) + chunk(b"IEND", b""))
+    return path
+
+
+def test_a_picture_claiming_gigapixels_is_refused_before_any_decoding(tmp_path):
+    path = _png_header_only(tmp_path / "bomb.png", 40_000, 40_000)  # 4.8 GB of RGB if it were decoded
+    with pytest.raises(ImageError, match=r"bomb\.png: is far too large to read \(over 180 megapixels\): scale it down first"):
+        open_image(path)
+    with pytest.raises(ImageError, match=r"image 1: is far too large"):  # the same over the API
+        image_from_bytes(path.read_bytes(), "image 1")
