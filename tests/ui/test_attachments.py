@@ -143,6 +143,11 @@ def test_a_message_with_pictures_shows_them_and_a_reopened_conversation_too(qtbo
     chat.open_conversation(conversation_id)
     reopened = chat.messages.widgets()[0]
     assert len(reopened.thumbnails) == 2 and reopened.pictures[0].size == (96, 64)
+    chat.composer.input.setPlainText("and the second one?")  # going on: the model reads the reopened pictures again
+    qtbot.keyClick(chat.composer.input, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: not chat.busy, timeout=60_000)
+    follow_up = chat.messages.widgets()[-1]
+    assert follow_up.stats is not None and follow_up.stats.image_tokens == 6 + 4
 
 
 def test_a_text_only_build_says_so_and_keeps_the_message(qtbot, chat, picture):
