@@ -336,6 +336,11 @@ class EventWriter:
     _open: str | None = None  # "thinking" | "text" | "tool_use"
     _started: bool = False  # message_start written
 
+    @property
+    def started(self) -> bool:
+        """message_start is written."""
+        return self._started
+
     def start(self, usage: Usage | None = None) -> list[tuple[str, dict[str, Any]]]:
         """message_start (with the prompt's read/reused split once the engine has it) and a ping; once only."""
         if self._started:
@@ -367,7 +372,7 @@ class EventWriter:
     def events(self, event: Any) -> list[tuple[str, dict[str, Any]]]:
         """The stream events for one job event. message_start waits for RequestStarted, the job's first event once
         the engine takes the request, so its usage already says how much of the prompt is read and how much reused
-        (Claude Code reads it there); until then only pings go out (the route's keep-alives)."""
+        (Claude Code reads it there); until then the route sends SSE comments as keep-alives."""
         if isinstance(event, RequestStarted):
             return self.start(Usage(prompt_tokens=event.prompt_tokens, cached_tokens=event.cached_tokens))
         out = self._block_events(event)

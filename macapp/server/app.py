@@ -145,7 +145,12 @@ class Routes:
                 return [sse_frame(error_body(refusal(event), Flavor.ANTHROPIC), "error")]
             return [sse_frame(data, name) for name, data in writer.events(event)]
 
-        async for frame in paced_frames(feed, self.config.keepalive_s, translate, sse_frame({"type": "ping"}, "ping")):
+        def keepalive() -> bytes:
+            # Anthropic's stream opens with message_start (whose usage waits for the engine's checkpoint lookup):
+            # until it is out, keep-alives are SSE comments, which every parser skips; pings after it, as the API sends.
+            return sse_frame({"type": "ping"}, "ping") if writer.started else sse_comment("keepalive")
+
+        async for frame in paced_frames(feed, self.config.keepalive_s, translate, keepalive):
             yield frame
 
 

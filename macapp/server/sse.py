@@ -99,14 +99,17 @@ class JobFeed:
                 return event
 
 
-async def paced_frames(feed: JobFeed, keepalive_s: float, translate: Callable[[Any], list[bytes]], keepalive: bytes) -> AsyncIterator[bytes]:
-    """The frames `translate` makes of each event, with `keepalive` whenever nothing was written for
-    `keepalive_s` (a long prefill reports progress, which writes nothing, so the pace is the writes', not the events')."""
+async def paced_frames(
+    feed: JobFeed, keepalive_s: float, translate: Callable[[Any], list[bytes]], keepalive: bytes | Callable[[], bytes]
+) -> AsyncIterator[bytes]:
+    """The frames `translate` makes of each event, with `keepalive` (or what it returns now) whenever nothing was
+    written for `keepalive_s` (a long prefill reports progress, which writes nothing, so the pace is the writes', not
+    the events')."""
     last = time.monotonic()
     async for event in feed.events(keepalive_s):
         frames = [] if event is KEEPALIVE else translate(event)
         if not frames and time.monotonic() - last >= keepalive_s:
-            frames = [keepalive]
+            frames = [keepalive() if callable(keepalive) else keepalive]
         for frame in frames:
             yield frame
         if frames:
