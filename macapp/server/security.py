@@ -19,9 +19,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from macapp.server.config import MAX_BODY_BYTES, ServerConfig, is_loopback
 from macapp.server.errors import ApiError, ErrorKind, error_response, flavor_for_path
 
-OPEN_PATHS = frozenset({"/health"})  # answered without the key (it says nothing about the model's use)
-
-
 @dataclass(frozen=True)
 class SecurityPolicy:
     api_key: str | None = None
@@ -70,7 +67,7 @@ def check_request(policy: SecurityPolicy, path: str, method: str, headers: Heade
             f"Requests from web pages ({origin}) are not allowed; start the server with --allow-origin {origin} to allow it.",
         )
     is_preflight = method == "OPTIONS" and origin is not None
-    if policy.api_key and path not in OPEN_PATHS and not is_preflight:
+    if policy.api_key and not is_preflight:  # every path, /health included: the contract
         if not key_matches(presented_key(headers), policy.api_key):
             return ApiError(
                 ErrorKind.AUTHENTICATION,

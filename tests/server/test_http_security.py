@@ -40,7 +40,9 @@ def test_the_key_works_as_bearer_and_as_x_api_key(keyed):
     assert message.content
     bearer = anthropic.Anthropic(base_url=keyed.url, auth_token="s3cret", max_retries=0)  # what ANTHROPIC_AUTH_TOKEN sends
     assert bearer.messages.create(model="x", max_tokens=4, messages=HELLO, extra_body={"temperature": 0}).content
-    assert httpx2.get(f"{keyed.url}/health", timeout=10).status_code == 200  # health needs no key
+    # every request carries the key, /health included
+    assert httpx2.get(f"{keyed.url}/health", timeout=10).status_code == 401
+    assert httpx2.get(f"{keyed.url}/health", headers={"x-api-key": "s3cret"}, timeout=10).status_code == 200
 
 
 def test_foreign_host_header_is_refused_dns_rebinding(tiny_server):

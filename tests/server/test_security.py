@@ -57,7 +57,8 @@ def test_api_key_from_bearer_or_x_api_key():
     for headers in ({}, {"authorization": "Bearer wrong"}, {"x_api_key": "s3cre"}, {"authorization": "Basic s3cret"}):
         error = check(policy, host="localhost", **headers)
         assert error.kind is ErrorKind.AUTHENTICATION and error.code == "invalid_api_key"
-    assert check(policy, path="/health", method="GET", host="localhost") is None
+    assert check(policy, path="/health", method="GET", host="localhost").kind is ErrorKind.AUTHENTICATION
+    assert check(policy, path="/health", method="GET", host="localhost", x_api_key="s3cret") is None
 
 
 def test_presented_key_prefers_bearer():
