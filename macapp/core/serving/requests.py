@@ -74,7 +74,7 @@ class ChatMessage:
     tool_calls: tuple[ToolCall, ...] = ()  # an assistant turn's calls
     tool_call_id: str | None = None  # a tool result: the call it answers
     name: str | None = None  # a tool result: the tool's name, when known
-    images: tuple[ImagePart, ...] = ()  # a user turn's pictures, in order
+    images: tuple[ImagePart, ...] = ()  # a user turn's (or a tool result's) pictures, in order
 
 
 @dataclass(frozen=True)
