@@ -7,7 +7,7 @@ from pathlib import Path
 
 from macapp.core.vision import capability, cost
 
-REFERENCE = Path("/work/shared/reference/configs")
+REFERENCE = Path(__file__).parents[1] / "recorded"  # copies of the published configs (shared/reference/configs)
 
 
 def test_computed_tower_bytes_equal_the_files(tiny_vlm_path):
