@@ -95,7 +95,9 @@ class TokenClock:
         self.first = self.last = 0.0
 
     def __call__(self, event) -> None:
-        if type(event).__name__ in ("AnswerDelta", "ReasoningDelta"):
+        from macapp.core.events import AnswerDelta, ReasoningDelta
+
+        if isinstance(event, (AnswerDelta, ReasoningDelta)):
             now = time.perf_counter()
             self.first = self.first or now
             self.last = now
