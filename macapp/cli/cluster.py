@@ -128,14 +128,6 @@ def engine_for() -> "Engine":
     return rank.engine_for_rank0(spec) if spec is not None else Engine()
 
 
-def serving_pool_bytes() -> int | None:
-    """The API's prompt checkpoints: none on several Macs (restoring one is not mirrored on the other ranks
-    yet, so every request reads its whole prompt); the usual size otherwise."""
-    from macapp.core.cluster import rank
-
-    return 0 if rank.launched_spec() is not None else None
-
-
 def _rank_argv(prompts: list[str]) -> list[str]:
     """This command line for the ranks, with the prompts as read here (a '-' read stdin: ranks have none)."""
     import sys

@@ -106,7 +106,7 @@ class _Signals:
 
 
 def run(args: argparse.Namespace) -> int:
-    from macapp.cli.cluster import engine_for, launch_or_follow, serving_pool_bytes
+    from macapp.cli.cluster import engine_for, launch_or_follow
     from macapp.server.runner_backend import serving_backend
     from macapp.server.service import LocalServer
 
@@ -118,9 +118,7 @@ def run(args: argparse.Namespace) -> int:
         info = load_model(engine, args.model)
         if info is None:
             return 1
-        backend = serving_backend(
-            engine, context=args.context, kv_bits=args.kv_bits, queue_limit=config.queue_limit, pool_bytes=serving_pool_bytes()
-        )
+        backend = serving_backend(engine, context=args.context, kv_bits=args.kv_bits, queue_limit=config.queue_limit)
         server = LocalServer(backend, config)
         server.activity.add_observer(_log_finished)
         try:

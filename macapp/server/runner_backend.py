@@ -12,7 +12,7 @@ def serving_backend(
     engine: Any, context: int | None = None, kv_bits: int | None = None, queue_limit: int = 8, pool_bytes: int | None = None
 ) -> ServingEngine:
     """A ServingEngine for the model loaded in `engine` (its own prompt checkpoints; the chat keeps its session).
-    `pool_bytes`: the checkpoints' size (None: from the memory budget; 0: none, as on several Macs)."""
+    `pool_bytes`: the checkpoints' size (None: from the memory budget; 0: none)."""
     session = SessionOptions(context_limit=context, kv_bits=kv_bits)
     return ServingEngine(engine, ServingOptions(session=session, queue_limit=queue_limit, pool_bytes=pool_bytes))
 

@@ -1,4 +1,5 @@
-"""`qwen-desk serve --hostfile`: the local API answered by two ranks on this machine; SIGTERM ends every rank."""
+"""`qwen-desk serve --hostfile`: the local API answered by two ranks on this machine, prompt checkpoints
+included (mirrored on the follower rank); SIGTERM ends every rank."""
 
 import json
 import os
@@ -9,14 +10,53 @@ import subprocess
 import sys
 import time
 
-import httpx2
+import openai
 
 from tests.core.cluster.conftest import HANG_S, LOCAL, processes_naming
+from tests.fixtures.scripted import WEATHER_TOOL
+from tests.server.conftest import GREEDY, no_eos_bias, serve
 
 URL = re.compile(r"at (http://127\.0\.0\.1:\d+) ")
+SYSTEM = "You are a careful agent. Use the tools when they help, then answer in one short sentence. " * 4
+CALL = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris", "days": 3})}}
 
 
-def test_two_ranks_serve_the_api_and_sigterm_ends_them(tiny_dense_path, tmp_path):
+def agent_loop(client: openai.OpenAI, bias: dict[str, float]) -> list[tuple[str, int, int]]:
+    """Three requests of one agent conversation (each resends it all, with a tool result), then a new
+    conversation on the same system prompt and tools: (text, prompt tokens, cached tokens) of each."""
+    kw = dict(model="x", tools=[WEATHER_TOOL], max_tokens=8, logit_bias=bias, **GREEDY)  # no EOS: context-dependent text
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "What is the weather in Paris?"}]
+    out = []
+    for n in range(3):
+        reply = client.chat.completions.create(messages=messages, **kw)
+        text = reply.choices[0].message.content or ""
+        out.append((text, reply.usage.prompt_tokens, reply.usage.prompt_tokens_details.cached_tokens))
+        call = dict(CALL, id=f"call_{n}")
+        messages += [{"role": "assistant", "content": text, "tool_calls": [call]},
+                     {"role": "tool", "tool_call_id": call["id"], "content": f"Sunny, {20 + n} degrees."}]
+    other = [messages[0], {"role": "user", "content": "And in Oslo?"}]  # restores the system prompt's (moved) checkpoint
+    reply = client.chat.completions.create(messages=other, **kw)
+    out.append((reply.choices[0].message.content or "", reply.usage.prompt_tokens, reply.usage.prompt_tokens_details.cached_tokens))
+    return out
+
+
+def ready_url(proc: subprocess.Popen) -> str:
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    url, deadline = None, time.monotonic() + 120
+    while url is None and time.monotonic() < deadline and proc.poll() is None:
+        if sel.select(0.2):
+            match = URL.search(proc.stdout.readline())
+            url = match and match.group(1)
+    assert url, proc.stderr.read() if proc.poll() is not None else "no ready line"
+    return url
+
+
+def test_two_ranks_serve_an_agent_loop_from_checkpoints_and_sigterm_ends_them(tiny_dense_path, tmp_path):
+    with serve(tiny_dense_path, default_thinking=False) as one:
+        bias = no_eos_bias(one)
+        expected = agent_loop(one.openai(), bias)
+    assert all(cached > 0 for _, _, cached in expected[1:])  # the single process reuses its checkpoints
     hostfile = tmp_path / "hosts.json"
     hostfile.write_text(json.dumps([LOCAL, LOCAL]))
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -25,23 +65,15 @@ def test_two_ranks_serve_the_api_and_sigterm_ends_them(tiny_dense_path, tmp_path
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )
     try:
-        sel = selectors.DefaultSelector()
-        sel.register(proc.stdout, selectors.EVENT_READ)
-        url, deadline = None, time.monotonic() + 120
-        while url is None and time.monotonic() < deadline and proc.poll() is None:
-            if sel.select(0.2):
-                match = URL.search(proc.stdout.readline())
-                url = match and match.group(1)
-        assert url, proc.stderr.read() if proc.poll() is not None else "no ready line"
-        for _ in range(2):  # a second request reads its whole prompt again (no checkpoints across Macs)
-            reply = httpx2.post(f"{url}/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "temperature": 0}, timeout=60)
-            assert reply.status_code == 200 and reply.json()["choices"][0]["message"]["content"] == "The answer is here!"
+        url = ready_url(proc)
+        got = agent_loop(openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=60), bias)
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=HANG_S)
     finally:
         if proc.poll() is None:
             proc.kill()
+    assert got == expected  # the same text, prompt and reused tokens as one process
+    assert [cached > 0 for _, _, cached in got] == [False, True, True, True]
     assert proc.returncode == 0, err
     assert "[2 hosts, tensor split, ring backend" in err and "SIGTERM: stopping" in err
     assert processes_naming(hostfile) == []  # mlx.launch and both ranks are gone
-

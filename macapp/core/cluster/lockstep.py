@@ -15,13 +15,19 @@ Two details keep the ranks in step:
 - A KV layer rank 0's caller has quantized (mlx-lm's maybe_quantize_kv_cache, after a call) is quantized on
   the followers before their next operation on that cache: the header carries the bits and group size.
 
-Frees come from garbage collection on rank 0 (a dropped cache or snapshot), queued, and sent before the next
-command. A lost peer makes the collective raise (`RankLost`) on every rank still alive.
+The API's prompt checkpoints (macapp.core.serving.pool) are mirrored the same way: rank 0's pool tells the
+LockstepModel (its CheckpointMirror) of each checkpoint taken, moved onto a newer KV block, or restored into
+a fresh cache, and every follower does the same with its own shards' arrays, keeping its checkpoints by the
+ids rank 0 gives them (the token keys, the LRU order and the byte bound stay rank 0's).
+
+Frees come from garbage collection on rank 0 (a dropped cache, snapshot or checkpoint), queued, and sent
+before the next command. A lost peer makes the collective raise (`RankLost`) on every rank still alive.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import enum
 import itertools
 import weakref
@@ -31,6 +37,7 @@ from macapp.core import events as ev
 from macapp.core.cluster.watchdog import Wait, Watchdog
 from macapp.core.engine.errors import EngineError
 from macapp.core.engine.snapshots import ObservedCache, restore_snapshot, take_snapshot
+from macapp.core.serving import pool
 
 HEADER = 8  # op, up to 6 fields, payload length
 INLINE = 8  # payloads this short travel in the header's all_sum (a decode step is one token)
@@ -43,6 +50,9 @@ class Op(enum.IntEnum):
     RESTORE = 4
     FREE = 5
     SHUTDOWN = 6
+    CHECKPOINT = 7  # cache id, checkpoint id, length, KV quantization
+    CHECKPOINT_MOVE = 8  # checkpoint id, the one whose KV block it now reads, the moved checkpoint's id
+    CHECKPOINT_RESTORE = 9  # new cache id, checkpoint id
 
 
 class RankLost(EngineError):
@@ -157,6 +167,9 @@ class MirroredCache(ObservedCache):
     def snapshot_restored(self, snap: Any) -> None:
         self.owner.snapshot_restored(self, snap)
 
+    def checkpoint_mirror(self) -> "LockstepModel":
+        return self.owner
+
 
 class LockstepModel:
     """The loaded model as rank 0's engine sees it: the same calls, each one broadcast to the followers first.
@@ -170,6 +183,7 @@ class LockstepModel:
         self._watchdog = watchdog or Watchdog()
         self._ids = itertools.count(1)
         self._freed: collections.deque[tuple[int, int]] = collections.deque()  # (kind, id), appended by GC
+        self._checkpoints: dict[int, int] = {}  # id(pool.Checkpoint) -> the id the followers know it by
         self.closed = False
 
     def __getattr__(self, name: str) -> Any:
@@ -193,7 +207,10 @@ class LockstepModel:
     def make_cache(self) -> MirroredCache:
         cache_id = next(self._ids)
         self._send(Op.NEW_CACHE, cache_id)
-        cache = MirroredCache(self._model.make_cache(), cache_id, self)
+        return self._mirrored(self._model.make_cache(), cache_id)
+
+    def _mirrored(self, layers: list, cache_id: int) -> MirroredCache:
+        cache = MirroredCache(layers, cache_id, self)
         weakref.finalize(cache, self._freed.append, (Op.NEW_CACHE.value, cache_id))
         return cache
 
@@ -226,6 +243,31 @@ class LockstepModel:
             cache.snapshot_ids.pop(key, None)
         self._freed.append((Op.SNAPSHOT.value, snap_id))
 
+    # -- the API's prompt checkpoints (pool.CheckpointMirror) ------------------------------------------------
+    def checkpoint_taken(self, cache: MirroredCache, checkpoint: pool.Checkpoint) -> None:
+        ident = self._checkpoint_id(checkpoint)
+        self._send(Op.CHECKPOINT, cache.cache_id, ident, checkpoint.length, *quantization_of(cache))
+
+    def checkpoint_moved(self, old: pool.Checkpoint, onto: pool.Checkpoint, moved: pool.Checkpoint) -> None:
+        ident = self._checkpoint_id(moved)
+        self._send(Op.CHECKPOINT_MOVE, self._checkpoints[id(old)], self._checkpoints[id(onto)], ident)
+
+    def checkpoint_restored(self, checkpoint: pool.Checkpoint, layers: list) -> MirroredCache:
+        cache_id = next(self._ids)
+        self._send(Op.CHECKPOINT_RESTORE, cache_id, self._checkpoints[id(checkpoint)])
+        return self._mirrored(layers, cache_id)
+
+    def _checkpoint_id(self, checkpoint: pool.Checkpoint) -> int:
+        ident = next(self._ids)
+        self._checkpoints[id(checkpoint)] = ident
+        weakref.finalize(checkpoint, self._checkpoint_gone, id(checkpoint), ident)
+        return ident
+
+    def _checkpoint_gone(self, key: int, ident: int) -> None:
+        if self._checkpoints.get(key) == ident:
+            del self._checkpoints[key]
+        self._freed.append((Op.CHECKPOINT.value, ident))
+
     def shutdown(self) -> None:
         """Tell the followers to end (they exit 0); later calls raise RankLost."""
         if not self.closed:
@@ -246,6 +288,7 @@ class Follower:
         self.channel = Channel(group)
         self.caches: dict[int, list] = {}
         self.snapshots: dict[int, tuple[int, Any]] = {}  # snapshot id -> (cache id, snapshot)
+        self.checkpoints: dict[int, pool.Checkpoint] = {}  # checkpoint id -> this rank's checkpoint
 
     def run(self) -> None:
         """Follow until SHUTDOWN; RankLost when rank 0 goes away."""
@@ -271,10 +314,21 @@ class Follower:
                 cache = self.caches[f[0]]
                 match_quantization(cache, f[2], f[3])
                 restore_snapshot(cache, self.snapshots[f[1]][1])
+            case Op.CHECKPOINT:
+                cache = self.caches[f[0]]
+                match_quantization(cache, f[3], f[4])
+                self.checkpoints[f[1]] = pool.snapshot(cache, (0,) * f[2])  # the token keys are rank 0's
+            case Op.CHECKPOINT_MOVE:
+                old, onto = self.checkpoints[f[0]], self.checkpoints[f[1]]
+                self.checkpoints[f[2]] = dataclasses.replace(old, kv=onto.kv)
+            case Op.CHECKPOINT_RESTORE:
+                self.caches[f[0]] = pool.restore(self.checkpoints[f[1]])
             case Op.FREE:
                 for kind, ident in zip(payload[::2], payload[1::2]):
                     if kind == Op.NEW_CACHE:
                         self.caches.pop(ident, None)
+                    elif kind == Op.CHECKPOINT:
+                        self.checkpoints.pop(ident, None)
                     else:
                         self.snapshots.pop(ident, None)
             case Op.SHUTDOWN:

@@ -23,6 +23,11 @@ class ObservedCache(list):
     def snapshot_restored(self, snap: "CacheSnapshot") -> None:
         """Called by restore_snapshot once the cache is back at `snap`."""
 
+    def checkpoint_mirror(self) -> Any:
+        """What repeats the API's prompt checkpoints of this cache elsewhere (macapp.core.serving.pool's
+        CheckpointMirror), or None."""
+        return None
+
 
 @dataclass(frozen=True)
 class KVLength:

@@ -29,13 +29,20 @@ Keys: a prompt's tokens, except that a picture's image tokens (all one placehold
 content digest (macapp.core.vision.serving), so a prefix matches only with the same pictures in the same places.
 A checkpoint after a picture also keeps `rope_delta`: how far the picture's compact mRoPE positions pulled the
 positions behind the token count, which the reading of the rest goes on from.
+
+Several Macs: a checkpoint of a cache that is mirrored on other ranks (an ObservedCache whose
+`checkpoint_mirror()` is not None, macapp.core.cluster.lockstep) keeps that mirror, and tells it of the three
+things done with its arrays here: taken, moved onto a newer KV block, restored into a fresh cache. Dropping
+one (eviction, clear) is the mirror's to notice (it goes when the checkpoint is no longer referenced).
 """
 
 from __future__ import annotations
 
 import collections
-from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol, Sequence
+
+from macapp.core.engine.snapshots import ObservedCache
 
 Key = tuple[int | str, ...]  # token ids; a picture's image tokens are its digest (see the module docstring)
 
@@ -81,10 +88,21 @@ class Checkpoint:
     kv: KVBlock
     state_bytes: int  # the DeltaNet arrays this checkpoint alone keeps
     rope_delta: int = 0  # the next token's position minus `length` (< 0 after a picture, else 0)
+    mirror: "CheckpointMirror | None" = field(default=None, compare=False, repr=False)
 
     @property
     def length(self) -> int:
         return len(self.tokens)
+
+
+class CheckpointMirror(Protocol):
+    """Repeats what the pool does with a checkpoint's arrays on the other ranks of a cluster (see the docstring)."""
+
+    def checkpoint_taken(self, cache: list, checkpoint: Checkpoint) -> None: ...
+
+    def checkpoint_moved(self, old: Checkpoint, onto: Checkpoint, moved: Checkpoint) -> None: ...
+
+    def checkpoint_restored(self, checkpoint: Checkpoint, layers: list) -> list: ...
 
 
 def _views(x: Any, offset: int) -> Any:
@@ -122,7 +140,12 @@ def snapshot(cache: list, tokens: Sequence[int | str], rope_delta: int = 0) -> C
         else:
             raise TypeError(f"cannot checkpoint a {type(c).__name__} layer")
     mx.eval([a for b in buffers for a in _arrays(b.keys) + _arrays(b.values)])
-    return Checkpoint(tuple(tokens), tuple(layers), KVBlock(tuple(buffers), len(tokens), kv_bytes), state_bytes, rope_delta)
+    mirror = cache.checkpoint_mirror() if isinstance(cache, ObservedCache) else None
+    kv = KVBlock(tuple(buffers), len(tokens), kv_bytes)
+    checkpoint = Checkpoint(tuple(tokens), tuple(layers), kv, state_bytes, rope_delta, mirror)
+    if mirror is not None:
+        mirror.checkpoint_taken(cache, checkpoint)
+    return checkpoint
 
 
 def restore(checkpoint: Checkpoint) -> list:
@@ -140,7 +163,7 @@ def restore(checkpoint: Checkpoint) -> list:
             c = layer.cls(len(layer.arrays))
             c.cache = list(layer.arrays)
         cache.append(c)
-    return cache
+    return checkpoint.mirror.checkpoint_restored(checkpoint, cache) if checkpoint.mirror is not None else cache
 
 
 class CheckpointPool:
@@ -212,6 +235,8 @@ class CheckpointPool:
         for k, old in list(self._entries.items()):  # the shorter ones of this prefix now read the new buffers
             if len(k) < len(key) and key[: len(k)] == k and old.kv is not checkpoint.kv:
                 moved = replace(old, kv=checkpoint.kv)
+                if old.mirror is not None:
+                    old.mirror.checkpoint_moved(old, checkpoint, moved)
                 self._retain(moved)
                 self._release(old)
                 self._entries[k] = moved  # an existing key: its place in the LRU order stays

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from macapp.core.engine.snapshots import ObservedCache
 from macapp.core.serving.pool import CheckpointPool, restore, snapshot
 
 N = 300  # past mlx-lm's 256-token KV step, so the KV buffer grows while checkpoints hold the old one
@@ -175,3 +176,50 @@ def test_picture_keys_match_only_the_same_picture_and_checkpoints_keep_their_rop
     other = (*tokens[:5], *("image:b",) * 10, *tokens[15:40], 1)
     assert pool.longest_prefix(other) is None  # a different picture at token 5: nothing stored before it
     assert pool.longest_prefix((*tokens[:40], 1)) is None  # nor the bare placeholder ids of a text prompt
+
+
+class Mirrored(ObservedCache):
+    """A cache whose checkpoints are mirrored: what a cluster's rank 0 has (macapp.core.cluster.lockstep)."""
+
+    def __init__(self, layers, mirror):
+        super().__init__(layers)
+        self.mirror = mirror
+
+    def checkpoint_mirror(self):
+        return self.mirror
+
+
+class Recorder:
+    """A CheckpointMirror that notes what it is told (the lockstep one sends it to the other ranks)."""
+
+    def __init__(self):
+        self.told = []
+
+    def checkpoint_taken(self, cache, checkpoint):
+        assert isinstance(cache, Mirrored)
+        self.told.append(("taken", checkpoint.length))
+
+    def checkpoint_moved(self, old, onto, moved):
+        assert moved.kv is onto.kv and moved.layers is old.layers and moved.tokens == old.tokens
+        self.told.append(("moved", old.length, onto.length))
+
+    def checkpoint_restored(self, checkpoint, layers):
+        self.told.append(("restored", checkpoint.length))
+        return Mirrored(layers, self)
+
+
+def test_a_mirror_hears_of_every_checkpoint_taken_moved_and_restored(lm, tokens):
+    mirror, pool = Recorder(), CheckpointPool(max_bytes=1 << 40)
+    cache = Mirrored(fresh(lm), mirror)
+    read(lm, cache, tokens[:60])
+    pool.add(tokens[:60], cache)
+    read(lm, cache, tokens[60:150])
+    pool.add(tokens[:150], cache)
+    pool.add(tokens[:150], cache)  # already there: nothing taken
+    assert mirror.told == [("taken", 60), ("taken", 150), ("moved", 60, 150)]
+    restored = restore(pool.longest_prefix(tokens[:100]))
+    assert isinstance(restored, Mirrored) and mirror.told[-1] == ("restored", 60)
+    assert same(read(lm, restored, tokens[60:N]), read(lm, fresh(lm), tokens[:N]))
+    plain = fresh(lm)
+    read(lm, plain, tokens[:30])
+    assert snapshot(plain, tokens[:30]).mirror is None and len(mirror.told) == 4  # a plain cache is nobody's
