@@ -52,6 +52,16 @@ def ready_url(proc: subprocess.Popen) -> str:
     return url
 
 
+def end(proc: subprocess.Popen) -> None:
+    """A run a failed assertion left going: SIGTERM ends its ranks too (a kill would leave them behind)."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(HANG_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
 def test_two_ranks_serve_an_agent_loop_from_checkpoints_and_sigterm_ends_them(tiny_dense_path, tmp_path):
     with serve(tiny_dense_path, default_thinking=False) as one:
         bias = no_eos_bias(one)
@@ -70,8 +80,7 @@ def test_two_ranks_serve_an_agent_loop_from_checkpoints_and_sigterm_ends_them(ti
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=HANG_S)
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        end(proc)
     assert got == expected  # the same text, prompt and reused tokens as one process
     assert [cached > 0 for _, _, cached in got] == [False, True, True, True]
     assert proc.returncode == 0, err
