@@ -15,6 +15,9 @@ from macapp.ui.style import apply_style, follow_system_appearance
 
 
 def make_application(argv: list[str] | None = None) -> QApplication:
+    from macapp.core.engine.worker import start_worker
+
+    start_worker()  # before any widget: see start_worker (this imports no MLX)
     app = QApplication.instance()
     if app is None:
         QCoreApplication.setAttribute(Qt.ApplicationAttribute.AA_DontShowIconsInMenus, True)

@@ -58,3 +58,20 @@ sys.exit(app.exec())
     res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "REPLY The answer is here!" in res.stdout
+
+
+def test_the_engine_thread_starts_before_any_widget(tmp_path):
+    """The window starts the engine's worker before Qt builds a widget (a worker started after Qt's item views ran
+    MLX ~40% slower here: bench/ui_bench.py), and starting it imports no MLX (the window paints first)."""
+    code = (
+        "import sys, threading\n"
+        "from macapp.ui.app import make_application\n"
+        "from macapp.core.engine.worker import THREAD_NAME\n"
+        "make_application()\n"
+        "assert THREAD_NAME in [t.name for t in threading.enumerate()], threading.enumerate()\n"
+        "assert 'mlx.core' not in sys.modules and 'mlx_lm' not in sys.modules\n"
+        "print('ok')\n"
+    )
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", QWEN_DESK_HOME=str(tmp_path))
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr

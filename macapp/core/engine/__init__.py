@@ -67,9 +67,11 @@ from macapp.core.engine.prefill import prefill, wired_memory
 from macapp.core.engine.reply import StreamedReply, stream_reply
 from macapp.core.engine.session import ChatSession
 from macapp.core.engine.snapshots import CacheSnapshot, restore_snapshot, take_snapshot
+from macapp.core.engine.worker import start_worker
 from macapp.core.modelfiles import safetensors_problem
 
 __all__ = [
+    "start_worker",
     "NOTIFY_INTERVAL_S",
     "STATS_INTERVAL_S",
     "CacheSnapshot",

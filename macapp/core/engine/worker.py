@@ -50,11 +50,20 @@ _worker: _Worker | None = None
 _worker_lock = threading.Lock()
 
 
-def submit_work(job: Job, work: Callable[[Job], None]) -> None:
-    """Queue `work(job)` on the worker thread (started on first use)."""
+def start_worker() -> None:
+    """Start the worker thread now (it imports nothing). The window calls this before Qt builds any widget: on Linux
+    a worker started after Qt's item views existed ran MLX about 40% slower (bench/ui_bench.py; see RESULTS.md)."""
+    _get_worker()
+
+
+def _get_worker() -> _Worker:
     global _worker
     with _worker_lock:
         if _worker is None:
             _worker = _Worker()
-        worker = _worker
-    worker.queue.put((job, work))
+        return _worker
+
+
+def submit_work(job: Job, work: Callable[[Job], None]) -> None:
+    """Queue `work(job)` on the worker thread (started on first use)."""
+    _get_worker().queue.put((job, work))
