@@ -52,7 +52,8 @@ _worker_lock = threading.Lock()
 
 def start_worker() -> None:
     """Start the worker thread now (it imports nothing). The window calls this before Qt builds any widget: on Linux
-    a worker started after Qt's item views existed ran MLX about 40% slower (bench/ui_bench.py; see RESULTS.md)."""
+    a worker started after the library or Local Server page was built ran MLX about 40% slower (bench/ui_bench.py,
+    RESULTS.md; the cause is not identified)."""
     _get_worker()
 
 
