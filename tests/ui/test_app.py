@@ -61,7 +61,7 @@ sys.exit(app.exec())
 
 
 def test_the_engine_thread_starts_before_any_widget(tmp_path):
-    """The window starts the engine's worker before Qt builds a widget (a worker started after Qt's item views ran
+    """The window starts the engine's worker before Qt builds a widget (a worker started after the library page ran
     MLX ~40% slower here: bench/ui_bench.py), and starting it imports no MLX (the window paints first)."""
     code = (
         "import sys, threading\n"
