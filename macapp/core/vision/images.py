@@ -19,7 +19,10 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from PIL import Image, ImageOps, UnidentifiedImageError
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # Pillow is imported on the first picture, not when the window paints
+    from PIL import Image
 
 # A non-JPEG is decoded at full size only up to this (RGB: ~3 bytes a pixel -> ~0.6 GB); Pillow's own bomb limit
 # (Image.MAX_IMAGE_PIXELS x 2) refuses any picture above ~179 megapixels first.
@@ -81,6 +84,8 @@ def image_from_bytes(data: bytes, name: str, max_pixels: int = DEFAULT_MAX_PIXEL
     """Encoded picture bytes (a file's, a paste's, an upload's) → PreparedImage, or ImageError naming `name`."""
     if not data:
         raise ImageError(name, "is empty (0 bytes)")
+    from PIL import Image, UnidentifiedImageError
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)
         try:
@@ -124,6 +129,8 @@ def _prepare(image: Image.Image, name: str, max_pixels: int) -> PreparedImage:
 
 
 def _upright_rgb(image: Image.Image) -> Image.Image:
+    from PIL import Image, ImageOps
+
     try:
         image = ImageOps.exif_transpose(image)
     except (OSError, ValueError, SyntaxError):
@@ -143,5 +150,7 @@ def _shrink(image: Image.Image, max_pixels: int) -> Image.Image:
     if factor >= 2:
         image = image.reduce(factor)  # cheap integer box reduction first
     image = image.copy()
+    from PIL import Image
+
     image.thumbnail(target, Image.Resampling.LANCZOS)
     return image
