@@ -88,7 +88,10 @@ def parsing_schemas(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
 
 def parse_block(body: str, tools: Sequence[ToolSpec], new_id: Callable[[], str] = new_call_id) -> list[ToolCall] | None:
     """The calls in one block's body (between the tags), or None if it is not a well-formed block."""
-    schemas = parsing_schemas(tools)
+    return _parse_block(body, parsing_schemas(tools), new_id)
+
+
+def _parse_block(body: str, schemas: list[dict[str, Any]], new_id: Callable[[], str]) -> list[ToolCall] | None:
     calls: list[ToolCall] = []
     pos = 0
     for match in _FUNCTION.finditer(body):
@@ -112,6 +115,7 @@ class ToolCallParser:
     def __init__(self, tools: Sequence[ToolSpec], new_id: Callable[[], str] = new_call_id):
         self.tools = tuple(tools)
         self.new_id = new_id
+        self._schemas = parsing_schemas(self.tools)  # once per reply, not per block
         self.calls: list[ToolCall] = []
         self._held = ""  # a possible start of OPEN
         self._space = ""  # whitespace whose fate the next text decides (dropped before a call)
@@ -167,7 +171,7 @@ class ToolCallParser:
         return out
 
     def _close(self, body: str, out: list[Piece], raw: str) -> None:
-        calls = parse_block(body, self.tools, self.new_id)
+        calls = _parse_block(body, self._schemas, self.new_id)
         if calls is None:
             self._as_text(raw, out)
             return
