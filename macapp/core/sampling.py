@@ -80,18 +80,26 @@ def greedy(max_tokens: int = 256, **overrides: Any) -> SamplingParams:
     return SamplingParams(0.0, 1.0, 0, 0.0, 0.0, max_tokens=max_tokens).with_overrides(**overrides)
 
 
-def make_sampler_and_processors(params: SamplingParams):
-    """mlx-lm's own sampler and logits processors for these settings (imports MLX: call on the worker)."""
-    from mlx_lm.sample_utils import make_logits_processors, make_sampler
+def check_logit_bias(bias: dict[int, float] | None, vocab_size: int) -> None:
+    """Raise ValueError naming the token ids `bias` gives that the model does not have (ids 0..vocab_size-1).
+    MLX does not check indices: an id past the logits reads and writes out of bounds (a crash, not an error)."""
+    if not bias:
+        return
+    outside = sorted(i for i in bias if not 0 <= i < vocab_size)
+    if outside:
+        shown = ", ".join(map(str, outside[:5])) + (f" and {len(outside) - 5} more" if len(outside) > 5 else "")
+        raise ValueError(f"logit_bias names token id{'s' * (len(outside) > 1)} {shown}, outside this model's vocabulary (ids 0 to {vocab_size - 1})")
 
-    sampler = make_sampler(
-        temp=params.temperature,
-        top_p=params.top_p if params.top_p < 1 else 0.0,
-        min_p=params.min_p,
-        top_k=params.top_k,
-    )
+
+def make_sampler_and_processors(params: SamplingParams):
+    """mlx-lm's own sampler and logits processors for these settings (imports MLX: call on the worker).
+
+    Whatever was checked before, nothing out of range reaches MLX: logit-bias ids past the logits are left out
+    and a top_k not below the vocabulary is no top_k (mlx-lm raises on it), both decided from the logits' size."""
+    from mlx_lm.sample_utils import make_logits_processors
+
     processors = make_logits_processors(
-        logit_bias=params.logit_bias or None,
+        logit_bias=None,
         repetition_penalty=params.repetition_penalty or None,
         repetition_context_size=params.penalty_window,
         presence_penalty=params.presence_penalty or None,
@@ -99,4 +107,35 @@ def make_sampler_and_processors(params: SamplingParams):
         frequency_penalty=params.frequency_penalty or None,
         frequency_context_size=params.penalty_window,
     )
-    return sampler, processors
+    if params.logit_bias:  # first, where mlx-lm puts its own
+        processors.insert(0, _bias_processor(params.logit_bias))
+    return _sampler(params), processors
+
+
+def _sampler(params: SamplingParams):
+    from mlx_lm.sample_utils import make_sampler
+
+    def build(top_k: int):
+        return make_sampler(temp=params.temperature, top_p=params.top_p if params.top_p < 1 else 0.0, min_p=params.min_p, top_k=top_k)
+
+    with_k = build(params.top_k)
+    if params.top_k <= 0 or params.temperature == 0:
+        return with_k
+    without_k = build(0)
+    return lambda logprobs: (with_k if params.top_k < logprobs.shape[-1] else without_k)(logprobs)
+
+
+def _bias_processor(bias: dict[int, float]):
+    import mlx.core as mx
+
+    by_size: dict[int, Any] = {}
+
+    def process(_tokens, logits):
+        size = logits.shape[-1]
+        if size not in by_size:
+            kept = [i for i in bias if 0 <= i < size]
+            by_size[size] = (mx.array(kept), mx.array([bias[i] for i in kept], dtype=mx.float32)) if kept else None
+        pair = by_size[size]
+        return logits if pair is None else logits.at[:, pair[0]].add(pair[1].astype(logits.dtype))
+
+    return process
