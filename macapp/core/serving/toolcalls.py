@@ -58,6 +58,8 @@ def _plain_type(schema: Any) -> Any:
     if isinstance(kind, str):
         return kind
     if isinstance(kind, list):
+        if not all(isinstance(k, str) for k in kind):  # a schema no validator reads ([["x"]]): no single type
+            return None
         kinds = {k for k in kind if k != _NULL}
     elif "$ref" in schema:
         return "object"
