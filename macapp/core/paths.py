@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from importlib import resources
 from pathlib import Path
 
 import platformdirs
@@ -50,8 +51,11 @@ def pictures_dir() -> Path:
 
 
 def resources_dir() -> Path:
-    """The `resources/` folder: beside the package in a checkout, inside the bundle when frozen."""
+    """The built-in data (catalog, icon, style sheet): package data of `macapp`, or the bundle's copy when frozen.
+
+    Read through importlib.resources so a wheel install finds the files that setuptools put beside the code.
+    """
     frozen_root = getattr(sys, "_MEIPASS", None)
     if frozen_root:
         return Path(frozen_root) / "resources"
-    return Path(__file__).resolve().parents[2] / "resources"
+    return Path(str(resources.files("macapp") / "resources"))
