@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from macapp import __version__
@@ -46,10 +47,25 @@ def main(argv: list[str] | None = None) -> int:
             from macapp.ui.app import run_app
 
             return run_app(screenshot=args.screenshot)
-        return int(args.func(args) or 0)
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()  # inside the try: a pipe closed early fails here, not in the interpreter's exit
+        return status
     except UsageError as exc:
         print(f"qwen-desk: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("\nqwen-desk: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `qwen-desk models | head -2`: the reader has what it wanted
+        return quiet_after_closed_pipe()
+
+
+def quiet_after_closed_pipe() -> int:
+    """Point stdout at /dev/null so the interpreter's last flush does not fail again, and exit 0 like `ls | head`."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    return 0

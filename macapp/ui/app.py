@@ -45,8 +45,10 @@ def save_window_png(window, path: str) -> None:
 
 def run_app(screenshot: str | None = None) -> int:
     """Open the main window; with `screenshot`, render it to that PNG and exit instead."""
-    from macapp.ui.qt_platform import platform_problem
+    from macapp.ui.qt_platform import choose_screenshot_platform, platform_problem
 
+    if screenshot:
+        choose_screenshot_platform()  # README: a screenshot needs no screen
     problem = platform_problem()
     if problem:  # Qt would abort with a message that names the wrong library
         print(problem, file=sys.stderr)

@@ -1,8 +1,10 @@
-"""Before Qt opens a window on Linux/X11: name the missing xcb libraries and the apt command.
+"""Before Qt opens a window on Linux/X11: say there is no display, or name the missing xcb libraries and the apt command.
 
-Without them Qt aborts the whole process with "could not load the Qt platform plugin "xcb"" and a list of
-platforms, which tells a new user nothing (its message even blames xcb-cursor when another library is the gap).
-`ldd` on the plugin shows the real gap, so the window front end asks it first and prints the fix instead.
+Without a display or those libraries Qt aborts the whole process (SIGABRT) with "could not load the Qt platform
+plugin "xcb"" and a list of platforms, which tells a new user nothing (its message even blames xcb-cursor when
+another library is the gap, or none is). So the window front end checks `DISPLAY` and asks `ldd` about the plugin
+first, and prints the fix instead. A `--screenshot` with no display needs no screen: it picks Qt's offscreen
+platform itself.
 """
 
 from __future__ import annotations
@@ -56,6 +58,15 @@ def missing_message(missing: list[str]) -> str | None:
     )
 
 
+NO_DISPLAY_MESSAGE = (
+    "Qt cannot open a window: there is no display (DISPLAY and WAYLAND_DISPLAY are not set; an ssh session or a "
+    "server without a desktop).\n"
+    "Run it from a desktop session, or over ssh with X forwarding (ssh -X).\n"
+    "Without a display: qwen-desk --screenshot window.png renders the window to a PNG (Qt's offscreen platform, "
+    "chosen by itself; QT_QPA_PLATFORM=offscreen does the same), and qwen-desk --help lists the command-line tools."
+)
+
+
 def will_use_xcb(environ: dict[str, str] | os._Environ, platform: str = sys.platform) -> bool:
     """Whether Qt will try its xcb plugin: on Linux, asked for explicitly, or by default on an X11 session."""
     if not platform.startswith("linux"):
@@ -86,8 +97,28 @@ def find_missing_xcb_libraries() -> list[str]:
     return missing_libraries(result.stdout)
 
 
-def platform_problem(environ: dict[str, str] | os._Environ = os.environ) -> str | None:
+def has_no_display(environ: dict[str, str] | os._Environ, platform: str = sys.platform) -> bool:
+    """Linux with neither an X11 nor a Wayland display to talk to (a platform named by hand is the user's call)."""
+    if not platform.startswith("linux"):
+        return False
+    requested = environ.get("QT_QPA_PLATFORM", "")
+    if requested:  # xcb named by hand: it needs DISPLAY unless the platform string names the display
+        return will_use_xcb(environ, platform) and not environ.get("DISPLAY") and "display=" not in requested
+    return not environ.get("DISPLAY") and not environ.get("WAYLAND_DISPLAY")
+
+
+def choose_screenshot_platform(environ: dict[str, str] | os._Environ = os.environ, platform: str = sys.platform) -> bool:
+    """For `--screenshot` without a display and no platform named: use Qt's offscreen one. True when it did."""
+    if environ.get("QT_QPA_PLATFORM") or not has_no_display(environ, platform):
+        return False
+    environ["QT_QPA_PLATFORM"] = "offscreen"
+    return True
+
+
+def platform_problem(environ: dict[str, str] | os._Environ = os.environ, platform: str = sys.platform) -> str | None:
     """The message to print instead of letting Qt abort, or None when the window can open."""
-    if not will_use_xcb(environ):
+    if not will_use_xcb(environ, platform):
         return None
+    if has_no_display(environ, platform):
+        return NO_DISPLAY_MESSAGE
     return missing_message(find_missing_xcb_libraries())

@@ -85,3 +85,55 @@ def test_the_window_prints_the_fix_instead_of_qts_abort(tmp_path):
     else:  # everything is there: Qt gets as far as the (absent) display, and our hint stays out of the way
         assert result.returncode != 0
         assert "sudo apt-get install" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "environ, platform, expected",
+    [
+        ({}, "linux", True),  # ssh into a server, no desktop
+        ({"DISPLAY": ":0"}, "linux", False),
+        ({"WAYLAND_DISPLAY": "wayland-0"}, "linux", False),
+        ({"QT_QPA_PLATFORM": "xcb"}, "linux", True),
+        ({"QT_QPA_PLATFORM": "xcb:display=:1"}, "linux", False),
+        ({"QT_QPA_PLATFORM": "offscreen"}, "linux", False),
+        ({}, "darwin", False),
+    ],
+)
+def test_no_display_is_told_apart_from_missing_libraries(environ, platform, expected):
+    assert qt_platform.has_no_display(environ, platform) is expected
+    assert (qt_platform.platform_problem(environ, platform) == qt_platform.NO_DISPLAY_MESSAGE) is expected
+
+
+def test_a_screenshot_without_a_display_picks_offscreen_itself():
+    environ: dict[str, str] = {}
+    assert qt_platform.choose_screenshot_platform(environ, "linux")
+    assert environ == {"QT_QPA_PLATFORM": "offscreen"}
+    for kept in ({"DISPLAY": ":0"}, {"QT_QPA_PLATFORM": "xcb"}, {"WAYLAND_DISPLAY": "w"}):
+        assert not qt_platform.choose_screenshot_platform(dict(kept), "linux")
+    assert not qt_platform.choose_screenshot_platform({}, "darwin")
+
+
+def _no_display_env(tmp_path) -> dict[str, str]:
+    env = dict(os.environ, QWEN_DESK_HOME=str(tmp_path))
+    for name in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM"):
+        env.pop(name, None)
+    return env
+
+
+@linux_only
+def test_the_window_without_a_display_says_so_instead_of_aborting(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "macapp"], capture_output=True, text=True,
+                            env=_no_display_env(tmp_path), timeout=120)
+    assert result.returncode == 1, result.stderr
+    assert "there is no display" in result.stderr
+    assert "--screenshot" in result.stderr
+    assert "libxcb-cursor0" not in result.stderr and "could not load the Qt platform plugin" not in result.stderr
+
+
+@linux_only
+def test_a_screenshot_without_a_display_works(tmp_path):
+    out = tmp_path / "window.png"
+    result = subprocess.run([sys.executable, "-m", "macapp", "--screenshot", str(out)], capture_output=True,
+                            text=True, env=_no_display_env(tmp_path), timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert out.stat().st_size > 10_000
