@@ -3,6 +3,7 @@
     POST /v1/chat/completions   OpenAI (stream or not)
     POST /v1/messages           Anthropic (stream or not)
     POST /v1/messages/count_tokens
+    POST /v1/responses          OpenAI Responses (Codex; stream or not); GET /v1/responses/{id} (responses_route.py)
     GET  /v1/models             the loaded model first, then the downloaded ones (read by both SDKs)
     GET  /v1/models/{name}      one of them (404 for another name, though a request naming it is served)
     GET  /health
@@ -33,6 +34,7 @@ from macapp.server.backend import Backend, count_tokens, fit_to_context, raise_q
 from macapp.server.config import ServerConfig
 from macapp.server.errors import ApiError, ErrorKind, Flavor, error_body, error_response, flavor_for_path
 from macapp.server.fields import parse_json_object
+from macapp.server.responses_route import ResponsesEndpoint
 from macapp.server.security import Guard, SecurityPolicy
 from macapp.server.sse import JobFeed, SseResponse, paced_frames, sse_comment, sse_frame, wait_or_disconnect
 
@@ -164,7 +166,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     kinds = {404: ErrorKind.NOT_FOUND, 405: ErrorKind.METHOD_NOT_ALLOWED}
     kind = kinds.get(exc.status_code, ErrorKind.INVALID_REQUEST)
     message = {
-        ErrorKind.NOT_FOUND: f"No endpoint {request.method} {request.url.path} on this server; it serves /v1/chat/completions, /v1/messages, /v1/messages/count_tokens, /v1/models and /health.",
+        ErrorKind.NOT_FOUND: f"No endpoint {request.method} {request.url.path} on this server; it serves /v1/chat/completions, /v1/responses, /v1/messages, /v1/messages/count_tokens, /v1/models and /health.",
         ErrorKind.METHOD_NOT_ALLOWED: f"{request.url.path} does not take {request.method}.",
     }.get(kind, str(exc.detail))
     return error_response(ApiError(kind, message), flavor_for_path(request.url.path))
@@ -177,6 +179,7 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
 
 def create_app(backend: Backend, config: ServerConfig, activity: Activity | None = None) -> ASGIApp:
     routes = Routes(backend, config, activity or Activity())
+    responses = ResponsesEndpoint(backend, config, routes.activity, client_label)
     app = Starlette(
         routes=[
             Route("/health", routes.health, methods=["GET"]),
@@ -185,6 +188,8 @@ def create_app(backend: Backend, config: ServerConfig, activity: Activity | None
             Route("/v1/chat/completions", routes.chat_completions, methods=["POST"]),
             Route("/v1/messages", routes.messages, methods=["POST"]),
             Route("/v1/messages/count_tokens", routes.count_tokens, methods=["POST"]),
+            Route("/v1/responses", responses.create, methods=["POST"]),
+            Route("/v1/responses/{response_id}", responses.retrieve, methods=["GET"]),
         ],
         exception_handlers={ApiError: _api_error, HTTPException: _http_error, Exception: _unexpected},
     )

@@ -1,0 +1,105 @@
+"""`POST /v1/responses` and `GET /v1/responses/{id}`: the Responses API on the same steps as the other two APIs
+(fit the prompt to the context, submit to the engine, answer as JSON or a stream that stops the job when the
+client leaves), with the recent responses kept for `previous_response_id`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Callable
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from macapp.core.events import Failed
+from macapp.core.serving.requests import ChatMessage, Completed, FinishReason
+from macapp.server import fields as f
+from macapp.server.activity import Activity
+from macapp.server.backend import Backend, fit_to_context, raise_quick_refusal, refusal, submit
+from macapp.server.config import ServerConfig
+from macapp.server.errors import ApiError, ErrorKind, invalid
+from macapp.server.responses_api import ResponsesCall, parse_responses_request
+from macapp.server.responses_output import (
+    ReasoningCounter,
+    ResponseShell,
+    StreamWriter,
+    reply_message,
+    response_body,
+)
+from macapp.server.responses_store import ResponseStore, StoredResponse
+from macapp.server.sse import JobFeed, SseResponse, paced_frames, sse_comment, sse_frame, wait_or_disconnect
+
+API = "responses"  # the window's request list
+CLIENT_GONE = 499
+
+
+@dataclass
+class ResponsesEndpoint:
+    backend: Backend
+    config: ServerConfig
+    activity: Activity
+    label: Callable[[Request, str], str]  # who asked, for the request list (app.client_label)
+    store: ResponseStore = field(default_factory=ResponseStore)
+
+    async def retrieve(self, request: Request) -> Response:
+        response_id = request.path_params["response_id"]
+        stored = self.store.get(response_id)
+        if stored is None:
+            raise ApiError(ErrorKind.NOT_FOUND, f"No response {response_id!r} here (responses are kept in memory, the last few hundred, while the server runs).", param="response_id")
+        return JSONResponse(stored.body)
+
+    def _previous(self, body: dict) -> tuple[ChatMessage, ...]:
+        previous_id = f.get_str(body, "previous_response_id", "previous_response_id")
+        if previous_id is None:
+            return ()
+        stored = self.store.get(previous_id)
+        if stored is None:
+            raise invalid(
+                f"Previous response with id {previous_id!r} not found: this server keeps the last few hundred responses "
+                "stored (store: true) in memory while it runs; send the whole input instead.",
+                param="previous_response_id", code="previous_response_not_found",
+            )
+        return stored.conversation
+
+    async def create(self, request: Request) -> Response:
+        body = f.parse_json_object(await request.body())
+        call = parse_responses_request(body, self.config.default_thinking, self.label(request, API), self._previous(body))
+        completion, prompt_tokens = await fit_to_context(self.backend, call.request)
+        feed = submit(self.backend, completion)
+        self.activity.track(feed.job, completion.client, API, prompt_tokens)
+        shell = ResponseShell(self.backend.model_name, call.echo)
+        if call.stream:
+            await raise_quick_refusal(feed, self.config.first_event_wait_s)
+            return SseResponse(self._frames(feed, StreamWriter(shell), call), feed.job)
+        counter = ReasoningCounter()
+        feed.job.add_listener(counter)
+        done = await wait_or_disconnect(feed, request.receive)
+        if done is None:  # the client left; the job is stopped
+            return Response(status_code=CLIENT_GONE)
+        if isinstance(done, Failed):
+            raise refusal(done)
+        reply = response_body(shell, done, counter.count)
+        self._keep(call, done, reply)
+        return JSONResponse(reply)
+
+    def _keep(self, call: ResponsesCall, done: Completed, body: dict[str, Any]) -> None:
+        if call.store and done.finish_reason is not FinishReason.CANCELLED:
+            self.store.put(StoredResponse(body["id"], (*call.conversation, reply_message(done)), body))
+
+    async def _frames(self, feed: JobFeed, writer: StreamWriter, call: ResponsesCall) -> AsyncIterator[bytes]:
+        def frames(events: list[dict[str, Any]]) -> list[bytes]:
+            return [sse_frame(e, e["type"]) for e in events]
+
+        def translate(event: Any) -> list[bytes]:
+            if isinstance(event, Failed):
+                return frames(writer.failed(refusal(event)))
+            out = frames(writer.events(event))
+            if isinstance(event, Completed) and writer.final is not None:
+                self._keep(call, event, writer.final)
+            return out
+
+        # response.created goes out at once (the real API's first event); keep-alives are comments, which every
+        # SSE reader skips, while the engine reads a long prompt.
+        for frame in frames(writer.start()):
+            yield frame
+        async for frame in paced_frames(feed, self.config.keepalive_s, translate, sse_comment("keepalive")):
+            yield frame
