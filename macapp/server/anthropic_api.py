@@ -52,6 +52,15 @@ TOOL_REFERENCE = "Tool available: "
 # Claude Code drops a thinking block (and with it the whole reply) that comes without a signature; nothing here
 # verifies one, so every block carries this opaque constant (a signature sent back is ignored).
 THINKING_SIGNATURE = "qwen-desk-local-thinking"
+# What this server reads of a body; anything else (metadata, context_management, service_tier, ...) is accepted
+# and ignored, logged once by name.
+USED_FIELDS = frozenset({
+    "model", "messages", "system", "max_tokens", "stop_sequences", "stream", "temperature", "top_p", "top_k",
+    "tools", "tool_choice", "thinking", "output_config",
+})
+# thinking.display: "omitted" sends thinking blocks without their text; "summarized", Claude Code's "updates"
+# (the thinking-display-updates beta) and any later display send it as it streams.
+HIDDEN_THINKING = "omitted"
 
 
 @dataclass(frozen=True)
@@ -252,10 +261,7 @@ def parse_thinking(body: dict) -> Thinking:
     "between_tools" (thinking off; this model writes no progress notes between calls)."""
     thinking = f.get_object(body, "thinking", "thinking")
     kind = thinking.get("type")
-    display = f.get_str(thinking, "display", "thinking.display", default="summarized")
-    if display not in ("summarized", "omitted"):
-        raise invalid(f"thinking.display {display!r} is not 'summarized' or 'omitted'.")
-    shown = display == "summarized"
+    shown = f.get_str(thinking, "display", "thinking.display", default="summarized") != HIDDEN_THINKING
     if (kind is None and not thinking) or kind in ("disabled", "between_tools"):
         return Thinking(shown=shown)
     if kind == "enabled":
@@ -266,6 +272,7 @@ def parse_thinking(body: dict) -> Thinking:
 
 
 def parse_messages_request(body: dict, client: str = "", for_counting: bool = False) -> MessagesCall:
+    f.note_ignored(body, USED_FIELDS, "anthropic")
     messages = parse_messages(body)
     thinking = parse_thinking(body)
     _refuse_unsupported(body)

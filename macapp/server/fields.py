@@ -6,6 +6,8 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import logging
+import math
 import re
 from typing import Any
 
@@ -13,7 +15,14 @@ from macapp.core.sampling import SamplingParams, preset
 from macapp.core.serving.requests import ImagePart
 from macapp.server.errors import invalid
 
+log = logging.getLogger(__name__)
 _MISSING = object()
+_NOTED_MAX = 256  # ignored field names remembered for the log (a client sending random keys cannot grow it)
+_noted: set[tuple[str, str]] = set()
+MAX_DEPTH = 128  # nesting of arrays and objects; real agents' bodies (tool schemas included) stay under ~30
+MAX_SEED = 2**64 - 1  # mx.random.seed takes an unsigned 64-bit integer
+_ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")  # only a \uD800-\uDFFF escape makes one
+_TOKEN_ID = re.compile(r"[0-9]{1,10}")  # ASCII digits only ("²".isdigit() is true); 10 digits hold any vocab
 _DATA_URL = re.compile(r"^data:(?P<type>[\w.+-]+/[\w.+-]+)?(?:;[^,;]*)*;base64,(?P<data>.*)$", re.DOTALL)
 
 
@@ -22,12 +31,68 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
     if not raw.strip():
         raise invalid("The request body is empty: send a JSON object.")
     try:
-        body = json.loads(raw)
+        body = json.loads(raw, parse_constant=_no_constant, parse_float=_finite_float)
+    except RecursionError:
+        raise invalid(f"The request body nests arrays and objects too deeply (more than {MAX_DEPTH} levels).") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise invalid(f"The request body is not valid JSON: {exc}.") from exc
     if not isinstance(body, dict):
         raise invalid(f"The request body must be a JSON object, not {type(body).__name__}.")
+    check_structure(body, surrogates=_ESCAPED_SURROGATE.search(raw) is not None)
     return body
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is out of range for a number")
+    return value
+
+
+def check_structure(body: Any, surrogates: bool = True) -> None:
+    """Refuse nesting deeper than MAX_DEPTH (the template, the tool parser and json.dumps recurse) and, when
+    `surrogates`, a lone UTF-16 surrogate in any string (no tokenizer can encode one), naming where it is."""
+    stack: list[tuple[Any, int, str]] = [(body, 0, "")]
+    while stack:
+        value, depth, where = stack.pop()
+        if isinstance(value, dict):
+            items: Any = value.items()
+        elif isinstance(value, list):
+            items = enumerate(value)
+        else:
+            if surrogates and isinstance(value, str) and not _encodable(value):
+                raise invalid(f"{where or 'the body'} holds a lone UTF-16 surrogate, which is not text: send valid Unicode.", param=where or None)
+            continue
+        if depth >= MAX_DEPTH:
+            raise invalid(f"The request body nests arrays and objects too deeply (more than {MAX_DEPTH} levels).", param=where or None)
+        for key, item in items:
+            if surrogates and isinstance(key, str) and not _encodable(key):
+                raise invalid(f"A key in {where or 'the body'} holds a lone UTF-16 surrogate: send valid Unicode.", param=where or None)
+            if isinstance(item, (dict, list)) or (surrogates and isinstance(item, str)):
+                stack.append((item, depth + 1, f"{where}[{key}]" if isinstance(key, int) else (f"{where}.{key}" if where else str(key))))
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def note_ignored(body: dict, used: frozenset[str], api: str) -> list[str]:
+    """Log, once per name, the top-level fields of `body` this server does not use (they are accepted, not refused:
+    agents send options a local model has no use for, such as Claude Code's `context_management`); returns the
+    names logged now."""
+    new = [k for k in body if k not in used and (api, k) not in _noted]
+    for key in new[: max(0, _NOTED_MAX - len(_noted))]:
+        _noted.add((api, key))
+        log.info("%s requests: field %r is accepted and ignored (this server does not use it)", api, key)
+    return new
 
 
 def get_str(obj: dict, key: str, param: str, default: Any = None, required: bool = False) -> Any:
@@ -50,23 +115,30 @@ def get_bool(obj: dict, key: str, param: str, default: Any = None) -> Any:
     return value
 
 
-def get_int(obj: dict, key: str, param: str, minimum: int | None = None, default: Any = None) -> Any:
+def get_int(obj: dict, key: str, param: str, minimum: int | None = None, default: Any = None, maximum: int | None = None) -> Any:
     value = obj.get(key)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
-        raise invalid(f"{param} must be an integer.", param=param)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (isinstance(value, float) and not value.is_integer()):
+        raise invalid(f"{param} must be an integer.", param=param)  # is_integer is False for NaN and infinities
     value = int(value)
     if minimum is not None and value < minimum:
         raise invalid(f"{param} must be at least {minimum}, not {value}.", param=param)
+    if maximum is not None and value > maximum:
+        raise invalid(f"{param} must be at most {maximum}, not {value}.", param=param)
     return value
+
+
+def get_seed(obj: dict, key: str = "seed", param: str = "seed") -> int | None:
+    """A sampling seed: an integer from 0 to 2**64 - 1 (what MLX's generator takes)."""
+    return get_int(obj, key, param, minimum=0, maximum=MAX_SEED)
 
 
 def get_float(obj: dict, key: str, param: str, low: float, high: float, default: Any = None) -> Any:
     value = obj.get(key)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise invalid(f"{param} must be a number.", param=param)
     if not low <= value <= high:
         raise invalid(f"{param} must be between {low:g} and {high:g}, not {value}.", param=param)
@@ -110,14 +182,17 @@ def stop_sequences(value: Any, param: str) -> tuple[str, ...]:
 
 
 def logit_bias(value: Any, param: str = "logit_bias") -> dict[int, float] | None:
-    """OpenAI's `logit_bias`: token id (as a string key) -> bias in [-100, 100]."""
+    """OpenAI's `logit_bias`: token id (a non-negative integer, as a string key) -> a finite bias in [-100, 100].
+    Ids beyond the vocabulary are the core's to refuse (sampling.check_logit_bias): only it knows the vocabulary."""
     if value is None:
         return None
     if not isinstance(value, dict):
         raise invalid(f"{param} must be an object of token id -> bias.", param=param)
     out = {}
     for key, bias in value.items():
-        if not str(key).isdigit() or isinstance(bias, bool) or not isinstance(bias, (int, float)) or not -100 <= bias <= 100:
+        if not _TOKEN_ID.fullmatch(key):
+            raise invalid(f"{param} keys are token ids (non-negative integers); {key!r} is not one.", param=param)
+        if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not math.isfinite(bias) or not -100 <= bias <= 100:
             raise invalid(f"{param} maps token ids to numbers between -100 and 100; {key!r}: {bias!r} is not that.", param=param)
         out[int(key)] = float(bias)
     return out or None

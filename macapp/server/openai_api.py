@@ -41,6 +41,12 @@ FINISH_REASONS = {
     FinishReason.CANCELLED: "stop",
 }
 _TEXT_PARTS = ("text", "input_text")
+USED_FIELDS = frozenset({
+    "messages", "model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p",
+    "presence_penalty", "frequency_penalty", "repetition_penalty", "seed", "logit_bias", "n", "logprobs", "functions",
+    "function_call", "response_format", "tools", "tool_choice", "parallel_tool_calls", "stream", "stream_options",
+    "stop", "chat_template_kwargs", "reasoning_effort",
+})
 
 
 @dataclass(frozen=True)
@@ -199,6 +205,7 @@ def _refuse_unsupported(body: dict) -> None:
 
 
 def parse_chat_request(body: dict, default_thinking: bool, client: str = "") -> ChatCompletionCall:
+    f.note_ignored(body, USED_FIELDS, "openai")
     raw_messages = f.get_list(body, "messages", "messages", required=True)
     if not raw_messages:
         raise invalid("messages must hold at least one message.", param="messages")
@@ -217,7 +224,7 @@ def parse_chat_request(body: dict, default_thinking: bool, client: str = "") -> 
         presence_penalty=f.get_float(body, "presence_penalty", "presence_penalty", -2, 2),
         frequency_penalty=f.get_float(body, "frequency_penalty", "frequency_penalty", -2, 2),
         repetition_penalty=f.get_float(body, "repetition_penalty", "repetition_penalty", 0.01, 10),  # vLLM's extra
-        seed=f.get_int(body, "seed", "seed"),
+        seed=f.get_seed(body),
         logit_bias=f.logit_bias(body.get("logit_bias")),
     )
     _refuse_unsupported(body)

@@ -321,7 +321,7 @@ def test_auth_by_x_api_key_and_bearer(tiny_dense_path):
         ({"thinking": {"type": "sometimes"}}, "thinking.type"),
         ({"temperature": 7}, "temperature"),
         ({"output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}}}, "structured outputs"),
-        ({"thinking": {"type": "adaptive", "display": "full"}}, "thinking.display"),
+        ({"thinking": {"type": "adaptive", "display": 3}}, "thinking.display"),  # a display we do not know is taken
     ],
 )
 def test_bad_inputs_raise_bad_request_with_our_message(tiny_server, kwargs, match):
