@@ -53,15 +53,19 @@ def parse_context(text: str) -> int:
     return int(match.group(1)) * (1024 if match.group(2) else 1)
 
 
+NO_RAM_LIMIT = 1 << 62  # checks a --wired-limit's own value only, before the Mac it is compared with is known
+
+
 def machine_from_args(args: argparse.Namespace) -> hardware.MachineProfile:
     """This Mac or the what-if one (--chip/--memory/--gpu-cores), with the --wired-limit what-if applied."""
     machine = _base_machine(args)
     limit = getattr(args, "wired_limit", None)
     if limit is None:
         return machine
-    if not machine.is_apple_silicon:
-        raise UsageError("--wired-limit is a macOS setting: give --chip too (e.g. --chip \"M4 Pro\") on this machine")
     try:
+        if not machine.is_apple_silicon:
+            hardware.parse_wired_limit(limit, NO_RAM_LIMIT)  # a value that cannot be read is named first
+            raise UsageError("--wired-limit is a macOS setting: give --chip too (e.g. --chip \"M4 Pro\") on this machine")
         return hardware.with_wired_limit(machine, hardware.parse_wired_limit(limit, machine.memory_bytes))
     except hardware.HardwareError as exc:
         raise UsageError(str(exc)) from None

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from macapp.core import paths
+from macapp.core.context_limit import ContextError, longest_context
 from macapp.core.modelfiles import read_safetensors_header, text_config
 
 SUPPORTED_MODEL_TYPES = {"qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"}
@@ -96,7 +97,7 @@ class Arch:
             "linear_value_head_dim": _positive(text, "linear_value_head_dim"),
             "linear_conv_kernel_dim": _positive(text, "linear_conv_kernel_dim", default=4),
             "vocab_size": _positive(text, "vocab_size"),
-            "max_position_embeddings": _positive(text, "max_position_embeddings", default=262144),
+            "max_position_embeddings": _longest_context(text),
             "tie_word_embeddings": bool(text.get("tie_word_embeddings", config.get("tie_word_embeddings", False))),
         }
         if values["num_key_value_heads"] > heads:
@@ -123,6 +124,13 @@ def _positive(source: dict, key: str, default: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or value <= 0:
         raise ConfigError(f"config field {key!r} must be a positive whole number, not {value!r}")
     return int(value)
+
+
+def _longest_context(config: dict) -> int:
+    try:
+        return longest_context(config)
+    except ContextError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _non_negative(source: dict, key: str) -> int:

@@ -14,6 +14,7 @@ from typing import Callable
 
 from macapp.core import prefill as prefill_model
 from macapp.core.catalog import Arch, ModelRef
+from macapp.core.context_limit import check_context
 from macapp.core.hardware import BANDWIDTH_EFFICIENCY, LAYER_COST_SCALE, MachineProfile
 from macapp.core.vision.cost import VisionCost
 
@@ -302,6 +303,19 @@ def max_context(model: ModelRef, budget_bytes: int, kv_bits: int | None = None, 
     )
 
 
+def parallel_sequences(
+    arch: Arch, weights: int, budget_bytes: int, context: int, kv_bits: int | None = None,
+    prefill_step: int = DEFAULT_PREFILL_STEP, reserved: int = 0,
+) -> int:
+    """How many sequences (agent sessions) can be in flight together at `context` tokens each: beside the weights,
+    the runtime, one prefill chunk and `reserved` bytes (the prompt checkpoints), each keeps its own KV cache
+    (growing with the context) and its own fixed DeltaNet state. 0 when not even one fits."""
+    fixed = weights + runtime_bytes(weights) + prefill_bytes(arch, context, prefill_step) + reserved
+    per_sequence = kv_cache_bytes(arch, context, kv_bits) + state_bytes(arch)
+    room = budget_bytes - fixed
+    return max(0, room // per_sequence) if per_sequence > 0 else 0
+
+
 def largest_context(total_at: Callable[[int], int], budget_bytes: int, limit: int) -> int:
     """The largest context (a multiple of 256, up to `limit`) whose `total_at(tokens)` (growing with the tokens)
     stays within the budget; 0 if none. Shared by the one-Mac fit and the several-Macs fit (macapp.core.cluster)."""
@@ -320,12 +334,8 @@ def largest_context(total_at: Callable[[int], int], budget_bytes: int, limit: in
 
 
 def validate_context(model: ModelRef, context: int) -> None:
-    if context <= 0:
-        raise ValueError(f"context must be at least 1 token, not {context}")
-    if context > model.arch.max_position_embeddings:
-        raise ValueError(
-            f"context {context:,} is above {model.name}'s maximum of {model.arch.max_position_embeddings:,} tokens"
-        )
+    """ContextError (a ValueError) for a context the model does not take: the rule chat and serve apply too."""
+    check_context(context, model.arch.max_position_embeddings, model.name)
 
 
 def estimate(

@@ -213,3 +213,15 @@ def test_models_lists_the_wired_limit_commands(capsys):
     assert "Qwen3.5-35B-A3B 4-bit: `sudo sysctl iogpu.wired_limit_mb=" in out
     assert "resets at reboot" in out and "never changes it" in out
     assert "Qwen3.5-397B-A17B" not in out  # no limit a 24 GB Mac can set holds it
+
+
+def test_an_unreadable_wired_limit_is_named_before_asking_for_a_chip(capsys):
+    from macapp.core import hardware
+
+    if hardware.detect_machine(use_mlx=False).is_apple_silicon:
+        pytest.skip("on a Mac the flag needs no --chip")
+    assert main(["fit", "Qwen3.5-9B", "--wired-limit", "abc"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot read --wired-limit 'abc'" in err and "--chip" not in err
+    assert main(["fit", "Qwen3.5-9B", "--wired-limit", "28GB"]) == 2  # readable: now the chip is what is missing
+    assert "give --chip too" in capsys.readouterr().err
