@@ -1,7 +1,7 @@
 """What the HTTP front ends need from the core, and the steps every completion takes before it streams.
 
 `Backend` is what the routes use of the runner (macapp.core.serving.runner.ServingEngine). The steps:
-count the prompt and refuse one over the context before any work (clamping max_tokens to the room left),
+prepare it once off the event loop (render, count, refuse one over the context before any work, clamp max_tokens),
 submit (a full queue is a 429 with Retry-After), and wait a moment for a quick refusal from the engine so it
 can still go out as a JSON error instead of inside a stream that has already said 200.
 """
@@ -9,7 +9,6 @@ can still go out as a JSON error instead of inside a stream that has already sai
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from typing import Any, Protocol
 
 from starlette.concurrency import run_in_threadpool
@@ -17,6 +16,7 @@ from starlette.concurrency import run_in_threadpool
 from macapp.core import events as ev
 from macapp.core.events import Failed
 from macapp.core.engine import EngineError
+from macapp.core.serving.prepared import PreparedRequest
 from macapp.core.serving.requests import INVALID_REQUEST, CompletionRequest
 from macapp.core.serving.runner import QueueFull
 from macapp.server.errors import ApiError, ErrorKind, invalid
@@ -33,7 +33,10 @@ class Backend(Protocol):
     def count_tokens(self, request: CompletionRequest) -> int:
         """The prompt's length in tokens as the model's chat template renders it (any thread)."""
 
-    def submit(self, request: CompletionRequest) -> Any:
+    def prepare(self, request: CompletionRequest) -> PreparedRequest:
+        """Render and check it once (any thread; EngineError when it cannot run), max_tokens clamped."""
+
+    def submit(self, prepared: PreparedRequest) -> Any:
         """Start it on the engine: a Job (see macapp.core.serving.requests); QueueFull beyond the queue limit."""
 
     def close(self) -> None:
@@ -64,28 +67,24 @@ def count_tokens(backend: Backend, request: CompletionRequest) -> int:
         raise engine_refusal(exc.code, exc.message) from exc
 
 
-async def fit_to_context(backend: Backend, request: CompletionRequest) -> tuple[CompletionRequest, int]:
-    """The request with max_tokens clamped to the room the prompt leaves, and the prompt's length; 400 if none."""
-    prompt_tokens = await run_in_threadpool(count_tokens, backend, request)
-    limit = backend.context_limit
-    room = limit - prompt_tokens
-    if room < 1:
-        pictures = sum(len(m.images) for m in request.messages)
-        held = f" with its {pictures} picture{'s' * (pictures != 1)}' image tokens" if pictures else ""
-        fewer = "send fewer or smaller pictures, " if pictures else ""
-        raise invalid(
-            f"This prompt is {prompt_tokens} tokens{held}, over the server's context limit of {limit} tokens: "
-            f"{fewer}shorten the conversation (or start the server with a larger --context).",
-            param="messages", code="context_length_exceeded",
-        )
-    if request.sampling.max_tokens > room:
-        request = replace(request, sampling=replace(request.sampling, max_tokens=room))
-    return request, prompt_tokens
-
-
-def submit(backend: Backend, request: CompletionRequest) -> JobFeed:
+def prepare(backend: Backend, request: CompletionRequest) -> PreparedRequest:
+    """The request rendered and checked once (any thread); what the engine refuses before any work is a 400."""
     try:
-        job = backend.submit(request)
+        return backend.prepare(request)
+    except EngineError as exc:
+        raise engine_refusal(exc.code, exc.message) from exc
+
+
+async def fit_to_context(backend: Backend, request: CompletionRequest) -> tuple[PreparedRequest, int]:
+    """The request prepared off the event loop (rendered once, max_tokens clamped to the room the prompt leaves)
+    and the prompt's length; a 400 if it does not fit."""
+    prepared = await run_in_threadpool(prepare, backend, request)
+    return prepared, prepared.prompt_tokens
+
+
+def submit(backend: Backend, prepared: PreparedRequest) -> JobFeed:
+    try:
+        job = backend.submit(prepared)
     except QueueFull as exc:
         raise ApiError(ErrorKind.RATE_LIMIT, str(exc), headers={"Retry-After": str(max(1, math.ceil(exc.retry_after_s)))}) from exc
     return JobFeed(job)

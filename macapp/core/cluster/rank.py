@@ -141,6 +141,8 @@ def engine_for_rank0(spec: RankSpec, group: Any | None = None) -> Any:
     from macapp.core.engine import Engine
 
     class Rank0Engine(Engine):
+        batches = False  # the lockstep channel carries one model call at a time: requests are served one by one
+
         def close(self, timeout: float = 30.0) -> None:
             if not self._closed:
                 for job in list(self._jobs):

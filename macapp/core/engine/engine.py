@@ -19,6 +19,8 @@ from macapp.core.events import Failed, Loaded, Unloaded
 class Engine:
     """The loaded model and the jobs on it; all MLX work runs on the one worker thread, in order."""
 
+    batches = True  # the API may batch requests on it (several Macs' rank 0 cannot: macapp.core.cluster.rank)
+
     def __init__(self, read_model: model_folder.ModelReader = model_folder.read_with_mlx_lm) -> None:
         """`read_model` reads a checked model folder into (model, tokenizer, config): mlx-lm's load by default;
         several Macs pass one that reads this rank's shard (macapp.core.cluster)."""
@@ -36,6 +38,14 @@ class Engine:
         job = Job(kind)
         self._jobs.add(job)
         submit_work(job, work)
+        return job
+
+    def new_job(self, kind: str) -> Job:
+        """A job whose work runs inside another job (a sequence of the batch): stopped, like the rest, on close."""
+        if self._closed:
+            raise RuntimeError("this engine is closed")
+        job = Job(kind)
+        self._jobs.add(job)
         return job
 
     def _forget_caches(self) -> None:

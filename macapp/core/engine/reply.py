@@ -47,7 +47,7 @@ class _Stream:
         self.next_stats = 0.0
 
 
-def _deliver(emit: Emit, pieces: list[tuple[str, str]]) -> None:
+def deliver(emit: Emit, pieces: list[tuple[str, str]]) -> None:
     for kind, piece in pieces:
         emit(AnswerDelta(piece) if kind == ANSWER else ReasoningDelta(piece))
 
@@ -114,7 +114,7 @@ def stream_reply(
     return _finish(run, thinking, finish)
 
 
-def _leading_space(tokenizer: Any, tokens: list[int], text: str) -> str:
+def leading_space(tokenizer: Any, tokens: list[int], text: str) -> str:
     """mlx-lm's BPE streaming detokenizer drops the leading space of a stream's first text (as if nothing came
     before it); here the prompt did, and a reply that goes on from a partial one ("The answer" + " is") needs it."""
     if text.startswith(" ") or not tokenizer.decode(tokens).startswith(" "):
@@ -145,7 +145,7 @@ def _generate(run: _Stream, segment: list[int], cap: int) -> tuple[int, str, boo
     taken = 0
     finish = "length"
     over_budget = False
-    lead = True  # no text out of this stream yet (see _leading_space)
+    lead = True  # no text out of this stream yet (see leading_space)
     try:
         for r in gen:
             now = perf()
@@ -162,8 +162,8 @@ def _generate(run: _Stream, segment: list[int], cap: int) -> tuple[int, str, boo
                 text = r.text
                 if lead:
                     lead = False
-                    text = _leading_space(m.tokenizer, generated[len(generated) - taken :], text)
-                _deliver(emit, feed(text))
+                    text = leading_space(m.tokenizer, generated[len(generated) - taken :], text)
+                deliver(emit, feed(text))
             if r.finish_reason is not None:
                 finish = r.finish_reason
                 break
@@ -187,11 +187,16 @@ def _generate(run: _Stream, segment: list[int], cap: int) -> tuple[int, str, boo
     return taken, finish, over_budget
 
 
+def close_text_for(splitter: ThinkingSplitter) -> str:
+    """The text that closes a reasoning cut by the thinking budget (on a line of its own)."""
+    return "</think>\n\n" if splitter.reasoning_text.endswith("\n") else "\n</think>\n\n"
+
+
 def _close_reasoning(run: _Stream) -> list[int]:
     """The thinking budget is spent: write the closing tag into the text; return its tokens, to feed next."""
     run.budget_hit = True
-    close_text = "</think>\n\n" if run.splitter.reasoning_text.endswith("\n") else "\n</think>\n\n"
-    _deliver(run.emit, run.splitter.feed(close_text))
+    close_text = close_text_for(run.splitter)
+    deliver(run.emit, run.splitter.feed(close_text))
     tokens = list(run.model.tokenizer.encode(close_text, add_special_tokens=False))
     run.forced += len(tokens)
     return tokens
@@ -199,7 +204,7 @@ def _close_reasoning(run: _Stream) -> list[int]:
 
 def _finish(run: _Stream, thinking: bool, finish: str) -> StreamedReply:
     splitter = run.splitter
-    _deliver(run.emit, splitter.flush())
+    deliver(run.emit, splitter.flush())
     stats = run.clock.stats(
         last_token_at=run.last_token_at, now=time.perf_counter(), generated=len(run.generated), reasoning=run.reasoning,
         forced=run.forced, context=run.cached + len(run.added), finish=finish,

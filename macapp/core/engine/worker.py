@@ -65,6 +65,12 @@ def _get_worker() -> _Worker:
         return _worker
 
 
+def waiting_jobs() -> int:
+    """How many jobs wait for the worker (not counting the one it runs): the batch hands over when any do."""
+    worker = _worker
+    return worker.queue.qsize() if worker is not None else 0
+
+
 def submit_work(job: Job, work: Callable[[Job], None]) -> None:
     """Queue `work(job)` on the worker thread (started on first use)."""
     _get_worker().queue.put((job, work))

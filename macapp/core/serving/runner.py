@@ -1,27 +1,26 @@
-"""Serve completion requests on the engine's worker: one at a time, queued, with prompt checkpoints.
+"""Serve completion requests on the engine's worker: batched where they can be, with prompt checkpoints.
 
     serving = ServingEngine(engine, ServingOptions(session=SessionOptions(context_limit=32768)))
-    job = serving.submit(request)     # a Job (macapp.core.engine); QueueFull beyond the queue limit
-    for event in job.events(): ...    # RequestStarted, PromptProgress, ReasoningDelta, AnswerDelta, StatsUpdate,
-                                      # ToolCallStarted + ToolCallFinished, then Completed | Failed
-    job.stop()                        # a client that went away: Completed(CANCELLED) within about a token
+    prepared = serving.prepare(request)   # any thread: rendered and checked once (EngineError if it cannot run)
+    job = serving.submit(prepared)        # a Job (macapp.core.engine); QueueFull beyond the batch and queue limits
+    for event in job.events(): ...        # RequestStarted, PromptProgress, ReasoningDelta, AnswerDelta, StatsUpdate,
+                                          # ToolCallStarted + ToolCallFinished, then Completed | Failed
+    job.stop()                            # a client that went away: Completed(CANCELLED) within about a token
 
-Each request is rendered through the model's chat template (render.py), checked against the context limit
-and the memory budget before any work (Failed CONTEXT_LIMIT / MEMORY_BUDGET; INVALID_REQUEST for what the
-template or the tool choice refuses), restored from the longest checkpoint of its prompt (pool.py), read
-from there with the engine's `prefill` (a checkpoint at each boundary on the way) and answered with the
-engine's `stream_reply` (sampling, thinking budget, context cap, statistics). The answer text goes through
-the tool-call parser (toolcalls.py) and the stop sequences (stops.py) before it is emitted, so AnswerDelta
-never carries tool-call markup nor anything from a stop sequence on; a request for at most one call
-(`ToolChoice.parallel` off) ends after the first. max_tokens is clamped to the room the
-prompt leaves in the context.
+Each request is rendered through the model's chat template once (prepared.py: the context and memory checks and
+the max_tokens clamp come with it), restored from the longest checkpoint of its prompt (pool.py) and read from
+there, a checkpoint taken at each boundary on the way. Text requests join the running batch (batched.py, on
+mlx-lm's BatchGenerator: engine/batch.py), up to `batch_limit` decoding together; requests with pictures or a
+seed run one at a time on the worker (below, through the engine's `prefill` and `stream_reply`), between
+batches. Either way the answer text goes through the tool-call parser and the stop sequences (reply_text.py).
 
-Chat sessions keep their own caches; the pool holds only the API's. Both run on the engine's one worker, so
-a chat turn and a request wait for each other.
+Chat sessions keep their own caches; the pool holds only the API's. A chat turn is a job of the worker, so it
+waits for the batch in flight to finish (the batch takes no new request while one waits).
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -29,23 +28,14 @@ from typing import Any
 
 from macapp.core import events as ev
 from macapp.core.engine import Engine, EngineError, Job, LoadedModel, SessionOptions, TurnClock, prefill, stream_reply, wired_memory
+from macapp.core.engine.batch import DEFAULT_LIMIT, BatchLoop
 from macapp.core.engine.limits import context_limit, turn_sampling
-from macapp.core.events import AnswerDelta, PromptProgress, ReasoningDelta
+from macapp.core.events import PromptProgress
+from macapp.core.serving import batched
 from macapp.core.serving.pool import CheckpointPool, restore
-from macapp.core.serving.render import RenderedPrompt, RenderError, render
-from macapp.core.serving.requests import (
-    INVALID_REQUEST,
-    Completed,
-    CompletionRequest,
-    FinishReason,
-    RequestStarted,
-    ToolCall,
-    ToolCallFinished,
-    ToolCallStarted,
-    Usage,
-)
-from macapp.core.serving.stops import StopMatcher
-from macapp.core.serving.toolcalls import ToolCallParser
+from macapp.core.serving.prepared import PreparedRequest, prepare, prompt_length, render_for
+from macapp.core.serving.reply_text import ReplyText, cancelled, completed
+from macapp.core.serving.requests import CompletionRequest, RequestStarted, Usage
 
 MIN_POOL_BYTES = 256 * 1024**2
 FALLBACK_POOL_BYTES = 2 * 1024**3  # when the memory budget is unknown
@@ -56,8 +46,10 @@ FIRST_GUESS_S = 10.0  # a request's duration before one was measured (for Retry-
 @dataclass(frozen=True)
 class ServingOptions:
     session: SessionOptions = field(default_factory=SessionOptions)  # context limit, KV quantization, prefill step, budget
-    queue_limit: int = 8  # requests that may wait behind the one running; beyond it submit raises QueueFull
+    queue_limit: int = 8  # requests that may wait beyond the batch; beyond it submit raises QueueFull
     pool_bytes: int | None = None  # None: POOL_SHARE of the memory budget the weights leave (at least MIN_POOL_BYTES)
+    parallel: int | None = None  # at most this many sequences in the batch (None: as many as fit, sizing.parallel_sequences)
+    batching: bool = True  # False: every request one at a time (several Macs: the lockstep layer runs one call at a time)
 
 
 class QueueFull(Exception):
@@ -78,8 +70,10 @@ class ServingEngine:
         engine.hold_caches(self.pool)  # freed before another model loads
         self._sized = self.options.pool_bytes is not None
         self._lock = threading.Lock()
-        self._pending = 0  # submitted, not yet ended (the running one included)
-        self._mean_s = FIRST_GUESS_S
+        self._pending = 0  # submitted, not yet ended (the running ones included)
+        self._mean_s = FIRST_GUESS_S  # a request's measured duration, from its start to its end (EWMA)
+        self._batch: BatchLoop | None = None
+        self._batch_for: Any = None  # the model the batch limit was sized for
 
     # -- any thread ------------------------------------------------------------------------------------
     @property
@@ -99,29 +93,94 @@ class ServingEngine:
     def pending(self) -> int:
         return self._pending
 
+    @property
+    def batch_limit(self) -> int:
+        """How many requests decode together: what fits beside the weights at the context limit (one sequence's KV
+        cache grows with it; its DeltaNet state is fixed), at most --parallel; 1 without batching."""
+        m = self.engine.model
+        if not self.options.batching or m is None:
+            return 1
+        with self._lock:
+            if self._batch is None or self._batch_for is not m:
+                limit = self._fitting(m)
+                self._batch = BatchLoop(self.engine, limit, self.options.session.prefill_step_size)
+                self._batch_for = m
+            return self._batch.limit
+
+    def _fitting(self, m: LoadedModel) -> int:
+        from macapp.core import sizing
+
+        opts = self.options.session
+        budget = opts.memory_budget_bytes or self.engine.memory_budget_bytes()
+        most = DEFAULT_LIMIT
+        if budget and m.arch is not None:
+            most = sizing.parallel_sequences(
+                m.arch, m.weights_bytes, budget, self.context_limit, opts.kv_bits, opts.prefill_step_size,
+                reserved=self.options.pool_bytes or 0,
+            )
+        if self.options.parallel is not None:
+            most = min(most, self.options.parallel)
+        return max(1, min(most, DEFAULT_LIMIT))
+
     def count_tokens(self, request: CompletionRequest) -> int:
         """The prompt's length as the template renders it. Only the tokenizer is read (no MLX): any thread.
         EngineError NO_MODEL or INVALID_REQUEST (what the template or the tool choice refuses), as submit's job would."""
         m = self._model()
-        rendered = self._render(m, request)
-        if rendered.images:  # each picture's placeholder becomes its image tokens (from the sizes: no tower run)
-            from macapp.core.vision.serving import extra_image_tokens
+        return prompt_length(m, render_for(m, request))
 
-            return len(rendered.tokens) + extra_image_tokens(m.path, rendered.images)
-        return len(rendered.tokens)
+    def prepare(self, request: CompletionRequest) -> PreparedRequest:
+        """Render and check `request` once (any thread: only the tokenizer is read): EngineError NO_MODEL,
+        INVALID_REQUEST, CONTEXT_LIMIT or MEMORY_BUDGET before any work; max_tokens clamped to the room left."""
+        m = self._model()
+        prepared = prepare(m, request, self.context_limit)
+        opts = self.options.session
+        context_limit(m, opts, prepared.prompt_tokens, 0, opts.memory_budget_bytes or self.engine.memory_budget_bytes())
+        return prepared
 
-    def submit(self, request: CompletionRequest) -> Job:
+    def submit(self, request: PreparedRequest | CompletionRequest) -> Job:
+        """Start a prepared request (a plain CompletionRequest is prepared here, on the calling thread)."""
+        limit = self.batch_limit
         with self._lock:
-            if self._pending > self.options.queue_limit:
-                raise QueueFull(self._mean_s * self._pending)
+            waiting = self._pending - limit
+            if waiting >= self.options.queue_limit:
+                raise QueueFull(self._retry_after(waiting, limit))
             self._pending += 1
         try:
-            job = self.engine.submit("serve", lambda job: self._serve(job, request))
+            if isinstance(request, CompletionRequest):
+                try:
+                    request = self.prepare(request)
+                except EngineError as exc:
+                    return self._failed(exc)
+            job = self._start(request)
         except BaseException:  # a closed engine
             with self._lock:
                 self._pending -= 1
             raise
+        return job
+
+    def _retry_after(self, waiting: int, limit: int) -> float:
+        """When one more request would be taken: the ones waiting go `limit` at a time, each batch about as long as
+        a request takes from its start to its end."""
+        return self._mean_s * math.ceil((waiting + 1) / max(1, limit))
+
+    def _start(self, prepared: PreparedRequest) -> Job:
+        if self.options.batching and prepared.batchable and self.options.session.kv_bits is None:
+            job = self.engine.new_job("serve")
+            job.add_listener(self._on_event)
+            batch = self._batch
+            assert batch is not None  # made by batch_limit
+            started = time.perf_counter()
+            batch.add(job, lambda m: batched.start(self, job, prepared, m, started))
+            return job
+        job = self.engine.submit("serve", lambda job: self._serve(job, prepared))
         job.add_listener(self._on_event)
+        return job
+
+    def _failed(self, exc: EngineError) -> Job:
+        job = self.engine.new_job("serve")
+        job.add_listener(self._on_event)
+        job.emit(ev.Failed(exc.message, exc.code))
+        job.settle()
         return job
 
     def close(self) -> None:
@@ -141,6 +200,11 @@ class ServingEngine:
             with self._lock:
                 self._pending -= 1
 
+    def measured(self, seconds: float) -> None:
+        """A request took `seconds` from its start to its end (for Retry-After)."""
+        with self._lock:
+            self._mean_s = 0.7 * self._mean_s + 0.3 * seconds
+
     # -- worker ----------------------------------------------------------------------------------------
     def _model(self) -> LoadedModel:
         model = self.engine.model
@@ -148,14 +212,12 @@ class ServingEngine:
             raise EngineError("No model is loaded: load a model first.", ev.NO_MODEL)
         return model
 
-    @staticmethod
-    def _render(m: LoadedModel, request: CompletionRequest) -> RenderedPrompt:
-        try:
-            return render(m.tokenizer, request)
-        except RenderError as exc:
-            raise EngineError(str(exc), INVALID_REQUEST) from exc
+    def current(self, prepared: PreparedRequest) -> PreparedRequest:
+        """`prepared` for the model loaded now (prepared again if another was loaded since)."""
+        m = self._model()
+        return prepared if prepared.model is m else self.prepare(prepared.request)
 
-    def _pool_for(self, m: LoadedModel) -> CheckpointPool:
+    def pool_for(self, m: LoadedModel) -> CheckpointPool:
         self.pool.bind(m)
         if not self._sized:
             budget = self.options.session.memory_budget_bytes or self.engine.memory_budget_bytes()
@@ -164,24 +226,24 @@ class ServingEngine:
             self._sized = True
         return self.pool
 
-    def _serve(self, job: Job, request: CompletionRequest) -> None:
+    def _serve(self, job: Job, prepared: PreparedRequest) -> None:
         started = time.perf_counter()
         try:
-            self._run(job, request)
+            self._run(job, prepared)
         finally:
-            with self._lock:
-                self._mean_s = 0.7 * self._mean_s + 0.3 * (time.perf_counter() - started)
+            self.measured(time.perf_counter() - started)
 
-    def _run(self, job: Job, request: CompletionRequest) -> None:
+    def _run(self, job: Job, prepared: PreparedRequest) -> None:
         import mlx.core as mx
         from mlx_lm.models.cache import make_prompt_cache
 
         clock = TurnClock()
         m = self._model()
         if job.stopped:  # the client left while the request waited
-            job.emit(_cancelled(m, Usage()))
+            job.emit(cancelled(m, Usage()))
             return
-        rendered = self._render(m, request)
+        prepared = self.current(prepared)
+        request, rendered = prepared.request, prepared.rendered
         opts = self.options.session
         # Pictures (macapp.core.vision.serving): laid out in the prompt and keyed by content for the pool; read
         # through mlx-vlm's language model, the tower run only on those after the checkpoint found.
@@ -193,7 +255,7 @@ class ServingEngine:
         params = turn_sampling(request.sampling, rendered.thinking, budget, opts)
         limit = context_limit(m, opts, len(tokens), 0, opts.memory_budget_bytes or self.engine.memory_budget_bytes())
         params = replace(params, max_tokens=min(params.max_tokens, limit - len(tokens)))
-        pool = self._pool_for(m)
+        pool = self.pool_for(m)
         checkpoint = pool.longest_prefix(prompt.key)
         cached = checkpoint.length if checkpoint is not None else 0
         usage = Usage(prompt_tokens=len(tokens), cached_tokens=cached)
@@ -201,12 +263,12 @@ class ServingEngine:
         cache = restore(checkpoint) if checkpoint is not None else make_prompt_cache(m.model)
         if pictures is not None:
             prompt = replace(prompt, embeddings=self._begin_pictures(pictures, cache, checkpoint, clock))
-        text = _ReplyText(job, rendered, request)
+        text = ReplyText(job, rendered, request)
         with wired_memory(m):
             clock.reading(len(tokens) - cached)
             read = self._read(job, run, pool, cache, prompt, cached, pictures)
             if read < len(tokens) - 1:
-                job.emit(_cancelled(m, usage))
+                job.emit(cancelled(m, usage))
                 return
             streamed = stream_reply(
                 run, cache, tokens[-1:], cached=len(tokens) - 1, limit=limit, params=params, thinking=rendered.thinking,
@@ -215,16 +277,7 @@ class ServingEngine:
             )
         del cache
         mx.clear_cache()
-        reply = streamed.reply
-        usage.completion_tokens = len(reply.token_ids)
-        reason = text.finish(reply.finish_reason)
-        job.emit(
-            Completed(
-                text=text.text, reasoning=reply.reasoning, tool_calls=tuple(text.calls), finish_reason=reason, usage=usage,
-                stop_sequence=text.stops.matched, model=m.info.name, ttft_s=reply.stats.ttft_s,
-                generation_tps=reply.stats.generation_tps,
-            )
-        )
+        job.emit(completed(m, text, streamed, usage))
 
     def _pictures(self, m: LoadedModel, rendered: RenderedPrompt):
         from macapp.core.vision import serving as vision_serving
@@ -284,70 +337,3 @@ def _rope_delta(pictures, index: int) -> int:
     from macapp.core.vision import serving as vision_serving
 
     return vision_serving.rope_delta(pictures, index)
-
-
-def _cancelled(m: LoadedModel, usage: Usage) -> Completed:
-    return Completed(text="", reasoning="", tool_calls=(), finish_reason=FinishReason.CANCELLED, usage=usage, model=m.info.name)
-
-
-class _ReplyText:
-    """Between stream_reply and the job: answer text through the tool-call parser and the stop sequences."""
-
-    def __init__(self, job: Job, rendered: RenderedPrompt, request: CompletionRequest):
-        self.job = job
-        self.parser = ToolCallParser(rendered.tools) if rendered.tools else None
-        if self.parser is not None and rendered.prefill:
-            self.parser.feed(rendered.prefill)  # the forced call's opening: the reply goes on inside it
-        self.stops = StopMatcher(request.stop)
-        self.single_call = not request.tool_choice.parallel
-        self.pieces: list[str] = []
-        self.calls: list[ToolCall] = []
-
-    @property
-    def text(self) -> str:
-        return "".join(self.pieces)
-
-    def should_stop(self) -> bool:
-        return self.stops.matched is not None or self.job.stopped or (self.single_call and bool(self.calls))
-
-    def emit(self, event: Any) -> None:
-        if isinstance(event, AnswerDelta):
-            self._pieces(self.parser.feed(event.text) if self.parser is not None else [event.text])
-        elif isinstance(event, ReasoningDelta) and self.stops.matched is not None:
-            return
-        else:
-            self.job.emit(event)
-
-    def finish(self, engine_finish: str) -> FinishReason:
-        """Release what was held back; the request's finish reason from the engine's."""
-        if self.parser is not None:
-            self._pieces(self.parser.flush(complete=engine_finish == "stop"))
-        self._say(self.stops.flush())
-        if self.stops.matched is not None:
-            return FinishReason.STOP_SEQUENCE
-        if engine_finish == "stopped" and not (self.single_call and self.calls):
-            return FinishReason.CANCELLED
-        if engine_finish in ("length", "context"):
-            return FinishReason.LENGTH
-        return FinishReason.TOOL_CALLS if self.calls else FinishReason.STOP
-
-    def _pieces(self, pieces: list) -> None:
-        for piece in pieces:
-            if self.stops.matched is not None:
-                return
-            if isinstance(piece, ToolCall):
-                if self.single_call and self.calls:
-                    return  # one call was asked for: the others in its block, and anything after, are not the reply
-                self._say(self.stops.flush())  # held text was no stop sequence: the text ended at the call
-                index = len(self.calls)
-                self.calls.append(piece)
-                self.job.emit(ToolCallStarted(index, piece.id, piece.name))
-                self.job.emit(ToolCallFinished(index, piece))
-            else:
-                self._say(self.stops.feed(piece))
-
-    def _say(self, text: str) -> None:
-        if text:
-            self.pieces.append(text)
-            self.job.emit(AnswerDelta(text))
-

@@ -91,7 +91,7 @@ def test_stream_reply_keeps_to_the_context_limit_and_the_thinking_budget(engine,
 
 def test_a_leading_space_the_detokenizer_drops_is_given_back(engine):
     """mlx-lm's BPE streaming detokenizer trims the first space of a stream; a reply that continues a prompt keeps it."""
-    from macapp.core.engine.reply import _leading_space
+    from macapp.core.engine.reply import leading_space
 
     tok = engine.model.tokenizer
     is_, the = tok.encode(" is", add_special_tokens=False), tok.encode("The", add_special_tokens=False)
@@ -100,6 +100,6 @@ def test_a_leading_space_the_detokenizer_drops_is_given_back(engine):
         detok.add_token(t)
     detok.finalize()
     assert detok.text == "is"  # what mlx-lm streams
-    assert _leading_space(tok, is_, detok.text) == " is"
-    assert _leading_space(tok, the, "The") == "The"
-    assert _leading_space(tok, is_, " is") == " is"
+    assert leading_space(tok, is_, detok.text) == " is"
+    assert leading_space(tok, the, "The") == "The"
+    assert leading_space(tok, is_, " is") == " is"

@@ -218,8 +218,9 @@ def test_stop_ends_a_running_reply_within_a_few_tokens_and_the_next_starts(tiny,
 
 
 def test_a_request_stopped_while_queued_never_runs_and_the_queue_is_bounded(load, tiny_moe_path):
+    """One in the batch (--parallel 1), one more may wait; the next is refused."""
     engine = load(tiny_moe_path)
-    serving = ServingEngine(engine, ServingOptions(queue_limit=1))
+    serving = ServingEngine(engine, ServingOptions(queue_limit=1, parallel=1))
     gate = threading.Event()
     blocker = engine.submit("test-block", lambda job: gate.wait(TIMEOUT))
     first = serving.submit(ask(USER))
@@ -260,7 +261,7 @@ def test_no_model_fails_with_its_code():
 def test_a_forced_call_parses_what_the_model_writes_after_the_prefill(engine, load, tiny_moe_path):
     """The prompt wrote the call's opening: the reply text goes on inside it (real Job, real render)."""
     from macapp.core.engine import Job
-    from macapp.core.serving.runner import _ReplyText
+    from macapp.core.serving.reply_text import ReplyText as _ReplyText
 
     load(tiny_moe_path)
     request = ask(USER, tools=(WEATHER,), tool_choice=ToolChoice(ToolChoiceMode.REQUIRED))
@@ -276,7 +277,7 @@ def test_a_forced_call_parses_what_the_model_writes_after_the_prefill(engine, lo
 def test_at_most_one_call_ends_the_reply_after_the_first(engine, load, tiny_moe_path):
     """ToolChoice.parallel off: the other calls of the block are not the reply, generation is asked to stop."""
     from macapp.core.engine import Job
-    from macapp.core.serving.runner import _ReplyText
+    from macapp.core.serving.reply_text import ReplyText as _ReplyText
 
     load(tiny_moe_path)
     request = ask(USER, tools=(WEATHER,), tool_choice=ToolChoice(parallel=False))

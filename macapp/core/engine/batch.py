@@ -1,0 +1,262 @@
+"""Continuous batching: many sequences decoding together on the worker, through mlx-lm's BatchGenerator.
+
+    loop = BatchLoop(engine, limit=8)
+    loop.add(starter)      # any thread: `starter(model)` runs on the worker when the batch takes it and returns
+                           # the Sequence to insert (or None: it ended already, e.g. stopped while waiting)
+
+Sequences join and leave the running batch at token boundaries: the loop inserts what arrived since the last
+step, calls the generator's `next()` once (one decode step for the batch and one prefill chunk for those still
+reading), and hands each sequence its token (`SequenceReply.take`). Each keeps its own sampler, logits
+processors, max tokens, thinking budget, stop and cancellation; prompts are inserted in segments so the
+generator pauses at their boundaries and the caller can checkpoint there (`Sequence.on_segment`).
+
+What BatchGenerator lacks and this adds (a wrapper, not a second batching engine): the thinking budget, which
+must feed tokens the model did not sample (the sequence is taken out with its cache and inserted again with the
+closing tag to read, as stream_reply feeds it); a stop asked from another thread; and fair turns with the rest
+of the worker's jobs: while any other job waits for the worker (a chat turn, a load, a request that cannot be
+batched), the loop takes no new sequence, lets the ones it has finish and hands the worker over; sequences that
+arrived meanwhile wait for the next loop, queued behind that job.
+
+The loop is a Job of kind "batch" on the engine's worker (one at a time per BatchLoop). Its sequences have Jobs
+of their own, which the caller made and owns.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from macapp.core.engine.batch_reply import Next, SequenceReply
+from macapp.core.engine.jobs import Job
+from macapp.core.engine.reply import StreamedReply
+from macapp.core.engine.worker import waiting_jobs
+from macapp.core.events import Finished, PromptProgress, Reply
+
+if TYPE_CHECKING:
+    from macapp.core.engine.engine import Engine
+    from macapp.core.engine.model_folder import LoadedModel
+
+log = logging.getLogger(__name__)
+
+PREFILL_BATCH = 8  # prompts read together (mlx-lm's server default)
+DEFAULT_LIMIT = 32  # sequences decoding together (mlx-lm's server default)
+
+
+@dataclass(eq=False)
+class Sequence:
+    """One sequence for the batch: its cache and what it reads into it, how it samples, and who hears of it.
+
+    `segments`: the prompt tokens to read after what `cache` holds (`cached_tokens`), split where the caller
+    wants to hear of a boundary; the last segment is the prompt's last token alone."""
+
+    job: Job
+    cache: list
+    cached_tokens: list[int]
+    segments: list[list[int]]
+    sampler: Any
+    processors: list
+    reply: SequenceReply
+    on_segment: Callable[[int, list], None] | None = None  # (prompt tokens read so far, the cache holding them)
+    on_done: Callable[[StreamedReply | None], None] = lambda _reply: None  # None: stopped or failed while reading
+    read: int = 0  # prompt tokens read so far
+    start: int = 0  # tokens the cache held at the start
+    total: int = 0  # prompt tokens to read
+    bounds: list[int] = field(default_factory=list)  # where each segment ends (tokens read), in order
+
+    def __post_init__(self) -> None:
+        at = self.start = len(self.cached_tokens)
+        for segment in self.segments:
+            at += len(segment)
+            self.bounds.append(at)
+        self.total = at - len(self.cached_tokens)
+
+
+Starter = Callable[["LoadedModel"], "Sequence | None"]
+
+
+class BatchLoop:
+    """The batch of one model on an engine's worker (see the module docstring)."""
+
+    def __init__(self, engine: "Engine", limit: int = DEFAULT_LIMIT, prefill_step: int = 2048):
+        self.engine = engine
+        self.limit = max(1, int(limit))
+        self.prefill_step = prefill_step
+        self._lock = threading.Lock()
+        self._inbox: collections.deque[tuple[Job, Starter]] = collections.deque()
+        self._scheduled = False  # a loop job is queued or running and will take what is in the inbox
+        self.active = 0  # sequences in the batch now (for Retry-After and the window)
+        self.steps = 0
+
+    # -- any thread ------------------------------------------------------------------------------------
+    def add(self, job: Job, starter: Starter) -> None:
+        """Queue a sequence; the loop (started here if none is scheduled) takes it at its next step."""
+        with self._lock:
+            self._inbox.append((job, starter))
+            if self._scheduled:
+                return
+            self._scheduled = True
+        self._schedule()
+
+    def _schedule(self) -> None:
+        try:
+            self.engine.submit("batch", self._run)
+        except RuntimeError:  # a closed engine: whatever waits ends now
+            with self._lock:
+                self._scheduled = False
+                waiting = list(self._inbox)
+                self._inbox.clear()
+            for job, _ in waiting:
+                _end_unstarted(job)
+
+    # -- worker ----------------------------------------------------------------------------------------
+    def _run(self, loop_job: Job) -> None:
+        m = self.engine.model
+        try:
+            if m is None:
+                self._fail_inbox()
+            else:
+                self._serve(m)
+        finally:
+            loop_job.emit(Finished(Reply(kept=False)))
+            with self._lock:
+                again = bool(self._inbox)
+                self._scheduled = again
+            if again:  # they arrived while the loop was handing over: the next loop takes them
+                self._schedule()
+
+    def _fail_inbox(self) -> None:
+        with self._lock:
+            waiting = list(self._inbox)
+            self._inbox.clear()
+        from macapp.core import events as ev
+        from macapp.core.events import Failed
+
+        for job, _starter in waiting:
+            job.emit(Failed("No model is loaded: load a model first.", ev.NO_MODEL))
+
+    def _take(self) -> list[tuple[Job, Starter]]:
+        with self._lock:
+            taken = list(self._inbox)
+            self._inbox.clear()
+            return taken
+
+    def _serve(self, m: "LoadedModel") -> None:
+        from mlx_lm.generate import BatchGenerator
+
+        gen = BatchGenerator(
+            m.model, completion_batch_size=self.limit, prefill_batch_size=min(PREFILL_BATCH, self.limit),
+            prefill_step_size=self.prefill_step, stop_tokens=[[t] for t in m.tokenizer.eos_token_ids],
+        )
+        active: dict[int, Sequence] = {}
+        try:
+            while True:
+                if not waiting_jobs():  # another job waits for the worker: finish these, take no more
+                    for job, starter in self._take():
+                        self._insert(gen, active, job, starter, m)
+                elif not active:
+                    return
+                self.active = len(active)
+                if not active:
+                    with self._lock:
+                        if not self._inbox:
+                            return
+                    continue
+                self._step(gen, active)
+        except Exception as exc:  # an MLX error mid-step: every sequence in the batch ends with it
+            log.exception("the batch failed")
+            for seq in active.values():
+                seq.job.emit(_failure(exc))
+                seq.on_done(None)
+            active.clear()
+        finally:
+            self.active = 0
+            gen.close()
+
+    def _insert(self, gen: Any, active: dict[int, Sequence], job: Job, starter: Starter, m: "LoadedModel") -> None:
+        try:
+            seq = starter(m)
+        except Exception as exc:  # the starter's refusal (EngineError) or a bug: this sequence alone fails
+            from macapp.core.engine.errors import EngineError
+
+            if not isinstance(exc, EngineError):
+                log.exception("starting a batched sequence failed")
+            job.emit(_failure(exc))
+            return
+        if seq is None:
+            return
+        (uid,) = gen.insert_segments(
+            [seq.segments], max_tokens=[seq.reply.max_tokens()], caches=[seq.cache], all_tokens=[list(seq.cached_tokens)],  # the generator appends to it
+            samplers=[seq.sampler], logits_processors=[seq.processors],
+        )
+        seq.cache = []  # the batch holds it now
+        active[uid] = seq
+
+    def _step(self, gen: Any, active: dict[int, Sequence]) -> None:
+        prompt_responses, responses = gen.next()
+        self.steps += 1
+        remove: list[int] = []
+        for r in prompt_responses:
+            seq = active.get(r.uid)
+            if seq is None:
+                continue
+            done, _total = r.progress
+            seq.read = done
+            if seq.job.stopped and not r.end_of_prompt:
+                remove.append(r.uid)
+                continue
+            if not r.end_of_prompt:
+                seq.job.emit(PromptProgress(min(done, seq.total), seq.total))
+            if r.end_of_segment and not r.end_of_prompt and seq.on_segment is not None:
+                at = seq.start + done
+                if at in seq.bounds:
+                    (cache, _tokens), = gen.extract_cache([r.uid]).values()
+                    seq.on_segment(at, cache)
+        reinsert: list[tuple[int, Sequence]] = []
+        for r in responses:
+            seq = active.get(r.uid)
+            if seq is None:
+                continue
+            match seq.reply.take(r.token, r.finish_reason):
+                case Next.END:
+                    if r.finish_reason is None:
+                        remove.append(r.uid)
+                    del active[r.uid]
+                    seq.on_done(seq.reply.finish())
+                case Next.CLOSE_REASONING:
+                    reinsert.append((r.uid, seq))
+                case Next.GO_ON:
+                    pass
+        if remove:
+            for uid in remove:
+                seq = active.pop(uid, None)
+                if seq is not None:  # stopped while reading its prompt
+                    seq.on_done(None)
+            gen.remove(remove)
+        for uid, seq in reinsert:
+            (cache, tokens), = gen.remove([uid], return_prompt_caches=True).values()
+            del active[uid]
+            (new,) = gen.insert_segments(
+                [[seq.reply.segment]], max_tokens=[seq.reply.max_tokens()], caches=[cache], all_tokens=[list(tokens)],
+                samplers=[seq.sampler], logits_processors=[seq.processors],
+            )
+            active[new] = seq
+
+
+def _failure(exc: Exception):
+    from macapp.core import events as ev
+    from macapp.core.engine.errors import EngineError
+    from macapp.core.events import Failed
+
+    if isinstance(exc, EngineError):
+        return Failed(exc.message, exc.code)
+    return Failed(f"Unexpected engine error: {type(exc).__name__}: {exc}", ev.ERROR)
+
+
+def _end_unstarted(job: Job) -> None:
+    from macapp.core import events as ev
+    from macapp.core.events import Failed
+
+    job.emit(Failed("The engine was closed before this request started.", ev.CANCELLED))

@@ -1,0 +1,162 @@
+"""One sequence's reply in a batch: the tokens mlx-lm's BatchGenerator samples for it, as the engine's events.
+
+`stream_reply` (reply.py) drives mlx-lm's `stream_generate` for one sequence; in a batch the generator drives
+every sequence at once and hands each its token per step, so this is the same bookkeeping turned inside out:
+`SequenceReply.take(token, finish)` is called once per token and says what the batch must do next with the
+sequence (go on, end it, or feed the tokens that close its reasoning). The events, statistics, thinking budget,
+stop and context cap are the ones stream_reply gives, and `finish()` returns the same StreamedReply.
+
+Text: a streaming detokenizer of the sequence's own (mlx-lm's `tokenizer.detokenizer` is a copy per caller);
+an end-of-turn token is not written out, as stream_generate does not.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from macapp.core.engine.clock import STATS_INTERVAL_S, TurnClock
+from macapp.core.engine.reply import StreamedReply, close_text_for, deliver, leading_space
+from macapp.core.events import PromptProgress, Reply, StatsUpdate
+from macapp.core.sampling import SamplingParams
+from macapp.core.thinking import ThinkingSplitter
+
+if TYPE_CHECKING:
+    from macapp.core.engine.model_folder import LoadedModel
+
+Emit = Callable[[Any], None]
+
+
+class Next(enum.Enum):
+    GO_ON = "go_on"
+    END = "end"  # remove the sequence from the batch: the reply is over (finish() tells how)
+    CLOSE_REASONING = "close_reasoning"  # remove it and insert it again with `SequenceReply.segment` to read first
+
+
+@dataclass(frozen=True)
+class Limits:
+    cached: int  # tokens in the cache before the reply's first fed token
+    limit: int  # the context limit
+
+
+class SequenceReply:
+    """The reply of one batched sequence, token by token (see the module docstring). Worker thread only."""
+
+    def __init__(
+        self, model: "LoadedModel", *, limits: Limits, segment: list[int], params: SamplingParams, thinking: bool,
+        budget: int | None, should_stop: Callable[[], bool], emit: Emit, clock: TurnClock,
+    ):
+        self.model, self.params, self.thinking, self.budget = model, params, thinking, budget
+        self.should_stop, self.emit, self.clock = should_stop, emit, clock
+        self.cached, self.limit = limits.cached, limits.limit
+        self.splitter = ThinkingSplitter(in_reasoning=thinking and budget != 0)
+        self.detokenizer = model.tokenizer.detokenizer
+        self.eos = set(model.tokenizer.eos_token_ids)
+        self.generated: list[int] = []  # sampled tokens (the reply's token_ids)
+        self.added: list[int] = list(segment)  # every token this reply put in the cache: fed, then sampled, in order
+        self.stream_start = 0  # where the current detokenizer's tokens start in `generated`
+        self.reasoning = 0
+        self.forced = 0
+        self.budget_hit = False
+        self.last_token_at = 0.0
+        self.next_stats = 0.0
+        self.lead = True  # no text out of this detokenizer yet (reply.leading_space)
+        self.segment: list[int] = []  # tokens to feed when take() says CLOSE_REASONING
+        self.finish_reason = "length"
+
+    @property
+    def started(self) -> bool:
+        return bool(self.generated)
+
+    def max_tokens(self) -> int:
+        """How many tokens the batch may still sample for it: max_tokens left, within the context's room."""
+        room = self.limit - self.cached - len(self.added)
+        return min(self.params.max_tokens - len(self.generated), room)
+
+    def take(self, token: int, finish: str | None) -> Next:
+        """The batch sampled `token` (its finish reason: 'stop' for an end-of-turn token, 'length' for the last
+        token max_tokens allowed). Emits its text and statistics; says what to do next."""
+        now = time.perf_counter()
+        clock = self.clock
+        if not clock.first_token_at:
+            clock.first_token(now)
+            self.emit(PromptProgress(clock.prompt_tokens, clock.prompt_tokens))
+        self.last_token_at = now
+        self.generated.append(token)
+        self.added.append(token)
+        if self.splitter.in_reasoning:
+            self.reasoning += 1
+        if token not in self.eos:
+            self.detokenizer.add_token(token)
+            self._text(self.detokenizer.last_segment)
+        if finish is not None:
+            self.finish_reason = self._capped(finish)
+            return Next.END
+        if self.should_stop():
+            self.finish_reason = "stopped"
+            return Next.END
+        if self.budget is not None and self.reasoning >= self.budget and self.splitter.in_reasoning:
+            return self._over_budget()
+        if self.max_tokens() <= 0:  # only the context's room can end it here (max_tokens ends with finish 'length')
+            self.finish_reason = "context"
+            return Next.END
+        if now >= self.next_stats:
+            self.next_stats = now + STATS_INTERVAL_S
+            self.emit(StatsUpdate(self._stats(now, None)))
+        return Next.GO_ON
+
+    def _capped(self, finish: str) -> str:
+        if finish == "length" and self.params.max_tokens - len(self.generated) > 0:
+            return "context"  # the context limit, not max_tokens, ended the reply
+        return finish
+
+    def _over_budget(self) -> Next:
+        """The thinking budget is spent: feed the closing tag (stream_reply does the same) unless no token is left."""
+        if self.params.max_tokens - len(self.generated) <= 0:
+            self.finish_reason = "length"
+            return Next.END
+        self._text(self._flush_detokenizer())
+        self.budget_hit = True
+        close = close_text_for(self.splitter)
+        deliver(self.emit, self.splitter.feed(close))
+        self.segment = list(self.model.tokenizer.encode(close, add_special_tokens=False))
+        self.forced += len(self.segment)
+        self.added.extend(self.segment)
+        self.detokenizer = self.model.tokenizer.detokenizer  # the closing tag is written; go on from after it
+        self.stream_start = len(self.generated)
+        self.lead = True
+        if self.max_tokens() <= 0:
+            self.finish_reason = "context"
+            return Next.END
+        return Next.CLOSE_REASONING
+
+    def _flush_detokenizer(self) -> str:
+        self.detokenizer.finalize()
+        return self.detokenizer.last_segment
+
+    def _text(self, text: str) -> None:
+        if not text:
+            return
+        if self.lead:
+            self.lead = False
+            text = leading_space(self.model.tokenizer, self.generated[self.stream_start :], text)
+        deliver(self.emit, self.splitter.feed(text))
+
+    def _stats(self, now: float, finish: str | None):
+        return self.clock.stats(
+            last_token_at=self.last_token_at or now, now=now, generated=len(self.generated), reasoning=self.reasoning,
+            forced=self.forced, context=self.cached + len(self.added), finish=finish,
+        )
+
+    def finish(self) -> StreamedReply:
+        """The reply as stream_reply returns it (after take() said END)."""
+        self._text(self._flush_detokenizer())
+        deliver(self.emit, self.splitter.flush())
+        stats = self._stats(time.perf_counter(), self.finish_reason)
+        reply = Reply(
+            text=self.splitter.answer_text, reasoning=self.splitter.reasoning_text, thinking=self.thinking,
+            finish_reason=self.finish_reason, stats=stats, budget_hit=self.budget_hit, token_ids=self.generated,
+        )
+        return StreamedReply(reply, self.splitter.in_reasoning, self.added)

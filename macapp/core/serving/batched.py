@@ -1,0 +1,84 @@
+"""A prepared request as one sequence of the batch (macapp.core.engine.batch), on the engine's worker.
+
+When the batch takes the request: restore the longest checkpoint of its prompt (pool.py) as the sequence's
+cache, split the rest of the prompt at the checkpoint boundaries after it (the batch pauses there and the
+checkpoint is taken: `on_segment`), and answer with the same events, usage and Completed as a request run
+alone (runner.py): the reply's text goes through the same ReplyText (tool calls, stop sequences).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from macapp.core.engine import Job, LoadedModel, StreamedReply, TurnClock
+from macapp.core.engine.batch import Sequence
+from macapp.core.engine.batch_reply import Limits, SequenceReply
+from macapp.core.engine.limits import context_limit, turn_sampling
+from macapp.core.events import PromptProgress
+from macapp.core.sampling import make_sampler_and_processors
+from macapp.core.serving.pool import restore
+from macapp.core.serving.prepared import PreparedRequest
+from macapp.core.serving.reply_text import ReplyText, cancelled, completed
+from macapp.core.serving.requests import RequestStarted, Usage
+
+if TYPE_CHECKING:
+    from macapp.core.serving.runner import ServingEngine
+
+
+def start(serving: "ServingEngine", job: Job, prepared: PreparedRequest, m: LoadedModel, submitted: float) -> Sequence | None:
+    """The sequence for `prepared`, or None when it ended already (stopped while it waited)."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    clock = TurnClock()
+    if job.stopped:
+        job.emit(cancelled(m, Usage()))
+        return None
+    prepared = serving.current(prepared)
+    request, rendered = prepared.request, prepared.rendered
+    opts = serving.options.session
+    tokens = rendered.tokens
+    budget = request.thinking_budget if rendered.thinking else None
+    params = turn_sampling(request.sampling, rendered.thinking, budget, opts)
+    limit = context_limit(m, opts, len(tokens), 0, opts.memory_budget_bytes or serving.engine.memory_budget_bytes())
+    params = replace(params, max_tokens=min(params.max_tokens, limit - len(tokens)))
+    pool = serving.pool_for(m)
+    key = tuple(tokens)
+    checkpoint = pool.longest_prefix(key)
+    cached = checkpoint.length if checkpoint is not None else 0
+    usage = Usage(prompt_tokens=len(tokens), cached_tokens=cached)
+    job.emit(RequestStarted(usage.prompt_tokens, usage.cached_tokens))
+    cache = restore(checkpoint) if checkpoint is not None else make_prompt_cache(m.model)
+    text = ReplyText(job, rendered, request)
+    clock.reading(len(tokens) - cached)
+    job.emit(PromptProgress(0, len(tokens) - cached))
+    sampler, processors = make_sampler_and_processors(params)
+    reply = SequenceReply(
+        m, limits=Limits(cached=len(tokens) - 1, limit=limit), segment=tokens[-1:], params=params,
+        thinking=rendered.thinking, budget=budget, should_stop=text.should_stop, emit=text.emit, clock=clock,
+    )
+
+    def on_segment(at: int, segment_cache: list) -> None:
+        pool.add(key[:at], segment_cache)
+
+    def on_done(streamed: StreamedReply | None) -> None:
+        serving.measured(time.perf_counter() - submitted)
+        job.emit(cancelled(m, usage) if streamed is None else completed(m, text, streamed, usage))
+        job.settle()
+
+    return Sequence(
+        job=job, cache=cache, cached_tokens=list(tokens[:cached]), segments=_segments(tokens, cached, rendered.boundaries),
+        sampler=sampler, processors=processors, reply=reply, on_segment=on_segment, on_done=on_done,
+    )
+
+
+def _segments(tokens: list[int], cached: int, boundaries: tuple[int, ...]) -> list[list[int]]:
+    """The prompt after `cached`, cut at each checkpoint boundary after it; the last token alone at the end."""
+    cuts = [b for b in boundaries if cached < b < len(tokens) - 1] + [len(tokens) - 1, len(tokens)]
+    out, at = [], cached
+    for cut in cuts:
+        if cut > at:
+            out.append(tokens[at:cut])
+            at = cut
+    return out

@@ -1,0 +1,96 @@
+"""A request made ready to run: rendered and tokenized once, checked against the context, max_tokens clamped.
+
+`prepare` runs on any thread (it reads only the tokenizer, no MLX), so the server calls it off its event loop;
+the runner then takes the `PreparedRequest` as it is and never renders the prompt again. A prepared request
+belongs to the model it was rendered for: one prepared before a reload is refused when it runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from macapp.core import events as ev
+from macapp.core.engine.errors import EngineError
+from macapp.core.serving.render import RenderedPrompt, RenderError, render
+from macapp.core.serving.requests import INVALID_REQUEST, CompletionRequest
+
+if TYPE_CHECKING:
+    from macapp.core.engine.model_folder import LoadedModel
+
+
+@dataclass(frozen=True)
+class PreparedRequest:
+    request: CompletionRequest  # as sent, with sampling.max_tokens clamped to the room the prompt leaves
+    rendered: RenderedPrompt
+    prompt_tokens: int  # the prompt's length, each picture counted as its image tokens
+    model: "LoadedModel"  # the model it was rendered for
+
+    @property
+    def client(self) -> str:
+        return self.request.client
+
+    @property
+    def batchable(self) -> bool:
+        """Whether it may share the batch: no pictures (they run through mlx-vlm's model, one at a time) and no seed
+        (a seeded reply must not depend on its batch neighbours: it runs alone, as with mlx_lm.server)."""
+        return not self.rendered.images and self.request.sampling.seed is None
+
+
+def render_for(m: "LoadedModel", request: CompletionRequest) -> RenderedPrompt:
+    """The request through the model's chat template; EngineError INVALID_REQUEST for what the template refuses."""
+    try:
+        return render(m.tokenizer, request)
+    except RenderError as exc:
+        raise EngineError(str(exc), INVALID_REQUEST) from exc
+
+
+def prompt_length(m: "LoadedModel", rendered: RenderedPrompt) -> int:
+    """The prompt's tokens with each picture's placeholder counted as its image tokens (from the sizes: no tower run)."""
+    if not rendered.images:
+        return len(rendered.tokens)
+    from macapp.core.vision.serving import extra_image_tokens
+
+    return len(rendered.tokens) + extra_image_tokens(m.path, rendered.images)
+
+
+def check_vocabulary(m: "LoadedModel", request: CompletionRequest) -> None:
+    """logit_bias may only name the model's own token ids (an id past the vocabulary would crash MLX)."""
+    bias = request.sampling.logit_bias
+    if not bias:
+        return
+    from macapp.core.sampling import check_logit_bias
+
+    try:
+        check_logit_bias(bias, vocabulary_size(m))
+    except ValueError as exc:
+        raise EngineError(str(exc), INVALID_REQUEST) from exc
+
+
+def vocabulary_size(m: "LoadedModel") -> int:
+    """The size of the model's output layer (token ids are below it)."""
+    config = m.config if isinstance(m.config, dict) else {}
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    size = text.get("vocab_size") or config.get("vocab_size")
+    return int(size) if size else len(m.tokenizer.get_vocab())
+
+
+def prepare(m: "LoadedModel", request: CompletionRequest, context_limit: int) -> PreparedRequest:
+    """Render `request` for `m`, refuse it when its prompt leaves no room in `context_limit` tokens (EngineError
+    CONTEXT_LIMIT, the message says by how much and what to do), and clamp its max_tokens to the room left."""
+    check_vocabulary(m, request)
+    rendered = render_for(m, request)
+    prompt_tokens = prompt_length(m, rendered)
+    room = context_limit - prompt_tokens
+    if room < 1:
+        pictures = sum(len(msg.images) for msg in request.messages)
+        held = f" with its {pictures} picture{'s' * (pictures != 1)}' image tokens" if pictures else ""
+        fewer = "send fewer or smaller pictures, " if pictures else ""
+        raise EngineError(
+            f"This prompt is {prompt_tokens} tokens{held}, over the server's context limit of {context_limit} tokens: "
+            f"{fewer}shorten the conversation (or start the server with a larger --context).",
+            ev.CONTEXT_LIMIT,
+        )
+    if request.sampling.max_tokens > room:
+        request = replace(request, sampling=replace(request.sampling, max_tokens=room))
+    return PreparedRequest(request, rendered, prompt_tokens, m)
