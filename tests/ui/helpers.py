@@ -18,8 +18,10 @@ def send(chat, qtbot, text, thinking=True):
 
     chat.composer.thinking.setChecked(thinking)
     chat.composer.input.setPlainText(text)
-    qtbot.keyClick(chat.composer.input, Qt.Key.Key_Return)
-    assert chat.busy
+    # The turn's start is a signal emitted inside Enter's handling; `chat.busy` right after the key is not: a
+    # short reply can be over by then on a busy machine (the worker ran it all before the bridge attached).
+    with qtbot.waitSignal(chat.controller.turn_started, timeout=1_000):
+        qtbot.keyClick(chat.composer.input, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: not chat.busy, timeout=60_000)
     return chat.messages.widgets()[-1]
 

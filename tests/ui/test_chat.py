@@ -54,10 +54,9 @@ def test_stop_keeps_what_was_written_then_regenerate_replaces_it(chat, settings,
     chat.composer.input.setPlainText("Tell me a long story")
     qtbot.keyClick(chat.composer.input, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: chat.messages.current is not None and len(chat.messages.current.answer) > 20, timeout=30_000)
-    t0 = time.monotonic()
     qtbot.keyClick(window, Qt.Key.Key_Escape)  # Esc stops
-    qtbot.waitUntil(lambda: not chat.busy, timeout=5_000)
-    assert time.monotonic() - t0 < 3
+    # Waited on the state, not timed: a reply that ignored Esc would run on to its 4000 tokens and end "length".
+    qtbot.waitUntil(lambda: not chat.busy, timeout=60_000)
     stopped = chat.messages.widgets()[-1]
     assert "stopped" in stopped.stats_label.text()
     assert stopped.stats.generation_tokens < 4000
