@@ -17,7 +17,7 @@ import threading
 
 from macapp.cli import UsageError
 from macapp.cli.model import add_cache_arguments, add_model_argument, check_cache_arguments, load_model
-from macapp.server.activity import RequestRecord
+from macapp.server.activity import RequestRecord, RequestState
 from macapp.server.config import DEFAULT_HOST, DEFAULT_PORT, ServerConfig, is_loopback
 
 
@@ -57,7 +57,10 @@ def _config(args: argparse.Namespace) -> ServerConfig:
 
 
 def request_line(record: RequestRecord) -> str:
-    """One stderr line per finished request: who, tokens in / reused / out, decode speed, how it ended."""
+    """One stderr line per finished request: who, tokens in / reused / out, decode speed, how it ended; for a
+    refused one, its status and reason."""
+    if record.state is RequestState.REFUSED:
+        return f"qwen-desk: {record.client}: refused {record.status}: {record.error}"
     speed = f" at {record.tokens_per_s:.1f} tok/s" if record.tokens_per_s else ""
     end = record.state.value + (f": {record.error}" if record.error else "")
     return (f"qwen-desk: {record.client}: {record.prompt_tokens} tokens in ({record.cached_tokens} reused), "

@@ -1,5 +1,7 @@
-"""The server's requests as the window lists them (client, tokens in / reused / out, tok/s, state), and the
-jobs in flight, so that a shutdown can stop them all and let their streams end properly.
+"""The server's requests as the window lists them (client, tokens in / reused / out, tok/s, state), the ones it
+refused before any work (status and reason), and the jobs in flight, so that a shutdown can stop them all and
+let their streams end properly: while `stopping`, a reply cut short says so (503 / an error event), never as a
+finished answer.
 
 Updated from the jobs' listeners (on the engine's worker thread); observers are called on that thread too and
 must only hand the record on (the window's controller emits a Qt signal).
@@ -7,6 +9,7 @@ must only hand the record on (the window's controller emits a Qt signal).
 
 from __future__ import annotations
 
+import contextvars
 import enum
 import itertools
 import logging
@@ -28,10 +31,11 @@ class RequestState(enum.Enum):
     DONE = "done"
     STOPPED = "stopped"  # the client went away, or the server stopped
     FAILED = "failed"
+    REFUSED = "refused"  # answered with an error before any work (bad body, key, Host, size, queue full, ...)
 
     @property
     def finished(self) -> bool:
-        return self in (RequestState.DONE, RequestState.STOPPED, RequestState.FAILED)
+        return self in (RequestState.DONE, RequestState.STOPPED, RequestState.FAILED, RequestState.REFUSED)
 
 
 @dataclass(frozen=True)
@@ -46,9 +50,13 @@ class RequestRecord:
     completion_tokens: int = 0
     tokens_per_s: float = 0.0
     error: str = ""
+    status: int = 0  # the HTTP status of a refusal (0 for a request that ran)
 
 
 Observer = Callable[[RequestRecord], None]
+# Set by the HTTP front (refusals.RefusalDesk) per request: track() marks it, so an error answer to a request that
+# already has a record (a job that failed) is not listed a second time as a refusal.
+CURRENT_REQUEST: contextvars.ContextVar[dict | None] = contextvars.ContextVar("qwen_desk_request", default=None)
 
 
 @dataclass
@@ -59,6 +67,16 @@ class Activity:
     _observers: list[Observer] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _ids: Any = field(default_factory=lambda: itertools.count(1))
+    _stopping: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def stopping(self) -> bool:
+        """The server is shutting down: what it stops now was cut short, not finished."""
+        return self._stopping.is_set()
+
+    def open(self) -> None:
+        """The server (re)starts serving (the window starts and stops one server after another on one Activity)."""
+        self._stopping.clear()
 
     def add_observer(self, observer: Observer) -> None:
         with self._lock:
@@ -79,18 +97,30 @@ class Activity:
 
     def track(self, job: Any, client: str, api: str, prompt_tokens: int) -> RequestRecord:
         """Follow `job` from now on; returns its first record."""
+        if (current := CURRENT_REQUEST.get()) is not None:
+            current["tracked"] = True
         with self._lock:
             record = RequestRecord(next(self._ids), client, api, time.time(), prompt_tokens=prompt_tokens)
             self._records[record.id] = record
             self._jobs[record.id] = job
-            while len(self._records) > self.keep:
-                oldest = next(iter(self._records))
-                if oldest in self._jobs:
-                    break
-                del self._records[oldest]
+            self._trim()
         self._notify(record)
         job.add_listener(lambda event: self._on_event(record.id, event))
         return record
+
+    def refused(self, client: str, api: str, status: int, reason: str) -> RequestRecord:
+        """A request answered with an error before it reached the engine: listed with its status and reason."""
+        with self._lock:
+            record = RequestRecord(next(self._ids), client, api, time.time(), state=RequestState.REFUSED, error=reason, status=status)
+            self._records[record.id] = record
+            self._trim()
+        self._notify(record)
+        return record
+
+    def shut_down(self) -> None:
+        """Mark the server as stopping, then stop every job in flight (each ends as cut short by the shutdown)."""
+        self._stopping.set()
+        self.stop_all()
 
     def stop_all(self) -> None:
         with self._lock:
@@ -98,12 +128,21 @@ class Activity:
         for job in jobs:
             job.stop()
 
+    def _trim(self) -> None:  # under the lock
+        while len(self._records) > self.keep:
+            oldest = next(iter(self._records))
+            if oldest in self._jobs:
+                break
+            del self._records[oldest]
+
     def _on_event(self, record_id: int, event: Any) -> None:
         with self._lock:
             record = self._records.get(record_id)
             if record is None:
                 return
             updated = _apply(record, event)
+            if updated.state is RequestState.STOPPED and record.state is not RequestState.STOPPED and self.stopping:
+                updated = replace(updated, error="the server stopped")
             if updated is record:
                 return
             self._records[record_id] = updated

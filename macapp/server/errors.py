@@ -77,6 +77,18 @@ def invalid(message: str, param: str | None = None, code: str | None = None) -> 
     return ApiError(ErrorKind.INVALID_REQUEST, message, param=param, code=code)
 
 
+RETRY_AFTER_RESTART_S = 5  # what a client is told to wait when the server is going down (it may come back)
+
+
+def shutting_down(cut: bool = False) -> ApiError:
+    """The 503 for a request the server will not finish because it is stopping; `cut`: a reply already begun."""
+    what = "this reply was cut short and is not complete" if cut else "this request was not answered"
+    return ApiError(
+        ErrorKind.OVERLOADED, f"The server is shutting down: {what}. Send it again once the server is back.",
+        code="server_shutting_down", headers={"Retry-After": str(RETRY_AFTER_RESTART_S)},
+    )
+
+
 def flavor_for_path(path: str) -> Flavor:
     return Flavor.ANTHROPIC if path.startswith("/v1/messages") else Flavor.OPENAI
 

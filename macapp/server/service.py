@@ -72,6 +72,7 @@ class LocalServer:
             return self.base_url
         sock = bind_socket(self.config.host, self.config.port)
         self._port = sock.getsockname()[1]
+        self.activity.open()
         app = create_app(self.backend, self.config, self.activity)
         uv_config = uvicorn.Config(
             app, loop="asyncio", http="h11", ws="none", lifespan="off", log_level="warning", access_log=False,
@@ -101,8 +102,10 @@ class LocalServer:
             sock.close()
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop all requests in flight (their replies end as stopped), then the server; returns when it is down."""
-        self.activity.stop_all()
+        """Stop all requests in flight, then the server; returns when it is down. A reply cut short ends with an error
+        in its API's shape (503 before it began, an error event in a stream), never as a finished answer; a request
+        arriving meanwhile gets 503 with Retry-After."""
+        self.activity.shut_down()
         if self._server is not None:
             self._server.should_exit = True
         if self._thread is not None:

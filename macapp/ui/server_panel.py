@@ -39,6 +39,7 @@ STATE_TEXT = {
     RequestState.DONE: "done",
     RequestState.STOPPED: "stopped",
     RequestState.FAILED: "failed",
+    RequestState.REFUSED: "refused",
 }
 
 
@@ -249,7 +250,7 @@ class ServerPanel(QWidget):
             row = self.table.rowCount()
             self.table.insertRow(row)
             self._rows[record.id] = row
-        state = STATE_TEXT[record.state] + (f": {record.error}" if record.error else "")
+        state = STATE_TEXT[record.state] + (f" {record.status}" if record.status else "") + (f": {record.error}" if record.error else "")
         values = (record.client, record.prompt_tokens, record.cached_tokens, record.completion_tokens,
                   f"{record.tokens_per_s:.1f}" if record.tokens_per_s else "", state)
         for column, value in enumerate(values):
