@@ -45,6 +45,11 @@ _HOSTED_CHOICES = frozenset({
     "file_search", "web_search", "web_search_preview", "web_search_preview_2025_03_11", "computer_use_preview",
     "image_generation", "code_interpreter", "mcp", "custom", "local_shell", "apply_patch", "shell",
 })
+USED_FIELDS = frozenset({  # the others (prompt_cache_key, include, client_metadata, service_tier, …) are logged once
+    "model", "instructions", "input", "tools", "tool_choice", "parallel_tool_calls", "reasoning", "max_output_tokens",
+    "temperature", "top_p", "store", "previous_response_id", "metadata", "text", "stream", "background", "conversation",
+    "prompt", "truncation", "user",
+})
 CUSTOM_INPUT = "input"  # a custom tool call's raw input, as the template's argument mapping holds it
 
 
@@ -298,12 +303,14 @@ def parse_responses_request(
 ) -> ResponsesCall:
     """The request; `previous` is the conversation of the response named by previous_response_id (the route looks
     it up), which this input continues."""
+    f.note_ignored(body, USED_FIELDS, "responses")
     instructions = f.get_str(body, "instructions", "instructions", default="")
     conversation = parse_input(body.get("input"), previous)
     if not any(m.role in (Role.USER, Role.ASSISTANT, Role.TOOL) for m in conversation):
         raise invalid("input must hold at least one user, assistant or tool output item (instructions alone are not a prompt).", param="input")
     messages = ((ChatMessage(Role.SYSTEM, instructions),) if instructions else ()) + conversation
     thinking, budget = parse_thinking(body, default_thinking)
+    reasoning = f.get_object(body, "reasoning", "reasoning")
     _refuse_unsupported(body)
     max_tokens = f.get_int(body, "max_output_tokens", "max_output_tokens", minimum=1)
     sampling = f.sampling_for(
@@ -327,8 +334,7 @@ def parse_responses_request(
         "metadata": _metadata(body) or {},
         "parallel_tool_calls": parallel,
         "previous_response_id": f.get_str(body, "previous_response_id", "previous_response_id"),
-        "reasoning": {"effort": f.get_object(body, "reasoning", "reasoning").get("effort"),
-                      "summary": f.get_object(body, "reasoning", "reasoning").get("summary")},
+        "reasoning": {key: reasoning.get(key) for key in ("effort", "summary")},
         "store": store,
         "temperature": sampling.temperature,
         "text": {"format": {"type": "text"}},

@@ -4,7 +4,7 @@ client leaves), with the recent responses kept for `previous_response_id`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, AsyncIterator, Callable
 
 from starlette.requests import Request
@@ -30,6 +30,11 @@ from macapp.server.sse import JobFeed, SseResponse, paced_frames, sse_comment, s
 
 API = "responses"  # the window's request list
 CLIENT_GONE = 499
+
+
+def _in_responses_terms(error: ApiError) -> ApiError:
+    """The shared steps name the prompt `messages` (chat completions); here it is `input`."""
+    return replace(error, param="input") if error.param == "messages" else error
 
 
 @dataclass
@@ -61,6 +66,12 @@ class ResponsesEndpoint:
         return stored.conversation
 
     async def create(self, request: Request) -> Response:
+        try:
+            return await self._create(request)
+        except ApiError as error:
+            raise _in_responses_terms(error) from error
+
+    async def _create(self, request: Request) -> Response:
         body = f.parse_json_object(await request.body())
         call = parse_responses_request(body, self.config.default_thinking, self.label(request, API), self._previous(body))
         completion, prompt_tokens = await fit_to_context(self.backend, call.request)
@@ -91,7 +102,7 @@ class ResponsesEndpoint:
 
         def translate(event: Any) -> list[bytes]:
             if isinstance(event, Failed):
-                return frames(writer.failed(refusal(event)))
+                return frames(writer.failed(_in_responses_terms(refusal(event))))
             out = frames(writer.events(event))
             if isinstance(event, Completed) and writer.final is not None:
                 self._keep(call, event, writer.final)
