@@ -10,7 +10,7 @@ import sys
 from macapp import __version__
 
 # Each module defines `register(subparsers)`, which adds its parser and sets `func(args) -> int`.
-SUBCOMMAND_MODULES = ("fit", "download", "chat", "history", "serve")
+SUBCOMMAND_MODULES = ("fit", "download", "chat", "history", "serve", "demo")
 
 
 class UsageError(Exception):
