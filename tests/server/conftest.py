@@ -39,7 +39,7 @@ class Served:
 
 
 @contextlib.contextmanager
-def serve(model_path: Path, context: int | None = None, **config: Any) -> Iterator[Served]:
+def serve(model_path: Path, context: int | None = None, parallel: int | None = None, **config: Any) -> Iterator[Served]:
     from macapp.core.engine import Engine
     from macapp.server.runner_backend import serving_backend
     from macapp.server.service import LocalServer
@@ -47,7 +47,7 @@ def serve(model_path: Path, context: int | None = None, **config: Any) -> Iterat
     engine = Engine()
     engine.load(str(model_path)).result(timeout=120)
     settings = ServerConfig(port=0, **config)
-    backend = serving_backend(engine, context=context, queue_limit=settings.queue_limit)
+    backend = serving_backend(engine, context=context, queue_limit=settings.queue_limit, parallel=parallel)
     server = LocalServer(backend, settings)
     url = server.start()
     try:

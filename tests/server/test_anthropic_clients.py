@@ -347,7 +347,7 @@ def test_a_full_queue_is_rate_limit_error_with_retry_after(tiny_dense_path):
     import threading
     import time
 
-    with serve(tiny_dense_path, queue_limit=0) as served:
+    with serve(tiny_dense_path, queue_limit=0, parallel=1) as served:  # one in the batch, none may wait
         gate = threading.Event()
         held = served.engine.submit("hold", lambda job: gate.wait(30))  # the worker is busy: requests wait
         waiting = threading.Thread(target=lambda: served.anthropic().messages.create(model="m", max_tokens=4, messages=HELLO))

@@ -84,7 +84,7 @@ def test_disconnect_mid_stream_stops_the_generation_and_the_next_request_starts_
 
 
 def test_full_queue_is_429_with_retry_after(tiny_dense_path):
-    with serve(tiny_dense_path, queue_limit=1) as served:
+    with serve(tiny_dense_path, queue_limit=1, parallel=1) as served:  # one in the batch, one waiting
         body = endless(served, stream=True)
         streams = []
         first_data = threading.Event()
