@@ -1,10 +1,13 @@
 """`qwen-desk serve`: serve the model to other tools over a local OpenAI- and Anthropic-compatible API.
 
     qwen-desk serve --model MODEL [--host 127.0.0.1] [--port N] [--api-key KEY] [--context N] [--kv-bits 4|8]
-                    [--think | --no-think] [--allow-origin ORIGIN]...
+                    [--think | --no-think] [--allow-origin ORIGIN]... [--allow-host NAME]...
+
+The key can come from QWEN_DESK_API_KEY instead of --api-key (a flag shows in the process list; the variable does not).
 
 Loads the model on the engine's worker thread, then prints one line with the base URL once it answers.
-SIGINT / SIGTERM stop it: requests in flight end (their replies close as stopped), then the process exits 0.
+SIGINT / SIGTERM stop it: replies in flight end with an error saying the server shut down (never as a finished
+answer), requests still queued or arriving get 503 with Retry-After, then the process exits 0.
 """
 
 from __future__ import annotations
@@ -34,12 +37,22 @@ def register(subparsers) -> None:
         "--port", type=int, default=DEFAULT_PORT, metavar="N",
         help=f"port (default {DEFAULT_PORT}, clear of Ollama 11434, LM Studio 1234, llama.cpp/mlx-lm 8080)",
     )
-    parser.add_argument("--api-key", metavar="KEY", help="require 'Authorization: Bearer KEY' or 'x-api-key: KEY' on every request")
+    parser.add_argument(
+        "--api-key", metavar="KEY",
+        help="require 'Authorization: Bearer KEY' or 'x-api-key: KEY' on every request. Other users of this Mac can "
+        "see a flag in the process list (ps); set the QWEN_DESK_API_KEY environment variable instead to keep it private",
+    )
     add_cache_arguments(parser)
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--think", dest="think", action="store_true", default=True, help="reason before answering when a request does not say (default)")
     mode.add_argument("--no-think", dest="think", action="store_false", help="answer directly when a request does not say")
     parser.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN", help="let web pages from ORIGIN use the server (CORS); repeatable")
+    parser.add_argument(
+        "--allow-host", action="append", default=[], metavar="NAME",
+        help="also answer requests whose Host header names NAME (a proxy, a DNS name); repeatable. Loopback names are "
+        "always answered and, with --host beyond loopback, this Mac's own names and addresses (NAME.local too); "
+        "other names are refused against DNS rebinding. '*' turns the check off",
+    )
     from macapp.cli.cluster import add_run_arguments
 
     add_run_arguments(parser)
@@ -53,7 +66,10 @@ def _config(args: argparse.Namespace) -> ServerConfig:
     if args.api_key is not None and not args.api_key.strip():
         raise UsageError("--api-key is empty: give a key, or leave the flag out")
     key = args.api_key or os.environ.get("QWEN_DESK_API_KEY") or None
-    return ServerConfig(host=args.host, port=args.port, api_key=key, allowed_origins=tuple(args.allow_origin), default_thinking=args.think)
+    return ServerConfig(
+        host=args.host, port=args.port, api_key=key, allowed_origins=tuple(args.allow_origin),
+        allowed_hosts=tuple(args.allow_host), default_thinking=args.think,
+    )
 
 
 def request_line(record: RequestRecord) -> str:

@@ -1,7 +1,8 @@
 """The server's front door, as pure ASGI middleware (no buffering, so streams and disconnects pass through).
 
-In this order: a `Host` that is not a loopback name is refused while the server is bound to loopback (a web
-page using DNS rebinding names its own host); a browser `Origin` that is not configured is refused (no
+In this order: a `Host` that is not a name of this server is refused (a web page using DNS rebinding names its
+own host, and that works against a server bound to the LAN too): loopback names always, this machine's own
+names and addresses when bound beyond loopback, and the names given with --allow-host; a browser `Origin` that is not configured is refused (no
 permissive CORS: a page in the user's browser must not drive the model); the API key, when set, must come as
 `Authorization: Bearer KEY` or `x-api-key: KEY` (constant-time comparison); a body over the size limit gets 413,
 whether it says its length up front or streams it. Refusals use the API's own error shape.
@@ -16,19 +17,27 @@ from starlette.datastructures import Headers
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from macapp.server.config import MAX_BODY_BYTES, ServerConfig, is_loopback
+from macapp.server.config import MAX_BODY_BYTES, ServerConfig, is_loopback, machine_names, normal_host
 from macapp.server.errors import ApiError, ErrorKind, error_response, flavor_for_path
 
 @dataclass(frozen=True)
 class SecurityPolicy:
     api_key: str | None = None
-    loopback_only: bool = True  # refuse foreign Host names (set while bound to loopback)
+    allowed_hosts: frozenset[str] = frozenset()  # Host names accepted besides loopback ones; "*": any
     allowed_origins: tuple[str, ...] = ()
     max_body_bytes: int = MAX_BODY_BYTES
+    loopback: bool = True  # bound to loopback (only says so in the refusal)
 
     @classmethod
     def from_config(cls, config: ServerConfig) -> "SecurityPolicy":
-        return cls(config.api_key or None, config.loopback, tuple(config.allowed_origins), config.max_body_bytes)
+        hosts = {normal_host(h) for h in config.allowed_hosts}
+        if not config.loopback:
+            hosts |= machine_names() | {normal_host(config.host)}
+        hosts -= {"", "0.0.0.0", "::"}
+        return cls(config.api_key or None, frozenset(hosts), tuple(config.allowed_origins), config.max_body_bytes, config.loopback)
+
+    def host_allowed(self, name: str) -> bool:
+        return is_loopback(name) or "*" in self.allowed_hosts or normal_host(name) in self.allowed_hosts
 
 
 def host_name(host_header: str) -> str:
@@ -54,11 +63,13 @@ def key_matches(given: str | None, expected: str) -> bool:
 def check_request(policy: SecurityPolicy, path: str, method: str, headers: Headers) -> ApiError | None:
     """Why this request must be refused before it reaches a route, or None."""
     host = headers.get("host", "")
-    if policy.loopback_only and not is_loopback(host_name(host)):
+    if not policy.host_allowed(host_name(host)):
+        where = ("only http://127.0.0.1 or http://localhost while it is bound to this machine" if policy.loopback
+                 else "its loopback names and this machine's own names and addresses")
         return ApiError(
             ErrorKind.PERMISSION,
-            f"Host {host or '(none)'!r} is not a loopback name; this server answers only http://127.0.0.1 or "
-            "http://localhost while it is bound to this machine.",
+            f"Host {host or '(none)'!r} is not a name of this server; it answers {where}. If {host_name(host) or 'it'!s} "
+            f"is yours (a proxy, a DNS name), start the server with --allow-host {host_name(host) or 'NAME'}.",
         )
     origin = headers.get("origin")
     if origin is not None and origin not in policy.allowed_origins:
