@@ -13,6 +13,7 @@ from macapp.ui.chat_controller import ChatController, TurnEnd, TurnStart
 from macapp.ui.composer import Composer
 from macapp.ui.message_list import MessageList
 from macapp.ui.meter import Meter
+from macapp.ui.model_bar import Choice, LoadPrompt, ModelPicker
 from macapp.ui.settings import SettingsDialog
 from macapp.ui.widgets import ElidedLabel
 
@@ -30,8 +31,11 @@ class ChatView(QWidget):
         self.regenerate_button = QPushButton("Regenerate", self)
         self.edit_button = QPushButton("Edit Last", self)
         self.new_button = QPushButton("New Chat", self)
+        self.model_picker = ModelPicker(self)
+        self.model_choices: list[Choice] = []
         header = QHBoxLayout()
         header.addWidget(self.title, 1)
+        header.addWidget(self.model_picker)
         for b in (self.regenerate_button, self.edit_button, self.new_button):
             header.addWidget(b)
         self.messages = MessageList(self)
@@ -44,6 +48,12 @@ class ChatView(QWidget):
         self.notice.setObjectName("Warning")
         self.notice.setWordWrap(True)
         self.notice.hide()
+        self.demo_note = QLabel(self)
+        self.demo_note.setObjectName("Warning")
+        self.demo_note.setWordWrap(True)
+        self.demo_note.hide()
+        self.load_prompt = LoadPrompt(self)
+        self.load_prompt.hide()
         self.composer = Composer(self)
         self.composer.thinking.setChecked(bool(settings.get("chat.thinking", True)))
 
@@ -52,7 +62,9 @@ class ChatView(QWidget):
         lay.setSpacing(8)
         lay.addLayout(header)
         lay.addWidget(self.messages, 1)
+        lay.addWidget(self.demo_note)
         lay.addWidget(self.notice)
+        lay.addWidget(self.load_prompt)
         lay.addWidget(self.error)
         lay.addWidget(self.meter)
         lay.addWidget(self.composer)
@@ -181,6 +193,31 @@ class ChatView(QWidget):
         self.notice.setText(text)
         self.notice.show()
 
+    def set_model_choices(self, choices: list[Choice]) -> None:
+        """The models on this machine (the library's rows on disk), for the picker and the load prompt."""
+        self.model_choices = list(choices)
+        self._update_state()
+
+    def conversation_model(self) -> str | None:
+        """The model the open conversation was written with (None for a new chat)."""
+        c = self.controller
+        return (c.recorder.model or None) if c.recorder is not None and c.conversation_id is not None else None
+
+    def _update_model_controls(self, loaded: bool, loading: bool) -> None:
+        from macapp.devtools.demo import SHORT_NOTICE, is_demo_model
+
+        ref = self.controller.model_ref
+        path = ref.local_path if loaded else None
+        self.model_picker.set_choices(self.model_choices, path)
+        if loaded or loading:
+            self.load_prompt.hide()
+        else:
+            name = self.conversation_model()
+            own = next((c for c in self.model_choices if name and c.name == name), None)
+            self.load_prompt.show_for(name, own)
+        self.demo_note.setText(SHORT_NOTICE + " (download a real model in Models for real answers)")
+        self.demo_note.setVisible(loaded and is_demo_model(path))
+
     def _on_model_loaded(self, loaded: Loaded) -> None:
         self.composer.thinking.setEnabled(loaded.has_thinking)
 
@@ -218,6 +255,7 @@ class ChatView(QWidget):
         else:
             self.composer.set_can_send(True)
             self.messages.set_empty_text("Ask anything.\nEnter sends · Shift+Enter adds a line · Esc stops")
+        self._update_model_controls(loaded, loading)
         idle = loaded and not c.busy
         self.regenerate_button.setEnabled(idle and self.messages.last_index("assistant") is not None)
         self.edit_button.setEnabled(idle and self.messages.last_index("user") is not None)

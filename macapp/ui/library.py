@@ -36,6 +36,7 @@ class LibraryPage(QWidget):
     """Emits `load_requested(ModelRef)` once the guardrail has passed (or the user chose Load anyway)."""
 
     load_requested = Signal(object)
+    rows_changed = Signal()  # after every refresh: the Chat page's model picker follows
     machine_changed = Signal(object)
     hub_refreshed = Signal(object)  # {repo: error} for the builds the hub could not tell us about
     _machine_detected = Signal(object)
@@ -77,6 +78,12 @@ class LibraryPage(QWidget):
         self.kv_combo.setToolTip("Quantize the attention KV cache to fit longer contexts (small quality cost)")
         self.open_folder_button = QPushButton("Open Folder…", self)
         self.open_folder_button.setToolTip("Load an MLX Qwen3.5 model from a folder on this Mac")
+        self.remove_folder_button = QPushButton("Remove from Library", self)
+        self.remove_folder_button.setToolTip("Forget this folder here (its files stay where they are)")
+        self.remove_folder_button.hide()
+        self.demo_button = QPushButton("Try the Demo Model", self)
+        self.demo_button.setToolTip("A tiny model made on this Mac in a second, no download: it writes nonsense, "
+                                    "it only shows the app working")
 
         controls = QHBoxLayout()
         controls.setSpacing(8)
@@ -88,7 +95,9 @@ class LibraryPage(QWidget):
         controls.addWidget(self.kv_combo)
         controls.addStretch(0)
         controls.addSpacing(16)
+        controls.addWidget(self.demo_button)
         controls.addWidget(self.open_folder_button)
+        controls.addWidget(self.remove_folder_button)
 
         self.model = LibraryModel(self)
         self.table = QTableView(self)
@@ -139,8 +148,13 @@ class LibraryPage(QWidget):
         self.kv_combo.currentIndexChanged.connect(lambda _i: self._choices_changed())
         self.table.selectionModel().currentRowChanged.connect(lambda cur, _prev: self._show_details(cur.row()))
         self.open_folder_button.clicked.connect(lambda: self.window().open_model_folder())
+        self.remove_folder_button.clicked.connect(self.remove_selected_folder)
+        self.demo_button.clicked.connect(lambda: self.window().try_demo_model())
+        self.table.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.table.customContextMenuRequested.connect(self._row_menu)
 
         self.entries = catalog.load_catalog()
+        self.local_refs = self._remembered_folders()
         # A quick profile for the first paint (no MLX import); start() replaces it with the full one.
         self.detected = hardware.detect_machine(use_mlx=False)
         self.machine = self._what_if() or self.detected
@@ -225,6 +239,7 @@ class LibraryPage(QWidget):
             path = ref.local_path or (self.downloads.local_path(ref) if self.downloads else None)
             rows.append(Row(ref=ref, estimate=est, downloaded=path is not None, local_path=path))
         self.model.set_rows(rows, self.context, self.machine)
+        self.rows_changed.emit()
         suggestion = self.suggested_row()
         self._update_summary(suggestion)
         target = next((i for i, r in enumerate(rows) if r.key == keep), None)
@@ -269,6 +284,7 @@ class LibraryPage(QWidget):
             self.settings.set("library.selected", row.key)
         if row is not None:
             self.model.advice_for(row)
+        self.remove_folder_button.setVisible(row is not None and row.ref.origin is catalog.Origin.LOCAL)
         self.details.show_row(row, self.machine, self.context, self.kv_bits)
         if self.downloads is not None:
             self.downloads.show_for(row)
@@ -310,14 +326,77 @@ class LibraryPage(QWidget):
         self.hub_refreshed.emit(errors)
 
     def open_local_folder(self, folder: str) -> Row | None:
+        """Add a model folder to the library (remembered across restarts) and select it."""
         try:
-            ref = catalog.model_from_folder(Path(folder))
+            ref = catalog.model_from_folder(Path(folder).resolve())
         except (catalog.UnknownModel, catalog.ConfigError) as exc:
             QMessageBox.warning(self, "Not a Qwen3.5 model folder", str(exc))
             return None
         self.local_refs = [r for r in self.local_refs if r.local_path != ref.local_path] + [ref]
+        self._remember_folders()
         self.refresh()
         return self.select(str(ref.local_path))
+
+    def remove_local_folder(self, folder: str | Path) -> bool:
+        """Forget a folder opened earlier (its files are left alone); False if it was not in the library."""
+        path = Path(folder)
+        kept = [r for r in self.local_refs if Path(r.local_path) != path]
+        if len(kept) == len(self.local_refs):
+            return False
+        self.local_refs = kept
+        self._remember_folders()
+        self.refresh()
+        return True
+
+    def remove_selected_folder(self) -> None:
+        row = self.selected_row()
+        if row is not None and row.ref.origin is catalog.Origin.LOCAL:
+            self.remove_local_folder(row.ref.local_path)
+
+    def _row_menu(self, pos) -> None:
+        from PySide6.QtWidgets import QMenu
+
+        index = self.table.indexAt(pos)
+        if not index.isValid():
+            return
+        self.table.selectRow(index.row())
+        row = self.model.rows[index.row()]
+        menu = QMenu(self)
+        if row.local_path is not None:
+            menu.addAction("Load", self.request_load)
+        if row.ref.origin is catalog.Origin.LOCAL:
+            menu.addAction("Remove from Library", self.remove_selected_folder)
+        if not menu.isEmpty():
+            menu.exec(self.table.viewport().mapToGlobal(pos))
+
+    def _remember_folders(self) -> None:
+        self.settings.set("library.folders", [str(r.local_path) for r in self.local_refs])
+
+    def _remembered_folders(self) -> list:
+        """The folders opened in earlier sessions that still hold a model (a moved or deleted one is left out)."""
+        refs = []
+        for folder in self.settings.get("library.folders") or []:
+            try:
+                refs.append(catalog.model_from_folder(Path(folder)))
+            except (catalog.UnknownModel, catalog.ConfigError, OSError, TypeError):
+                continue
+        return refs
+
+    def set_loaded(self, path: str | Path | None) -> None:
+        """Mark the row of the model the chat has loaded (None: none is)."""
+        self.model.set_loaded(Path(path) if path is not None else None)
+
+    def rows_on_disk(self) -> list[Row]:
+        """The rows that can be loaded now: downloaded builds and folders."""
+        return [r for r in self.model.rows if r.local_path is not None]
+
+    def load_row(self, key: str) -> bool:
+        """Select the row `key` and load it (through the same guardrail as the Load button)."""
+        try:
+            self.select(key)
+        except KeyError:
+            return False
+        return self.request_load()
 
     def guardrail_message(self, row: Row) -> str | None:
         """Why loading this row is refused (None when it fits or is tight)."""

@@ -47,6 +47,15 @@ class LibraryModel(QAbstractTableModel):
         self.context = 32768
         self.live_status: dict[str, str] = {}  # repo -> "Downloading 42%" while a download runs
         self.machine: Any = None
+        self.loaded_path: Path | None = None  # the folder the chat has loaded: its row says "Loaded"
+
+    def is_loaded(self, row: Row) -> bool:
+        return self.loaded_path is not None and row.local_path is not None and Path(row.local_path) == self.loaded_path
+
+    def set_loaded(self, path: Path | None) -> None:
+        self.loaded_path = path
+        if self.rows:
+            self.dataChanged.emit(self.index(0, 0), self.index(len(self.rows) - 1, len(COLUMNS) - 1))
 
     def rowCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: N802
         return 0 if parent.isValid() else len(self.rows)
@@ -79,6 +88,8 @@ class LibraryModel(QAbstractTableModel):
             if col == 5:
                 if self.live_status.get(row.key):
                     return self.live_status[row.key]
+                if self.is_loaded(row):
+                    return "● Loaded"
                 if row.ref.origin is catalog.Origin.LOCAL:
                     return "Local folder"
                 return "Downloaded" if row.downloaded else ""
@@ -93,7 +104,7 @@ class LibraryModel(QAbstractTableModel):
                 return "Not downloaded yet" if not catalog.hub_offline() else "Not downloaded (offline: downloads unavailable)"
         if role == Qt.ItemDataRole.TextAlignmentRole and col in (2, 4):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        if role == Qt.ItemDataRole.FontRole and col == 0:
+        if role == Qt.ItemDataRole.FontRole and (col == 0 or (col == 5 and self.is_loaded(row))):
             f = QFont()
             f.setWeight(QFont.Weight.DemiBold)
             return f

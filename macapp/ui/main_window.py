@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from PySide6.QtCore import QByteArray, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
@@ -23,6 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 from macapp import APP_NAME, __version__
+from macapp.core.events import Failed
 from macapp.core.settings import Settings
 from macapp.ui.status import StatusArea
 
@@ -151,6 +154,13 @@ class MainWindow(QMainWindow):
         self.chat.controller.model_ready.connect(lambda: self.show_page(CHAT))
         self.server.busy_changed.connect(self._on_server_busy)
         self.chat.controller.state_changed.connect(self._say_chat_waits)
+        self.library.rows_changed.connect(self._offer_models)
+        self.chat.controller.state_changed.connect(self._mark_loaded)
+        self.chat.model_picker.chosen.connect(self.load_model_row)
+        self.chat.load_prompt.load_requested.connect(self.load_model_row)
+        self.chat.load_prompt.models_requested.connect(lambda: self.show_page(LIBRARY))
+        self.chat.load_prompt.demo_requested.connect(self.try_demo_model)
+        self.demo_job = None  # making the demo model, on the engine's worker
 
         self._build_menus()
         self._restore_state()
@@ -176,6 +186,7 @@ class MainWindow(QMainWindow):
         file_menu = bar.addMenu("&File")
         self.new_chat_action = self._action("New Chat", self.new_chat, QKeySequence.StandardKey.New)
         self.open_folder_action = self._action("Open Model Folder…", self.open_model_folder, QKeySequence.StandardKey.Open)
+        self.demo_action = self._action("Try the Demo Model", self.try_demo_model)
         self.refresh_catalog_action = self._action("Refresh Catalog from Hub", self.refresh_catalog)
         self.preferences_action = self._action(
             "Preferences…", self.show_preferences, QKeySequence.StandardKey.Preferences, QAction.MenuRole.PreferencesRole
@@ -184,7 +195,7 @@ class MainWindow(QMainWindow):
             self.preferences_action.setShortcut(QKeySequence("Ctrl+,"))
         self.about_action = self._action(f"About {APP_NAME}", self.show_about, None, QAction.MenuRole.AboutRole)
         self.quit_action = self._action("Quit", self.close, QKeySequence.StandardKey.Quit, QAction.MenuRole.QuitRole)
-        for a in (self.new_chat_action, self.open_folder_action, self.refresh_catalog_action, None,
+        for a in (self.new_chat_action, self.open_folder_action, self.demo_action, self.refresh_catalog_action, None,
                   self.preferences_action, self.about_action,
                   None, self.quit_action):
             file_menu.addSeparator() if a is None else file_menu.addAction(a)
@@ -300,6 +311,50 @@ class MainWindow(QMainWindow):
         folder = QFileDialog.getExistingDirectory(self, "Open a Model Folder (MLX format)")
         if folder:
             self.library.open_local_folder(folder)
+
+    # -- models for the chat ------------------------------------------------------------------------------------
+    def _offer_models(self) -> None:
+        from macapp.ui.model_bar import Choice
+
+        choices = [
+            Choice(row.key, f"{row.title} · {row.ref.bits}-bit" if row.ref.bits else row.title, Path(row.local_path), row.title)
+            for row in self.library.rows_on_disk()
+        ]
+        self.chat.set_model_choices(choices)
+        self._mark_loaded()
+
+    def _mark_loaded(self) -> None:
+        ref = self.chat.controller.model_ref
+        self.library.set_loaded(ref.local_path if ref is not None else None)
+
+    def load_model_row(self, key: str) -> None:
+        """Load a library row picked on the Chat page (the library's guardrail applies)."""
+        self.library.load_row(key)
+
+    def try_demo_model(self) -> None:
+        """Make the tiny demo model (once; on the engine's worker, the window stays live), add it, load it."""
+        if self.demo_job is not None:
+            return
+        from macapp.devtools.demo import DemoReady, build_job
+        from macapp.ui.bridge import EventBridge
+
+        self.status.showMessage("Making the demo model (a tiny model with random weights, about a second)…")
+        self.demo_job = build_job(self.chat.controller._ensure_engine())
+        bridge = EventBridge(parent=self)
+
+        def done(batch) -> None:
+            self.demo_job = None
+            bridge.deleteLater()
+            match batch[-1]:
+                case DemoReady(path=path):
+                    self.status.showMessage("Demo model ready: it writes nonsense, it only shows the app working", 10000)
+                    if self.library.open_local_folder(path) is not None:
+                        self.library.request_load()
+                case Failed(message=message):
+                    self.status.showMessage(f"Could not make the demo model: {message}", 15000)
+
+        bridge.delivered.connect(done)
+        bridge.attach(self.demo_job)
 
     def show_preferences(self) -> None:
         self.chat.show_settings()
