@@ -87,8 +87,9 @@ class BatchLoop:
         self._lock = threading.Lock()
         self._inbox: collections.deque[tuple[Job, Starter]] = collections.deque()
         self._scheduled = False  # a loop job is queued or running and will take what is in the inbox
-        self.active = 0  # sequences in the batch now (for Retry-After and the window)
-        self.steps = 0
+        self.active = 0  # sequences in the batch now
+        self.peak = 0  # the most sequences it has had at once
+        self.steps = 0  # generator steps so far
 
     # -- any thread ------------------------------------------------------------------------------------
     def add(self, job: Job, starter: Starter) -> None:
@@ -159,6 +160,7 @@ class BatchLoop:
                 elif not active:
                     return
                 self.active = len(active)
+                self.peak = max(self.peak, self.active)
                 if not active:
                     with self._lock:
                         if not self._inbox:

@@ -1,0 +1,159 @@
+"""Requests in one batch (macapp.core.serving.batched on engine/batch.py): the same replies as alone, each with its
+own settings, stops and checkpoints, while the rest of the batch goes on."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from macapp.core.events import AnswerDelta, Finished
+from macapp.core.sampling import SamplingParams, greedy
+from macapp.core.serving.render import render
+from macapp.core.serving.requests import ChatMessage, Completed, FinishReason, Role
+from macapp.core.serving.runner import ServingEngine, ServingOptions
+from macapp.devtools.tiny_model import SCRIPT_ANSWER, SCRIPT_REASONING
+from tests.core.serving.conftest import TIMEOUT
+from tests.core.serving.test_runner import ANSWER, SYSTEM, USER, WEATHER, ask, longest_shared_boundary, off_script
+from tests.fixtures.scripted import TOOL_CALL_ARGUMENTS, TOOL_PREAMBLE
+
+QUESTIONS = [f"Question {i}: " + "tell me more " * (i * 3) for i in range(6)]
+
+
+def all_at_once(serving: ServingEngine, requests: list) -> list[Completed]:
+    """Submit every request before any has started (the worker held), then let them run together."""
+    gate = threading.Event()
+    held = serving.engine.submit("hold", lambda job: gate.wait(TIMEOUT))
+    jobs = [serving.submit(r) for r in requests]
+    gate.set()
+    held.join(TIMEOUT)
+    return [job.wait(TIMEOUT) for job in jobs]
+
+
+def one_by_one(serving: ServingEngine, requests: list) -> list[Completed]:
+    return [serving.submit(r).wait(TIMEOUT) for r in requests]
+
+
+@pytest.fixture
+def moe(load, tiny_moe_path):
+    return load(tiny_moe_path)
+
+
+def test_a_batch_of_six_gives_each_the_text_it_gets_alone_and_the_one_at_a_time_path_agrees(moe):
+    requests = [ask(SYSTEM, ChatMessage(Role.USER, q), sampling=off_script(moe, 24 + 4 * i)) for i, q in enumerate(QUESTIONS)]
+    batched = ServingEngine(moe, ServingOptions(pool_bytes=0))
+    together = all_at_once(batched, requests)
+    assert batched._batch.peak == len(requests)  # they really ran together
+    alone = one_by_one(ServingEngine(moe, ServingOptions(pool_bytes=0)), requests)
+    sequential = one_by_one(ServingEngine(moe, ServingOptions(pool_bytes=0, batching=False)), requests)
+    for i, (a, b, c) in enumerate(zip(together, alone, sequential)):
+        assert a.finish_reason is b.finish_reason is c.finish_reason is FinishReason.LENGTH, i
+        assert a.text == b.text == c.text and a.text, i
+        assert a.usage == b.usage == c.usage and a.usage.completion_tokens == 24 + 4 * i, i
+
+
+def test_each_sequence_keeps_its_own_mode_budget_and_max_tokens(moe):
+    serving = ServingEngine(moe)
+    requests = [
+        ask(USER, thinking=True),
+        ask(USER, thinking=True, thinking_budget=3),
+        ask(USER, thinking=False),
+        ask(USER, thinking=False, max_tokens=2),
+    ]
+    full, budget, plain, short = all_at_once(serving, requests)
+    assert full.reasoning == "".join(SCRIPT_REASONING) and full.text == ANSWER
+    assert budget.reasoning == "".join(SCRIPT_REASONING[:3]) and budget.text == ANSWER and budget.finish_reason is FinishReason.STOP
+    assert plain.reasoning == "" and plain.text == ANSWER
+    assert short.text == "".join(SCRIPT_ANSWER[:2]) and short.finish_reason is FinishReason.LENGTH
+    assert short.usage.completion_tokens == 2
+
+
+def test_a_stopped_sequence_leaves_within_a_token_and_the_others_finish(moe):
+    serving = ServingEngine(moe, ServingOptions(pool_bytes=0))
+    long = [ask(ChatMessage(Role.USER, q), sampling=off_script(moe, 200)) for q in QUESTIONS[:3]]
+    jobs = [serving.submit(r) for r in long]
+    victim = jobs[1]
+    texts: list[str] = []
+
+    def on_event(event) -> None:
+        if isinstance(event, AnswerDelta):
+            texts.append(event.text)
+            if len(texts) == 5:
+                victim.stop()
+
+    victim.add_listener(on_event)
+    stopped = victim.wait(TIMEOUT)
+    assert stopped.finish_reason is FinishReason.CANCELLED
+    assert stopped.usage.completion_tokens <= 5 + 2  # the token in flight, and the one after the stop was seen
+    others = [jobs[0].wait(TIMEOUT), jobs[2].wait(TIMEOUT)]
+    assert all(d.finish_reason is FinishReason.LENGTH and d.usage.completion_tokens == 200 for d in others)
+    alone = one_by_one(ServingEngine(moe, ServingOptions(pool_bytes=0)), [long[0], long[2]])
+    assert [d.text for d in others] == [d.text for d in alone]
+
+
+def test_four_agent_loops_at_once_each_read_only_their_new_tail(load, scripted_tool_model_path):
+    engine = load(scripted_tool_model_path)
+    serving = ServingEngine(engine)
+    tok = engine.model.tokenizer
+    loops = [[SYSTEM, ChatMessage(Role.USER, f"Weather in city {i}?")] for i in range(4)]
+    previous: list = [None] * 4
+    for _round in range(3):
+        requests = [ask(*messages, tools=(WEATHER,)) for messages in loops]
+        done = all_at_once(serving, requests)
+        for i, (request, reply) in enumerate(zip(requests, done)):
+            rendered = render(tok, request)
+            assert reply.finish_reason is FinishReason.TOOL_CALLS and reply.text == TOOL_PREAMBLE, reply
+            assert reply.tool_calls[0].arguments == TOOL_CALL_ARGUMENTS
+            if previous[i] is not None:
+                assert reply.usage.cached_tokens == longest_shared_boundary(previous[i], rendered) > 0
+                assert reply.usage.read_tokens < len(rendered.tokens) - previous[i].boundaries[-2]
+            previous[i] = rendered
+            call = reply.tool_calls[0]
+            loops[i] = [
+                *loops[i], ChatMessage(Role.ASSISTANT, reply.text, tool_calls=(call,)),
+                ChatMessage(Role.TOOL, f"Sunny in city {i}.", tool_call_id=call.id, name=call.name),
+            ]
+    assert serving._batch.peak == 4
+
+
+def test_a_seeded_request_gives_the_same_sample_beside_a_busy_batch(moe):
+    serving = ServingEngine(moe, ServingOptions(pool_bytes=0))
+    seeded = ask(USER, sampling=SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_tokens=30, seed=1234))
+    alone = serving.submit(seeded).wait(TIMEOUT)
+    neighbours = [ask(ChatMessage(Role.USER, q), sampling=off_script(moe, 60)) for q in QUESTIONS[:3]]
+    results = all_at_once(serving, [*neighbours, seeded, *neighbours])
+    assert results[3].text == alone.text and results[3].usage == alone.usage
+    assert all(r.finish_reason is FinishReason.LENGTH for r in results[:3] + results[4:])
+
+
+def test_a_chat_turn_waits_only_for_the_batch_in_flight_not_for_requests_after_it(moe):
+    """While a chat turn waits for the worker the batch takes no new request; those wait behind the turn."""
+    serving = ServingEngine(moe, ServingOptions(pool_bytes=0))
+    session = moe.new_session()
+    order: list[str] = []
+    first = serving.submit(ask(USER, sampling=off_script(moe, 80)))
+    first.add_listener(lambda e: order.append("api-1") if isinstance(e, Completed) else None)
+    while not first.history or not any(isinstance(e, AnswerDelta) for e in first.history):
+        threading.Event().wait(0.01)
+    turn = session.send("Hello there", thinking=False, sampling=greedy(8))
+    later = serving.submit(ask(USER, sampling=greedy(8)))
+    turn.add_listener(lambda e: order.append("chat") if isinstance(e, Finished) else None)
+    later.add_listener(lambda e: order.append("api-2") if isinstance(e, Completed) else None)
+    assert turn.result(TIMEOUT).text and later.wait(TIMEOUT).finish_reason is FinishReason.LENGTH
+    first.wait(TIMEOUT)
+    assert order == ["api-1", "chat", "api-2"]
+
+
+def test_the_batch_limit_comes_from_the_memory_that_is_left_and_parallel_lowers_it(moe):
+    from macapp.core import sizing
+
+    roomy = ServingEngine(moe, ServingOptions(pool_bytes=0))
+    assert roomy.batch_limit == 32  # a tiny model: the cap, mlx-lm's server default
+    assert ServingEngine(moe, ServingOptions(pool_bytes=0, parallel=3)).batch_limit == 3
+    m = moe.model
+    per = sizing.kv_cache_bytes(m.arch, roomy.context_limit) + sizing.state_bytes(m.arch)
+    fixed = m.weights_bytes + sizing.runtime_bytes(m.weights_bytes) + sizing.prefill_bytes(m.arch, roomy.context_limit)
+    from macapp.core.engine import SessionOptions
+
+    tight = ServingEngine(moe, ServingOptions(pool_bytes=0, session=SessionOptions(memory_budget_bytes=fixed + 5 * per + 1)))
+    assert tight.batch_limit == 5
