@@ -8,17 +8,16 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
-    QDoubleSpinBox,
     QFormLayout,
     QLabel,
     QPlainTextEdit,
     QPushButton,
-    QSpinBox,
     QVBoxLayout,
     QWidget,
 )
 
 from macapp.core.settings import Settings
+from macapp.ui.spinboxes import ClampingDoubleSpinBox, ClampingSpinBox
 
 # The ranges match macapp.core.sampling.SamplingParams.validate(): top_p in (0, 1], min_p in [0, 1).
 FIELDS = [  # key, label, kind, minimum, maximum, step, tooltip
@@ -71,21 +70,24 @@ class SettingsDialog(QDialog):
         form.setLabelAlignment(Qt.AlignmentFlag.AlignRight)
         self.inputs: dict[str, Any] = {}
         for key, label, kind, lo, hi, step, tip in FIELDS:
-            box = QDoubleSpinBox(self) if kind is float else QSpinBox(self)
+            box = ClampingDoubleSpinBox(self) if kind is float else ClampingSpinBox(self)
             box.setRange(lo, hi)
+            box.clamped.connect(lambda typed, used, name=label, b=box: self._say_clamped(name, b, typed, used))
             box.setSingleStep(step)
             if kind is float:
                 box.setDecimals(2)
             box.setToolTip(tip)
             form.addRow(label, box)
             self.inputs[key] = box
-        self.max_tokens = QSpinBox(self)
+        self.max_tokens = ClampingSpinBox(self)
+        self.max_tokens.clamped.connect(lambda t, u: self._say_clamped("Max tokens", self.max_tokens, t, u))
         self.max_tokens.setRange(16, 262_144)
         self.max_tokens.setSingleStep(512)
         self.max_tokens.setGroupSeparatorShown(True)
         self.max_tokens.setToolTip("The longest reply, reasoning included")
         form.addRow("Max tokens", self.max_tokens)
-        self.thinking_budget = QSpinBox(self)
+        self.thinking_budget = ClampingSpinBox(self)
+        self.thinking_budget.clamped.connect(lambda t, u: self._say_clamped("Thinking budget", self.thinking_budget, t, u))
         self.thinking_budget.setRange(0, 262_144)
         self.thinking_budget.setSingleStep(512)
         self.thinking_budget.setGroupSeparatorShown(True)
@@ -106,8 +108,20 @@ class SettingsDialog(QDialog):
         lay = QVBoxLayout(self)
         lay.addWidget(self.mode_label)
         lay.addLayout(form)
+        self.range_note = QLabel(self)  # says when a typed value was out of range and what was used instead
+        self.range_note.setObjectName("Warning")
+        self.range_note.setWordWrap(True)
+        self.range_note.hide()
+        self._just_clamped = False
+        lay.addWidget(self.range_note)
         lay.addWidget(buttons)
         self.load_values()
+
+    def _say_clamped(self, name: str, box, typed: str, used: float) -> None:
+        lo, hi, used_text = box.textFromValue(box.minimum()), box.textFromValue(box.maximum()), box.textFromValue(used)
+        self.range_note.setText(f"{name} goes from {lo} to {hi}: {typed} was set to {used_text}.")
+        self.range_note.show()
+        self._just_clamped = True  # an Enter that clamped keeps the panel open, so the note is seen
 
     def load_values(self) -> None:
         mode = "thinking" if self.thinking else "non-thinking"
@@ -133,6 +147,9 @@ class SettingsDialog(QDialog):
         self._show(card_presets(self.thinking))
 
     def accept(self) -> None:
+        if self._just_clamped:
+            self._just_clamped = False
+            return
         values = self.values()
         card = card_presets(self.thinking)
         # Store only what differs from the card, so a later card update still reaches untouched values.

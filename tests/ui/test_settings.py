@@ -48,3 +48,43 @@ def test_the_panel_cannot_hold_values_the_sampler_refuses(qtbot, settings):
     preset(False).with_overrides(top_p=values["top_p"], min_p=values["min_p"]).validate()  # raises if refused
     with pytest.raises(ValueError):  # what the panel keeps out: the values typed in are refused by the sampler
         preset(False).with_overrides(top_p=0.0, min_p=1.0).validate()
+
+
+@pytest.mark.parametrize("typed, expected", [("50", 2.0), ("-3", 0.0), ("1.5", 1.5)])
+def test_an_out_of_range_temperature_is_clamped_and_the_panel_says_so(qtbot, settings, typed, expected):
+    from PySide6.QtCore import Qt
+
+    dialog = SettingsDialog(settings, thinking=False)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    box = dialog.inputs["temperature"]
+    box.lineEdit().selectAll()
+    qtbot.keyClicks(box.lineEdit(), typed)
+    qtbot.keyClick(box.lineEdit(), Qt.Key.Key_Return)
+    assert box.value() == expected
+    assert box.text() == f"{expected:.2f}"  # what is used is what is shown
+    if expected == float(typed):
+        assert not dialog.isVisible()  # Enter accepted the panel
+        assert settings.get("chat.sampling.instant")["temperature"] == expected
+    else:  # the Enter that clamped keeps the panel open on the note; the next one accepts
+        assert dialog.isVisible() and dialog.range_note.isVisible()
+        assert dialog.range_note.text() == f"Temperature goes from 0.00 to 2.00: {typed} was set to {expected:.2f}."
+        qtbot.keyClick(box.lineEdit(), Qt.Key.Key_Return)
+        assert not dialog.isVisible()
+        assert settings.get("chat.sampling.instant")["temperature"] == expected
+
+
+def test_a_thinking_budget_box_still_takes_its_no_limit_text(qtbot, settings):
+    from PySide6.QtCore import Qt
+
+    dialog = SettingsDialog(settings, thinking=True)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    box = dialog.thinking_budget
+    box.lineEdit().selectAll()
+    qtbot.keyClicks(box.lineEdit(), "999999")
+    qtbot.keyClick(box.lineEdit(), Qt.Key.Key_Return)
+    assert box.value() == 262_144
+    assert dialog.range_note.text() == "Thinking budget goes from 0 to 262,144: 999999 was set to 262,144."
+    box.setValue(0)
+    assert box.text() == "No limit" and box.value() == 0
