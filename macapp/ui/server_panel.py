@@ -43,6 +43,17 @@ STATE_TEXT = {
 }
 
 
+
+PORT_IN_USE_ERRNOS = (48, 98)  # EADDRINUSE on macOS, Linux
+
+
+def start_failure_text(exc: OSError, port: int) -> str:
+    """Why the server did not start, in the window's words (the server's own message names the --port flag)."""
+    cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else exc
+    if cause.errno in PORT_IN_USE_ERRNOS:
+        return f"Port {port} is already in use by another program: choose another port here and press Start again."
+    return str(exc)
+
 class ServerController(QObject):
     """Starts and stops the local server on the engine the chat uses; says what it does through signals."""
 
@@ -94,7 +105,7 @@ class ServerController(QObject):
             except OSError as exc:
                 self._starting = False
                 backend.close()
-                self.failed.emit(str(exc))
+                self.failed.emit(start_failure_text(exc, port))
                 return
             self.server, self.backend, self.model_name = server, backend, backend.model_name
             self._starting = False
