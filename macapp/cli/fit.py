@@ -145,7 +145,7 @@ def describe(e: sizing.Estimate, machine: hardware.MachineProfile) -> str:
         f"  DeltaNet state {_gb(e.state_bytes):>10}  (fixed)",
         f"  overhead       {_gb(e.overhead_bytes):>10}  (prefill chunk + runtime)",
         f"  total          {_gb(e.total_bytes):>10}  of a {_gb(e.budget_bytes)} GPU budget → {VERDICT_WORDS[e.verdict].upper()}",
-        f"  largest context that fits: {e.max_context:,} tokens" if e.max_context else "  no context fits (ways out below)",
+        f"  largest context that fits: {e.max_context:,} tokens{sessions_words(e)}" if e.max_context else "  no context fits (ways out below)",
     ]
     if machine.budget_source == "wired-limit":
         lines.append(f"  (budget from iogpu.wired_limit_mb={e.budget_bytes // 1024**2}: leaves {_gb(machine.memory_bytes - e.budget_bytes)} for macOS)")
@@ -168,6 +168,13 @@ def images_words(e: sizing.Estimate) -> str:
     counted = "counted in the total" if e.images else "not counted (add --images)"
     maybe = "" if e.accepts_images else " (if this build carries its tower)"
     return f"images{maybe}: vision tower {_gb(e.vision_bytes)} + one picture at full size {_gb(e.image_activation_bytes or 0)}, {counted}"
+
+
+def sessions_words(e: sizing.Estimate) -> str:
+    """How many agent sessions `qwen-desk serve` answers at once at this context (its batch limit)."""
+    if e.parallel_sessions < 2:
+        return ""
+    return f"; {e.parallel_sessions:,} agent sessions at once at {e.context:,} tokens each (qwen-desk serve)"
 
 
 def reading_words(e: sizing.Estimate) -> str:

@@ -53,6 +53,11 @@ def register(subparsers) -> None:
         "always answered and, with --host beyond loopback, this Mac's own names and addresses (NAME.local too); "
         "other names are refused against DNS rebinding. '*' turns the check off",
     )
+    parser.add_argument(
+        "--parallel", type=int, metavar="N",
+        help="answer at most N requests at once (default: as many as fit beside the model at --context, up to 32; "
+        "more wait in a queue). With --hostfile requests are answered one at a time",
+    )
     from macapp.cli.cluster import add_run_arguments
 
     add_run_arguments(parser)
@@ -60,6 +65,8 @@ def register(subparsers) -> None:
 
 
 def _config(args: argparse.Namespace) -> ServerConfig:
+    if args.parallel is not None and args.parallel < 1:
+        raise UsageError(f"--parallel must be 1 or more, not {args.parallel}")
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port must be between 0 (any free port) and 65535, not {args.port}")
     check_cache_arguments(args)
@@ -88,9 +95,13 @@ def _log_finished(record: RequestRecord) -> None:
         print(request_line(record), file=sys.stderr, flush=True)
 
 
-def ready_line(model: str, url: str, config: ServerConfig) -> str:
-    """The one line printed when the server answers (a network-facing bind says so in it)."""
-    line = f"qwen-desk: serving {model} at {url} (OpenAI base URL {url}/v1; Anthropic base URL {url}) - Ctrl-C stops"
+def ready_line(model: str, url: str, config: ServerConfig, parallel: int | None = None) -> str:
+    """The one line printed when the server answers (a network-facing bind says so in it); `parallel`: how many
+    requests it answers at once (1 on several Macs)."""
+    line = f"qwen-desk: serving {model} at {url} (OpenAI base URL {url}/v1; Anthropic base URL {url})"
+    if parallel is not None:
+        line += " - one request at a time" if parallel == 1 else f" - up to {parallel} requests at once"
+    line += " - Ctrl-C stops"
     if not is_loopback(config.host):
         guard = "requests need the API key" if config.api_key else "anyone on it can use the model: add --api-key KEY"
         line += f" - WARNING: listening on {config.host}, the model is reachable from the network; {guard}"
@@ -137,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
         info = load_model(engine, args.model)
         if info is None:
             return 1
-        backend = serving_backend(engine, context=args.context, kv_bits=args.kv_bits, queue_limit=config.queue_limit)
+        backend = serving_backend(engine, context=args.context, kv_bits=args.kv_bits, queue_limit=config.queue_limit, parallel=args.parallel)
         server = LocalServer(backend, config)
         server.activity.add_observer(_log_finished)
         try:
@@ -146,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"qwen-desk: {exc}", file=sys.stderr)
             return 1
         with _Signals() as signals:
-            print(ready_line(info.name, url, config), flush=True)
+            print(ready_line(info.name, url, config, backend.batch_limit), flush=True)
             try:
                 signum = signals.wait()
                 print(f"qwen-desk: {signal.Signals(signum).name}: stopping", file=sys.stderr, flush=True)

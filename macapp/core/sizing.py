@@ -69,6 +69,9 @@ class Estimate:
     image_activation_bytes: int | None = None
     accepts_images: bool | None = None
     images: bool = False
+    # How many agent sessions can run at once at `context` tokens each (the local API's batch): each keeps its own
+    # KV cache and DeltaNet state beside the one copy of the weights. 0 when not even one fits.
+    parallel_sessions: int = 0
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -421,6 +424,7 @@ def estimate(
         image_activation_bytes=0 if accepts_images is False else (vision.image_activation_bytes if vision else None),
         accepts_images=accepts_images,
         images=with_images,
+        parallel_sessions=parallel_sequences(model.arch, weights, machine.budget_bytes - extra, context, kv_bits, prefill_step),
     )
 
 

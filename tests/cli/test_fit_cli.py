@@ -225,3 +225,18 @@ def test_an_unreadable_wired_limit_is_named_before_asking_for_a_chip(capsys):
     assert "cannot read --wired-limit 'abc'" in err and "--chip" not in err
     assert main(["fit", "Qwen3.5-9B", "--wired-limit", "28GB"]) == 2  # readable: now the chip is what is missing
     assert "give --chip too" in capsys.readouterr().err
+
+
+def test_fit_says_how_many_agent_sessions_run_at_once(capsys):
+    """Each session keeps its own KV cache (growing with the context) and DeltaNet state beside one copy of the weights."""
+    args = ("fit", "Qwen3.5-35B-A3B", "--chip", "M4 Max", "--memory", "64GB", "--json")
+    short = json.loads(run_cli(capsys, *args, "--context", "8192")[1])
+    long = json.loads(run_cli(capsys, *args, "--context", "131072")[1])
+    per = long["kv_cache_bytes"] + long["state_bytes"]
+    room = long["budget_bytes"] - long["weights_bytes"] - long["overhead_bytes"]
+    assert long["parallel_sessions"] == room // per >= 1
+    assert short["parallel_sessions"] > long["parallel_sessions"]
+    big = json.loads(run_cli(capsys, "fit", "Qwen3.5-397B-A17B", "--chip", "M4 Max", "--memory", "128GB", "--json")[1])
+    assert big["parallel_sessions"] == 0
+    _, text, _ = run_cli(capsys, *args[:-1], "--context", "8192")
+    assert f"{short['parallel_sessions']:,} agent sessions at once at 8,192 tokens each (qwen-desk serve)" in text

@@ -112,6 +112,8 @@ def test_ready_line_names_the_url_and_warns_when_reachable_from_the_network():
     keyed = ready_line("tiny", "http://0.0.0.0:8642", ServerConfig(host="0.0.0.0", api_key="k"))
     assert "WARNING" in keyed and "--api-key" not in keyed
     assert DEFAULT_PORT not in (11434, 1234, 8080, 3456, 8000)
+    assert "up to 8 requests at once" in ready_line("tiny", "http://127.0.0.1:8642", ServerConfig(), 8)
+    assert "one request at a time" in ready_line("tiny", "http://127.0.0.1:8642", ServerConfig(), 1)
 
 
 @pytest.mark.parametrize(
@@ -120,6 +122,7 @@ def test_ready_line_names_the_url_and_warns_when_reachable_from_the_network():
         (["--port", "70000"], "--port"),
         (["--api-key", " "], "--api-key"),
         (["--context", "8"], "--context"),
+        (["--parallel", "0"], "--parallel"),
     ],
 )
 def test_bad_flags_are_refused_before_loading(capsys, tiny_dense_path, flags, message):
