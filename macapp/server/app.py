@@ -28,12 +28,14 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from macapp.core.events import Failed
-from macapp.core.serving.requests import Completed, FinishReason
+from macapp.core.serving.bounds import PromptTooLong, check_prompt
+from macapp.core.serving.render import RenderError
+from macapp.core.serving.requests import Completed, CompletionRequest, FinishReason
 from macapp.server import anthropic_api, openai_api
 from macapp.server.activity import Activity
 from macapp.server.backend import Backend, count_tokens, fit_to_context, refusal, submit
 from macapp.server.config import ServerConfig
-from macapp.server.errors import ApiError, ErrorKind, Flavor, error_body, error_response, flavor_for_path, shutting_down
+from macapp.server.errors import ApiError, ErrorKind, Flavor, error_body, error_response, flavor_for_path, invalid, shutting_down
 from macapp.server.fields import parse_json_object
 from macapp.server.responses_route import ResponsesEndpoint
 from macapp.server.refusals import RefusalDesk
@@ -120,6 +122,7 @@ class Routes:
     async def _complete(self, request: Request, completion: Any, stream: bool, api: str, reply: Any, frames: Any) -> Response:
         """Check the prompt fits, start it, and answer: `reply(done, prompt_tokens)` as JSON, or the SSE stream of
         `frames(feed, prompt_tokens)` once no quick refusal came (that one still goes out as a JSON error)."""
+        await run_in_threadpool(self._refuse_oversized, completion)
         completion, prompt_tokens = await fit_to_context(self.backend, completion)
         feed = submit(self.backend, completion)
         self.activity.track(feed.job, completion.client, api, prompt_tokens)
@@ -134,6 +137,18 @@ class Routes:
         if self._cut_by_shutdown(done):
             raise shutting_down(cut=bool(done.text or done.reasoning or done.tool_calls))
         return JSONResponse(reply(done, prompt_tokens))
+
+    def _refuse_oversized(self, completion: CompletionRequest) -> None:
+        """A prompt that certainly cannot fit is refused before it is tokenized whole (bounds.py; off the loop)."""
+        model = getattr(getattr(self.backend, "engine", None), "model", None)  # ServingEngine's loaded model
+        if model is None:
+            return
+        try:
+            check_prompt(model.tokenizer, completion, self.backend.context_limit)
+        except PromptTooLong as exc:
+            raise invalid(str(exc), param="messages", code="context_length_exceeded") from exc
+        except RenderError:
+            return  # prepare refuses it in its own words
 
     def _cut_by_shutdown(self, event: Any) -> bool:
         """A job the server's stop ended: its reply is not an answer (a client that left also cancels; it reads nothing)."""

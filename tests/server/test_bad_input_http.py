@@ -128,3 +128,20 @@ def test_a_tool_schema_with_a_list_for_a_type_is_served(tool_server, path):
     response = post(tool_server, path, json.dumps(body_for(path, tools=[tool], max_tokens=64)).encode())
     assert response.status_code == 200, response.text
     assert_alive(tool_server)
+
+
+@pytest.mark.parametrize("path", [OPENAI, ANTHROPIC])
+def test_a_10_mib_prompt_over_the_context_is_refused_before_tokenizing(tiny_dense_path, path):
+    import time
+
+    from tests.server.conftest import serve
+
+    with serve(tiny_dense_path, context=4096) as served:
+        raw = json.dumps(body_for(path, messages=[{"role": "user", "content": "the answer is here. " * 524_288}])).encode()
+        start = time.perf_counter()
+        response = post(served, path, raw)
+        assert time.perf_counter() - start < 5
+        assert_refused(response, path)
+        assert "context limit" in response.text
+        if path == OPENAI:
+            assert response.json()["error"]["code"] == "context_length_exceeded"

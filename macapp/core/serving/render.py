@@ -124,6 +124,20 @@ def _check(request: CompletionRequest) -> None:
 
 def render(tokenizer: Any, request: CompletionRequest) -> RenderedPrompt:
     """The prompt of `request` through `tokenizer`'s chat template (an mlx-lm TokenizerWrapper or HF tokenizer)."""
+    text, prefill, tools = _template_text(tokenizer, request)
+    tokens = list(tokenizer.encode(text, add_special_tokens=False))
+    gen_prompt = text[text.rfind(TURN_START) :]
+    in_reasoning = THINK_OPEN in gen_prompt and THINK_CLOSE not in gen_prompt.rsplit(THINK_OPEN, 1)[1]
+    images = tuple(image for m in request.messages for image in m.images)
+    return RenderedPrompt(tokens, boundaries(tokenizer, text, tokens), in_reasoning, prefill, tools, text, images)
+
+
+def render_text(tokenizer: Any, request: CompletionRequest) -> str:
+    """The prompt as text, not tokenized (what render tokenizes; for bounds.prompt_exceeds)."""
+    return _template_text(tokenizer, request)[0]
+
+
+def _template_text(tokenizer: Any, request: CompletionRequest) -> tuple[str, str, tuple[ToolSpec, ...]]:
     _check(request)
     messages, started = continued_reply(request)
     prefill = started + forced_prefill(request)
@@ -139,12 +153,7 @@ def render(tokenizer: Any, request: CompletionRequest) -> RenderedPrompt:
         )
     except Exception as exc:  # the template's own raise_exception, or a shape it cannot read
         raise RenderError(f"The model's chat template cannot render these messages: {exc}") from exc
-    text += prefill
-    tokens = list(tokenizer.encode(text, add_special_tokens=False))
-    gen_prompt = text[text.rfind(TURN_START) :]
-    in_reasoning = THINK_OPEN in gen_prompt and THINK_CLOSE not in gen_prompt.rsplit(THINK_OPEN, 1)[1]
-    images = tuple(image for m in request.messages for image in m.images)
-    return RenderedPrompt(tokens, boundaries(tokenizer, text, tokens), in_reasoning, prefill, tools, text, images)
+    return text + prefill, prefill, tools
 
 
 def boundaries(tokenizer: Any, text: str, tokens: Sequence[int]) -> tuple[int, ...]:
