@@ -1,6 +1,7 @@
 """Local API benchmark (run by hand): an agent loop against `qwen-desk serve` and `mlx_lm.server`, same model, same run.
 
     .venv/bin/python bench/api_bench.py [--model PATH] [--rounds 10] [--system-words 1500] > /tmp/api_bench.md
+    .venv/bin/python bench/api_bench.py --clients 1,2,4,8 [--tokens 128] [--long 1000] [--repeat 3]   # many at once
 
 The loop is what a coding agent sends: a long system prompt with tools, a user task, then `--rounds` rounds of
 the model's tool call and its result (each request resends the whole conversation), then a new user turn.
@@ -32,6 +33,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 import httpx2  # noqa: E402
 import openai  # noqa: E402
@@ -233,9 +235,32 @@ def tiny_tool_model(folder: Path) -> Path:
     return make_tiny_model(folder / "scripted-tool-call", kind="dense", answer=TOOL_CALL_ANSWER)
 
 
+def clients_bench(args: argparse.Namespace, tmp: Path) -> str:
+    """`--clients 1,2,4,8`: many streaming clients at once against both servers (bench/concurrency.py)."""
+    import concurrency
+    from macapp.devtools.tiny_model import make_tiny_model
+
+    model = Path(args.model) if args.model else make_tiny_model(tmp / "tiny-16-layers", kind="dense", num_layers=16)
+    counts = [int(n) for n in args.clients.split(",")]
+    targets = start(model)
+    try:
+        figures = concurrency.run(targets, counts, args.tokens, args.long, args.repeat, eos_bias(model))
+    finally:
+        for t in targets:
+            t.process.terminate()
+            t.process.wait(20)
+    header = (f"Machine: {platform.system()} {platform.machine()}, {os.cpu_count()} CPUs (MLX {'Metal' if sys.platform == 'darwin' else 'CPU'}). "
+              f"Date: {datetime.now(timezone.utc):%Y-%m-%d}. Model: {args.model or 'tiny random Qwen3.5, dense, 16 layers, hidden 64'}. "
+              f"{args.tokens} tokens a client, greedy, thinking off; medians of {args.repeat} interleaved runs.")
+    return concurrency.report(figures, counts, header)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", help="model folder (default: the scripted tiny tool model, built now)")
+    parser.add_argument("--clients", help="e.g. 1,2,4,8: the many-clients benchmark instead of the agent loop")
+    parser.add_argument("--tokens", type=int, default=128, help="with --clients: tokens a client")
+    parser.add_argument("--long", type=int, default=1000, help="with --clients: the long reply's tokens")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--system-words", type=int, default=1500)
     parser.add_argument("--max-tokens", type=int, default=256)
@@ -244,6 +269,9 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="api-bench-") as tmp:
         os.environ.setdefault("QWEN_DESK_HOME", str(Path(tmp) / "home"))
+        if args.clients:
+            print(clients_bench(args, Path(tmp)))
+            return 0
         model = Path(args.model) if args.model else tiny_tool_model(Path(tmp))
         targets = start(model)
         runs: dict[str, list[list[Sample]]] = {t.name: [] for t in targets}
