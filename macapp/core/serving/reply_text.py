@@ -22,6 +22,7 @@ def completed(m: LoadedModel, text: "ReplyText", streamed: StreamedReply, usage:
     """The request's Completed once its reply stream ended (the held-back text released)."""
     reply = streamed.reply
     usage.completion_tokens = len(reply.token_ids)
+    usage.reasoning_tokens = reply.stats.reasoning_tokens
     reason = text.finish(reply.finish_reason)
     return Completed(
         text=text.text, reasoning=reply.reasoning, tool_calls=tuple(text.calls), finish_reason=reason, usage=usage,

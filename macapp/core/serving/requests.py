@@ -103,6 +103,7 @@ class Usage:
     prompt_tokens: int = 0  # the whole prompt
     cached_tokens: int = 0  # of prompt_tokens, restored from a checkpoint instead of read
     completion_tokens: int = 0
+    reasoning_tokens: int = 0  # of completion_tokens, sampled inside the reasoning (the engine's own count)
 
     @property
     def read_tokens(self) -> int:

@@ -157,3 +157,10 @@ def test_the_batch_limit_comes_from_the_memory_that_is_left_and_parallel_lowers_
 
     tight = ServingEngine(moe, ServingOptions(pool_bytes=0, session=SessionOptions(memory_budget_bytes=fixed + 5 * per + 1)))
     assert tight.batch_limit == 5
+
+
+def test_usage_counts_the_reasoning_tokens_batched_and_alone(moe):
+    batched = all_at_once(ServingEngine(moe), [ask(USER, thinking=True), ask(USER, thinking=False)])
+    sequential = one_by_one(ServingEngine(moe, ServingOptions(batching=False)), [ask(USER, thinking=True)])
+    assert batched[0].usage.reasoning_tokens == sequential[0].usage.reasoning_tokens >= len(SCRIPT_REASONING)
+    assert batched[1].usage.reasoning_tokens == 0
