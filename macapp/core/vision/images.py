@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # Pillow is imported on the first picture, not when the window paints
     from PIL import Image
 
-# A non-JPEG is decoded at full size only up to this (RGB: ~3 bytes a pixel -> ~0.6 GB); Pillow's own bomb limit
-# (Image.MAX_IMAGE_PIXELS x 2) refuses any picture above ~179 megapixels first.
-MAX_SOURCE_PIXELS = 200_000_000
+# A non-JPEG (no decoding at a reduced scale) is decoded at full size only up to this: ~160 MB at 4 bytes a pixel,
+# held only until it is scaled down (an 8K screenshot is 33 megapixels). A 17 KB PNG can claim 144 megapixels
+# (12,000 x 12,000 at 1 bit): refused from its header. Pillow's own bomb limit refuses any picture above ~179 MP.
+MAX_SOURCE_PIXELS = 40_000_000
 # Without a processor's own limit (Qwen3.5's preprocessor_config says 16,777,216 pixels).
 DEFAULT_MAX_PIXELS = 16_777_216
 READABLE = "PNG, JPEG, GIF, WebP, BMP or TIFF"
