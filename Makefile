@@ -34,6 +34,7 @@ dmg: app
 
 screenshots: $(STAMP)
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m macapp.devtools.screenshots docs/
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m macapp.devtools.screenshots_newcomer docs/
 
 clean:
 	rm -rf build dist $(VENV) .pytest_cache

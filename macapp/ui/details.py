@@ -136,6 +136,7 @@ class DetailsPanel(QFrame):
         body.setContentsMargins(0, 0, 6, 0)
         body.setSpacing(8)
         scroll = QScrollArea(self.body)
+        self.scroll = scroll
         scroll.setWidget(info)
         scroll.setWidgetResizable(True)
         scroll.setFrameShape(QFrame.Shape.NoFrame)
@@ -173,7 +174,10 @@ class DetailsPanel(QFrame):
         self.show_row(None, None, 0, None)
 
     def show_row(self, row: Any, machine: Any, context: int, kv_bits: int | None) -> None:
+        previous = getattr(self, "row", None)
         self.row = row
+        if row is not None and (previous is None or previous.key != row.key):
+            self.scroll.verticalScrollBar().setValue(0)  # another model: start at its header, not mid-way down
         self.empty.setVisible(row is None)
         self.body.setVisible(row is not None)
         if row is None:

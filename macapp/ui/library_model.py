@@ -89,7 +89,7 @@ class LibraryModel(QAbstractTableModel):
                 if self.live_status.get(row.key):
                     return self.live_status[row.key]
                 if self.is_loaded(row):
-                    return "● Loaded"
+                    return "Loaded"
                 if row.ref.origin is catalog.Origin.LOCAL:
                     return "Local folder"
                 return "Downloaded" if row.downloaded else ""

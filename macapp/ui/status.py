@@ -6,10 +6,13 @@ from typing import Any
 
 from collections.abc import Callable
 
-from PySide6.QtCore import QTimer
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QLabel, QPushButton, QStatusBar, QWidget
 
 from macapp.core.memory import app_memory, format_bytes
+
+
+UNDO_TEXT_WIDTH = 300  # px
 
 
 class StatusArea(QStatusBar):
@@ -60,14 +63,25 @@ class StatusArea(QStatusBar):
     def offer_undo(self, text: str, action: Callable[[], object]) -> None:
         """Show `text` with an Undo button that calls `action` (the caller withdraws it with clear_undo)."""
         self._undo_action = action
-        self.undo_label.setText(text)
+        # Elided to a fixed width: a long conversation title must not push the machine's figures off the bar.
+        metrics = self.undo_label.fontMetrics()
+        self.undo_label.setText(metrics.elidedText(text, Qt.TextElideMode.ElideMiddle, UNDO_TEXT_WIDTH))
+        self.undo_label.setToolTip(text)
         self.undo_label.show()
         self.undo_button.show()
+        for w in self._yield_to_undo():  # room for Undo without widening the window past the screen
+            w.hide()
 
     def clear_undo(self) -> None:
         self._undo_action = None
         self.undo_label.hide()
         self.undo_button.hide()
+        for w in self._yield_to_undo():
+            w.show()
+
+    def _yield_to_undo(self) -> tuple[QLabel, ...]:
+        """The figures that step aside while Undo is offered (for its 10 s); the model and the chip stay."""
+        return (self.budget_label, self.app_label)
 
     def _undo(self) -> None:
         action, self._undo_action = self._undo_action, None

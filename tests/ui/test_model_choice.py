@@ -44,7 +44,7 @@ def test_an_opened_folder_is_remembered_after_a_restart_and_can_be_removed(windo
 def test_the_loaded_model_is_marked_in_the_library_and_picked_on_the_chat_page(chat, window, library, tiny_moe_path):
     row = library.select(str(tiny_moe_path.resolve()))
     column = 5
-    assert library.model.data(library.model.index(library.model.rows.index(row), column)) == "● Loaded"
+    assert library.model.data(library.model.index(library.model.rows.index(row), column)) == "Loaded"
     picker = chat.model_picker
     assert picker.isEnabled() and picker.currentText().startswith(tiny_moe_path.name)
     assert not chat.load_prompt.isVisible()
@@ -100,3 +100,26 @@ def test_try_the_demo_model_makes_loads_and_labels_it(window, qtbot):
     assert demo.is_demo_model(ref.local_path)
     assert window.chat.demo_note.isVisibleTo(window) and "writes nonsense" in window.chat.demo_note.text()
     assert window.library.selected_row().local_path == ref.local_path
+
+
+def test_the_undo_bar_keeps_the_window_within_its_size(chat, window, qtbot):
+    from tests.ui.helpers import send
+
+    send(chat, qtbot, "to be deleted", thinking=False)
+    width = window.width()
+    window.delete_conversation(chat.controller.conversation_id, confirm=False)
+    assert window.status.undo_button.isVisibleTo(window)
+    qtbot.wait(50)
+    assert window.width() == width and window.status.sizeHint().width() <= width
+    window.undo_delete()
+    assert window.status.budget_label.isVisibleTo(window) and window.status.app_label.isVisibleTo(window)
+
+
+def test_picking_another_model_shows_the_details_from_their_top(library):
+    details = library.details
+    library.select("mlx-community/Qwen3.5-27B-4bit")
+    bar = details.scroll.verticalScrollBar()
+    bar.setValue(bar.maximum())
+    assert bar.value() > 0  # the pane was scrolled down
+    library.select("mlx-community/Qwen3.5-9B-4bit")
+    assert bar.value() == 0

@@ -1,0 +1,97 @@
+"""Screenshots of a newcomer's first hour (issue #22): the demo model, the load prompt, the library's remembered
+folder and loaded row, a clamped setting, a taken port, the Undo bar. `python -m macapp.devtools.screenshots_newcomer
+docs/` (also run by `make screenshots`). Offscreen, on a throwaway app home, the same 'what if' Mac as the others.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import tempfile
+from pathlib import Path
+
+from macapp.devtools.screenshots import SIZE, WHAT_IF, _save, _wait
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    out = Path(argv[0] if argv else "docs").resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="qwen-desk-shots-"))
+    os.environ["QWEN_DESK_HOME"] = str(work / "home")
+    os.environ["HF_HOME"] = str(work / "hf")
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    os.environ["HF_HUB_OFFLINE"] = "1"
+
+    from PySide6.QtCore import Qt
+    from PySide6.QtTest import QTest
+
+    from macapp.core.settings import Settings
+    from macapp.ui.app import make_application
+    from macapp.ui.main_window import CHAT, LIBRARY, SERVER, MainWindow
+
+    app = make_application()
+    settings = Settings()
+    settings.update({"machine.what_if": WHAT_IF, "library.context": 32768, "chat.thinking": False})
+    window = MainWindow(settings)
+    window.resize(*SIZE)
+    window.show()
+    window.start_background_work(wait=True)
+    chat, lib = window.chat, window.library
+
+    # 1. Try the Demo Model: made, loaded, labelled; one reply.
+    window.demo_action.trigger()
+    _wait(app, lambda: chat.controller.model_ref is not None, 120)
+    settings.set("chat.sampling.instant", {"temperature": 0.0, "presence_penalty": 0.0, "max_tokens": 64})
+    chat.send("Hello! What can you do?")
+    _wait(app, lambda: not chat.busy)
+    window.show_page(CHAT)
+    _save(app, window, out / "newcomer-demo.png")
+
+    # 2. The library after a restart would list the folder; the loaded row says so; speed and status apart.
+    window.show_page(LIBRARY)
+    lib.select(str(chat.controller.model_ref.local_path))
+    _save(app, window, out / "newcomer-library.png")
+
+    # 3. The conversation reopened with no model loaded: why Send is off, and its own model offered.
+    key = chat.controller.conversation_id
+    chat.unload_model()
+    window.new_chat()
+    window.open_conversation(key)
+    _save(app, window, out / "newcomer-load-prompt.png")
+
+    # 4. Temperature 50 typed: clamped to 2.00 and said so.
+    chat.show_settings()
+    dialog = chat.settings_dialog
+    box = dialog.inputs["temperature"]
+    box.lineEdit().selectAll()
+    QTest.keyClicks(box.lineEdit(), "50")
+    QTest.keyClick(box.lineEdit(), Qt.Key.Key_Return)  # the Enter that clamps keeps the panel open
+    _wait(app, lambda: dialog.range_note.isVisible(), 5)
+    _save(app, dialog, out / "newcomer-settings.png")
+    dialog.reject()
+
+    # 5. The Local Server on a port another program holds.
+    lib.load_row(str(chat.model_choices[0].key))
+    _wait(app, lambda: chat.controller.model_ref is not None, 120)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        window.show_page(SERVER)
+        window.server_panel.port.setValue(taken.getsockname()[1])
+        window.server_panel.toggle.click()
+        _wait(app, lambda: "already in use" in window.server_panel.message.text(), 20)
+    _save(app, window, out / "newcomer-port.png")
+
+    # 6. A deleted conversation's Undo: in the status bar, which keeps its figures.
+    window.delete_conversation(key, confirm=False)
+    window.show_page(CHAT)
+    _save(app, window, out / "newcomer-undo.png")
+
+    window.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
