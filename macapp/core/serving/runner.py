@@ -164,11 +164,10 @@ class ServingEngine:
         return self._mean_s * math.ceil((waiting + 1) / max(1, limit))
 
     def _start(self, prepared: PreparedRequest) -> Job:
-        if self.options.batching and prepared.batchable and self.options.session.kv_bits is None:
+        batch = self._batch if self._batch_for is prepared.model else None  # None: no model, or another one now
+        if batch is not None and self.options.batching and prepared.batchable and self.options.session.kv_bits is None:
             job = self.engine.new_job("serve")
             job.add_listener(self._on_event)
-            batch = self._batch
-            assert batch is not None  # made by batch_limit
             started = time.perf_counter()
             batch.add(job, lambda m: batched.start(self, job, prepared, m, started))
             return job
