@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 from macapp.core import events as ev
 from macapp.core.catalog import REPO_ID, SUPPORTED_MODEL_TYPES
+from macapp.core.context_limit import ContextError, longest_context
 from macapp.core.engine.errors import EngineError
 from macapp.core.events import Loaded
 from macapp.core.modelfiles import safetensors_problem, text_config
@@ -29,6 +30,13 @@ class LoadedModel:
     im_end_id: int | None
     think_end_id: int | None
     weights_bytes: int
+
+
+def _longest_context(config: dict, path: Path) -> int:
+    try:
+        return longest_context(config)
+    except ContextError as exc:
+        raise EngineError(f"{path}: {exc}.", ev.NOT_A_MODEL) from exc
 
 
 def locate_model(spec: str) -> Path:
@@ -146,7 +154,7 @@ def load_model(path: Path, config: dict, read: ModelReader = read_with_mlx_lm) -
         memory_bytes=int(mx.get_active_memory() - before),
         weights_bytes=weights,
         bits=quant.get("bits"),
-        max_context=int(text_config(config).get("max_position_embeddings") or 262144),
+        max_context=_longest_context(config, path),
         has_thinking=bool(tokenizer.has_thinking),
     )
     return LoadedModel(
