@@ -98,7 +98,7 @@ def test_prompt_over_the_context_is_400_before_any_work_and_max_tokens_is_clampe
         assert "context" in assert_anthropic_error(post(served, ANTHROPIC, json={"messages": long, "max_tokens": 5}), 400)["message"]
         streamed = post(served, OPENAI, json={"messages": long, "stream": True})
         assert_openai_error(streamed, 400)  # refused before the stream starts
-        assert served.activity.records() == []  # nothing was started on the engine
+        assert [r.state.value for r in served.activity.records()] == ["refused"] * 3  # listed as refused, nothing started
         reply = post(served, OPENAI, json={"messages": HELLO, "max_tokens": 10_000, "temperature": 0,
                                            "logit_bias": no_eos_bias(served)})
         assert reply.status_code == 200
