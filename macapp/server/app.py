@@ -28,19 +28,16 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from macapp.core.events import Failed
-from macapp.core.serving.bounds import PromptTooLong, check_prompt
-from macapp.core.serving.render import RenderError
-from macapp.core.serving.requests import Completed, CompletionRequest, FinishReason
 from macapp.server import anthropic_api, openai_api
 from macapp.server.activity import Activity
-from macapp.server.backend import Backend, count_tokens, fit_to_context, refusal, submit
+from macapp.server.backend import Backend, count_tokens, ended_by_shutdown, fit_to_context, raise_quick_refusal, refusal, submit
 from macapp.server.config import ServerConfig
-from macapp.server.errors import ApiError, ErrorKind, Flavor, error_body, error_response, flavor_for_path, invalid, shutting_down
+from macapp.server.errors import ApiError, ErrorKind, Flavor, error_body, error_response, flavor_for_path, shutting_down
 from macapp.server.fields import parse_json_object
 from macapp.server.responses_route import ResponsesEndpoint
 from macapp.server.refusals import RefusalDesk
 from macapp.server.security import Guard, SecurityPolicy
-from macapp.server.sse import KEEPALIVE, JobFeed, SseResponse, paced_frames, sse_comment, sse_frame, wait_or_disconnect
+from macapp.server.sse import JobFeed, SseResponse, paced_frames, sse_comment, sse_frame, wait_or_disconnect
 
 log = logging.getLogger(__name__)
 CLIENT_GONE = 499  # nginx's code for "the client closed the request": nobody reads it
@@ -122,53 +119,26 @@ class Routes:
     async def _complete(self, request: Request, completion: Any, stream: bool, api: str, reply: Any, frames: Any) -> Response:
         """Check the prompt fits, start it, and answer: `reply(done, prompt_tokens)` as JSON, or the SSE stream of
         `frames(feed, prompt_tokens)` once no quick refusal came (that one still goes out as a JSON error)."""
-        await run_in_threadpool(self._refuse_oversized, completion)
         completion, prompt_tokens = await fit_to_context(self.backend, completion)
         feed = submit(self.backend, completion)
         self.activity.track(feed.job, completion.client, api, prompt_tokens)
         if stream:
-            await self._quick_refusal(feed)
+            await raise_quick_refusal(feed, self.config.first_event_wait_s, self.activity)
             return SseResponse(frames(feed, prompt_tokens), feed.job)
         done = await wait_or_disconnect(feed, request.receive)
         if done is None:  # the client left; the job is stopped
             return Response(status_code=CLIENT_GONE)
         if isinstance(done, Failed):
             raise refusal(done)
-        if self._cut_by_shutdown(done):
+        if ended_by_shutdown(done, self.activity):
             raise shutting_down(cut=bool(done.text or done.reasoning or done.tool_calls))
         return JSONResponse(reply(done, prompt_tokens))
-
-    def _refuse_oversized(self, completion: CompletionRequest) -> None:
-        """A prompt that certainly cannot fit is refused before it is tokenized whole (bounds.py; off the loop)."""
-        model = getattr(getattr(self.backend, "engine", None), "model", None)  # ServingEngine's loaded model
-        if model is None:
-            return
-        try:
-            check_prompt(model.tokenizer, completion, self.backend.context_limit)
-        except PromptTooLong as exc:
-            raise invalid(str(exc), param="messages", code="context_length_exceeded") from exc
-        except RenderError:
-            return  # prepare refuses it in its own words
-
-    def _cut_by_shutdown(self, event: Any) -> bool:
-        """A job the server's stop ended: its reply is not an answer (a client that left also cancels; it reads nothing)."""
-        return isinstance(event, Completed) and event.finish_reason is FinishReason.CANCELLED and self.activity.stopping
-
-    async def _quick_refusal(self, feed: JobFeed) -> None:
-        """Wait a moment for the job's first event; a Failed, or an end by the shutdown, goes out as a JSON error."""
-        first = await feed.next(self.config.first_event_wait_s)
-        if isinstance(first, Failed):
-            raise refusal(first)
-        if self._cut_by_shutdown(first):
-            raise shutting_down()
-        if first is not KEEPALIVE:
-            feed.push_back(first)
 
     async def _openai_frames(self, feed: JobFeed, writer: openai_api.ChunkWriter) -> AsyncIterator[bytes]:
         def translate(event: Any) -> list[bytes]:
             if isinstance(event, Failed):
                 return [sse_frame(error_body(refusal(event), Flavor.OPENAI))]
-            if self._cut_by_shutdown(event):  # an error object, never a finish_reason
+            if ended_by_shutdown(event, self.activity):  # an error object, never a finish_reason
                 return [sse_frame(error_body(shutting_down(cut=True), Flavor.OPENAI))]
             return [sse_frame(chunk) for chunk in writer.chunks(event)]
 
@@ -180,7 +150,7 @@ class Routes:
         def translate(event: Any) -> list[bytes]:
             if isinstance(event, Failed):
                 return [sse_frame(error_body(refusal(event), Flavor.ANTHROPIC), "error")]
-            if self._cut_by_shutdown(event):  # an error event, never message_delta / message_stop
+            if ended_by_shutdown(event, self.activity):  # an error event, never message_delta / message_stop
                 return [sse_frame(error_body(shutting_down(cut=True), Flavor.ANTHROPIC), "error")]
             return [sse_frame(data, name) for name, data in writer.events(event)]
 

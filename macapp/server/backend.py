@@ -17,9 +17,10 @@ from macapp.core import events as ev
 from macapp.core.events import Failed
 from macapp.core.engine import EngineError
 from macapp.core.serving.prepared import PreparedRequest
-from macapp.core.serving.requests import INVALID_REQUEST, CompletionRequest
+from macapp.core.serving.requests import INVALID_REQUEST, Completed, CompletionRequest, FinishReason
 from macapp.core.serving.runner import QueueFull
-from macapp.server.errors import ApiError, ErrorKind, invalid
+from macapp.server.activity import Activity
+from macapp.server.errors import ApiError, ErrorKind, invalid, shutting_down
 from macapp.server.sse import KEEPALIVE, JobFeed
 
 
@@ -90,10 +91,18 @@ def submit(backend: Backend, prepared: PreparedRequest) -> JobFeed:
     return JobFeed(job)
 
 
-async def raise_quick_refusal(feed: JobFeed, wait_s: float) -> None:
-    """Wait up to `wait_s` for the job's first event; a Failed among the first is raised as an ApiError."""
+def ended_by_shutdown(event: Any, activity: Activity) -> bool:
+    """A job the server's stop ended: its reply is not an answer (a client that left also cancels; it reads nothing)."""
+    return isinstance(event, Completed) and event.finish_reason is FinishReason.CANCELLED and activity.stopping
+
+
+async def raise_quick_refusal(feed: JobFeed, wait_s: float, activity: Activity) -> None:
+    """Wait up to `wait_s` for the job's first event; a Failed, or an end by the shutdown, is raised as an ApiError
+    (it can still go out as a JSON error, before the stream has said 200)."""
     first = await feed.next(wait_s)
     if isinstance(first, Failed):
         raise refusal(first)
+    if ended_by_shutdown(first, activity):
+        raise shutting_down()
     if first is not KEEPALIVE:
         feed.push_back(first)

@@ -14,9 +14,9 @@ from macapp.core.events import Failed
 from macapp.core.serving.requests import ChatMessage, Completed, FinishReason
 from macapp.server import fields as f
 from macapp.server.activity import Activity
-from macapp.server.backend import Backend, fit_to_context, raise_quick_refusal, refusal, submit
+from macapp.server.backend import Backend, ended_by_shutdown, fit_to_context, raise_quick_refusal, refusal, submit
 from macapp.server.config import ServerConfig
-from macapp.server.errors import ApiError, ErrorKind, invalid
+from macapp.server.errors import ApiError, ErrorKind, invalid, shutting_down
 from macapp.server.responses_api import ResponsesCall, parse_responses_request
 from macapp.server.responses_output import (
     ReasoningCounter,
@@ -79,7 +79,7 @@ class ResponsesEndpoint:
         self.activity.track(feed.job, completion.client, API, prompt_tokens)
         shell = ResponseShell(self.backend.model_name, call.echo)
         if call.stream:
-            await raise_quick_refusal(feed, self.config.first_event_wait_s)
+            await raise_quick_refusal(feed, self.config.first_event_wait_s, self.activity)
             return SseResponse(self._frames(feed, StreamWriter(shell), call), feed.job)
         counter = ReasoningCounter()
         feed.job.add_listener(counter)
@@ -88,6 +88,8 @@ class ResponsesEndpoint:
             return Response(status_code=CLIENT_GONE)
         if isinstance(done, Failed):
             raise refusal(done)
+        if ended_by_shutdown(done, self.activity):
+            raise shutting_down(cut=bool(done.text or done.reasoning or done.tool_calls))
         reply = response_body(shell, done, counter.count)
         self._keep(call, done, reply)
         return JSONResponse(reply)
@@ -103,6 +105,8 @@ class ResponsesEndpoint:
         def translate(event: Any) -> list[bytes]:
             if isinstance(event, Failed):
                 return frames(writer.failed(_in_responses_terms(refusal(event))))
+            if ended_by_shutdown(event, self.activity):  # response.failed, never response.completed
+                return frames(writer.failed(shutting_down(cut=True)))
             out = frames(writer.events(event))
             if isinstance(event, Completed) and writer.final is not None:
                 self._keep(call, event, writer.final)

@@ -75,10 +75,24 @@ def vocabulary_size(m: "LoadedModel") -> int:
     return int(size) if size else len(m.tokenizer.get_vocab())
 
 
+def refuse_oversized(m: "LoadedModel", request: CompletionRequest, context_limit: int) -> None:
+    """A prompt that certainly cannot fit is refused before it is tokenized whole (bounds.py: a 10 MiB prompt
+    would otherwise take seconds and gigabytes to be refused)."""
+    from macapp.core.serving.bounds import PromptTooLong, check_prompt
+
+    try:
+        check_prompt(m.tokenizer, request, context_limit)
+    except PromptTooLong as exc:
+        raise EngineError(str(exc), ev.CONTEXT_LIMIT) from exc
+    except RenderError:
+        return  # render_for refuses it in its own words
+
+
 def prepare(m: "LoadedModel", request: CompletionRequest, context_limit: int) -> PreparedRequest:
     """Render `request` for `m`, refuse it when its prompt leaves no room in `context_limit` tokens (EngineError
     CONTEXT_LIMIT, the message says by how much and what to do), and clamp its max_tokens to the room left."""
     check_vocabulary(m, request)
+    refuse_oversized(m, request, context_limit)
     rendered = render_for(m, request)
     prompt_tokens = prompt_length(m, rendered)
     room = context_limit - prompt_tokens

@@ -34,6 +34,7 @@ from macapp.core.events import PromptProgress
 from macapp.core.serving import batched
 from macapp.core.serving.pool import CheckpointPool, restore
 from macapp.core.serving.prepared import PreparedRequest, prepare, prompt_length, render_for
+from macapp.core.serving.render import RenderedPrompt
 from macapp.core.serving.reply_text import ReplyText, cancelled, completed
 from macapp.core.serving.requests import CompletionRequest, RequestStarted, Usage
 
