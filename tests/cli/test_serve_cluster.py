@@ -63,7 +63,9 @@ def end(proc: subprocess.Popen) -> None:
 
 
 def test_two_ranks_serve_an_agent_loop_from_checkpoints_and_sigterm_ends_them(tiny_dense_path, tmp_path):
-    with serve(tiny_dense_path, default_thinking=False) as one:
+    # Several Macs answer one request at a time, so the reference is one process doing the same: the batched path's
+    # floats can differ in the last bits, and on a random tiny model off its script a near-tie then flips a token.
+    with serve(tiny_dense_path, default_thinking=False, batching=False) as one:
         bias = no_eos_bias(one)
         expected = agent_loop(one.openai(), bias)
     assert all(cached > 0 for _, _, cached in expected[1:])  # the single process reuses its checkpoints

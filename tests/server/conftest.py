@@ -39,7 +39,9 @@ class Served:
 
 
 @contextlib.contextmanager
-def serve(model_path: Path, context: int | None = None, parallel: int | None = None, **config: Any) -> Iterator[Served]:
+def serve(
+    model_path: Path, context: int | None = None, parallel: int | None = None, batching: bool | None = None, **config: Any
+) -> Iterator[Served]:
     from macapp.core.engine import Engine
     from macapp.server.runner_backend import serving_backend
     from macapp.server.service import LocalServer
@@ -47,7 +49,7 @@ def serve(model_path: Path, context: int | None = None, parallel: int | None = N
     engine = Engine()
     engine.load(str(model_path)).result(timeout=120)
     settings = ServerConfig(port=0, **config)
-    backend = serving_backend(engine, context=context, queue_limit=settings.queue_limit, parallel=parallel)
+    backend = serving_backend(engine, context=context, queue_limit=settings.queue_limit, parallel=parallel, batching=batching)
     server = LocalServer(backend, settings)
     url = server.start()
     try:
