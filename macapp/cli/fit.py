@@ -8,7 +8,7 @@ import re
 import sys
 
 from macapp.cli import UsageError
-from macapp.core import advice, catalog, hardware, prefill, sizing
+from macapp.core import advice, catalog, hardware, long_context, prefill, sizing
 from macapp.core.download import downloaded_repos
 
 DEFAULT_CONTEXT = sizing.DEFAULT_CONTEXT
@@ -47,10 +47,13 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
 
 
 def parse_context(text: str) -> int:
-    match = re.fullmatch(r"\s*(\d+)\s*([kK])?\s*", text or "")
-    if not match:
-        raise argparse.ArgumentTypeError(f"context {text!r} is not a number of tokens (e.g. 32768 or 128k)")
-    return int(match.group(1)) * (1024 if match.group(2) else 1)
+    """Tokens: `32768`, `128k` (k = 1,024, as context sizes are usually quoted) or `1m` (m = 1,000,000: the card's
+    "about 1,010,000 with YaRN" is a decimal million, which 1,024 × 1,024 would overshoot)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmM])?\s*", text or "")
+    if not match or ("." in match.group(1) and not match.group(2)):
+        raise argparse.ArgumentTypeError(f"context {text!r} is not a number of tokens (e.g. 32768, 128k or 1m)")
+    unit = {None: 1, "k": 1024, "m": 1_000_000}[(match.group(2) or "").lower() or None]
+    return int(float(match.group(1)) * unit)
 
 
 NO_RAM_LIMIT = 1 << 62  # checks a --wired-limit's own value only, before the Mac it is compared with is known
@@ -147,6 +150,8 @@ def describe(e: sizing.Estimate, machine: hardware.MachineProfile) -> str:
         f"  total          {_gb(e.total_bytes):>10}  of a {_gb(e.budget_bytes)} GPU budget → {VERDICT_WORDS[e.verdict].upper()}",
         f"  largest context that fits: {e.max_context:,} tokens{sessions_words(e)}" if e.max_context else "  no context fits (ways out below)",
     ]
+    if e.yarn_factor:
+        lines.insert(1, f"  {long_context.notice(e.yarn_factor)} ({e.native_context:,} native)")
     if machine.budget_source == "wired-limit":
         lines.append(f"  (budget from iogpu.wired_limit_mb={e.budget_bytes // 1024**2}: leaves {_gb(machine.memory_bytes - e.budget_bytes)} for macOS)")
     if e.decode_tps_estimate is not None:
@@ -220,6 +225,9 @@ def run_models(args: argparse.Namespace) -> int:
             f"{VERDICT_WORDS[r['verdict']]:<8} {tps:>6} {ttft:>12} {r['max_context']:>12,} {IMAGES_WORDS[r['accepts_images']]:<9}  {'yes' if r['downloaded'] else ''}"
         )
     print(f"read prompt: the estimated time to read a {args.context:,}-token prompt before the first word of the answer")
+    factors = {r["yarn_factor"] for r in rows if r["yarn_factor"]}
+    if factors:
+        print(f"{long_context.notice(max(factors))} (past the native {min(r['native_context'] for r in rows):,} tokens)")
     _print_wired_limit_notes(rows)
     return 0
 

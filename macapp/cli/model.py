@@ -10,10 +10,11 @@ from typing import Any
 from macapp.cli import UsageError
 from macapp.cli.fit import parse_context
 from macapp.core import events as ev
-from macapp.core.context_limit import ContextError, check_context, longest_context
+from macapp.core import long_context
+from macapp.core.context_limit import ContextError, check_config_context
 
 # A load that fails for one of these is the user's to fix (exit 2, the message as it is); anything else exits 1.
-LOAD_CODES = (ev.NOT_FOUND, ev.NOT_A_MODEL, ev.CORRUPT, ev.CANCELLED)
+LOAD_CODES = (ev.NOT_FOUND, ev.NOT_A_MODEL, ev.CORRUPT, ev.CANCELLED, ev.CONTEXT_LIMIT)
 MIN_CONTEXT = 16
 
 
@@ -23,7 +24,7 @@ def add_model_argument(parser: argparse.ArgumentParser) -> None:
 
 def add_cache_arguments(parser: argparse.ArgumentParser) -> None:
     """--context and --kv-bits: how large the prompt cache may grow, and whether it is quantized."""
-    parser.add_argument("--context", type=parse_context, metavar="TOKENS", help="context limit, e.g. 32768 or 128k (default: the model's maximum)")
+    parser.add_argument("--context", type=parse_context, metavar="TOKENS", help="context limit, e.g. 32768, 128k or 1m (default: the model's native maximum; past it, YaRN long-context mode)")
     parser.add_argument("--kv-bits", type=int, choices=(4, 8), help="quantize the KV cache")
 
 
@@ -38,7 +39,7 @@ def check_cache_arguments(args: argparse.Namespace) -> None:
         return  # not on this machine: the load says so
     name, config = located
     try:
-        check_context(args.context, longest_context(config), name)
+        check_config_context(args.context, config, name)
     except ContextError as exc:
         raise UsageError(f"--context: {exc}") from None
 
@@ -56,13 +57,17 @@ def _local_config(spec: str | None) -> tuple[str, dict] | None:
     return (display_name(folder), config) if isinstance(config, dict) else None
 
 
-def load_model(engine: Any, spec: str) -> ev.Loaded | None:
-    """Load `spec` on the engine and return its Loaded event. A model that cannot be found or read raises
-    UsageError; any other failure is printed to stderr and gives None (the command exits 1)."""
+def load_model(engine: Any, spec: str, context: int | None = None) -> ev.Loaded | None:
+    """Load `spec` on the engine (in long-context mode when `context` is past its native length, which is said
+    on stderr) and return its Loaded event. A model that cannot be found or read raises UsageError; any other
+    failure is printed to stderr and gives None (the command exits 1)."""
     from macapp.core.engine import EngineError
 
     try:
-        return engine.load(spec).result()
+        info = engine.load(spec, context=context).result()
+        if info is not None and info.yarn_factor:
+            print(f"[{info.name}: {long_context.notice(info.yarn_factor)}]", file=sys.stderr)
+        return info
     except EngineError as exc:
         if exc.code in LOAD_CODES:
             raise UsageError(exc.message) from exc

@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
         return code  # --hostfile: this process started and watched the ranks (or it was a follower rank)
     engine = engine_for()
     try:
-        info = load_model(engine, args.model)
+        info = load_model(engine, args.model, context=args.context)
         if info is None:
             return 1
         backend = serving_backend(engine, context=args.context, kv_bits=args.kv_bits, queue_limit=config.queue_limit, parallel=args.parallel)

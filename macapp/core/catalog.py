@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from macapp.core import paths
-from macapp.core.context_limit import ContextError, longest_context
+from macapp.core.context_limit import ContextError, longest_context, rope_of
 from macapp.core.modelfiles import read_safetensors_header, text_config
 
 SUPPORTED_MODEL_TYPES = {"qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"}
@@ -47,13 +47,19 @@ class Arch:
     linear_value_head_dim: int
     linear_conv_kernel_dim: int
     vocab_size: int
-    max_position_embeddings: int
+    max_position_embeddings: int  # the longest context the app runs it at: past the native length with YaRN
     tie_word_embeddings: bool
     intermediate_size: int = 0
     num_experts: int = 0
     num_experts_per_tok: int = 0
     moe_intermediate_size: int = 0
     shared_expert_intermediate_size: int = 0
+    native_context: int = 0  # the config's native length (0: not known, taken as max_position_embeddings)
+    no_yarn_reason: str | None = None  # why long-context mode (YaRN) cannot extend it, if it cannot
+
+    @property
+    def native(self) -> int:
+        return self.native_context or self.max_position_embeddings
 
     @property
     def is_moe(self) -> bool:
@@ -98,6 +104,8 @@ class Arch:
             "linear_conv_kernel_dim": _positive(text, "linear_conv_kernel_dim", default=4),
             "vocab_size": _positive(text, "vocab_size"),
             "max_position_embeddings": _longest_context(text),
+            "native_context": rope_of(text).native,
+            "no_yarn_reason": rope_of(text).no_yarn_reason,
             "tie_word_embeddings": bool(text.get("tie_word_embeddings", config.get("tie_word_embeddings", False))),
         }
         if values["num_key_value_heads"] > heads:

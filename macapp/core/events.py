@@ -134,8 +134,10 @@ class Loaded(TerminalEvent):
     memory_bytes: int  # MLX active memory after loading (the weights as they sit in memory)
     weights_bytes: int  # bytes of the model's parameters
     bits: int | None  # weight quantization (None: unquantized)
-    max_context: int  # the model's max_position_embeddings
+    max_context: int  # the longest context as loaded: its native length, or the YaRN limit in long-context mode
     has_thinking: bool
+    native_context: int | None = None  # the model's own max_position_embeddings
+    yarn_factor: float | None = None  # long-context mode (macapp.core.long_context.notice says it)
 
 
 @dataclass

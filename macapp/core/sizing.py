@@ -15,6 +15,7 @@ from typing import Callable
 from macapp.core import prefill as prefill_model
 from macapp.core.catalog import Arch, ModelRef
 from macapp.core.context_limit import check_context
+from macapp.core.long_context import SCORE_BYTES, SCORES_BLOCK_BYTES, RopeInfo, factor_for, query_block
 from macapp.core.hardware import BANDWIDTH_EFFICIENCY, LAYER_COST_SCALE, MachineProfile
 from macapp.core.vision.cost import VisionCost
 
@@ -72,6 +73,9 @@ class Estimate:
     # How many agent sessions can run at once at `context` tokens each (the local API's batch): each keeps its own
     # KV cache and DeltaNet state beside the one copy of the weights. 0 when not even one fits.
     parallel_sessions: int = 0
+    # Past the native length the model runs in long-context mode (YaRN ×2 or ×4, macapp.core.long_context).
+    native_context: int = 0
+    yarn_factor: int | None = None
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -201,7 +205,21 @@ def prefill_bytes(arch: Arch, context: int, prefill_step: int = DEFAULT_PREFILL_
         ffn = 3 * arch.intermediate_size
     mixer = max(2 * (2 * key_dim + value_dim) + value_dim, 2 * arch.num_attention_heads * arch.head_dim * 2)
     per_token = ACT_BYTES * (4 * h + max(ffn, mixer))
-    return chunk * per_token + arch.vocab_size * STATE_BYTES  # + the last position's float32 logits
+    activations = chunk * per_token + arch.vocab_size * STATE_BYTES  # + the last position's float32 logits
+    return activations + attention_scores_bytes(arch, context, prefill_step)
+
+
+SCORE_COPIES = 2  # the scores and their softmax are alive together in MLX's unfused attention
+
+
+def attention_scores_bytes(arch: Arch, context: int, prefill_step: int = DEFAULT_PREFILL_STEP) -> int:
+    """The attention scores of the last prefill chunk against the whole context: MLX materialises them for head
+    dim 256 (its unfused path), in query blocks under SCORES_BLOCK_BYTES (macapp.core.long_context), plus the
+    boolean causal mask of a block."""
+    keys = max(1, context)
+    chunk = max(1, min(context, prefill_step))
+    block = query_block(arch.num_attention_heads, chunk, keys, SCORES_BLOCK_BYTES)
+    return SCORE_COPIES * arch.num_attention_heads * block * keys * SCORE_BYTES + block * keys
 
 
 def runtime_bytes(weights: int) -> int:
@@ -338,7 +356,8 @@ def largest_context(total_at: Callable[[int], int], budget_bytes: int, limit: in
 
 def validate_context(model: ModelRef, context: int) -> None:
     """ContextError (a ValueError) for a context the model does not take: the rule chat and serve apply too."""
-    check_context(context, model.arch.max_position_embeddings, model.name)
+    arch = model.arch
+    check_context(context, arch.max_position_embeddings, model.name, arch.native, arch.no_yarn_reason)
 
 
 def estimate(
@@ -375,7 +394,8 @@ def estimate(
         f"KV cache {kv / gb:.2f} GB: {arch.full_attention_layers} of {arch.num_hidden_layers} layers × {arch.num_key_value_heads} KV heads × {arch.head_dim} × 2 (K,V) × "
         f"{'bf16' if kv_bits is None else f'{kv_bits}-bit'} × {context:,} tokens ({kv_all / gb:.2f} GB if every layer cached)",
         f"DeltaNet state {state / 1e6:.0f} MB: {arch.linear_layers} linear layers × {arch.linear_num_value_heads} heads × 128 × 128 float32, fixed at any context",
-        f"overhead {(prefill + runtime) / gb:.2f} GB: one {min(context, prefill_step):,}-token prefill chunk ({prefill / gb:.2f} GB) + runtime ({runtime / gb:.2f} GB)",
+        f"overhead {(prefill + runtime) / gb:.2f} GB: one {min(context, prefill_step):,}-token prefill chunk ({prefill / gb:.2f} GB, "
+        f"of which {attention_scores_bytes(arch, context, prefill_step) / gb:.2f} GB attention scores against {context:,} tokens) + runtime ({runtime / gb:.2f} GB)",
         f"budget {machine.budget_bytes / gb:.2f} GB: {_budget_words(machine)}",
     ]
     if early is not None:
@@ -425,7 +445,14 @@ def estimate(
         accepts_images=accepts_images,
         images=with_images,
         parallel_sessions=parallel_sequences(model.arch, weights, machine.budget_bytes - extra, context, kv_bits, prefill_step),
+        native_context=arch.native,
+        yarn_factor=yarn_factor(arch, context),
     )
+
+
+def yarn_factor(arch: Arch, context: int) -> int | None:
+    """The YaRN factor a model runs at for `context` tokens (None at or below its native length)."""
+    return factor_for(RopeInfo(native=arch.native, configured_factor=None, no_yarn_reason=arch.no_yarn_reason), context)
 
 
 def _budget_words(machine: MachineProfile) -> str:

@@ -72,7 +72,7 @@ def test_eight_streams_at_once_each_equal_what_it_gets_alone(scripted_tool_model
             gate.set()
             together = [f.result(TIMEOUT) for f in futures]
         held.join(TIMEOUT)
-        assert served.backend._batch.peak == len(CASES)
+        assert served.backend.batch.peak == len(CASES)
     assert together == alone
     for (api, _thinking, tools), result in zip(CASES, together):
         if api == "openai" and tools:
@@ -111,9 +111,9 @@ def test_a_client_that_hangs_up_leaves_the_batch_and_the_others_go_on(tiny_dense
             others = [pool.submit(long_reply, i) for i in range(3)]
             assert quitter.result(TIMEOUT) == 10
             left_at = time.monotonic()
-            while served.backend._batch.active > 3 and time.monotonic() - left_at < 5:
+            while served.backend.batch.active > 3 and time.monotonic() - left_at < 5:
                 time.sleep(0.01)
-            assert served.backend._batch.active <= 3  # it left while the others were still decoding
+            assert served.backend.batch.active <= 3  # it left while the others were still decoding
             assert [f.result(TIMEOUT) for f in others] == alone
         record = next(r for r in served.activity.records() if r.prompt_tokens and r.completion_tokens < 100 and r.state.finished)
         assert record.completion_tokens < 5000
@@ -124,9 +124,16 @@ def test_a_window_chat_and_three_api_clients_at_once(tiny_dense_path):
 
     with serve(tiny_dense_path) as served:
         session = served.engine.new_session()
+        gate = threading.Event()
+        held = served.engine.submit("hold", lambda job: gate.wait(TIMEOUT))  # all four start together
         with ThreadPoolExecutor(3) as pool:
             replies = [pool.submit(openai_stream, served, i, False, False) for i in range(3)]
+            while served.backend.pending < 3:
+                time.sleep(0.02)
             chat = session.send("Hello from the window", thinking=False, sampling=greedy(30))
+            gate.set()
+            held.join(TIMEOUT)
             assert chat.result(TIMEOUT).text == "".join(SCRIPT_ANSWER)
             results = [f.result(TIMEOUT) for f in replies]
+        assert served.backend.batch.peak == 4  # the window's chat was one more sequence of the batch
         assert all(r[0] == "".join(SCRIPT_ANSWER) and r[4] == "stop" for r in results)

@@ -60,7 +60,10 @@ class Sequence:
     processors: list
     reply: SequenceReply
     on_segment: Callable[[int, list], None] | None = None  # (prompt tokens read so far, the cache holding them)
-    on_done: Callable[[StreamedReply | None], None] = lambda _reply: None  # None: stopped or failed while reading
+    # (the reply, the cache holding it when `keep_cache`) once it ended; None: stopped or failed while reading.
+    # The loop settles the job after it.
+    on_done: Callable[[StreamedReply | None, list | None], None] = lambda _reply, _cache: None
+    keep_cache: bool = False  # hand the sequence's cache to on_done (a chat session goes on from it)
     read: int = 0  # prompt tokens read so far
     start: int = 0  # tokens the cache held at the start
     total: int = 0  # prompt tokens to read
@@ -171,7 +174,7 @@ class BatchLoop:
             log.exception("the batch failed")
             for seq in active.values():
                 seq.job.emit(_failure(exc))
-                seq.on_done(None)
+                _done(seq, None, None)
             active.clear()
         finally:
             self.active = 0
@@ -186,8 +189,10 @@ class BatchLoop:
             if not isinstance(exc, EngineError):
                 log.exception("starting a batched sequence failed")
             job.emit(_failure(exc))
+            job.settle()
             return
-        if seq is None:
+        if seq is None:  # it ended already (its terminal event is out)
+            job.settle()
             return
         (uid,) = gen.insert_segments(
             [seq.segments], max_tokens=[seq.reply.max_tokens()], caches=[seq.cache], all_tokens=[list(seq.cached_tokens)],  # the generator appends to it
@@ -199,7 +204,8 @@ class BatchLoop:
     def _step(self, gen: Any, active: dict[int, Sequence]) -> None:
         prompt_responses, responses = gen.next()
         self.steps += 1
-        remove: list[int] = []
+        remove: list[int] = []  # stopped while reading their prompt
+        ended: list[int] = []  # replies this loop ended (a stop, the context's room)
         for r in prompt_responses:
             seq = active.get(r.uid)
             if seq is None:
@@ -222,21 +228,25 @@ class BatchLoop:
             if seq is None:
                 continue
             match seq.reply.take(r.token, r.finish_reason):
-                case Next.END:
-                    if r.finish_reason is None:
-                        remove.append(r.uid)
+                case Next.END if r.finish_reason is not None:  # the generator has let it go, with its cache
                     del active[r.uid]
-                    seq.on_done(seq.reply.finish())
+                    _done(seq, seq.reply.finish(), r.prompt_cache if seq.keep_cache else None)
+                case Next.END:
+                    ended.append(r.uid)
                 case Next.CLOSE_REASONING:
                     reinsert.append((r.uid, seq))
                 case Next.GO_ON:
                     pass
         if remove:
             for uid in remove:
-                seq = active.pop(uid, None)
-                if seq is not None:  # stopped while reading its prompt
-                    seq.on_done(None)
+                _done(active.pop(uid), None, None)
             gen.remove(remove)
+        if ended:
+            keep = [uid for uid in ended if active[uid].keep_cache]
+            caches = gen.remove(ended, return_prompt_caches=bool(keep))
+            for uid in ended:
+                seq = active.pop(uid)
+                _done(seq, seq.reply.finish(), caches[uid][0] if uid in keep else None)
         for uid, seq in reinsert:
             (cache, tokens), = gen.remove([uid], return_prompt_caches=True).values()
             del active[uid]
@@ -245,6 +255,13 @@ class BatchLoop:
                 samplers=[seq.sampler], logits_processors=[seq.processors],
             )
             active[new] = seq
+
+
+def _done(seq: Sequence, streamed: StreamedReply | None, cache: list | None) -> None:
+    try:
+        seq.on_done(streamed, cache)
+    finally:
+        seq.job.settle()
 
 
 def _failure(exc: Exception):

@@ -8,6 +8,7 @@ from typing import Callable
 
 from macapp.core import events as ev
 from macapp.core.engine import model_folder
+from macapp.core.engine.batch import BatchLoop
 from macapp.core.engine.jobs import Job
 from macapp.core.engine.model_folder import LoadedModel
 from macapp.core.engine.options import SessionOptions
@@ -30,6 +31,9 @@ class Engine:
         self._closed = False
         self._sessions: weakref.WeakSet[ChatSession] = weakref.WeakSet()
         self._jobs: weakref.WeakSet[Job] = weakref.WeakSet()
+        self._batch: BatchLoop | None = None
+        self._batch_for: LoadedModel | None = None
+        self.batch_users = 0  # the local API servers on this engine: while one is up, chat turns join its batch
 
     def submit(self, kind: str, work: Callable[[Job], None]) -> Job:
         """Run `work(job)` on the worker thread (for engine extensions and tests)."""
@@ -39,6 +43,17 @@ class Engine:
         self._jobs.add(job)
         submit_work(job, work)
         return job
+
+    def batch_loop(self) -> BatchLoop | None:
+        """The batch of the loaded model (macapp.core.engine.batch), shared by the API's requests and, while a server
+        is up, the chat's turns; None with no model or on an engine that cannot batch (several Macs)."""
+        m = self._model
+        if m is None or not self.batches:
+            return None
+        if self._batch is None or self._batch_for is not m:
+            self._batch = BatchLoop(self)
+            self._batch_for = m
+        return self._batch
 
     def new_job(self, kind: str) -> Job:
         """A job whose work runs inside another job (a sequence of the batch): stopped, like the rest, on close."""
@@ -81,8 +96,9 @@ class Engine:
         self._model = None
 
     # -- model -----------------------------------------------------------------------------------------
-    def load(self, spec: str | os.PathLike) -> Job:
-        """Load a model folder or a downloaded repo; the Loaded event reports load time and memory."""
+    def load(self, spec: str | os.PathLike, context: int | None = None) -> Job:
+        """Load a model folder or a downloaded repo; the Loaded event reports load time and memory. A `context`
+        past the model's native length loads it in long-context mode (YaRN; model_folder.load_model)."""
 
         def work(job: Job) -> None:
             if job.stopped:
@@ -90,9 +106,10 @@ class Engine:
                 return
             path = model_folder.locate_model(str(spec))
             config = model_folder.check_model_folder(path)  # refuse bad folders before letting go of the current model
+            model_folder.yarn_for(config, path, context)  # and a context it cannot take
             self._forget_caches()  # free the old model and its caches before reading the new one
             self._model = None
-            self._model = model_folder.load_model(path, config, self._read_model)
+            self._model = model_folder.load_model(path, config, self._read_model, context=context)
             self.memory_budget_bytes()  # learn the machine now, not on the first message
             job.emit(self._model.info)
 

@@ -11,7 +11,9 @@ from typing import Any, Callable
 
 from macapp.core import events as ev
 from macapp.core.catalog import REPO_ID, SUPPORTED_MODEL_TYPES
-from macapp.core.context_limit import ContextError, longest_context
+from macapp.core import long_context
+from macapp.core.long_context import yarn_longest
+from macapp.core.context_limit import ContextError, check_config_context, rope_of
 from macapp.core.engine.errors import EngineError
 from macapp.core.events import Loaded
 from macapp.core.modelfiles import safetensors_problem, text_config
@@ -32,11 +34,24 @@ class LoadedModel:
     weights_bytes: int
 
 
-def _longest_context(config: dict, path: Path) -> int:
+def _rope(config: dict, path: Path) -> long_context.RopeInfo:
     try:
-        return longest_context(config)
+        return rope_of(config)
     except ContextError as exc:
         raise EngineError(f"{path}: {exc}.", ev.NOT_A_MODEL) from exc
+
+
+def yarn_for(config: dict, path: Path, context: int | None) -> int | None:
+    """The YaRN factor to load `config` with for a `context`-token limit (None: its own rope); EngineError
+    (CONTEXT_LIMIT) for a context the model cannot take."""
+    info = _rope(config, path)
+    if context is None or context <= info.native:
+        return None
+    try:
+        check_config_context(context, config, display_name(path))
+        return long_context.factor_for(info, context)
+    except (ContextError, long_context.NoYarn) as exc:
+        raise EngineError(f"{exc}.", ev.CONTEXT_LIMIT) from exc
 
 
 def locate_model(spec: str) -> Path:
@@ -121,12 +136,18 @@ def read_with_mlx_lm(path: Path) -> tuple[Any, Any, dict]:
     return mlx_lm.load(str(path), return_config=True)
 
 
-def load_model(path: Path, config: dict, read: ModelReader = read_with_mlx_lm) -> LoadedModel:
+def load_model(path: Path, config: dict, read: ModelReader = read_with_mlx_lm, context: int | None = None) -> LoadedModel:
     """Read a model folder already found by locate_model and checked by check_model_folder (its config).
-    `read` does the reading (the engine's hook: macapp.core.cluster reads a shard and wraps the model)."""
+    `read` does the reading (the engine's hook: macapp.core.cluster reads a shard and wraps the model).
+    A `context` past the native length loads it in long-context mode (YaRN, macapp.core.long_context): the
+    loaded model's rope and its config in memory change, the folder's config.json does not."""
     import mlx.core as mx
     from mlx.utils import tree_flatten
 
+    factor = yarn_for(config, path, context)
+    rope = _rope(config, path)
+    if factor:
+        config = long_context.with_yarn(config, factor, rope.native)
     mx.clear_cache()
     before = mx.get_active_memory()
     start = time.perf_counter()
@@ -136,6 +157,9 @@ def load_model(path: Path, config: dict, read: ModelReader = read_with_mlx_lm) -
         raise  # a reader's own clear message (several Macs: another rank lost, different files)
     except Exception as exc:
         raise EngineError(f"Could not read the model in {path}: {exc}. The files may be damaged; download it again.", ev.CORRUPT) from exc
+    if factor:
+        long_context.use_yarn(model, config)
+    long_context.install_blocked_attention()
     load_time = time.perf_counter() - start
     weights = int(sum(v.nbytes for _, v in tree_flatten(model.parameters())))
     quant = loaded_config.get("quantization") or {}
@@ -154,8 +178,11 @@ def load_model(path: Path, config: dict, read: ModelReader = read_with_mlx_lm) -
         memory_bytes=int(mx.get_active_memory() - before),
         weights_bytes=weights,
         bits=quant.get("bits"),
-        max_context=_longest_context(config, path),
+        # as loaded: the native length, or the YaRN limit in long-context mode (reloading changes it)
+        max_context=yarn_longest(rope.native, factor) if factor else (rope.longest if rope.configured_factor else rope.native),
         has_thinking=bool(tokenizer.has_thinking),
+        native_context=rope.native,
+        yarn_factor=factor or rope.configured_factor,
     )
     return LoadedModel(
         model=model,

@@ -6,7 +6,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from macapp.core import events as ev
-from macapp.core.engine import limits, turns
+from macapp.core.engine import batched_turn, limits, turns
 from macapp.core.engine.clock import TurnClock
 from macapp.core.engine.errors import EngineError
 from macapp.core.engine.jobs import Job
@@ -75,15 +75,15 @@ class ChatSession:
     ) -> Job:
         """Add a user message and stream the reply. `sampling` None: the model card's preset for the mode. `images`:
         pictures for this message (paths, encoded bytes or vision.images.PreparedImage), run through mlx-vlm."""
-        return self._submit(lambda job: self._send(job, text, bool(thinking), sampling, thinking_budget, images))
+        return self._submit_turn(lambda job, batched: self._send(job, text, bool(thinking), sampling, thinking_budget, images, batched), images)
 
     def regenerate(self, thinking: bool | None = None, sampling: SamplingParams | None = None, thinking_budget: int | None = None) -> Job:
         """Replace the last reply with a new one to the same message; `thinking` None keeps the last mode."""
-        return self._submit(lambda job: self._redo(job, None, thinking, sampling, thinking_budget))
+        return self._submit_turn(lambda job, batched: self._redo(job, None, thinking, sampling, thinking_budget, batched))
 
     def edit_last(self, text: str, thinking: bool | None = None, sampling: SamplingParams | None = None, thinking_budget: int | None = None) -> Job:
         """Replace the last user message (and its reply) with `text`, and answer it."""
-        return self._submit(lambda job: self._redo(job, text, thinking, sampling, thinking_budget))
+        return self._submit_turn(lambda job, batched: self._redo(job, text, thinking, sampling, thinking_budget, batched))
 
     def reset(self) -> Job:
         """Forget the cache (not the messages): the next send reads the conversation once through the template."""
@@ -109,6 +109,34 @@ class ChatSession:
         self.last_job = job
         return job
 
+    def _submit_turn(self, turn: Callable[[Job, bool], Any], images: Sequence[Any] | None = None) -> Job:
+        """A turn as a job of its own, or, while the local API serves from this engine, as one more sequence of its
+        batch (so the chat neither waits for the agents' replies nor makes them wait): `turn(job, batched)` then runs
+        when the batch takes it and returns the Sequence to insert."""
+        batch = self.engine.batch_loop() if self._joins_batch(images) else None
+        if batch is None:
+            return self._submit(lambda job: turn(job, False))
+        job = self.engine.new_job("chat")
+        self.last_job = job
+        batch.add(job, lambda _m: self._in_batch(job, turn))
+        return job
+
+    def _joins_batch(self, images: Sequence[Any] | None) -> bool:
+        """Text turns join the API's batch; pictures (mlx-vlm's model, mRoPE positions) and a quantized KV cache (the
+        batch cannot quantize) run as jobs of their own."""
+        if self.engine.batch_users <= 0 or images or self._spans or self.options.kv_bits is not None:
+            return False
+        return not vision_chat.pictures_in(self._messages)
+
+    def _in_batch(self, job: Job, turn: Callable[[Job, bool], Any]) -> Any:
+        try:
+            return turn(job, True)
+        except EngineError:
+            raise
+        except Exception:
+            self.forget_cache()  # the cache is in an unknown state: the next send re-reads the conversation
+            raise
+
     def _require_model(self) -> LoadedModel:
         model = self.engine.model
         if model is None:
@@ -118,7 +146,10 @@ class ChatSession:
             self._model = model
         return model
 
-    def _send(self, job: Job, text: str, thinking: bool, sampling: SamplingParams | None, budget: int | None, images: Sequence[Any] | None = None) -> None:
+    def _send(
+        self, job: Job, text: str, thinking: bool, sampling: SamplingParams | None, budget: int | None, images: Sequence[Any] | None = None,
+        batched: bool = False,
+    ) -> Any:
         clock = TurnClock()
         if job.stopped:
             job.emit(Finished(Reply(thinking=thinking, finish_reason="stopped", kept=False)))
@@ -133,9 +164,11 @@ class ChatSession:
             m.tokenizer, text=text, mode=ThinkingMode.of(thinking, budget), messages=self._messages,
             system_prompt=self.system_prompt, close_text=self._close_text if appending else None, images=pictures,
         )
-        self._run_turn(job, m, clock, plan, sampling, budget)
+        return self._run_turn(job, m, clock, plan, sampling, budget, batched)
 
-    def _redo(self, job: Job, new_text: str | None, thinking: bool | None, sampling: SamplingParams | None, budget: int | None) -> None:
+    def _redo(
+        self, job: Job, new_text: str | None, thinking: bool | None, sampling: SamplingParams | None, budget: int | None, batched: bool = False,
+    ) -> Any:
         clock = TurnClock()
         if job.stopped:
             job.emit(Finished(Reply(finish_reason="stopped", kept=False)))
@@ -146,10 +179,13 @@ class ChatSession:
             m.tokenizer, new_text=new_text, thinking=thinking, budget=budget, messages=self._messages, last_user=last_user,
             system_prompt=self.system_prompt, last=self._turn if self._cache is not None else None,
         )
-        self._run_turn(job, m, clock, plan, sampling, budget)
+        return self._run_turn(job, m, clock, plan, sampling, budget, batched)
 
     # -- the turn (worker thread) ----------------------------------------------------------------------
-    def _run_turn(self, job: Job, m: LoadedModel, clock: TurnClock, plan: TurnPlan, sampling: SamplingParams | None, budget: int | None) -> None:
+    def _run_turn(
+        self, job: Job, m: LoadedModel, clock: TurnClock, plan: TurnPlan, sampling: SamplingParams | None, budget: int | None, batched: bool = False,
+    ) -> Any:
+        """Run the turn (batched: return the Sequence the batch reads and answers it with; batched_turn.py)."""
         params = limits.turn_sampling(sampling, plan.mode.thinking, budget, self.options)
         if plan.restore is not None:
             cached = plan.restore.length
@@ -161,6 +197,8 @@ class ChatSession:
             plan = dataclasses.replace(plan, prompt=encoded.tokens)
         with_tower = dataclasses.replace(m, weights_bytes=m.weights_bytes + vision_chat.attached_bytes(m))
         limit = limits.context_limit(with_tower, self.options, len(plan.prompt), cached, budget_bytes)  # the tower counts
+        if batched:
+            return batched_turn.sequence(self, job, m, clock, plan, params, budget, limit)
         try:
             reply = self._play(job, m, clock, plan, params, budget, limit, encoded)
         except Exception:

@@ -62,10 +62,9 @@ def start(serving: "ServingEngine", job: Job, prepared: PreparedRequest, m: Load
     def on_segment(at: int, segment_cache: list) -> None:
         pool.add(key[:at], segment_cache)
 
-    def on_done(streamed: StreamedReply | None) -> None:
+    def on_done(streamed: StreamedReply | None, _cache: list | None) -> None:
         serving.measured(time.perf_counter() - submitted)
         job.emit(cancelled(m, usage) if streamed is None else completed(m, text, streamed, usage))
-        job.settle()
 
     return Sequence(
         job=job, cache=cache, cached_tokens=list(tokens[:cached]), segments=_segments(tokens, cached, rendered.boundaries),

@@ -73,8 +73,10 @@ class ServingEngine:
         self._lock = threading.Lock()
         self._pending = 0  # submitted, not yet ended (the running ones included)
         self._mean_s = FIRST_GUESS_S  # a request's measured duration, from its start to its end (EWMA)
-        self._batch: BatchLoop | None = None
-        self._batch_for: Any = None  # the model the batch limit was sized for
+        self._limit_for: Any = None  # the model the batch limit was sized for
+        self._limit = 1
+        engine.batch_users += 1  # chat turns join the batch while this serves (ChatSession)
+        self._closed = False
 
     # -- any thread ------------------------------------------------------------------------------------
     @property
@@ -102,11 +104,15 @@ class ServingEngine:
         if not self.options.batching or m is None:
             return 1
         with self._lock:
-            if self._batch is None or self._batch_for is not m:
-                limit = self._fitting(m)
-                self._batch = BatchLoop(self.engine, limit, self.options.session.prefill_step_size)
-                self._batch_for = m
-            return self._batch.limit
+            if self._limit_for is not m:
+                self._limit = self._fitting(m)
+                self._limit_for = m
+            return self._limit
+
+    @property
+    def batch(self) -> BatchLoop | None:
+        """The engine's batch these requests join (None: no model, or an engine that cannot batch)."""
+        return self.engine.batch_loop() if self.options.batching else None
 
     def _fitting(self, m: LoadedModel) -> int:
         from macapp.core import sizing
@@ -165,8 +171,8 @@ class ServingEngine:
         return self._mean_s * math.ceil((waiting + 1) / max(1, limit))
 
     def _start(self, prepared: PreparedRequest) -> Job:
-        batch = self._batch if self._batch_for is prepared.model else None  # None: no model, or another one now
-        if batch is not None and self.options.batching and prepared.batchable and self.options.session.kv_bits is None:
+        batch = self._batch_for(prepared)
+        if batch is not None:
             job = self.engine.new_job("serve")
             job.add_listener(self._on_event)
             started = time.perf_counter()
@@ -175,6 +181,18 @@ class ServingEngine:
         job = self.engine.submit("serve", lambda job: self._serve(job, prepared))
         job.add_listener(self._on_event)
         return job
+
+    def _batch_for(self, prepared: PreparedRequest) -> BatchLoop | None:
+        """The engine's batch, sized for this server, when `prepared` may join it (None: it runs alone)."""
+        if not (self.options.batching and prepared.batchable and self.options.session.kv_bits is None):
+            return None
+        if prepared.model is not self.engine.model or self._limit_for is not prepared.model:
+            return None  # no model, or another one now: the one-at-a-time path prepares it again or fails clearly
+        batch = self.engine.batch_loop()
+        if batch is not None:
+            batch.limit = self._limit
+            batch.prefill_step = self.options.session.prefill_step_size
+        return batch
 
     def _failed(self, exc: EngineError) -> Job:
         job = self.engine.new_job("serve")
@@ -185,6 +203,9 @@ class ServingEngine:
 
     def close(self) -> None:
         """Drop the checkpoints (on the worker, after the requests already submitted)."""
+        if not self._closed:
+            self._closed = True
+            self.engine.batch_users -= 1
 
         def work(job: Job) -> None:
             self.pool.clear()

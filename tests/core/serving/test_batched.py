@@ -21,7 +21,9 @@ QUESTIONS = [f"Question {i}: " + "tell me more " * (i * 3) for i in range(6)]
 
 
 def all_at_once(serving: ServingEngine, requests: list) -> list[Completed]:
-    """Submit every request before any has started (the worker held), then let them run together."""
+    """Submit every request before any has started (the worker held), then let them run together (the batch's
+    `peak` then counts this run's sequences: the engine's batch outlives each test's ServingEngine)."""
+    serving.batch.peak = 0
     gate = threading.Event()
     held = serving.engine.submit("hold", lambda job: gate.wait(TIMEOUT))
     jobs = [serving.submit(r) for r in requests]
@@ -43,7 +45,7 @@ def test_a_batch_of_six_gives_each_the_text_it_gets_alone_and_the_one_at_a_time_
     requests = [ask(SYSTEM, ChatMessage(Role.USER, q), sampling=off_script(moe, 24 + 4 * i)) for i, q in enumerate(QUESTIONS)]
     batched = ServingEngine(moe, ServingOptions(pool_bytes=0))
     together = all_at_once(batched, requests)
-    assert batched._batch.peak == len(requests)  # they really ran together
+    assert batched.batch.peak == len(requests)  # they really ran together
     alone = one_by_one(ServingEngine(moe, ServingOptions(pool_bytes=0)), requests)
     sequential = one_by_one(ServingEngine(moe, ServingOptions(pool_bytes=0, batching=False)), requests)
     for i, (a, b, c) in enumerate(zip(together, alone, sequential)):
@@ -113,7 +115,7 @@ def test_four_agent_loops_at_once_each_read_only_their_new_tail(load, scripted_t
                 *loops[i], ChatMessage(Role.ASSISTANT, reply.text, tool_calls=(call,)),
                 ChatMessage(Role.TOOL, f"Sunny in city {i}.", tool_call_id=call.id, name=call.name),
             ]
-    assert serving._batch.peak == 4
+    assert serving.batch.peak == 4
 
 
 def test_a_seeded_request_gives_the_same_sample_beside_a_busy_batch(moe):
@@ -126,10 +128,13 @@ def test_a_seeded_request_gives_the_same_sample_beside_a_busy_batch(moe):
     assert all(r.finish_reason is FinishReason.LENGTH for r in results[:3] + results[4:])
 
 
-def test_a_chat_turn_waits_only_for_the_batch_in_flight_not_for_requests_after_it(moe):
-    """While a chat turn waits for the worker the batch takes no new request; those wait behind the turn."""
+def test_a_turn_that_cannot_join_waits_only_for_the_batch_in_flight_not_for_requests_after_it(moe):
+    """A turn on a quantized KV cache runs as a job of its own: while it waits for the worker the batch takes no new
+    request; those wait behind the turn."""
+    from macapp.core.engine import SessionOptions
+
     serving = ServingEngine(moe, ServingOptions(pool_bytes=0))
-    session = moe.new_session()
+    session = moe.new_session(options=SessionOptions(kv_bits=8))
     order: list[str] = []
     first = serving.submit(ask(USER, sampling=off_script(moe, 80)))
     first.add_listener(lambda e: order.append("api-1") if isinstance(e, Completed) else None)
@@ -142,6 +147,7 @@ def test_a_chat_turn_waits_only_for_the_batch_in_flight_not_for_requests_after_i
     assert turn.result(TIMEOUT).text and later.wait(TIMEOUT).text == ANSWER
     first.wait(TIMEOUT)
     assert order == ["api-1", "chat", "api-2"]
+    serving.close()
 
 
 def test_the_batch_limit_comes_from_the_memory_that_is_left_and_parallel_lowers_it(moe):

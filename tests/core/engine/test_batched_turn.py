@@ -1,0 +1,91 @@
+"""A chat turn as one sequence of the API's batch (engine/batched_turn.py): while a server is up the window's chat
+joins the batch, and the conversation goes on exactly as it does on its own."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from macapp.core.events import AnswerDelta
+from macapp.core.sampling import greedy
+from macapp.core.serving.requests import ChatMessage, Completed, Role
+from macapp.core.serving.runner import ServingEngine, ServingOptions
+from tests.core.serving.test_runner import ask, off_script
+
+TIMEOUT = 120
+
+
+def conversation(session, engine) -> list:
+    """send, send (thinking), regenerate, edit, send with a budget: each reply's text and the tokens after it."""
+    sampling = off_script(engine, 12)
+    out = []
+    for job in (
+        lambda: session.send("Tell me about rivers", thinking=False, sampling=sampling),
+        lambda: session.send("And lakes?", thinking=True, sampling=sampling),
+        lambda: session.regenerate(sampling=sampling),
+        lambda: session.edit_last("And seas?", sampling=sampling),
+        lambda: session.send("Briefly.", thinking=True, sampling=greedy(30), thinking_budget=3),
+    ):
+        reply = job().result(TIMEOUT)
+        out.append((reply.text, reply.reasoning, reply.finish_reason, list(session.tokens)))
+    return out
+
+
+@pytest.fixture
+def moe(engine):
+    """The package's engine with the tiny MoE model (tests/core/engine/conftest.py)."""
+    return engine
+
+
+def test_a_conversation_in_the_batch_goes_exactly_as_on_its_own(moe):
+    serving = ServingEngine(moe, ServingOptions(pool_bytes=0))
+    try:
+        batch = serving.batch
+        steps = batch.steps
+        batched = conversation(moe.new_session(), moe)
+        assert batch.steps > steps  # the turns ran in the batch
+    finally:
+        serving.close()
+    assert moe.batch_users == 0
+    steps = batch.steps
+    alone = conversation(moe.new_session(), moe)
+    assert batch.steps == steps  # no server: turns of their own
+    assert batched == alone
+
+
+def test_a_chat_turn_joins_the_batch_of_a_long_api_reply_and_ends_first(moe):
+    serving = ServingEngine(moe, ServingOptions(pool_bytes=0))
+    try:
+        long = serving.submit(ask(ChatMessage(Role.USER, "A long story"), sampling=off_script(moe, 300)))
+        while not any(isinstance(e, AnswerDelta) for e in long.history):
+            threading.Event().wait(0.01)
+        session = moe.new_session()
+        reply = session.send("Hello there", thinking=False, sampling=greedy(8)).result(TIMEOUT)
+        assert not long.done  # the chat did not wait for the agent's reply
+        assert reply.text and reply.stats.generation_tps > 0  # its own meter
+        assert isinstance(long.wait(TIMEOUT), Completed)
+    finally:
+        serving.close()
+
+
+def test_a_stop_while_the_batch_reads_the_prompt_undoes_the_turn(moe):
+    serving = ServingEngine(moe, ServingOptions(pool_bytes=0))
+    try:
+        session = moe.new_session()
+        session.send("First", thinking=False, sampling=greedy(8)).result(TIMEOUT)
+        messages, tokens = session.messages, list(session.tokens)
+        gate = threading.Event()
+        held = moe.submit("hold", lambda job: gate.wait(TIMEOUT))
+        job = session.send("word " * 3000, thinking=False, sampling=greedy(8))
+        job.stop()
+        gate.set()
+        held.join(TIMEOUT)
+        undone = job.result(TIMEOUT)
+        job.join(TIMEOUT)
+        assert undone.kept is False and undone.finish_reason == "stopped"
+        assert session.messages == messages and session.tokens == tokens
+        again = session.send("Second", thinking=False, sampling=greedy(8)).result(TIMEOUT)
+        assert again.kept and again.text
+    finally:
+        serving.close()
