@@ -31,9 +31,13 @@ def test_fit_says_the_same_sentence(capsys, tiny_dense_path):
 
 
 def test_the_maximum_is_one_function_of_the_config_that_the_catalog_uses_too():
-    assert context_limit.longest_context({"max_position_embeddings": 4096}) == 4096
-    assert context_limit.longest_context({"text_config": {"max_position_embeddings": 8192}}) == 8192
-    assert context_limit.longest_context({}) == context_limit.NATIVE_DEFAULT
+    # past the native length with YaRN ×4, capped in the card's proportion (1,010,000 of 4 × 262,144)
+    assert context_limit.longest_context({"max_position_embeddings": 4096}) == 15_781
+    assert context_limit.longest_context({"text_config": {"max_position_embeddings": 8192}}) == 31_562
+    assert context_limit.longest_context({}) == 1_010_000
+    assert context_limit.native_context({}) == context_limit.NATIVE_DEFAULT
+    linear = {"max_position_embeddings": 4096, "rope_parameters": {"rope_type": "linear", "factor": 2.0}}
+    assert context_limit.longest_context(linear) == 4096  # no YaRN for a rope it cannot extend
     for bad in (0, -1, "long", True, 1.5):
         with pytest.raises(context_limit.ContextError):
             context_limit.longest_context({"max_position_embeddings": bad})

@@ -39,7 +39,8 @@ def test_fit_json_contract_from_a_real_process():
 def test_fit_what_if_machine(capsys):
     code, out, _ = run_cli(capsys, "fit", "qwen3.5-122b-a10b", "--bits", "8", "--chip", "M3 Ultra", "--memory", "512GB", "--json")
     data = json.loads(out)
-    assert code == 0 and data["verdict"] == "fits" and data["max_context"] == 262144
+    assert code == 0 and data["verdict"] == "fits" and data["max_context"] == 1_010_000  # YaRN ×4 past 262,144
+    assert data["yarn_factor"] is None and data["native_context"] == 262144
     assert data["decode_tps_estimate"] == pytest.approx(42.5, rel=0.12)
     code, out, _ = run_cli(capsys, "fit", "Qwen3.5-397B-A17B", "--chip", "M4 Max", "--memory", "128GB", "--json")
     assert json.loads(out)["verdict"] == "too_big"
@@ -68,7 +69,7 @@ def test_fit_human_output_is_a_short_breakdown(capsys):
         (["fit", "Qwen3.5-9B", "--chip", "M9", "--memory", "16GB"], "M9"),
         (["fit", "Qwen3.5-9B", "--chip", "M4", "--memory", "lots"], "cannot read memory"),
         (["fit", "Qwen3.5-9B", "--context", "0"], "at least 1 token"),
-        (["fit", "Qwen3.5-9B", "--context", "300000"], "maximum of 262,144"),
+        (["fit", "Qwen3.5-9B", "--context", "2m"], "maximum of 1,010,000 tokens (262,144 native"),
         (["fit", "/no/such/folder"], "not a folder"),
     ],
 )
@@ -84,10 +85,10 @@ def test_fit_nonsense_config_in_a_folder(capsys, tmp_path):
     assert code == 2 and "hidden_size" in err
 
 
-@pytest.mark.parametrize("context", ["0", "300k"])
+@pytest.mark.parametrize("context", ["0", "1000k"])
 def test_models_refuses_a_context_outside_the_family(capsys, context):
     code, out, err = run_cli(capsys, "models", "--context", context)
-    assert code == 2 and out == "" and "between 1 and 262,144" in err
+    assert code == 2 and out == "" and "between 1 and 1,010,000" in err
 
 
 def test_argparse_rejects_bad_bits_and_context():

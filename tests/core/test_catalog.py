@@ -112,11 +112,11 @@ def test_refreshed_sizes_and_config_override_builtin(tmp_path):
     catalog._refresh_cache_path().write_text(json.dumps(cache))
     ref = catalog.resolve_model("Qwen3.5-9B")
     assert ref.weights_bytes == 5_100_000_000
-    assert ref.arch.max_position_embeddings == 131072
+    assert ref.arch.native == 131072 and ref.arch.max_position_embeddings == 505_000  # YaRN ×4, the card's proportion
     # A bad cached config is ignored rather than trusted.
     cache[repo]["config"] = {"model_type": "qwen3_5", "text_config": {"hidden_size": -3}}
     catalog._refresh_cache_path().write_text(json.dumps(cache))
-    assert catalog.resolve_model("Qwen3.5-9B").arch.max_position_embeddings == 262144
+    assert catalog.resolve_model("Qwen3.5-9B").arch.native == 262144
 
 
 def _write_mixed_safetensors(path: Path) -> int:
