@@ -160,7 +160,7 @@ def query_block(heads: int, queries: int, keys: int, limit: int = SCORES_BLOCK_B
     return max(1, limit // per_row)
 
 
-def blocked_attention(queries, keys, values, cache, scale: float, mask, sinks=None):
+def blocked_attention(queries, keys, values, cache, scale: float, mask, sinks=None, limit: int | None = None):
     """mlx-lm's scaled_dot_product_attention, reading the queries of a long prefill chunk in blocks so that the
     materialised scores stay under SCORES_BLOCK_BYTES; short inputs go straight through."""
     import mlx.core as mx
@@ -168,7 +168,7 @@ def blocked_attention(queries, keys, values, cache, scale: float, mask, sinks=No
 
     n_queries = queries.shape[2]
     n_keys = (keys[0] if isinstance(keys, tuple) else keys).shape[-2]
-    block = query_block(queries.shape[1], n_queries, n_keys, SCORES_BLOCK_BYTES)
+    block = query_block(queries.shape[1], n_queries, n_keys, SCORES_BLOCK_BYTES if limit is None else limit)
     if n_queries <= 8 or block >= n_queries or (mask is not None and not isinstance(mask, (str, mx.array))):
         return whole(queries, keys, values, cache, scale, mask, sinks)
     parts = []
