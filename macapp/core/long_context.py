@@ -167,7 +167,7 @@ def blocked_attention(queries, keys, values, cache, scale: float, mask, sinks=No
     from mlx_lm.models.base import scaled_dot_product_attention as whole
 
     n_queries = queries.shape[2]
-    n_keys = (keys[0] if isinstance(keys, tuple) else keys).shape[-2]
+    n_keys = (keys[0] if isinstance(keys, (tuple, list)) else keys).shape[-2]  # quantized: (packed, scales, biases)
     block = query_block(queries.shape[1], n_queries, n_keys, SCORES_BLOCK_BYTES if limit is None else limit)
     if n_queries <= 8 or block >= n_queries or (mask is not None and not isinstance(mask, (str, mx.array))):
         return whole(queries, keys, values, cache, scale, mask, sinks)
@@ -189,7 +189,7 @@ def blocked_attention(queries, keys, values, cache, scale: float, mask, sinks=No
 
 
 def _upto(kv, n: int):
-    if isinstance(kv, tuple):
+    if isinstance(kv, (tuple, list)):
         return tuple(part[..., :n, :] for part in kv)
     return kv[..., :n, :]
 
