@@ -37,7 +37,7 @@ from macapp.core import events as ev
 from macapp.core.cluster.watchdog import Wait, Watchdog
 from macapp.core.engine.errors import EngineError
 from macapp.core.engine.snapshots import ObservedCache, restore_snapshot, take_snapshot
-from macapp.core.serving import pool
+from macapp.core.engine import checkpoints as ckpt
 
 HEADER = 8  # op, up to 6 fields, payload length
 INLINE = 8  # payloads this short travel in the header's all_sum (a decode step is one token)
@@ -153,22 +153,13 @@ def match_quantization(cache: list, bits: int, group: int) -> None:
 
 class MirroredCache(ObservedCache):
     """Rank 0's prompt cache (mlx-lm's list of layer caches); each follower holds its own under the same id.
-    The engine's take_snapshot / restore_snapshot tell it of snapshots, and it tells the followers."""
+    Its mirror (the LockstepModel) hears of its snapshots and checkpoints and tells the followers."""
 
     def __init__(self, layers: list, cache_id: int, owner: "LockstepModel"):
         super().__init__(layers)
         self.cache_id = cache_id
-        self.owner = owner
+        self.mirror = owner
         self.snapshot_ids: dict[int, int] = {}  # id(CacheSnapshot) -> the id the followers know it by
-
-    def snapshot_taken(self, snap: Any) -> None:
-        self.owner.snapshot_taken(self, snap)
-
-    def snapshot_restored(self, snap: Any) -> None:
-        self.owner.snapshot_restored(self, snap)
-
-    def checkpoint_mirror(self) -> "LockstepModel":
-        return self.owner
 
 
 class LockstepModel:
@@ -183,7 +174,7 @@ class LockstepModel:
         self._watchdog = watchdog or Watchdog()
         self._ids = itertools.count(1)
         self._freed: collections.deque[tuple[int, int]] = collections.deque()  # (kind, id), appended by GC
-        self._checkpoints: dict[int, int] = {}  # id(pool.Checkpoint) -> the id the followers know it by
+        self._checkpoints: dict[int, int] = {}  # id(ckpt.Checkpoint) -> the id the followers know it by
         self.closed = False
 
     def __getattr__(self, name: str) -> Any:
@@ -243,21 +234,21 @@ class LockstepModel:
             cache.snapshot_ids.pop(key, None)
         self._freed.append((Op.SNAPSHOT.value, snap_id))
 
-    # -- the API's prompt checkpoints (pool.CheckpointMirror) ------------------------------------------------
-    def checkpoint_taken(self, cache: MirroredCache, checkpoint: pool.Checkpoint) -> None:
+    # -- the API's prompt checkpoints (the CacheMirror of engine/snapshots.py) ------------------------------------------------
+    def checkpoint_taken(self, cache: MirroredCache, checkpoint: ckpt.Checkpoint) -> None:
         ident = self._checkpoint_id(checkpoint)
         self._send(Op.CHECKPOINT, cache.cache_id, ident, checkpoint.length, *quantization_of(cache))
 
-    def checkpoint_moved(self, old: pool.Checkpoint, onto: pool.Checkpoint, moved: pool.Checkpoint) -> None:
+    def checkpoint_moved(self, old: ckpt.Checkpoint, onto: ckpt.Checkpoint, moved: ckpt.Checkpoint) -> None:
         ident = self._checkpoint_id(moved)
         self._send(Op.CHECKPOINT_MOVE, self._checkpoints[id(old)], self._checkpoints[id(onto)], ident)
 
-    def checkpoint_restored(self, checkpoint: pool.Checkpoint, layers: list) -> MirroredCache:
+    def checkpoint_restored(self, checkpoint: ckpt.Checkpoint, layers: list) -> MirroredCache:
         cache_id = next(self._ids)
         self._send(Op.CHECKPOINT_RESTORE, cache_id, self._checkpoints[id(checkpoint)])
         return self._mirrored(layers, cache_id)
 
-    def _checkpoint_id(self, checkpoint: pool.Checkpoint) -> int:
+    def _checkpoint_id(self, checkpoint: ckpt.Checkpoint) -> int:
         ident = next(self._ids)
         self._checkpoints[id(checkpoint)] = ident
         weakref.finalize(checkpoint, self._checkpoint_gone, id(checkpoint), ident)
@@ -288,7 +279,7 @@ class Follower:
         self.channel = Channel(group)
         self.caches: dict[int, list] = {}
         self.snapshots: dict[int, tuple[int, Any]] = {}  # snapshot id -> (cache id, snapshot)
-        self.checkpoints: dict[int, pool.Checkpoint] = {}  # checkpoint id -> this rank's checkpoint
+        self.checkpoints: dict[int, ckpt.Checkpoint] = {}  # checkpoint id -> this rank's checkpoint
 
     def run(self) -> None:
         """Follow until SHUTDOWN; RankLost when rank 0 goes away."""
@@ -317,12 +308,12 @@ class Follower:
             case Op.CHECKPOINT:
                 cache = self.caches[f[0]]
                 match_quantization(cache, f[3], f[4])
-                self.checkpoints[f[1]] = pool.snapshot(cache, (0,) * f[2])  # the token keys are rank 0's
+                self.checkpoints[f[1]] = ckpt.snapshot(cache, (0,) * f[2])  # the token keys are rank 0's
             case Op.CHECKPOINT_MOVE:
                 old, onto = self.checkpoints[f[0]], self.checkpoints[f[1]]
                 self.checkpoints[f[2]] = dataclasses.replace(old, kv=onto.kv)
             case Op.CHECKPOINT_RESTORE:
-                self.caches[f[0]] = pool.restore(self.checkpoints[f[1]])
+                self.caches[f[0]] = ckpt.restore(self.checkpoints[f[1]])
             case Op.FREE:
                 for kind, ident in zip(payload[::2], payload[1::2]):
                     if kind == Op.NEW_CACHE:

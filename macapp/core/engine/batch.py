@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from macapp.core.engine.batch_reply import Next, SequenceReply
 from macapp.core.engine.jobs import Job
+from macapp.core.engine.prompt_cache import PromptCache
 from macapp.core.engine.reply import StreamedReply
 from macapp.core.engine.worker import waiting_jobs
 from macapp.core.events import Finished, PromptProgress, Reply
@@ -49,12 +50,12 @@ DEFAULT_LIMIT = 32  # sequences decoding together (mlx-lm's server default)
 class Sequence:
     """One sequence for the batch: its cache and what it reads into it, how it samples, and who hears of it.
 
-    `segments`: the prompt tokens to read after what `cache` holds (`cached_tokens`), split where the caller
-    wants to hear of a boundary; the last segment is the prompt's last token alone."""
+    `segments`: the prompt tokens to read after what `prompt` holds, split where the caller wants to hear of a
+    boundary; the last segment is the prompt's last token alone. The batch reads into a copy of `prompt`'s layers
+    (mlx-lm merges them into its batch caches): `prompt` itself is left as it was."""
 
     job: Job
-    cache: list
-    cached_tokens: list[int]
+    prompt: PromptCache
     segments: list[list[int]]
     sampler: Any
     processors: list
@@ -70,11 +71,11 @@ class Sequence:
     bounds: list[int] = field(default_factory=list)  # where each segment ends (tokens read), in order
 
     def __post_init__(self) -> None:
-        at = self.start = len(self.cached_tokens)
+        at = self.start = len(self.prompt)
         for segment in self.segments:
             at += len(segment)
             self.bounds.append(at)
-        self.total = at - len(self.cached_tokens)
+        self.total = at - self.start
 
 
 Starter = Callable[["LoadedModel"], "Sequence | None"]
@@ -195,10 +196,10 @@ class BatchLoop:
             job.settle()
             return
         (uid,) = gen.insert_segments(
-            [seq.segments], max_tokens=[seq.reply.max_tokens()], caches=[seq.cache], all_tokens=[list(seq.cached_tokens)],  # the generator appends to it
+            [seq.segments], max_tokens=[seq.reply.max_tokens()], caches=[seq.prompt.layers],
+            all_tokens=[list(seq.prompt.tokens)],  # a copy: the generator appends to it
             samplers=[seq.sampler], logits_processors=[seq.processors],
         )
-        seq.cache = []  # the batch holds it now
         active[uid] = seq
 
     def _step(self, gen: Any, active: dict[int, Sequence]) -> None:

@@ -22,7 +22,7 @@ from macapp.core.engine.batch_reply import Limits, SequenceReply
 from macapp.core.engine.clock import TurnClock
 from macapp.core.engine.jobs import Job
 from macapp.core.engine.reply import StreamedReply
-from macapp.core.engine.snapshots import take_snapshot
+from macapp.core.engine.prompt_cache import PromptCache
 from macapp.core.engine.turns import TurnMemory, TurnPlan
 from macapp.core.events import Finished, PromptProgress, Reply
 from macapp.core.sampling import SamplingParams, make_sampler_and_processors
@@ -67,14 +67,14 @@ def sequence(
             stopped.reply.stats.elapsed_s = clock.elapsed()
             job.emit(stopped)  # ignored if stop() already sent it
             return
-        session.tokens.extend(head)
-        before_last = read.before_last if head else session._cache
+        prompt = session._prompt
+        before_last = PromptCache(read.before_last, [*prompt.tokens, *head]) if head else prompt
         session._turn = TurnMemory(
-            before_turn=turn_start, close_before=plan.close_before, prefix=plan.prefix,
-            before_last=take_snapshot(before_last, len(session.tokens)), last_token=last[0], mode=plan.mode,
+            before_turn=turn_start, close_before=plan.close_before, prefix=plan.prefix, before_last=before_last.mark(),
+            last_token=last[0], mode=plan.mode,
         )
         session._messages.append(session._user_message(plan))
-        session._cache = cache
+        prompt.adopt(cache, head)
         session._settle_reply(m, plan, streamed)
         job.emit(Finished(streamed.reply))
 
@@ -84,6 +84,6 @@ def sequence(
         thinking=plan.mode.thinking, budget=budget, should_stop=job.stop_event.is_set, emit=job.emit, clock=clock,
     )
     return Sequence(
-        job=job, cache=session._cache, cached_tokens=list(session.tokens), segments=[s for s in (head, last) if s],
+        job=job, prompt=session._prompt, segments=[s for s in (head, last) if s],
         sampler=sampler, processors=processors, reply=reply, on_segment=on_segment, on_done=on_done, keep_cache=True,
     )

@@ -14,7 +14,8 @@ from macapp.core.engine.model_folder import LoadedModel
 from macapp.core.engine.options import SessionOptions
 from macapp.core.engine.prefill import prefill, wired_memory
 from macapp.core.engine.reply import StreamedReply, stream_reply
-from macapp.core.engine.snapshots import CacheSnapshot, restore_snapshot, take_snapshot
+from macapp.core.engine.prompt_cache import PromptCache
+from macapp.core.engine.snapshots import CacheSnapshot
 from macapp.core.engine.turns import ThinkingMode, TurnMemory, TurnPlan
 from macapp.core.events import Finished, PromptProgress, Reply
 from macapp.core.sampling import SamplingParams
@@ -38,11 +39,9 @@ class ChatSession:
             initial = initial[1:]
         self._messages: list[dict] = initial
         self._model: LoadedModel | None = None  # the model the cache belongs to
-        self._cache: list | None = None
-        self.tokens: list[int] = []  # every token in the cache, in order
+        self._prompt: PromptCache | None = None  # the cache, its tokens and the pictures among them (None until a turn)
         self._close_text = ""  # what the next turn feeds first to close the previous reply
         self._turn: TurnMemory | None = None
-        self._spans: list = []  # the cache's turns with pictures and their positions (vision.runner.PositionedLM)
         self.last_job: Job | None = None
         self.last_reply: Reply | None = None
 
@@ -59,9 +58,14 @@ class ChatSession:
         return len(self.tokens)
 
     @property
+    def tokens(self) -> list[int]:
+        """Every token in the cache, in order ([] without one)."""
+        return self._prompt.tokens if self._prompt is not None else []
+
+    @property
     def cache(self) -> list | None:
         """The prompt cache (mlx-lm layers, holding `tokens`), None until a turn makes one; read it only on the worker."""
-        return self._cache
+        return self._prompt.layers if self._prompt is not None else None
 
     @property
     def snapshot_bytes(self) -> int:
@@ -96,12 +100,10 @@ class ChatSession:
 
     def forget_cache(self) -> None:
         """Drop the cache (worker thread: the engine calls it when the model goes; elsewhere use reset())."""
-        self._cache = None
+        self._prompt = None
         self._model = None
-        self.tokens = []
         self._close_text = ""
         self._turn = None
-        self._spans = []
 
     # -- planning (worker thread) ----------------------------------------------------------------------
     def _submit(self, work: Callable[[Job], None]) -> Job:
@@ -124,7 +126,7 @@ class ChatSession:
     def _joins_batch(self, images: Sequence[Any] | None) -> bool:
         """Text turns join the API's batch; pictures (mlx-vlm's model, mRoPE positions) and a quantized KV cache (the
         batch cannot quantize) run as jobs of their own."""
-        if self.engine.batch_users <= 0 or images or self._spans or self.options.kv_bits is not None:
+        if self.engine.batch_users <= 0 or images or self.options.kv_bits is not None:
             return False
         return not vision_chat.pictures_in(self._messages)
 
@@ -159,7 +161,7 @@ class ChatSession:
         pictures = vision_chat.open_pictures(images)
         if pictures:
             vision_chat.vision_for(m)  # a text-only build refuses here, before anything changes
-        appending = self._cache is not None and bool(self.tokens)
+        appending = self._prompt is not None and bool(self.tokens)
         plan = turns.plan_send(
             m.tokenizer, text=text, mode=ThinkingMode.of(thinking, budget), messages=self._messages,
             system_prompt=self.system_prompt, close_text=self._close_text if appending else None, images=pictures,
@@ -177,7 +179,7 @@ class ChatSession:
         m = self._require_model()
         plan = turns.plan_redo(
             m.tokenizer, new_text=new_text, thinking=thinking, budget=budget, messages=self._messages, last_user=last_user,
-            system_prompt=self.system_prompt, last=self._turn if self._cache is not None else None,
+            system_prompt=self.system_prompt, last=self._turn if self._prompt is not None else None,
         )
         return self._run_turn(job, m, clock, plan, sampling, budget, batched)
 
@@ -228,7 +230,7 @@ class ChatSession:
             self._model = m
         previous = self._turn
         turn_start = self._rewind(m, plan)
-        if encoded is not None or self._spans:
+        if encoded is not None or self._prompt.spans:
             m = self._with_pictures(m, encoded)
         self._messages = list(plan.history)
         clock.reading(len(plan.prompt))
@@ -237,11 +239,11 @@ class ChatSession:
                 return None
             self._turn = TurnMemory(
                 before_turn=turn_start, close_before=plan.close_before, prefix=plan.prefix,
-                before_last=take_snapshot(self._cache, len(self.tokens)), last_token=plan.prompt[-1], mode=plan.mode,
+                before_last=self._prompt.mark(), last_token=plan.prompt[-1], mode=plan.mode,
             )
             self._messages.append(self._user_message(plan))
             streamed = stream_reply(
-                m, self._cache, plan.prompt[-1:], cached=len(self.tokens), limit=limit, params=params,
+                m, self._prompt.layers, plan.prompt[-1:], cached=len(self.tokens), limit=limit, params=params,
                 thinking=plan.mode.thinking, budget=budget, should_stop=job.stop_event.is_set, emit=job.emit, clock=clock,
                 kv=self.options.kv, prefill_step=self.options.prefill_step_size,
             )
@@ -250,28 +252,20 @@ class ChatSession:
 
     def _rewind(self, m: LoadedModel, plan: TurnPlan) -> CacheSnapshot:
         """Make sure there is a cache and go back to the plan's point in it; return where the turn starts."""
-        if self._cache is None:
-            from mlx_lm.models.cache import make_prompt_cache
-
-            self._cache = make_prompt_cache(m.model)
-            self.tokens = []
+        if self._prompt is None:
+            self._prompt = PromptCache.new(m)
         if plan.restore is not None:
-            restore_snapshot(self._cache, plan.restore)
-            del self.tokens[plan.restore.length :]
-            self._forget_pictures_after(plan.restore.length)
-        return plan.turn_start or take_snapshot(self._cache, len(self.tokens))
+            self._prompt.rewind(plan.restore)
+        return plan.turn_start or self._prompt.mark()
 
     def _with_pictures(self, m: LoadedModel, encoded: Any) -> LoadedModel:
         """The model as this session's turns with pictures run it: mlx-vlm's language model with explicit mRoPE
         positions (sharing the loaded weights), on this session's cache and its picture spans."""
         vision = vision_chat.vision_for(m)
-        vision.lm.bind(self._spans)
+        vision.lm.bind(self._prompt.spans)
         if encoded is not None:
-            vision.lm.queue(encoded, self._cache)
+            vision.lm.queue(encoded, self._prompt.layers)
         return dataclasses.replace(m, model=vision.lm)
-
-    def _forget_pictures_after(self, length: int) -> None:
-        self._spans[:] = [span for span in self._spans if span.start < length]
 
     @staticmethod
     def _user_message(plan: TurnPlan) -> dict:
@@ -294,12 +288,12 @@ class ChatSession:
         if plan.undo_on_stop:
             job.arm_early_reply(stopped)
         done = prefill(
-            m, self._cache, prompt[:-1], step=self.options.prefill_step_size, kv=self.options.kv,
+            m, self._prompt.layers, prompt[:-1], step=self.options.prefill_step_size, kv=self.options.kv,
             should_stop=job.stop_event.is_set if plan.undo_on_stop else None,
             on_progress=lambda n: job.emit(PromptProgress(n, total)),
             embeddings=None if encoded is None else encoded.embeddings,
         )
-        self.tokens.extend(prompt[:done])
+        self._prompt.extend(prompt[:done])
         if plan.undo_on_stop and (job.disarm_early_reply() or job.stopped):
             self._undo(m, plan, turn_start, previous)
             stopped.reply.stats.elapsed_s = clock.elapsed()
@@ -309,9 +303,7 @@ class ChatSession:
 
     def _undo(self, m: LoadedModel, plan: TurnPlan, turn_start: CacheSnapshot, previous: TurnMemory | None) -> None:
         """A stop while reading: the conversation and the cache as before the turn."""
-        restore_snapshot(self._cache, turn_start)
-        del self.tokens[turn_start.length :]
-        self._forget_pictures_after(turn_start.length)
+        self._prompt.rewind(turn_start)
         self._close_text = plan.close_before
         self._turn = previous if plan.restore is None else None
         if plan.keeps_message_on_undo:  # not read yet: the next send reads it all, this message included
@@ -322,7 +314,7 @@ class ChatSession:
     def _settle_reply(self, m: LoadedModel, plan: TurnPlan, streamed: StreamedReply) -> None:
         """The reply is in the cache: account for its tokens, and know how the next turn closes it."""
         reply = streamed.reply
-        self.tokens.extend(streamed.tokens_added)
+        self._prompt.extend(streamed.tokens_added)
         last = self.tokens[-1] if self.tokens else None
         if last is not None and last == m.im_end_id:
             self._close_text = "\n"

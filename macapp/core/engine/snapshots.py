@@ -10,23 +10,29 @@ DeltaNet arrays of its point alive (`CacheSnapshot.nbytes`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
+
+
+class CacheMirror(Protocol):
+    """What repeats a prompt cache's marks and checkpoints elsewhere: several Macs keep every rank's cache in step
+    with rank 0's (macapp.core.cluster.lockstep). One hook for both: snapshots here, checkpoints in checkpoints.py
+    (taken, moved by the API's pool onto a newer KV block, restored into a fresh cache, which it returns)."""
+
+    def snapshot_taken(self, cache: "ObservedCache", snap: "CacheSnapshot") -> None: ...
+
+    def snapshot_restored(self, cache: "ObservedCache", snap: "CacheSnapshot") -> None: ...
+
+    def checkpoint_taken(self, cache: "ObservedCache", checkpoint: Any) -> None: ...
+
+    def checkpoint_moved(self, old: Any, onto: Any, moved: Any) -> None: ...
+
+    def checkpoint_restored(self, checkpoint: Any, layers: list) -> list: ...
 
 
 class ObservedCache(list):
-    """A prompt cache told of its snapshots, so that they can be mirrored elsewhere: several Macs keep every
-    rank's cache in step with rank 0's (macapp.core.cluster.lockstep). A plain list of layers otherwise."""
+    """A prompt cache (mlx-lm's list of layers) with a `mirror` told of its snapshots and checkpoints."""
 
-    def snapshot_taken(self, snap: "CacheSnapshot") -> None:
-        """Called by take_snapshot once `snap` is taken."""
-
-    def snapshot_restored(self, snap: "CacheSnapshot") -> None:
-        """Called by restore_snapshot once the cache is back at `snap`."""
-
-    def checkpoint_mirror(self) -> Any:
-        """What repeats the API's prompt checkpoints of this cache elsewhere (macapp.core.serving.pool's
-        CheckpointMirror), or None."""
-        return None
+    mirror: CacheMirror | None = None
 
 
 @dataclass(frozen=True)
@@ -76,8 +82,8 @@ def take_snapshot(cache: list, length: int) -> CacheSnapshot:
         else:  # pragma: no cover - a cache type Qwen3.5 does not use (a full RotatingKVCache, ...)
             raise TypeError(f"cannot snapshot a {type(layer).__name__}")
     snap = CacheSnapshot(length, tuple(layers))
-    if isinstance(cache, ObservedCache):
-        cache.snapshot_taken(snap)
+    if isinstance(cache, ObservedCache) and cache.mirror is not None:
+        cache.mirror.snapshot_taken(cache, snap)
     return snap
 
 
@@ -90,5 +96,5 @@ def restore_snapshot(cache: list, snap: CacheSnapshot) -> None:
                 layer.trim(layer.offset - offset)
             case ArraysState(arrays, left_padding, lengths):
                 layer.state = (list(arrays), left_padding, lengths)
-    if isinstance(cache, ObservedCache):
-        cache.snapshot_restored(snap)
+    if isinstance(cache, ObservedCache) and cache.mirror is not None:
+        cache.mirror.snapshot_restored(cache, snap)

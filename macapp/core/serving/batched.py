@@ -18,7 +18,7 @@ from macapp.core.engine.batch_reply import Limits, SequenceReply
 from macapp.core.engine.limits import context_limit, turn_sampling
 from macapp.core.events import PromptProgress
 from macapp.core.sampling import make_sampler_and_processors
-from macapp.core.serving.pool import restore
+from macapp.core.engine.prompt_cache import PromptCache
 from macapp.core.serving.prepared import PreparedRequest
 from macapp.core.serving.reply_text import ReplyText, cancelled, completed
 from macapp.core.serving.requests import RequestStarted, Usage
@@ -29,8 +29,6 @@ if TYPE_CHECKING:
 
 def start(serving: "ServingEngine", job: Job, prepared: PreparedRequest, m: LoadedModel, submitted: float) -> Sequence | None:
     """The sequence for `prepared`, or None when it ended already (stopped while it waited)."""
-    from mlx_lm.models.cache import make_prompt_cache
-
     clock = TurnClock()
     if job.stopped:
         job.emit(cancelled(m, Usage()))
@@ -49,7 +47,7 @@ def start(serving: "ServingEngine", job: Job, prepared: PreparedRequest, m: Load
     cached = checkpoint.length if checkpoint is not None else 0
     usage = Usage(prompt_tokens=len(tokens), cached_tokens=cached)
     job.emit(RequestStarted(usage.prompt_tokens, usage.cached_tokens))
-    cache = restore(checkpoint) if checkpoint is not None else make_prompt_cache(m.model)
+    cache = PromptCache.restore(checkpoint) if checkpoint is not None else PromptCache.new(m)
     text = ReplyText(job, rendered, request)
     clock.reading(len(tokens) - cached)
     job.emit(PromptProgress(0, len(tokens) - cached))
@@ -59,15 +57,15 @@ def start(serving: "ServingEngine", job: Job, prepared: PreparedRequest, m: Load
         thinking=rendered.thinking, budget=budget, should_stop=text.should_stop, emit=text.emit, clock=clock,
     )
 
-    def on_segment(at: int, segment_cache: list) -> None:
-        pool.add(key[:at], segment_cache)
+    def on_segment(at: int, layers: list) -> None:
+        pool.add(PromptCache(layers, key[:at]))
 
     def on_done(streamed: StreamedReply | None, _cache: list | None) -> None:
         serving.measured(time.perf_counter() - submitted)
         job.emit(cancelled(m, usage) if streamed is None else completed(m, text, streamed, usage))
 
     return Sequence(
-        job=job, cache=cache, cached_tokens=list(tokens[:cached]), segments=_segments(tokens, cached, rendered.boundaries),
+        job=job, prompt=cache, segments=_segments(tokens, cached, rendered.boundaries),
         sampler=sampler, processors=processors, reply=reply, on_segment=on_segment, on_done=on_done,
     )
 

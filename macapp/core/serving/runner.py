@@ -32,7 +32,8 @@ from macapp.core.engine.batch import DEFAULT_LIMIT, BatchLoop
 from macapp.core.engine.limits import context_limit, turn_sampling
 from macapp.core.events import PromptProgress
 from macapp.core.serving import batched
-from macapp.core.serving.pool import CheckpointPool, restore
+from macapp.core.engine.prompt_cache import PromptCache
+from macapp.core.serving.pool import CheckpointPool
 from macapp.core.serving.prepared import PreparedRequest, prepare, prompt_length, render_for
 from macapp.core.serving.render import RenderedPrompt
 from macapp.core.serving.reply_text import ReplyText, cancelled, completed
@@ -256,7 +257,6 @@ class ServingEngine:
 
     def _run(self, job: Job, prepared: PreparedRequest) -> None:
         import mlx.core as mx
-        from mlx_lm.models.cache import make_prompt_cache
 
         clock = TurnClock()
         m = self._model()
@@ -281,9 +281,9 @@ class ServingEngine:
         cached = checkpoint.length if checkpoint is not None else 0
         usage = Usage(prompt_tokens=len(tokens), cached_tokens=cached)
         job.emit(RequestStarted(usage.prompt_tokens, usage.cached_tokens))
-        cache = restore(checkpoint) if checkpoint is not None else make_prompt_cache(m.model)
+        cache = PromptCache.restore(checkpoint) if checkpoint is not None else PromptCache.new(m)
         if pictures is not None:
-            prompt = replace(prompt, embeddings=self._begin_pictures(pictures, cache, checkpoint, clock))
+            prompt = replace(prompt, embeddings=self._begin_pictures(pictures, cache.layers, checkpoint, clock))
         text = ReplyText(job, rendered, request)
         with wired_memory(m):
             clock.reading(len(tokens) - cached)
@@ -292,7 +292,7 @@ class ServingEngine:
                 job.emit(cancelled(m, usage))
                 return
             streamed = stream_reply(
-                run, cache, tokens[-1:], cached=len(tokens) - 1, limit=limit, params=params, thinking=rendered.thinking,
+                run, cache.layers, tokens[-1:], cached=len(tokens) - 1, limit=limit, params=params, thinking=rendered.thinking,
                 budget=budget, should_stop=text.should_stop, emit=text.emit, clock=clock, kv=opts.kv,
                 prefill_step=opts.prefill_step_size,
             )
@@ -317,7 +317,7 @@ class ServingEngine:
         clock.image_tokens = encoded.image_tokens if encoded is not None else 0
         return encoded.embeddings if encoded is not None else None
 
-    def _read(self, job: Job, m: LoadedModel, pool: CheckpointPool, cache: list, prompt: "_Prompt", cached: int, pictures=None) -> int:
+    def _read(self, job: Job, m: LoadedModel, pool: CheckpointPool, cache: PromptCache, prompt: "_Prompt", cached: int, pictures=None) -> int:
         """Read the prompt from `cached` up to its last token, checkpointing each boundary; return where it got to."""
         tokens = prompt.tokens
         total = len(tokens) - cached
@@ -327,13 +327,14 @@ class ServingEngine:
         for boundary in [b for b in prompt.boundaries if b > cached]:
             start = pos
             pos += prefill(
-                m, cache, tokens[pos:boundary], step=opts.prefill_step_size, kv=opts.kv, should_stop=lambda: job.stopped,
+                m, cache.layers, tokens[pos:boundary], step=opts.prefill_step_size, kv=opts.kv, should_stop=lambda: job.stopped,
                 on_progress=lambda done: job.emit(PromptProgress(start - cached + done, total)),
                 embeddings=None if prompt.embeddings is None else prompt.embeddings[pos - cached : boundary - cached],
             )
             if pos < boundary:
                 return pos
-            pool.add(prompt.key[:boundary], cache, _rope_delta(pictures, boundary))
+            cache.extend(prompt.key[len(cache) : boundary])
+            pool.add(cache, _rope_delta(pictures, boundary))
         return pos
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from macapp.core.engine.snapshots import ObservedCache
+from macapp.core.engine.prompt_cache import PromptCache
 from macapp.core.serving.pool import CheckpointPool, restore, snapshot
 
 N = 300  # past mlx-lm's 256-token KV step, so the KV buffer grows while checkpoints hold the old one
@@ -82,17 +83,17 @@ def test_longest_prefix_is_a_proper_prefix_and_refreshes_shorter_ones_last(lm, t
     cache = fresh(lm)
     for end in (50, 100, 150):
         read(lm, cache, tokens[end - 50 : end])
-        pool.add(tokens[:end], cache)
+        pool.add(PromptCache(cache, tokens[:end]))
     other = fresh(lm)
     read(lm, other, tokens[200:240])
-    pool.add(tokens[200:240], other)
+    pool.add(PromptCache(other, tokens[200:240]))
     assert pool.lengths == [50, 100, 150, 40]
     assert pool.longest_prefix(tokens[:150]).length == 100  # the same 150 tokens: one must be left to read
     assert pool.longest_prefix(tokens[:151]).length == 150
     assert pool.lengths == [40, 150, 100, 50]  # the other conversation is now the oldest; the system prompt newest
     assert pool.longest_prefix(tokens[1:]) is None
     assert pool.longest_prefix([*tokens[:99], 3]).length == 50
-    assert tokens[:100] in pool and pool.add(tokens[:100], cache).length == 100  # already there: kept, not retaken
+    assert tokens[:100] in pool and pool.add(PromptCache(cache, tokens[:100])).length == 100  # already there: kept, not retaken
 
 
 def test_the_pool_evicts_least_recently_used_by_bytes(lm, tokens):
@@ -105,16 +106,16 @@ def test_the_pool_evicts_least_recently_used_by_bytes(lm, tokens):
     for prompt in prompts:
         c = fresh(lm)
         read(lm, c, prompt)
-        pool.add(prompt, c)
+        pool.add(PromptCache(c, prompt))
     assert len(pool) == 2 and pool.nbytes <= pool.max_bytes and pool.evicted == 1
     assert prompts[0] not in pool and prompts[1] in pool
     pool.longest_prefix(prompts[1] + [5])  # used: now the newest
     c = fresh(lm)
     read(lm, c, tokens[:20])
-    pool.add(tokens[:20], c)
+    pool.add(PromptCache(c, tokens[:20]))
     assert prompts[1] in pool and prompts[2] not in pool
     tiny = CheckpointPool(max_bytes=one - 1)
-    assert tiny.add(tokens[:20], cache) is None and len(tiny) == 0  # one checkpoint over the whole pool: not kept
+    assert tiny.add(PromptCache(cache, tokens[:20])) is None and len(tiny) == 0  # one checkpoint over the whole pool: not kept
 
 
 def test_bytes_count_the_buffers_a_checkpoint_keeps(lm, tokens):
@@ -137,7 +138,7 @@ def test_one_conversation_keeps_one_kv_buffer_and_every_checkpoint_still_restore
     for end in (60, 150, 290):
         read(lm, cache, tokens[pos:end])
         pos = end
-        taken = pool.add(tokens[:end], cache)
+        taken = pool.add(PromptCache(cache, tokens[:end]))
         separate += taken.kv.nbytes + taken.state_bytes
     assert pool.kv_blocks == 1 and pool.nbytes < separate
     assert pool.nbytes == pool.longest_prefix(tokens).kv.nbytes + sum(
@@ -154,7 +155,7 @@ def test_a_new_owner_clears_the_pool(lm, tokens):
     cache = fresh(lm)
     read(lm, cache, tokens[:10])
     pool.bind("model a")
-    pool.add(tokens[:10], cache)
+    pool.add(PromptCache(cache, tokens[:10]))
     pool.bind("model a")
     assert len(pool) == 1
     pool.bind("model b")
@@ -168,9 +169,9 @@ def test_picture_keys_match_only_the_same_picture_and_checkpoints_keep_their_rop
     pool = CheckpointPool(1 << 30)
     live = fresh(lm)
     read(lm, live, tokens[:20])
-    pool.add(key[:20], live, rope_delta=-6)
+    pool.add(PromptCache(live, key[:20]), rope_delta=-6)
     read(lm, live, tokens[20:40])
-    pool.add(key, live, rope_delta=-6)  # the 20-token one now reads this one's KV buffer: its state stays
+    pool.add(PromptCache(live, key), rope_delta=-6)  # the 20-token one now reads this one's KV buffer: its state stays
     assert pool.kv_blocks == 1 and [c.rope_delta for c in (pool.longest_prefix(key[:21]), pool.longest_prefix((*key, 1)))] == [-6, -6]
     assert pool.longest_prefix((*key, 1)).length == 40
     other = (*tokens[:5], *("image:b",) * 10, *tokens[15:40], 1)
@@ -184,9 +185,6 @@ class Mirrored(ObservedCache):
     def __init__(self, layers, mirror):
         super().__init__(layers)
         self.mirror = mirror
-
-    def checkpoint_mirror(self):
-        return self.mirror
 
 
 class Recorder:
@@ -212,10 +210,10 @@ def test_a_mirror_hears_of_every_checkpoint_taken_moved_and_restored(lm, tokens)
     mirror, pool = Recorder(), CheckpointPool(max_bytes=1 << 40)
     cache = Mirrored(fresh(lm), mirror)
     read(lm, cache, tokens[:60])
-    pool.add(tokens[:60], cache)
+    pool.add(PromptCache(cache, tokens[:60]))
     read(lm, cache, tokens[60:150])
-    pool.add(tokens[:150], cache)
-    pool.add(tokens[:150], cache)  # already there: nothing taken
+    pool.add(PromptCache(cache, tokens[:150]))
+    pool.add(PromptCache(cache, tokens[:150]))  # already there: nothing taken
     assert mirror.told == [("taken", 60), ("taken", 150), ("moved", 60, 150)]
     restored = restore(pool.longest_prefix(tokens[:100]))
     assert isinstance(restored, Mirrored) and mirror.told[-1] == ("restored", 60)

@@ -1,0 +1,72 @@
+"""One sequence's prompt cache and what it holds: the one owner a chat session, the API's pool and the batch share.
+
+    prompt = PromptCache.new(model)              # or PromptCache.restore(checkpoint)
+    prompt.extend(tokens)                        # after reading them into prompt.layers (prefill, the batch)
+    mark = prompt.mark()                         # a point to come back to (regenerate / edit)
+    prompt.rewind(mark)                          # back there: layers, tokens and pictures after it forgotten
+    checkpoint = prompt.checkpoint(rope_delta)   # for the API's pool (serving/pool.py)
+
+`layers` is mlx-lm's list of layer caches (an ObservedCache on several Macs, whose one `mirror` hears of every
+mark, rewind, checkpoint and restore: snapshots.py, checkpoints.py); `tokens` the tokens they hold, in order (the
+pool's key: a picture's image tokens may be its digest); `spans` the pictures among them with their mRoPE
+positions (macapp.core.vision.runner), so a rewind forgets the pictures after the point it goes back to.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Sequence
+
+from macapp.core.engine.checkpoints import Checkpoint, restore, snapshot
+from macapp.core.engine.snapshots import CacheSnapshot, restore_snapshot, take_snapshot
+
+if TYPE_CHECKING:
+    from macapp.core.engine.model_folder import LoadedModel
+
+
+class PromptCache:
+    """A sequence's cache layers, the tokens they hold and the pictures among them (see the module docstring)."""
+
+    def __init__(self, layers: list, tokens: Sequence[Any] = (), spans: list | None = None):
+        self.layers = layers
+        self.tokens: list[Any] = list(tokens)
+        self.spans: list[Any] = spans if spans is not None else []  # vision.runner's spans, by start position
+
+    @classmethod
+    def new(cls, model: "LoadedModel") -> "PromptCache":
+        """An empty cache for `model` (mlx-lm's make_prompt_cache: the model's own make_cache where it has one)."""
+        from mlx_lm.models.cache import make_prompt_cache
+
+        return cls(make_prompt_cache(model.model))
+
+    @classmethod
+    def restore(cls, checkpoint: Checkpoint) -> "PromptCache":
+        """A fresh cache at `checkpoint`: reading on into it never touches the checkpoint."""
+        return cls(restore(checkpoint), checkpoint.tokens)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def extend(self, tokens: Sequence[Any]) -> None:
+        """`tokens` were read into the layers (after those already held)."""
+        self.tokens.extend(tokens)
+
+    def mark(self) -> CacheSnapshot:
+        """Where the cache is now, to come back to (no copy: snapshots.py)."""
+        return take_snapshot(self.layers, len(self.tokens))
+
+    def rewind(self, mark: CacheSnapshot) -> None:
+        """Back to `mark`: the layers as they were, the tokens and pictures after it forgotten."""
+        restore_snapshot(self.layers, mark)
+        del self.tokens[mark.length :]
+        self.spans[:] = [span for span in self.spans if span.start < mark.length]
+
+    def adopt(self, layers: list, added: Sequence[Any]) -> None:
+        """Go on from `layers`, a copy of this cache that read `added` after what this one holds (the batch hands
+        back its own copy when a sequence ends)."""
+        self.layers = layers
+        self.tokens.extend(added)
+
+    def checkpoint(self, rope_delta: int = 0) -> Checkpoint:
+        """A checkpoint of the cache as it is (no copy at the time: checkpoints.py); `rope_delta`: how far pictures
+        pulled the positions behind the token count."""
+        return snapshot(self.layers, self.tokens, rope_delta)
