@@ -24,15 +24,19 @@ For extensions (work submitted with `engine.submit(kind, work)`, on the worker, 
 thinking budget, stop and context cap (see their docstrings); a `TurnClock` times them.
 
 The modules: jobs (Job and its listeners), worker (the one MLX thread), model_folder (find, check, load),
-snapshots (cache points for regenerate/edit), turns (turn plans), limits (what a turn may ask for),
-prefill (reading a prompt), reply (one reply stream), clock (its statistics), session (ChatSession),
-engine (Engine), options (SessionOptions), errors (EngineError).
+prompt_cache (PromptCache: one sequence's layers, tokens and pictures, the one owner of a cache),
+snapshots (cache points for regenerate/edit), checkpoints (cache states the API's pool keeps), turns (turn
+plans), limits (what a turn may ask for), prefill (reading a prompt), reply (one reply stream), clock (its
+statistics), batch (continuous batching on mlx-lm's BatchGenerator), batch_reply (one sequence's reply in it),
+batched_turn (a chat turn as a sequence of the batch), session (ChatSession), engine (Engine), options
+(SessionOptions), errors (EngineError).
 
 Design:
 - One worker thread per process (shared by Engine objects) does all MLX work; it never ends, because with
   mlx 0.32 a process whose MLX thread has exited can abort at exit.
 - Generation is mlx-lm's own `stream_generate`, with nothing added per token but a list append, the
-  thinking splitter's string work and an event append; so decode speed is mlx-lm's.
+  thinking splitter's string work and an event append; so decode speed is mlx-lm's. While the local API
+  serves, turns and requests decode together in mlx-lm's `BatchGenerator` instead (batch.py).
 - Each session keeps ONE prompt cache and appends only the new turn: the previous reply is closed with
   ``<|im_end|>\\n`` (or just ``\\n`` when the model wrote it) and only the new user message is templated,
   with an explicit ``enable_thinking`` every turn. Qwen3.5's DeltaNet cache cannot be trimmed, so the trade

@@ -1,0 +1,70 @@
+"""One request alone: decode speed through the batch vs the one-at-a-time path, same engine, same run (by hand).
+
+    .venv/bin/python bench/batch_solo.py [--model PATH] [--tokens 256] [--repeat 7]
+
+Issue 18's target: batching must not slow a single client (>= 0.97x of the path it replaced). Both paths are
+kept in the runner (`ServingOptions(batching=False)` is the one-at-a-time path, mlx-lm's stream_generate), so
+they are compared in one process, interleaved, greedy, end-of-turn tokens banned so every reply is `--tokens`
+long. Decode tok/s is the engine's own figure (tokens after the first over the time after the first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", help="model folder (default: a tiny random 16-layer Qwen3.5, built now)")
+    parser.add_argument("--tokens", type=int, default=256)
+    parser.add_argument("--repeat", type=int, default=7)
+    args = parser.parse_args()
+    from macapp.core.engine import Engine
+    from macapp.core.sampling import greedy
+    from macapp.core.serving.requests import ChatMessage, CompletionRequest, Role
+    from macapp.core.serving.runner import ServingEngine, ServingOptions
+    from macapp.devtools.tiny_model import make_tiny_model
+
+    with tempfile.TemporaryDirectory(prefix="batch-solo-") as tmp:
+        model = args.model or str(make_tiny_model(Path(tmp) / "tiny-16", kind="dense", num_layers=16))
+        engine = Engine()
+        engine.load(model).result(600)
+        tok = engine.model.tokenizer
+        banned = {i: -1e9 for i in {*tok.eos_token_ids, engine.model.im_end_id} if i is not None}
+        request = CompletionRequest(
+            messages=(ChatMessage(Role.USER, "Write at length about rivers."),), sampling=greedy(args.tokens, logit_bias=banned),
+        )
+        paths = {
+            "batch": ServingEngine(engine, ServingOptions(pool_bytes=0)),
+            "one at a time": ServingEngine(engine, ServingOptions(pool_bytes=0, batching=False)),
+        }
+        for serving in paths.values():  # warm-up
+            serving.submit(request).wait(600)
+        speeds: dict[str, list[float]] = {name: [] for name in paths}
+        for _ in range(args.repeat):
+            for name, serving in paths.items():
+                done = serving.submit(request).wait(600)
+                assert done.usage.completion_tokens == args.tokens, done
+                speeds[name].append(done.generation_tps)
+        engine.close()
+    batch, alone = statistics.median(speeds["batch"]), statistics.median(speeds["one at a time"])
+    print("## One request alone: the batch vs the one-at-a-time path (bench/batch_solo.py)\n")
+    print(f"Machine: {platform.system()} {platform.machine()}, {os.cpu_count()} CPUs. Date: {datetime.now(timezone.utc):%Y-%m-%d}. "
+          f"Model: {args.model or 'tiny random Qwen3.5, dense, 16 layers'}. {args.tokens} tokens, greedy, medians of {args.repeat} interleaved runs.\n")
+    print(f"- decode tok/s: batch {batch:.1f}, one at a time {alone:.1f}: ratio {batch / alone:.3f} (target >= 0.97)")
+    print(f"- every run, batch: {', '.join(f'{v:.0f}' for v in speeds['batch'])}; one at a time: {', '.join(f'{v:.0f}' for v in speeds['one at a time'])}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
