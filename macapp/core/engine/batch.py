@@ -34,7 +34,9 @@ from macapp.core.engine.jobs import Job
 from macapp.core.engine.prompt_cache import PromptCache
 from macapp.core.engine.reply import StreamedReply
 from macapp.core.engine.worker import waiting_jobs
-from macapp.core.events import Finished, PromptProgress, Reply
+from macapp.core import events as ev
+from macapp.core.engine.errors import EngineError
+from macapp.core.events import Failed, Finished, PromptProgress, Reply
 
 if TYPE_CHECKING:
     from macapp.core.engine.engine import Engine
@@ -136,11 +138,9 @@ class BatchLoop:
         with self._lock:
             waiting = list(self._inbox)
             self._inbox.clear()
-        from macapp.core import events as ev
-        from macapp.core.events import Failed
-
         for job, _starter in waiting:
             job.emit(Failed("No model is loaded: load a model first.", ev.NO_MODEL))
+            job.settle()
 
     def _take(self) -> list[tuple[Job, Starter]]:
         with self._lock:
@@ -185,8 +185,6 @@ class BatchLoop:
         try:
             seq = starter(m)
         except Exception as exc:  # the starter's refusal (EngineError) or a bug: this sequence alone fails
-            from macapp.core.engine.errors import EngineError
-
             if not isinstance(exc, EngineError):
                 log.exception("starting a batched sequence failed")
             job.emit(_failure(exc))
@@ -265,18 +263,12 @@ def _done(seq: Sequence, streamed: StreamedReply | None, cache: list | None) -> 
         seq.job.settle()
 
 
-def _failure(exc: Exception):
-    from macapp.core import events as ev
-    from macapp.core.engine.errors import EngineError
-    from macapp.core.events import Failed
-
+def _failure(exc: Exception) -> Failed:
     if isinstance(exc, EngineError):
         return Failed(exc.message, exc.code)
     return Failed(f"Unexpected engine error: {type(exc).__name__}: {exc}", ev.ERROR)
 
 
 def _end_unstarted(job: Job) -> None:
-    from macapp.core import events as ev
-    from macapp.core.events import Failed
-
     job.emit(Failed("The engine was closed before this request started.", ev.CANCELLED))
+    job.settle()

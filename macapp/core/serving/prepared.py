@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 
 from macapp.core import events as ev
 from macapp.core.engine.errors import EngineError
+from macapp.core.sampling import check_logit_bias
+from macapp.core.serving.bounds import PromptTooLong, check_prompt
 from macapp.core.serving.render import RenderedPrompt, RenderError, render
 from macapp.core.serving.requests import INVALID_REQUEST, CompletionRequest
 
@@ -59,8 +61,6 @@ def check_vocabulary(m: "LoadedModel", request: CompletionRequest) -> None:
     bias = request.sampling.logit_bias
     if not bias:
         return
-    from macapp.core.sampling import check_logit_bias
-
     try:
         check_logit_bias(bias, vocabulary_size(m))
     except ValueError as exc:
@@ -78,8 +78,6 @@ def vocabulary_size(m: "LoadedModel") -> int:
 def refuse_oversized(m: "LoadedModel", request: CompletionRequest, context_limit: int) -> None:
     """A prompt that certainly cannot fit is refused before it is tokenized whole (bounds.py: a 10 MiB prompt
     would otherwise take seconds and gigabytes to be refused)."""
-    from macapp.core.serving.bounds import PromptTooLong, check_prompt
-
     try:
         check_prompt(m.tokenizer, request, context_limit)
     except PromptTooLong as exc:
