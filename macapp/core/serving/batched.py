@@ -9,13 +9,11 @@ alone (runner.py): the reply's text goes through the same ReplyText (tool calls,
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from macapp.core.engine import Job, LoadedModel, StreamedReply, TurnClock
 from macapp.core.engine.batch import Sequence
 from macapp.core.engine.batch_reply import Limits, SequenceReply
-from macapp.core.engine.limits import context_limit, turn_sampling
 from macapp.core.events import PromptProgress
 from macapp.core.sampling import make_sampler_and_processors
 from macapp.core.engine.prompt_cache import PromptCache
@@ -35,19 +33,15 @@ def start(serving: "ServingEngine", job: Job, prepared: PreparedRequest, m: Load
         return None
     prepared = serving.current(prepared)
     request, rendered = prepared.request, prepared.rendered
-    opts = serving.options.session
     tokens = rendered.tokens
-    budget = request.thinking_budget if rendered.thinking else None
-    params = turn_sampling(request.sampling, rendered.thinking, budget, opts)
-    limit = context_limit(m, opts, len(tokens), 0, opts.memory_budget_bytes or serving.engine.memory_budget_bytes())
-    params = replace(params, max_tokens=min(params.max_tokens, limit - len(tokens)))
+    settings = serving.settings(m, prepared, len(tokens))
+    params, budget, limit = settings.params, settings.budget, settings.limit
     pool = serving.pool_for(m)
     key = tuple(tokens)
-    checkpoint = pool.longest_prefix(key)
-    cached = checkpoint.length if checkpoint is not None else 0
+    cache, _checkpoint = pool.resume(key, m)
+    cached = len(cache)
     usage = Usage(prompt_tokens=len(tokens), cached_tokens=cached)
     job.emit(RequestStarted(usage.prompt_tokens, usage.cached_tokens))
-    cache = PromptCache.restore(checkpoint) if checkpoint is not None else PromptCache.new(m)
     text = ReplyText(job, rendered, request)
     clock.reading(len(tokens) - cached)
     job.emit(PromptProgress(0, len(tokens) - cached))

@@ -94,6 +94,14 @@ class CheckpointPool:
             self._entries.move_to_end(c.tokens)
         return found[0] if found else None
 
+    def resume(self, tokens: Sequence[int | str], model: Any) -> tuple[PromptCache, Checkpoint | None]:
+        """A cache to read `tokens` into: restored from their longest stored prefix (and that checkpoint), or a new
+        one for `model` (a LoadedModel) and None."""
+        checkpoint = self.longest_prefix(tokens)
+        if checkpoint is None:
+            return PromptCache.new(model), None
+        return PromptCache.restore(checkpoint), checkpoint
+
     def add(self, prompt: PromptCache, rope_delta: int = 0) -> Checkpoint | None:
         """Checkpoint `prompt` as it is (its tokens are the key), positions `rope_delta` behind the count; None if it
         alone is over the pool's size."""

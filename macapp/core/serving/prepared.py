@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING
 
 from macapp.core import events as ev
 from macapp.core.engine.errors import EngineError
-from macapp.core.sampling import check_logit_bias
+from macapp.core.engine.limits import context_limit, turn_sampling
+from macapp.core.engine.options import SessionOptions
+from macapp.core.sampling import SamplingParams, check_logit_bias
 from macapp.core.serving.bounds import PromptTooLong, check_prompt
 from macapp.core.serving.render import RenderedPrompt, RenderError, render
 from macapp.core.serving.requests import INVALID_REQUEST, CompletionRequest
@@ -37,6 +39,23 @@ class PreparedRequest:
         """Whether it may share the batch: no pictures (they run through mlx-vlm's model, one at a time) and no seed
         (a seeded reply must not depend on its batch neighbours: it runs alone, as with mlx_lm.server)."""
         return not self.rendered.images and self.request.sampling.seed is None
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    params: SamplingParams  # max_tokens within the room the prompt leaves in the context
+    budget: int | None  # the thinking budget, when the prompt opened a reasoning
+    limit: int  # the context limit
+
+
+def run_settings(prepared: PreparedRequest, m: "LoadedModel", options: SessionOptions, budget_bytes: int | None, prompt_len: int) -> RunSettings:
+    """How a prepared request runs on the worker (either path): its settings checked, and its `prompt_len` tokens
+    (pictures laid out) within the context and the memory budget (EngineError otherwise)."""
+    request, rendered = prepared.request, prepared.rendered
+    budget = request.thinking_budget if rendered.thinking else None
+    params = turn_sampling(request.sampling, rendered.thinking, budget, options)
+    limit = context_limit(m, options, prompt_len, 0, budget_bytes)
+    return RunSettings(replace(params, max_tokens=min(params.max_tokens, limit - prompt_len)), budget, limit)
 
 
 def render_for(m: "LoadedModel", request: CompletionRequest) -> RenderedPrompt:

@@ -29,12 +29,12 @@ from typing import Any
 from macapp.core import events as ev
 from macapp.core.engine import Engine, EngineError, Job, LoadedModel, SessionOptions, TurnClock, prefill, stream_reply, wired_memory
 from macapp.core.engine.batch import DEFAULT_LIMIT, BatchLoop
-from macapp.core.engine.limits import context_limit, turn_sampling
+from macapp.core.engine.limits import context_limit
 from macapp.core.events import PromptProgress
 from macapp.core.serving import batched
 from macapp.core.engine.prompt_cache import PromptCache
 from macapp.core.serving.pool import CheckpointPool
-from macapp.core.serving.prepared import PreparedRequest, prepare, prompt_length, render_for
+from macapp.core.serving.prepared import PreparedRequest, RunSettings, prepare, prompt_length, render_for, run_settings
 from macapp.core.serving.render import RenderedPrompt
 from macapp.core.serving.reply_text import ReplyText, cancelled, completed
 from macapp.core.serving.requests import CompletionRequest, RequestStarted, Usage
@@ -239,6 +239,11 @@ class ServingEngine:
         m = self._model()
         return prepared if prepared.model is m else self.prepare(prepared.request)
 
+    def settings(self, m: LoadedModel, prepared: PreparedRequest, prompt_len: int) -> RunSettings:
+        """How the request runs: its sampling (max_tokens within the room the prompt leaves), budget and limit."""
+        opts = self.options.session
+        return run_settings(prepared, m, opts, opts.memory_budget_bytes or self.engine.memory_budget_bytes(), prompt_len)
+
     def pool_for(self, m: LoadedModel) -> CheckpointPool:
         self.pool.bind(m)
         if not self._sized:
@@ -272,16 +277,13 @@ class ServingEngine:
         prompt = _Prompt.of(pictures) if pictures else _Prompt(rendered.tokens, tuple(rendered.tokens), rendered.boundaries)
         tokens = prompt.tokens
         run = pictures.model if pictures else m
-        budget = request.thinking_budget if rendered.thinking else None
-        params = turn_sampling(request.sampling, rendered.thinking, budget, opts)
-        limit = context_limit(m, opts, len(tokens), 0, opts.memory_budget_bytes or self.engine.memory_budget_bytes())
-        params = replace(params, max_tokens=min(params.max_tokens, limit - len(tokens)))
+        settings = self.settings(m, prepared, len(tokens))
+        params, budget, limit = settings.params, settings.budget, settings.limit
         pool = self.pool_for(m)
-        checkpoint = pool.longest_prefix(prompt.key)
-        cached = checkpoint.length if checkpoint is not None else 0
+        cache, checkpoint = pool.resume(prompt.key, m)
+        cached = len(cache)
         usage = Usage(prompt_tokens=len(tokens), cached_tokens=cached)
         job.emit(RequestStarted(usage.prompt_tokens, usage.cached_tokens))
-        cache = PromptCache.restore(checkpoint) if checkpoint is not None else PromptCache.new(m)
         if pictures is not None:
             prompt = replace(prompt, embeddings=self._begin_pictures(pictures, cache.layers, checkpoint, clock))
         text = ReplyText(job, rendered, request)
