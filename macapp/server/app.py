@@ -7,6 +7,7 @@
     GET  /v1/models             the loaded model first, then the downloaded ones (read by both SDKs)
     GET  /v1/models/{name}      one of them (404 for another name, though a request naming it is served)
     GET  /health
+    GET  /                      a short hello; Claude Code sends `HEAD /` to warm its connection before each session
 
 Any model name in a request is served by the loaded model; replies name the model that answered.
 """
@@ -77,6 +78,9 @@ class Routes:
 
     async def health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok", "model": self.backend.model_name})
+
+    async def root(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok", "server": "qwen-desk", "model": self.backend.model_name})
 
     async def models(self, request: Request) -> Response:
         loaded = self.backend.model_name
@@ -189,6 +193,7 @@ def create_app(backend: Backend, config: ServerConfig, activity: Activity | None
     responses = ResponsesEndpoint(backend, config, routes.activity, client_label)
     app = Starlette(
         routes=[
+            Route("/", routes.root, methods=["GET"]),  # HEAD too (Starlette adds it to GET)
             Route("/health", routes.health, methods=["GET"]),
             Route("/v1/models", routes.models, methods=["GET"]),
             Route("/v1/models/{name:path}", routes.model, methods=["GET"]),

@@ -78,7 +78,9 @@ def check_request(policy: SecurityPolicy, path: str, method: str, headers: Heade
             f"Requests from web pages ({origin}) are not allowed; start the server with --allow-origin {origin} to allow it.",
         )
     is_preflight = method == "OPTIONS" and origin is not None
-    if policy.api_key and not is_preflight:  # every path, /health included: the contract
+    # Claude Code warms its connection with a keyless `HEAD /`: a body-less 200 tells no more than the 401 would.
+    is_warm_up = method == "HEAD" and path == "/"
+    if policy.api_key and not (is_preflight or is_warm_up):  # every other path, /health included: the contract
         if not key_matches(presented_key(headers), policy.api_key):
             return ApiError(
                 ErrorKind.AUTHENTICATION,
