@@ -2,8 +2,11 @@
 
 Files (the attach button, drag and drop) and pasted image data are read and checked off the GUI thread by the
 core (macapp.core.vision.images: missing, not a picture, damaged, huge → scaled, animated → first frame); each
-good one becomes a thumbnail, each bad one an `error` naming it. `take()` hands the pictures over with the
-message and empties the strip.
+good one becomes a thumbnail, each bad one a crossed-out tile in the strip whose reason the composer shows under it
+(and an `error` naming it). The reason belongs to that tile: it goes when the tile is removed (×) or the message is
+sent. `take()` hands the good pictures over with the message and empties the strip; `clear()` also forgets the
+reads still in flight, so a picture read that ends after the send (its thread reports back later) can neither join
+the next message unasked nor put an error about a message already sent back on screen.
 """
 
 from __future__ import annotations
@@ -64,12 +67,40 @@ class Thumb(QWidget):
         self.remove.raise_()
 
 
+class Unreadable(QWidget):
+    """A file that could not be used as a picture: a tile in the strip (its name, × removes it and its reason)."""
+
+    removed = Signal(object)
+
+    def __init__(self, error: Exception, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.message = str(error)
+        self.name = Path(getattr(error, "name", "") or "picture").name
+        self.order = 0
+        self.setObjectName("Unreadable")
+        self.setFixedSize(QSize(THUMB, THUMB))
+        self.label = QLabel(f"✕\n{self.name}", self)
+        self.label.setObjectName("UnreadableName")
+        self.label.setFixedSize(QSize(THUMB, THUMB))
+        self.label.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.label.setWordWrap(True)
+        self.setToolTip(self.message)
+        self.remove = QToolButton(self)
+        self.remove.setText("×")
+        self.remove.setToolTip(f"Remove {self.name}")
+        self.remove.setAccessibleName(f"Remove {self.name}")
+        self.remove.clicked.connect(lambda: self.removed.emit(self))
+        self.remove.setFixedSize(QSize(20, 20))
+        self.remove.move(THUMB - 22, 2)
+        self.remove.raise_()
+
+
 class AttachmentStrip(QScrollArea):
     """The pending pictures; hidden while there are none."""
 
     changed = Signal()
     error = Signal(str)
-    _ready = Signal(int, object)  # (order added, a PreparedImage or an ImageError), from the reading thread
+    _ready = Signal(int, int, object)  # (batch, order added, a PreparedImage or an ImageError), from the reading thread
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -89,6 +120,7 @@ class AttachmentStrip(QScrollArea):
         inner.setAutoFillBackground(False)
         self.pending = 0  # pictures still being read
         self._added = 0  # pictures asked for so far: they are shown in that order, however fast each one reads
+        self._batch = 0  # the message being composed; a read that reports for an earlier one (sent, cleared) is dropped
         self._ready.connect(self._arrived, Qt.ConnectionType.QueuedConnection)
         self.setVisible(False)
 
@@ -97,60 +129,76 @@ class AttachmentStrip(QScrollArea):
         from macapp.core.vision.images import open_image
 
         for path in paths:
-            self._read(lambda p=path: open_image(p))
+            self._read(lambda p=path: open_image(p), str(path))
 
     def add_image_data(self, data: bytes, name: str = "pasted picture") -> None:
         from macapp.core.vision.images import image_from_bytes
 
-        self._read(lambda: image_from_bytes(data, name))
+        self._read(lambda: image_from_bytes(data, name), name)
 
     def add_qimage(self, image: QImage, name: str = "pasted picture") -> None:
         self.add_image_data(qimage_png(image), name)
 
-    def _read(self, read) -> None:
+    def _read(self, read, name: str) -> None:
         from macapp.core.vision.images import ImageError
 
         self.pending += 1
         self._added += 1
-        order = self._added
+        order, batch = self._added, self._batch
 
         def work() -> None:
             try:
-                self._ready.emit(order, read())
+                result = read()
             except ImageError as exc:
-                self._ready.emit(order, exc)
+                result = exc
+            except Exception as exc:  # noqa: BLE001 - a reader bug must not leave Send waiting forever
+                result = ImageError(name, f"could not be read ({type(exc).__name__}: {exc})")
+            self._ready.emit(batch, order, result)
 
         threading.Thread(target=work, name="read-picture", daemon=True).start()
+        self.changed.emit()  # Send waits for this one
 
-    def _arrived(self, order: int, result) -> None:
+    def _arrived(self, batch: int, order: int, result) -> None:
         from macapp.core.vision.images import ImageError
 
+        if batch != self._batch:
+            return  # read for a message already sent or cleared: its pending count went with it
         self.pending -= 1
         if isinstance(result, ImageError):
-            self.error.emit(str(result))
-            self.changed.emit()
-            return
-        thumb = Thumb(result, self.widget())
-        thumb.order = order
-        thumb.removed.connect(self._remove)
-        self.row.insertWidget(sum(1 for t in self.thumbs() if t.order < order), thumb)
-        self.setVisible(True)
-        self.changed.emit()
+            tile = Unreadable(result, self.widget())
+            self.error.emit(tile.message)
+        else:
+            tile = Thumb(result, self.widget())
+        tile.order = order
+        tile.removed.connect(self._remove)
+        self.row.insertWidget(sum(1 for t in self.tiles() if t.order < order), tile)
+        self._refresh()
 
-    def _remove(self, thumb: Thumb) -> None:
-        self.row.removeWidget(thumb)
-        thumb.hide()
-        thumb.deleteLater()
+    def _remove(self, tile: QWidget) -> None:
+        self.row.removeWidget(tile)
+        tile.hide()
+        tile.deleteLater()
         self._refresh()
 
     def _refresh(self) -> None:
-        self.setVisible(bool(self.thumbs()))
+        self.setVisible(bool(self.tiles()))
         self.changed.emit()
 
     # -- reading
-    def thumbs(self) -> list[Thumb]:
+    def tiles(self) -> list[QWidget]:
+        """Every tile, good and unreadable, in the order they were added."""
         items = (self.row.itemAt(i).widget() for i in range(self.row.count()))
-        return [w for w in items if isinstance(w, Thumb)]
+        return [w for w in items if isinstance(w, (Thumb, Unreadable))]
+
+    def thumbs(self) -> list[Thumb]:
+        return [w for w in self.tiles() if isinstance(w, Thumb)]
+
+    def unreadable(self) -> list[Unreadable]:
+        return [w for w in self.tiles() if isinstance(w, Unreadable)]
+
+    def errors(self) -> list[str]:
+        """Why each unreadable file could not be used (what the composer shows under the strip)."""
+        return [w.message for w in self.unreadable()]
 
     def pictures(self) -> tuple:
         return tuple(t.picture for t in self.thumbs())
@@ -162,8 +210,12 @@ class AttachmentStrip(QScrollArea):
         return pictures
 
     def clear(self) -> None:
-        for thumb in self.thumbs():
-            self.row.removeWidget(thumb)
-            thumb.hide()
-            thumb.deleteLater()
+        """Empty the strip (the message was sent, or the pictures dropped): tiles, their errors and the reads
+        still in flight, whose results are dropped when they arrive."""
+        self._batch += 1
+        self.pending = 0
+        for tile in self.tiles():
+            self.row.removeWidget(tile)
+            tile.hide()
+            tile.deleteLater()
         self._refresh()

@@ -77,7 +77,6 @@ class ChatView(QWidget):
         self.edit_button.clicked.connect(self.edit_last)
         self.new_button.clicked.connect(self.new_chat)
         self.composer.send.connect(self.send)
-        self.composer.attachments.error.connect(self.show_error)
         self.composer.stop.connect(c.stop)
         self.composer.settings_requested.connect(self.show_settings)
         self.composer.thinking_changed.connect(lambda on: self.settings.set("chat.thinking", on))
@@ -115,6 +114,9 @@ class ChatView(QWidget):
         """Send `text` (or, after Edit Last, replace the last message with it); False, with the text back in
         the input box, when it could not be sent."""
         if self.busy or not text.strip():
+            return False
+        if self.composer.attachments.pending:  # a picture still being read goes with this message: wait for it
+            self.composer.input.setPlainText(text)
             return False
         self.error.hide()
         if self.editing and self.messages.last_index("user") is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QMimeData, Qt, Signal
 from PySide6.QtGui import QDragEnterEvent, QDropEvent, QKeyEvent
-from PySide6.QtWidgets import QCheckBox, QFileDialog, QFrame, QHBoxLayout, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QCheckBox, QFileDialog, QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
 
 from macapp.ui.attachments import IMAGE_FILTER, AttachmentStrip
 
@@ -73,6 +73,12 @@ class Composer(QFrame):
         self.input = InputBox(self)
         self.attachments = AttachmentStrip(self)
         self.attachments.changed.connect(self._update_enabled)
+        # Why a file in the strip could not be used: it belongs to that tile and goes with it (× or Send).
+        self.picture_error = QLabel(self)
+        self.picture_error.setObjectName("Error")
+        self.picture_error.setWordWrap(True)
+        self.picture_error.hide()
+        self.attachments.changed.connect(self._show_picture_errors)
         self.input.pictures.connect(self.add_from_mime)
         self.attach_button = QPushButton("Add picture…", self)
         self.attach_button.setFlat(True)
@@ -103,6 +109,7 @@ class Composer(QFrame):
         lay.setContentsMargins(10, 8, 10, 8)
         lay.setSpacing(4)
         lay.addWidget(self.attachments)
+        lay.addWidget(self.picture_error)
         lay.addWidget(self.input)
         lay.addLayout(row)
         self.busy = False
@@ -120,6 +127,11 @@ class Composer(QFrame):
             self.attachments.add_files(files)
         elif mime.hasImage():
             self.attachments.add_qimage(mime.imageData())
+
+    def _show_picture_errors(self) -> None:
+        errors = self.attachments.errors()
+        self.picture_error.setText("\n".join(errors))
+        self.picture_error.setVisible(bool(errors))
 
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802
         if has_pictures(event.mimeData()):
