@@ -283,6 +283,10 @@ def prefill_workload(model: ModelRef) -> prefill_model.Workload:
         scan_flops=8.0 * state * arch.linear_layers,
         weights_bytes=_weights_of(model)[0],
         expert_rows_share=arch.num_experts_per_tok / arch.num_experts if arch.is_moe else 0.0,
+        layers=arch.num_hidden_layers,
+        heads=arch.num_attention_heads,
+        full_layers=arch.full_attention_layers,
+        kv_bytes_per_token=kv_bytes_per_token(arch),
     )
 
 
