@@ -170,12 +170,28 @@ class ChatController(QObject):
         self.model_ref = None
         self.session = None
         self.model_changed.emit(f"Loading {ref.name}…")
-        self.load_job = engine.load(str(ref.local_path))
+        # The context chosen in the library: past the model's native length it loads in long-context mode (YaRN).
+        self.load_job = engine.load(str(ref.local_path), context=self.load_context(ref))
         self.loading_name = ref.name
         self.state_changed.emit()
         bridge = EventBridge(parent=self)
         bridge.delivered.connect(lambda batch, r=ref: self._on_load_events(r, batch))
         bridge.attach(self.load_job)
+
+    def load_context(self, ref: Any) -> int | None:
+        """The context to load `ref` for: the library's choice, at most the model's longest (None: not chosen)."""
+        chosen = int(self.settings.get("library.context", 0) or 0)
+        if chosen <= 0:
+            return None
+        longest = getattr(getattr(ref, "arch", None), "max_position_embeddings", None)
+        return min(chosen, longest) if longest else chosen
+
+    def long_context_notice(self) -> str | None:
+        """The loaded model's long-context sentence (the CLI's), None when it runs at its native length."""
+        from macapp.core.long_context import notice
+
+        factor = self.model_info.yarn_factor if self.model_info is not None else None
+        return notice(factor) if factor else None
 
     def _on_load_events(self, ref: Any, batch: list[Any]) -> None:
         match batch[-1]:
@@ -183,9 +199,13 @@ class ChatController(QObject):
                 self.model_ref, self.model_info = ref, loaded
                 self.load_job = None
                 self.session = None
-                self.model_changed.emit(f"Loaded {self.model_label}")
+                yarn = f" · YaRN ×{loaded.yarn_factor:g}" if loaded.yarn_factor else ""
+                self.model_changed.emit(f"Loaded {self.model_label}{yarn}")
                 self.model_loaded.emit(loaded)
                 self.state_changed.emit()
+                said = self.long_context_notice()
+                if said:
+                    self.status_text.emit(said[0].upper() + said[1:])
                 if ref.load.anyway:
                     self.status_text.emit(
                         "Loaded anyway: it may not fit the GPU budget — macOS may swap; replies can be slow or fail"

@@ -52,6 +52,10 @@ class ChatView(QWidget):
         self.demo_note.setObjectName("Warning")
         self.demo_note.setWordWrap(True)
         self.demo_note.hide()
+        self.long_context_note = QLabel(self)  # the loaded model runs in long-context mode (YaRN): said while it does
+        self.long_context_note.setObjectName("Warning")
+        self.long_context_note.setWordWrap(True)
+        self.long_context_note.hide()
         self.load_prompt = LoadPrompt(self)
         self.load_prompt.hide()
         self.composer = Composer(self)
@@ -63,6 +67,7 @@ class ChatView(QWidget):
         lay.addLayout(header)
         lay.addWidget(self.messages, 1)
         lay.addWidget(self.demo_note)
+        lay.addWidget(self.long_context_note)
         lay.addWidget(self.notice)
         lay.addWidget(self.load_prompt)
         lay.addWidget(self.error)
@@ -219,6 +224,9 @@ class ChatView(QWidget):
             self.load_prompt.show_for(name, own)
         self.demo_note.setText(SHORT_NOTICE + " (download a real model in Models for real answers)")
         self.demo_note.setVisible(loaded and is_demo_model(path))
+        said = self.controller.long_context_notice() if loaded else None
+        self.long_context_note.setText(said[0].upper() + said[1:] if said else "")
+        self.long_context_note.setVisible(bool(said))
 
     def _on_model_loaded(self, loaded: Loaded) -> None:
         self.composer.thinking.setEnabled(loaded.has_thinking)

@@ -95,6 +95,9 @@ class DetailsPanel(QFrame):
 
         self.max_context = QLabel(self)
         self.max_context.setWordWrap(True)
+        self.long_context = QLabel(self)  # past the native length: the model loads in long-context mode (YaRN)
+        self.long_context.setObjectName("Warning")
+        self.long_context.setWordWrap(True)
         self.speed = QLabel(self)
         self.speed.setWordWrap(True)
         self.reading = QLabel(self)
@@ -157,6 +160,7 @@ class DetailsPanel(QFrame):
         body.addLayout(legend)
         body.addSpacing(4)
         body.addWidget(self.max_context)
+        body.addWidget(self.long_context)
         body.addWidget(self.speed)
         body.addWidget(self.reading)
         body.addWidget(self.pictures)
@@ -191,8 +195,9 @@ class DetailsPanel(QFrame):
         kv = f", {kv_bits}-bit KV cache" if kv_bits else ""
         self.total.setText(
             f"Needs <b>{format_bytes(est.total_bytes)}</b> of this Mac's {format_bytes(est.budget_bytes)} GPU budget "
-            f"at {context:,} tokens{kv}"
+            f"at {est.context:,} tokens{kv}"  # the context it was sized at: a model's own maximum if that is shorter
         )
+        self._show_long_context(est)
         segments = [(label, float(getattr(est, attr) or 0), QColor(BAR_COLOURS[key])) for key, label, attr in SEGMENTS]
         self.bar.set_values(segments, float(est.budget_bytes))
         self.bar.setToolTip(" · ".join(f"{label} {format_bytes(v)}" for label, v, _c in segments))
@@ -216,6 +221,17 @@ class DetailsPanel(QFrame):
         self.load_button.setEnabled(downloaded)
         self.load_button.setText("Load" if est.verdict != "too_big" else "Load…")
         self.load_button.setToolTip("" if downloaded else "Download the model first")
+
+    def _show_long_context(self, est: Any) -> None:
+        """Past the model's native length it loads with YaRN; the same sentence as `qwen-desk chat` prints."""
+        from macapp.core.long_context import notice
+
+        factor = getattr(est, "yarn_factor", None)
+        self.long_context.setVisible(bool(factor))
+        if factor:
+            native = getattr(est, "native_context", 0) or 0
+            past = f" ({est.context:,} tokens is past its native {native:,})" if native else ""
+            self.long_context.setText(f"Loads in {notice(factor)}{past}")
 
     def _show_reading_and_advice(self, row: Any) -> None:
         est = row.estimate

@@ -27,8 +27,9 @@ from macapp.core.memory import format_bytes
 from macapp.core.settings import Settings
 from macapp.ui.library_model import FIT_COL, BadgeDelegate, LibraryModel, Row, short_context
 
-CONTEXT_STEPS = [2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144]
-MAX_CONTEXT = 262_144
+# Past the native 262,144 tokens a model loads in long-context mode (YaRN ×2, ×4: macapp.core.long_context).
+CONTEXT_STEPS = [2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288, 1_010_000]
+MAX_CONTEXT = 1_010_000  # the spin box's reach until the library knows its models' longest context (longest_context)
 KV_CHOICES = [("Full precision", None), ("8-bit", 8), ("4-bit", 4)]
 
 
@@ -200,6 +201,17 @@ class LibraryPage(QWidget):
         self.context_slider.blockSignals(False)
         self._choices_changed()
 
+    def longest_context(self) -> int:
+        """The most tokens any model in the library takes (its YaRN limit where YaRN applies): the spin box's reach."""
+        return max((ref.arch.max_position_embeddings for ref in self._refs()), default=MAX_CONTEXT)
+
+    def _set_reach(self) -> None:
+        longest = self.longest_context()
+        if self.context_spin.maximum() != longest:
+            self.context_spin.blockSignals(True)  # a clamp here is written back by the refresh that follows
+            self.context_spin.setMaximum(longest)
+            self.context_spin.blockSignals(False)
+
     def _choices_changed(self) -> None:
         self.settings.update({"library.context": self.context, "library.kv_bits": self.kv_bits})
         self.refresh()
@@ -228,6 +240,7 @@ class LibraryPage(QWidget):
         """Recompute every row at the chosen context and KV bits (pure arithmetic: instant)."""
         selected = self.selected_row()
         keep = selected.key if selected else self.settings.get("library.selected")
+        self._set_reach()
         rows = []
         for ref in self._refs():
             # A model with a shorter maximum context is sized at its maximum; pictures are reported, not counted.
