@@ -15,6 +15,7 @@ from typing import Any, Callable
 from PySide6.QtCore import QObject, Qt, Signal, Slot
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
+    QCheckBox,
     QHBoxLayout,
     QHeaderView,
     QLabel,
@@ -27,6 +28,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from macapp.core.secrets import KeyRejected, KeyStore
 from macapp.server.activity import Activity, RequestRecord, RequestState
 from macapp.server.client_settings import client_settings
 from macapp.server.config import DEFAULT_PORT, ServerConfig
@@ -147,9 +149,11 @@ class ServerController(QObject):
 class ServerPanel(QWidget):
     """A thin view over a ServerController."""
 
-    def __init__(self, controller: ServerController, parent: QWidget | None = None) -> None:
+    def __init__(self, controller: ServerController, parent: QWidget | None = None, keys: KeyStore | None = None) -> None:
         super().__init__(parent)
         self.controller = controller
+        self.keys = keys if keys is not None else KeyStore.default()
+        self._key_note = ""  # why the key was not remembered, shown beside the server's state
         title = QLabel("Local Server", self)
         title.setObjectName("PageTitle")  # a page like Models and Chat
         note = QLabel(
@@ -165,6 +169,13 @@ class ServerPanel(QWidget):
         self.api_key.setPlaceholderText("API key (optional)")
         self.api_key.setEchoMode(QLineEdit.EchoMode.PasswordEchoOnEdit)
         self.api_key.setMaximumWidth(320)
+        self.remember = QCheckBox("Remember key", self)
+        self.remember.setToolTip("Keep the key for next time: in the keychain on macOS, else in a file only you can read")
+        remembered = self.keys.load()
+        if remembered:
+            self.api_key.setText(remembered)
+            self.remember.setChecked(True)
+        self.remember.toggled.connect(self._remember_toggled)
         self.toggle = QPushButton("Start", self)
         self.toggle.clicked.connect(self._toggle)
         self.url = QLabel("Not running", self)
@@ -191,6 +202,7 @@ class ServerPanel(QWidget):
         controls.addWidget(QLabel("Port", self))
         controls.addWidget(self.port)
         controls.addWidget(self.api_key, 1)
+        controls.addWidget(self.remember)
         controls.addWidget(self.toggle)
         controls.addStretch(0)
         address = QHBoxLayout()
@@ -219,7 +231,27 @@ class ServerPanel(QWidget):
             return
         self.toggle.setEnabled(False)
         self.message.setText("Starting…")
+        self.keep_key()
+        if self._key_note:
+            self.message.setText(f"Starting… {self._key_note}")
         self.controller.start(self.port.value(), self.api_key.text().strip() or None)
+
+    def keep_key(self) -> None:
+        """Remember the key as it is now (Remember key on), or forget the one kept (off, or the field emptied)."""
+        key = self.api_key.text().strip()
+        self._key_note = ""
+        try:
+            if self.remember.isChecked() and key:
+                place = self.keys.save(key)
+                self.remember.setToolTip(f"The key is kept in {place.value}.")
+            else:
+                self.keys.forget()
+        except (KeyRejected, OSError) as exc:
+            self._key_note = f"The key was not remembered: {exc}"
+            self.message.setText(self._key_note)
+
+    def _remember_toggled(self, _checked: bool) -> None:
+        self.keep_key()
 
     def copy_settings(self) -> str:
         text = self.controller.settings_text()
@@ -234,9 +266,10 @@ class ServerPanel(QWidget):
         self.toggle.setEnabled(True)
         self.port.setEnabled(False)
         self.api_key.setEnabled(False)
+        self.remember.setEnabled(False)
         self.copy.setEnabled(True)
         self.url.setText(f"Base URL <b>{url}</b> · OpenAI clients: <b>{url}/v1</b> · Claude Code: the base URL")
-        self.message.setText(f"Serving {self.controller.model_name}.")
+        self.message.setText(f"Serving {self.controller.model_name}." + (f" {self._key_note}" if self._key_note else ""))
 
     @Slot()
     def _on_stopped(self) -> None:
@@ -244,6 +277,7 @@ class ServerPanel(QWidget):
         self.toggle.setEnabled(True)
         self.port.setEnabled(True)
         self.api_key.setEnabled(True)
+        self.remember.setEnabled(True)
         self.copy.setEnabled(False)
         self.url.setText("Not running")
         if self.message.text() == "Stopping…":
