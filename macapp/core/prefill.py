@@ -8,14 +8,18 @@ position in the context) and the DeltaNet layers' recurrent scan. Per chunk:
     time = weights read once (bandwidth)
          + matmul FLOPs ÷ (GPU FLOPS × matmul efficiency at this chunk's rows per weight matrix)
          + attention FLOPs ÷ (GPU FLOPS × attention efficiency)
+           [+ off the M5's fused kernel: the scores' memory traffic, 12 bytes per score, and the K/V re-read once
+              per query block of the app's blocked attention]
          + DeltaNet scan FLOPs ÷ (GPU FLOPS × scan efficiency)
+         + a fixed cost per layer (launches, norms, small ops; what dominates small builds)
 
-Short prompts are dominated by the per-chunk costs (weight reads, the matmul efficiency of few rows), long ones by
-attention, whose cost per token grows with the context already read.
+M1/M2 GPUs emulate bfloat16, so every kernel's efficiency there is × `Calibration.no_bf16`. Short prompts are
+dominated by the per-chunk costs, long ones by attention, whose cost per token grows with the context already read.
 
-The efficiencies are calibrated on public Apple measurements (mlx-lm's own `mlx_lm.benchmark` lines first; the
-sources are in `bench/fit_accuracy.py` and README, "How the numbers are made"). `sizing.estimate` calls
-`estimate_prefill`, so there is still one function producing the figure every screen shows.
+The constants (`FITTED`) are fitted to public Apple measurements listed with their URLs in
+`bench/fit_accuracy.py` (`python bench/fit_accuracy.py --fit` refits them and prints the leave-one-out error by
+chip and prompt length; README, "How the numbers are made"). `sizing.estimate` calls `estimate_prefill`, so there
+is still one function producing the figure every screen shows.
 """
 
 from __future__ import annotations
