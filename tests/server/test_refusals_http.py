@@ -45,3 +45,41 @@ def test_each_kind_of_refusal_is_listed_with_its_status_and_reason(tiny_dense_pa
         ran = [r for r in served.activity.records() if r.state is not RequestState.REFUSED]
         assert len(ran) == 1 and ran[0].state is RequestState.DONE
 
+
+
+def test_a_full_queue_is_listed_as_refused_429_with_its_reason(tiny_dense_path):
+    """With room for one request and none waiting, a second one while the first waits gets 429 (each API in its own
+    shape, with Retry-After): listed as refused with its status and reason, in the list and the log line."""
+    import threading
+
+    with serve(tiny_dense_path, queue_limit=0, parallel=1) as served:
+        gate = threading.Event()
+        served.engine.submit("hold", lambda job: gate.wait(30))  # the worker is busy: the first request waits
+        answers = []
+        first = threading.Thread(target=lambda: answers.append(httpx2.post(
+            f"{served.url}/v1/chat/completions", json={"messages": HELLO, "max_tokens": 2}, timeout=60)))
+        try:
+            first.start()
+            deadline = time.monotonic() + 30
+            while not served.activity.busy() and time.monotonic() < deadline:  # the first one is in, waiting
+                time.sleep(0.01)
+            full_openai = httpx2.post(f"{served.url}/v1/chat/completions", json={"messages": HELLO, "max_tokens": 2}, timeout=30)
+            full_anthropic = httpx2.post(f"{served.url}/v1/messages", json={"max_tokens": 2, "messages": HELLO}, timeout=30)
+        finally:
+            gate.set()
+            first.join(60)
+        assert full_openai.status_code == full_anthropic.status_code == 429
+        assert int(full_openai.headers["retry-after"]) >= 1 and int(full_anthropic.headers["retry-after"]) >= 1
+        assert full_anthropic.json()["error"]["type"] == "rate_limit_error"
+        assert answers[0].status_code == 200  # the one that waited is answered once the worker is free
+        listed = refusals(served)
+        assert [(r.status, r.api) for r in listed] == [(429, "openai"), (429, "anthropic")]
+        reason = full_openai.json()["error"]["message"]
+        assert reason and listed[0].error == reason and listed[1].error == full_anthropic.json()["error"]["message"]
+        line = request_line(listed[0])
+        assert line.startswith("qwen-desk: 127.0.0.1:") and f"refused 429: {reason}" in line
+        deadline = time.monotonic() + 30
+        while served.activity.busy() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        ran = [r for r in served.activity.records() if r.state is not RequestState.REFUSED]
+        assert [r.state for r in ran] == [RequestState.DONE]  # the waiting one ran, listed once
