@@ -1,5 +1,5 @@
 """Screenshots of a newcomer's first hour (issue #22): the demo model, the load prompt, the library's remembered
-folder and loaded row, a clamped setting, a taken port, the Undo bar. `python -m macapp.devtools.screenshots_newcomer
+folder and loaded row, a clamped setting, a taken port, the Undo bar, long-context mode (#24). `python -m macapp.devtools.screenshots_newcomer
 docs/` (also run by `make screenshots`). Offscreen, on a throwaway app home, the same 'what if' Mac as the others.
 """
 
@@ -89,8 +89,39 @@ def main(argv: list[str] | None = None) -> int:
     window.show_page(CHAT)
     _save(app, window, out / "newcomer-undo.png")
 
+    # 7. Long-context mode (#24): the library at 1M (the badge sized there, the details say YaRN ×4), then a
+    #    model loaded past its native length (a tiny one, 512 native) with the chat page saying so.
+    long_context_shots(app, window, out, work)
+
     window.close()
     return 0
+
+
+def long_context_shots(app, window, out: Path, work: Path) -> None:
+    from macapp.devtools.tiny_model import make_tiny_model
+    from macapp.ui.main_window import CHAT, LIBRARY
+    from tests.fixtures.models import with_native_length
+
+    chat, lib = window.chat, window.library
+    if chat.controller.model_ref is not None:
+        chat.unload_model()
+    window.new_chat()
+    window._forget_deleted()  # the Undo of shot 6 has had its time
+    window.status.clearMessage()
+    window.show_page(LIBRARY)
+    lib.set_context(1_010_000)
+    lib.select("Qwen3.5-35B-A3B-4bit")
+    _save(app, window, out / "newcomer-long-context.png")
+
+    model = with_native_length(make_tiny_model(work / "tiny-native512", kind="dense"), 512)
+    lib.set_context(1536)  # past the tiny model's native 512: YaRN ×4
+    if lib.open_local_folder(str(model)) is not None:
+        lib.request_load()
+    _wait(app, lambda: chat.controller.model_ref is not None and chat.controller.model_ref.local_path == model, 120)
+    chat.send("the answer is here and there " * 90)  # ~760 tokens: past the native 512
+    _wait(app, lambda: not chat.busy)
+    window.show_page(CHAT)
+    _save(app, window, out / "newcomer-long-context-chat.png")
 
 
 if __name__ == "__main__":
