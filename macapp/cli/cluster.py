@@ -111,7 +111,7 @@ def launch_or_follow(args: argparse.Namespace, prompts: list[str] | None = None,
 
     spec = rank.launched_spec()
     if spec is not None:
-        return None if rank.rank() == 0 else rank.follow(spec, args.model)
+        return None if rank.rank() == 0 else rank.follow(spec, args.model, context=getattr(args, "context", None))
     if not getattr(args, "hostfile", None):
         if getattr(args, "shard", None) or getattr(args, "backend", None):
             raise UsageError("--shard and --backend go with --hostfile")

@@ -117,3 +117,23 @@ def test_ctrl_c_reaches_rank_0(tiny_moe_path, hostfile):
         if proc.poll() is None:
             proc.kill()
     assert processes_naming(path) == []
+
+
+def test_two_ranks_in_long_context_mode_reply_as_one_process(tiny_models_dir, hostfile, capsys):
+    """--context past the native length: the followers load with YaRN too (else rank 0's and theirs would differ)."""
+    from macapp.cli import main
+    from macapp.devtools.tiny_model import make_tiny_model
+    from tests.fixtures.models import with_native_length
+
+    model = with_native_length(make_tiny_model(tiny_models_dir / "tiny-native256-cluster", kind="moe"), 256)
+    turns = ["-p", "word " * 200, "--no-think", "--temp", "0", "--max-tokens", "12", "--context", "900", "--json"]
+    assert main(["chat", "-m", str(model), *turns, "--no-history"]) == 0
+    alone = capsys.readouterr()
+    assert "YaRN" in alone.err
+    both = chat("-m", model, *turns, "--hostfile", hostfile([LOCAL, LOCAL]))
+    assert both.returncode == 0, both.stderr
+    assert "rank 1: long-context mode: YaRN ×4" in both.stderr  # the follower's rope is rank 0's
+    one = [json.loads(line) for line in alone.out.splitlines()]
+    two = [json.loads(line) for line in both.stdout.splitlines()]
+    assert one[0]["prompt_tokens"] > 256  # read past the native length
+    assert [(r["text"], r["generation_tokens"]) for r in two] == [(r["text"], r["generation_tokens"]) for r in one]

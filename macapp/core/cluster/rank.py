@@ -168,18 +168,20 @@ def _shut_down(engine: Any, job: Any) -> None:
     job.emit(Unloaded(memory_bytes=0))
 
 
-def follow(spec: RankSpec, model_spec: str, group: Any | None = None) -> int:
-    """A follower rank's whole life: join (unless `group` is given), load the same folder, follow rank 0 until
-    it shuts us down; the exit status (0, 1 for a model that cannot load, MODEL_DIFFERS, FOLLOWER_LOST)."""
+def follow(spec: RankSpec, model_spec: str, group: Any | None = None, context: int | None = None) -> int:
+    """A follower rank's whole life: join (unless `group` is given), load the same folder (in long-context mode when
+    `context`, the command's --context, is past its native length, as rank 0 does), follow rank 0 until it shuts
+    us down; the exit status (0, 1 for a model that cannot load, MODEL_DIFFERS, FOLLOWER_LOST)."""
     from macapp.core.cluster.lockstep import Follower, RankLost
     from macapp.core.engine import EngineError, check_model_folder, locate_model
+    from macapp.core.engine.model_folder import configured_for, long_context_mode
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is rank 0's (it stops the reply)
     sys.stdout = sys.stderr  # rank 0 owns stdout
     group = group or join(spec)
     try:
         path = locate_model(model_spec)
-        check_model_folder(path)
+        config, factor = configured_for(check_model_folder(path), path, context)
         if group.rank() in ranks_with_other_files(group, path):
             print(f"qwen-desk: rank {group.rank()}: the model files in {path} are not rank 0's", file=sys.stderr, flush=True)
             return MODEL_DIFFERS
@@ -187,6 +189,9 @@ def follow(spec: RankSpec, model_spec: str, group: Any | None = None) -> int:
             model, _tokenizer, _config = read_shard(path, group, spec.shard)
         except RuntimeError as exc:  # a collective of sharded_load: rank 0 went away while loading
             raise RankLost(str(exc)) from exc
+        long_context_mode(model, config, factor)
+        if factor:  # rank 0 says so too; a follower running without it would compute other positions
+            print(f"qwen-desk: rank {group.rank()}: long-context mode: YaRN ×{factor}", file=sys.stderr, flush=True)
         Follower(model, group).run()
     except EngineError as exc:
         print(f"qwen-desk: rank {group.rank()}: {exc.message}", file=sys.stderr, flush=True)

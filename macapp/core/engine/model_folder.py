@@ -41,6 +41,23 @@ def _rope(config: dict, path: Path) -> long_context.RopeInfo:
         raise EngineError(f"{path}: {exc}.", ev.NOT_A_MODEL) from exc
 
 
+def configured_for(config: dict, path: Path, context: int | None) -> tuple[dict, int | None]:
+    """The config a model runs with at `context` (in memory: YaRN past the native length) and the YaRN factor
+    (None at or below native); EngineError for a context the model cannot take."""
+    factor = yarn_for(config, path, context)
+    if not factor:
+        return config, None
+    return long_context.with_yarn(config, factor, _rope(config, path).native), factor
+
+
+def long_context_mode(model: Any, config: dict, factor: int | None) -> None:
+    """A model just read, set to run as loaded: YaRN on its rope layers when `factor` (with_yarn's config), and
+    prompts read in blocks of queries. Rank 0 and the followers of several Macs run this same step."""
+    if factor:
+        long_context.use_yarn(model, config)
+    long_context.install_blocked_attention()
+
+
 def yarn_for(config: dict, path: Path, context: int | None) -> int | None:
     """The YaRN factor to load `config` with for a `context`-token limit (None: its own rope); EngineError
     (CONTEXT_LIMIT) for a context the model cannot take."""
@@ -144,10 +161,8 @@ def load_model(path: Path, config: dict, read: ModelReader = read_with_mlx_lm, c
     import mlx.core as mx
     from mlx.utils import tree_flatten
 
-    factor = yarn_for(config, path, context)
     rope = _rope(config, path)
-    if factor:
-        config = long_context.with_yarn(config, factor, rope.native)
+    config, factor = configured_for(config, path, context)
     mx.clear_cache()
     before = mx.get_active_memory()
     start = time.perf_counter()
@@ -157,9 +172,7 @@ def load_model(path: Path, config: dict, read: ModelReader = read_with_mlx_lm, c
         raise  # a reader's own clear message (several Macs: another rank lost, different files)
     except Exception as exc:
         raise EngineError(f"Could not read the model in {path}: {exc}. The files may be damaged; download it again.", ev.CORRUPT) from exc
-    if factor:
-        long_context.use_yarn(model, config)
-    long_context.install_blocked_attention()
+    long_context_mode(model, config, factor)
     load_time = time.perf_counter() - start
     weights = int(sum(v.nbytes for _, v in tree_flatten(model.parameters())))
     quant = loaded_config.get("quantization") or {}
