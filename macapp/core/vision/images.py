@@ -4,8 +4,11 @@ memory blow-up.
 - missing file / a folder / unreadable → said so;
 - not an image (Pillow cannot identify it) → the formats it reads;
 - damaged or cut short → said so (the whole image is decoded here, not later inside the model);
-- far larger than the processor takes → scaled down while decoding (JPEG's `draft` decodes at 1/2..1/8 scale,
-  `reduce` / `thumbnail` for the rest), so the pixels held are bounded by `max_pixels`; a picture claiming more
+- larger than the processor takes → brought to the very size the processor would resize it to (its
+  `smart_resize`: sides multiples of patch x merge, at most `max_pixels`), so the model sees the same number of
+  image tokens, but never decoded larger than needed for it: JPEG's `draft` decodes at 1/2..1/8 scale (never
+  below that size), an integer `reduce` shrinks the rest right after decoding, before the orientation and RGB
+  copies are made, then one bicubic resize (the processor's own filter) to the size; a picture claiming more
   than Pillow's decompression-bomb limit (~179 megapixels, any format) is refused from its header, before any
   decoding, and `MAX_SOURCE_PIXELS` bounds a non-JPEG should that limit be raised;
 - animated (GIF, APNG, WebP) → its first frame, with a note;
@@ -15,6 +18,7 @@ memory blow-up.
 from __future__ import annotations
 
 import io
+import math
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +34,10 @@ if TYPE_CHECKING:  # Pillow is imported on the first picture, not when the windo
 MAX_SOURCE_PIXELS = 40_000_000
 # Without a processor's own limit (Qwen3.5's preprocessor_config says 16,777,216 pixels).
 DEFAULT_MAX_PIXELS = 16_777_216
+# Qwen3.5's processor geometry (macapp/core/vision/cost.py ProcessorLimits): patch 16 x merge 2, at least 65,536 pixels.
+SIDE_FACTOR = 32
+MIN_PIXELS = 65_536
+ORIENTATION = 0x0112  # the EXIF tag
 READABLE = "PNG, JPEG, GIF, WebP, BMP or TIFF"
 
 
@@ -110,9 +118,9 @@ def _prepare(image: Image.Image, name: str, max_pixels: int) -> PreparedImage:
     if frames > 1:
         image.seek(0)
         notes.append(f"animated ({frames} frames): the first frame is used")
-    if image.format == "JPEG" and width * height > max_pixels:
-        scale = (max_pixels / (width * height)) ** 0.5
-        image.draft("RGB", (max(1, int(width * scale)), max(1, int(height * scale))))
+    target = processor_size(width, height, max_pixels) if width * height > max_pixels else None
+    if image.format == "JPEG" and target is not None:
+        image.draft("RGB", target)  # the smallest 1/2..1/8 scale still at least `target` on both sides
     elif width * height > MAX_SOURCE_PIXELS:
         raise ImageError(
             name, f"is {width}x{height} pixels, more than Qwen Desk decodes ({MAX_SOURCE_PIXELS // 1_000_000} megapixels): scale it down first"
@@ -121,9 +129,17 @@ def _prepare(image: Image.Image, name: str, max_pixels: int) -> PreparedImage:
         image.load()
     except (OSError, ValueError, SyntaxError, EOFError) as exc:
         raise ImageError(name, f"is damaged or cut short ({exc}): save or export it again") from None
+    if target is not None:
+        image = _reduce_towards(image, target)
+    stored = image.size
     image = _upright_rgb(image)
-    if image.width * image.height > max_pixels:
-        image = _shrink(image, max_pixels)
+    if target is not None:
+        if image.size != stored and image.size == stored[::-1]:  # EXIF turned it a quarter: so is the target
+            target = target[::-1]
+        if image.size != target:
+            from PIL import Image
+
+            image = image.resize(target, Image.Resampling.BICUBIC)
     if image.size != original:
         notes.append(f"scaled from {original[0]}x{original[1]} to {image.width}x{image.height}")
     return PreparedImage(name=name, image=image, original_size=original, frames=frames, notes=tuple(notes))
@@ -133,25 +149,42 @@ def _upright_rgb(image: Image.Image) -> Image.Image:
     from PIL import Image, ImageOps
 
     try:
-        image = ImageOps.exif_transpose(image)
+        # a copy only when it turns the picture (exif_transpose copies even an upright one otherwise)
+        if image.getexif().get(ORIENTATION, 1) != 1:
+            image = ImageOps.exif_transpose(image)
     except (OSError, ValueError, SyntaxError):
         pass  # a broken EXIF block: keep the pixels as stored
     if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
-        rgba = image.convert("RGBA")
+        rgba = image if image.mode == "RGBA" else image.convert("RGBA")
         flat = Image.new("RGB", rgba.size, (255, 255, 255))
         flat.paste(rgba, mask=rgba.getchannel("A"))
         return flat
     return image.convert("RGB") if image.mode != "RGB" else image
 
 
-def _shrink(image: Image.Image, max_pixels: int) -> Image.Image:
-    scale = (max_pixels / (image.width * image.height)) ** 0.5
-    target = (max(1, int(image.width * scale)), max(1, int(image.height * scale)))
-    factor = min(image.width // target[0], image.height // target[1])
-    if factor >= 2:
-        image = image.reduce(factor)  # cheap integer box reduction first
-    image = image.copy()
-    from PIL import Image
+def processor_size(width: int, height: int, max_pixels: int, factor: int = SIDE_FACTOR, min_pixels: int = MIN_PIXELS) -> tuple[int, int]:
+    """(width, height) the Qwen-VL image processor resizes a width x height picture to (its `smart_resize`)."""
+    min_pixels = min(min_pixels, max_pixels)
+    h_bar = max(factor, round(height / factor) * factor)
+    w_bar = max(factor, round(width / factor) * factor)
+    if h_bar * w_bar > max_pixels:
+        beta = math.sqrt(width * height / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (width * height))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    return w_bar, h_bar
 
-    image.thumbnail(target, Image.Resampling.LANCZOS)
-    return image
+
+def _reduce_towards(image: Image.Image, target: tuple[int, int]) -> Image.Image:
+    """An integer box reduction staying at least `target` on both sides, done on the decoded pixels before any
+    full-size copy is made (a JPEG drafted already is close to it). Modes `reduce` does not take are left as they are."""
+    factor = min(image.width // target[0], image.height // target[1])
+    if factor < 2:
+        return image
+    try:
+        return image.reduce(factor)
+    except ValueError:
+        return image
