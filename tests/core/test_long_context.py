@@ -117,3 +117,33 @@ def test_the_fit_names_long_context_mode_and_searches_past_native():
     assert sizing.yarn_factor(arch, NATIVE) is None and sizing.yarn_factor(arch, 300) == 2 and sizing.yarn_factor(arch, CONTEXT) == 4
     # the scores of a chunk against the whole context grow with it; past the block limit they stop growing
     assert sizing.attention_scores_bytes(arch, 2048) > sizing.attention_scores_bytes(arch, 1024)
+
+
+def test_reading_a_prompt_past_native_can_be_stopped_chat_and_api(short_native_bf16):
+    """As for shorter prompts: a stop between prefill chunks ends the reading, the chat turn is undone, the API
+    request ends cancelled, and the engine serves the next one."""
+    from macapp.core.serving.requests import ChatMessage, CompletionRequest, FinishReason, Role
+    from macapp.core.serving.runner import ServingEngine, ServingOptions
+
+    engine = Engine()
+    try:
+        engine.load(str(short_native_bf16), context=CONTEXT).result(timeout=TIMEOUT)
+        options = SessionOptions(context_limit=CONTEXT, prefill_step_size=64)
+        prompt = "the answer is here and there " * 80  # ~650 tokens, past the native 256
+
+        def stop_after_first_chunk(job):
+            job.add_listener(lambda e: job.stop() if isinstance(e, PromptProgress) and 0 < e.processed < e.total else None)
+            return job
+
+        session = engine.new_session(options=options)
+        undone = stop_after_first_chunk(session.send(prompt, thinking=False, sampling=greedy(8))).result(timeout=TIMEOUT)
+        assert undone.kept is False and session.messages == [] and session.context_tokens == 0
+        request = CompletionRequest(messages=(ChatMessage(Role.USER, prompt),), sampling=greedy(8))
+        for batching in (True, False):  # the batch's reading and the one-at-a-time path's
+            serving = ServingEngine(engine, ServingOptions(session=options, pool_bytes=0, batching=batching))
+            done = stop_after_first_chunk(serving.submit(request)).wait(TIMEOUT)
+            serving.close()
+            assert done.finish_reason is FinishReason.CANCELLED and done.usage.completion_tokens == 0, batching
+        assert session.send("Short one.", thinking=False, sampling=greedy(8)).result(timeout=TIMEOUT).text
+    finally:
+        engine.close()
