@@ -18,9 +18,12 @@ run: $(STAMP)
 	$(BIN)/qwen-desk
 
 test: $(STAMP)
+	$(BIN)/ruff check macapp tests bench packaging
+	$(BIN)/lint-imports
 	QT_QPA_PLATFORM=offscreen MLX_DISABLE_COMPILE=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 lint: $(STAMP)
+	$(BIN)/ruff check macapp tests bench packaging
 	$(BIN)/lint-imports
 
 bench: $(STAMP)

@@ -25,7 +25,7 @@ is still one function producing the figure every screen shows.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from macapp.core.hardware import BANDWIDTH_EFFICIENCY, LAYER_COST_SCALE, MATMUL_ACCELERATION, MachineProfile, gpu_tflops
 

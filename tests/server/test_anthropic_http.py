@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from macapp.devtools.tiny_model import SCRIPT_ANSWER, SCRIPT_REASONING
 from tests.fixtures.scripted import TOOL_CALL_ARGUMENTS, TOOL_PREAMBLE, WEATHER_TOOL
-from tests.server.conftest import GREEDY
 
 ANSWER = "".join(SCRIPT_ANSWER)
 REASONING = "".join(SCRIPT_REASONING)
