@@ -31,14 +31,14 @@ from starlette.types import ASGIApp
 from macapp.core.events import Failed
 from macapp.server import anthropic_api, openai_api
 from macapp.server.activity import Activity
-from macapp.server.backend import Backend, count_tokens, ended_by_shutdown, fit_to_context, raise_quick_refusal, refusal, submit
+from macapp.server.backend import Backend, complete, count_tokens, ended_by_shutdown, refusal
 from macapp.server.config import ServerConfig
 from macapp.server.errors import ApiError, ErrorKind, Flavor, error_body, error_response, flavor_for_path, shutting_down
 from macapp.server.fields import parse_json_object
 from macapp.server.responses_route import ResponsesEndpoint
 from macapp.server.refusals import RefusalDesk
 from macapp.server.security import Guard, SecurityPolicy
-from macapp.server.sse import JobFeed, SseResponse, paced_frames, sse_comment, sse_frame, wait_or_disconnect
+from macapp.server.sse import JobFeed, paced_frames, sse_comment, sse_frame
 
 log = logging.getLogger(__name__)
 CLIENT_GONE = 499  # nginx's code for "the client closed the request": nobody reads it
@@ -121,22 +121,7 @@ class Routes:
         return JSONResponse({"input_tokens": await run_in_threadpool(count_tokens, self.backend, call.request)})
 
     async def _complete(self, request: Request, completion: Any, stream: bool, api: str, reply: Any, frames: Any) -> Response:
-        """Check the prompt fits, start it, and answer: `reply(done, prompt_tokens)` as JSON, or the SSE stream of
-        `frames(feed, prompt_tokens)` once no quick refusal came (that one still goes out as a JSON error)."""
-        completion, prompt_tokens = await fit_to_context(self.backend, completion)
-        feed = submit(self.backend, completion)
-        self.activity.track(feed.job, completion.client, api, prompt_tokens)
-        if stream:
-            await raise_quick_refusal(feed, self.config.first_event_wait_s, self.activity)
-            return SseResponse(frames(feed, prompt_tokens), feed.job)
-        done = await wait_or_disconnect(feed, request.receive)
-        if done is None:  # the client left; the job is stopped
-            return Response(status_code=CLIENT_GONE)
-        if isinstance(done, Failed):
-            raise refusal(done)
-        if ended_by_shutdown(done, self.activity):
-            raise shutting_down(cut=bool(done.text or done.reasoning or done.tool_calls))
-        return JSONResponse(reply(done, prompt_tokens))
+        return await complete(request, self.backend, self.activity, self.config, completion, api, stream=stream, reply=reply, frames=frames)
 
     async def _openai_frames(self, feed: JobFeed, writer: openai_api.ChunkWriter) -> AsyncIterator[bytes]:
         def translate(event: Any) -> list[bytes]:

@@ -9,9 +9,11 @@ can still go out as a JSON error instead of inside a stream that has already sai
 from __future__ import annotations
 
 import math
-from typing import Any, Protocol
+from typing import Any, AsyncIterator, Callable, Protocol
 
 from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 
 from macapp.core import events as ev
 from macapp.core.events import Failed
@@ -21,7 +23,8 @@ from macapp.core.serving.requests import INVALID_REQUEST, Completed, CompletionR
 from macapp.core.serving.runner import QueueFull
 from macapp.server.activity import Activity
 from macapp.server.errors import ApiError, ErrorKind, invalid, shutting_down
-from macapp.server.sse import KEEPALIVE, JobFeed
+from macapp.server.config import ServerConfig
+from macapp.server.sse import KEEPALIVE, JobFeed, SseResponse, wait_or_disconnect
 
 
 class Backend(Protocol):
@@ -44,6 +47,7 @@ class Backend(Protocol):
         """The server is done with it (frees what it holds, e.g. the prompt checkpoints)."""
 
 
+CLIENT_GONE = 499  # nginx's code for "the client closed the request": nobody reads it
 _INPUT_CODES = (ev.CONTEXT_LIMIT, ev.MEMORY_BUDGET, ev.EMPTY_PROMPT, INVALID_REQUEST)
 
 
@@ -106,3 +110,26 @@ async def raise_quick_refusal(feed: JobFeed, wait_s: float, activity: Activity) 
         raise shutting_down()
     if first is not KEEPALIVE:
         feed.push_back(first)
+
+
+async def complete(
+    request: Request, backend: Backend, activity: Activity, config: ServerConfig, completion: CompletionRequest, api: str, *,
+    stream: bool, reply: Callable[[Completed, int], dict[str, Any]], frames: Callable[[JobFeed, int], AsyncIterator[bytes]],
+) -> Response:
+    """One completion, whatever its API: check the prompt fits, start it, and answer `reply(done, prompt_tokens)` as
+    JSON, or the SSE stream of `frames(feed, prompt_tokens)` once no quick refusal came (that one still goes out as
+    a JSON error). A client that leaves stops the job; a reply the server's stop cut short is a 503, not an answer."""
+    prepared, prompt_tokens = await fit_to_context(backend, completion)
+    feed = submit(backend, prepared)
+    activity.track(feed.job, prepared.client, api, prompt_tokens)
+    if stream:
+        await raise_quick_refusal(feed, config.first_event_wait_s, activity)
+        return SseResponse(frames(feed, prompt_tokens), feed.job)
+    done = await wait_or_disconnect(feed, request.receive)
+    if done is None:  # the client left; the job is stopped
+        return Response(status_code=CLIENT_GONE)
+    if isinstance(done, Failed):
+        raise refusal(done)
+    if ended_by_shutdown(done, activity):
+        raise shutting_down(cut=bool(done.text or done.reasoning or done.tool_calls))
+    return JSONResponse(reply(done, prompt_tokens))

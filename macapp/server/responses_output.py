@@ -42,12 +42,12 @@ _TERMINAL_EVENTS = {"completed": "response.completed", "incomplete": "response.i
                     "cancelled": "response.failed"}
 
 
-def usage_body(usage: Usage, reasoning_tokens: int = 0) -> dict[str, Any]:
+def usage_body(usage: Usage) -> dict[str, Any]:
     return {
         "input_tokens": usage.prompt_tokens,
         "input_tokens_details": {"cached_tokens": usage.cached_tokens},
         "output_tokens": usage.completion_tokens,
-        "output_tokens_details": {"reasoning_tokens": min(reasoning_tokens, usage.completion_tokens)},
+        "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},  # the engine's own count
         "total_tokens": usage.prompt_tokens + usage.completion_tokens,
     }
 
@@ -110,27 +110,15 @@ class ResponseShell:
         }
 
 
-def response_body(shell: ResponseShell, done: Completed, reasoning_tokens: int) -> dict[str, Any]:
+def response_body(shell: ResponseShell, done: Completed) -> dict[str, Any]:
     if done.model:
         shell.model = done.model
-    return shell.body(_STATUS[done.finish_reason], output_items(done), usage_body(done.usage, reasoning_tokens))
+    return shell.body(_STATUS[done.finish_reason], output_items(done), usage_body(done.usage))
 
 
 def reply_message(done: Completed) -> ChatMessage:
     """The reply as the next turn of the conversation reads it (previous_response_id)."""
     return ChatMessage(Role.ASSISTANT, done.text, reasoning=done.reasoning or None, tool_calls=done.tool_calls)
-
-
-@dataclass
-class ReasoningCounter:
-    """A job listener counting the reasoning's pieces: the engine emits one ReasoningDelta per reasoning token that
-    has text, so this is the reasoning's token count, less its closing tag (Completed does not carry it)."""
-
-    count: int = 0
-
-    def __call__(self, event: Any) -> None:
-        if isinstance(event, ReasoningDelta) and event.text:
-            self.count += 1
 
 
 @dataclass
@@ -153,7 +141,6 @@ class StreamWriter:
     _open: _Open | None = None
     _items: list[dict[str, Any]] = field(default_factory=list)
     _started: bool = False
-    reasoning_tokens: int = 0
     final: dict[str, Any] | None = None  # the finished response object, once written
 
     def _event(self, kind: str, **data: Any) -> dict[str, Any]:
@@ -173,7 +160,6 @@ class StreamWriter:
         out = self.start()
         match event:
             case ReasoningDelta(text=text) if text:
-                self.reasoning_tokens += 1
                 if self._open is None or self._open.kind != "reasoning":
                     out += self._begin("reasoning", reasoning_item(new_id("rs"), "", "in_progress"))
                     out.append(self._part_event("response.reasoning_summary_part.added", {"type": "summary_text", "text": ""}))
@@ -213,7 +199,7 @@ class StreamWriter:
         if done.model:
             self.shell.model = done.model
         error = {"code": "server_error", "message": STOPPED_MESSAGE} if status == "cancelled" else None
-        self.final = self.shell.body(status, self._items, usage_body(done.usage, self.reasoning_tokens), error)
+        self.final = self.shell.body(status, self._items, usage_body(done.usage), error)
         return out + [self._event(_TERMINAL_EVENTS[status], response=self.final)]
 
     def _begin(self, kind: str, item: dict[str, Any]) -> list[dict[str, Any]]:

@@ -14,19 +14,18 @@ from macapp.core.events import Failed
 from macapp.core.serving.requests import ChatMessage, Completed, FinishReason
 from macapp.server import fields as f
 from macapp.server.activity import Activity
-from macapp.server.backend import Backend, ended_by_shutdown, fit_to_context, raise_quick_refusal, refusal, submit
+from macapp.server.backend import Backend, complete, ended_by_shutdown, refusal
 from macapp.server.config import ServerConfig
 from macapp.server.errors import ApiError, ErrorKind, invalid, shutting_down
 from macapp.server.responses_api import ResponsesCall, parse_responses_request
 from macapp.server.responses_output import (
-    ReasoningCounter,
     ResponseShell,
     StreamWriter,
     reply_message,
     response_body,
 )
 from macapp.server.responses_store import ResponseStore, StoredResponse
-from macapp.server.sse import JobFeed, SseResponse, paced_frames, sse_comment, sse_frame, wait_or_disconnect
+from macapp.server.sse import JobFeed, paced_frames, sse_comment, sse_frame
 
 API = "responses"  # the window's request list
 CLIENT_GONE = 499
@@ -74,25 +73,17 @@ class ResponsesEndpoint:
     async def _create(self, request: Request) -> Response:
         body = f.parse_json_object(await request.body())
         call = parse_responses_request(body, self.config.default_thinking, self.label(request, API), self._previous(body))
-        completion, prompt_tokens = await fit_to_context(self.backend, call.request)
-        feed = submit(self.backend, completion)
-        self.activity.track(feed.job, completion.client, API, prompt_tokens)
         shell = ResponseShell(self.backend.model_name, call.echo)
-        if call.stream:
-            await raise_quick_refusal(feed, self.config.first_event_wait_s, self.activity)
-            return SseResponse(self._frames(feed, StreamWriter(shell), call), feed.job)
-        counter = ReasoningCounter()
-        feed.job.add_listener(counter)
-        done = await wait_or_disconnect(feed, request.receive)
-        if done is None:  # the client left; the job is stopped
-            return Response(status_code=CLIENT_GONE)
-        if isinstance(done, Failed):
-            raise refusal(done)
-        if ended_by_shutdown(done, self.activity):
-            raise shutting_down(cut=bool(done.text or done.reasoning or done.tool_calls))
-        reply = response_body(shell, done, counter.count)
-        self._keep(call, done, reply)
-        return JSONResponse(reply)
+
+        def reply(done: Completed, _prompt_tokens: int) -> dict[str, Any]:
+            body = response_body(shell, done)
+            self._keep(call, done, body)
+            return body
+
+        def frames(feed: JobFeed, _prompt_tokens: int) -> AsyncIterator[bytes]:
+            return self._frames(feed, StreamWriter(shell), call)
+
+        return await complete(request, self.backend, self.activity, self.config, call.request, API, stream=call.stream, reply=reply, frames=frames)
 
     def _keep(self, call: ResponsesCall, done: Completed, body: dict[str, Any]) -> None:
         if call.store and done.finish_reason is not FinishReason.CANCELLED:

@@ -92,7 +92,8 @@ def test_stream_writer_items_match_the_final_response():
     events = writer.start()
     for event in [ReasoningDelta("Hmm"), ReasoningDelta("."), AnswerDelta("I will"), AnswerDelta(" check."),
                   ToolCallStarted(0, "call_1", "get_weather"), ToolCallFinished(0, CALL),
-                  _done(text="I will check.", reasoning="Hmm.", tool_calls=(CALL,), finish_reason=FinishReason.TOOL_CALLS)]:
+                  _done(text="I will check.", reasoning="Hmm.", tool_calls=(CALL,), finish_reason=FinishReason.TOOL_CALLS,
+                        usage=Usage(100, 90, 5, reasoning_tokens=2))]:
         events += writer.events(event)
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     final = events[-1]
@@ -117,7 +118,7 @@ def test_stream_writer_failure_and_empty_reply():
 
 
 def test_length_is_incomplete_in_both_forms():
-    body = response_body(ResponseShell("tiny", {}), _done(finish_reason=FinishReason.LENGTH), 0)
+    body = response_body(ResponseShell("tiny", {}), _done(finish_reason=FinishReason.LENGTH))
     assert body["status"] == "incomplete" and body["incomplete_details"] == {"reason": "max_output_tokens"}
     writer = StreamWriter(ResponseShell("tiny", {}))
     events = writer.events(AnswerDelta("Hi")) + writer.events(_done(finish_reason=FinishReason.LENGTH))
