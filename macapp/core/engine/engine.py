@@ -33,7 +33,7 @@ class Engine:
         self._jobs: weakref.WeakSet[Job] = weakref.WeakSet()
         self._batch: BatchLoop | None = None
         self._batch_for: LoadedModel | None = None
-        self.batch_users = 0  # the local API servers on this engine: while one is up, chat turns join its batch
+        self._servers: weakref.WeakSet = weakref.WeakSet()  # the local API servers on this engine (serve_from)
 
     def submit(self, kind: str, work: Callable[[Job], None]) -> Job:
         """Run `work(job)` on the worker thread (for engine extensions and tests)."""
@@ -54,6 +54,19 @@ class Engine:
             self._batch = BatchLoop(self)
             self._batch_for = m
         return self._batch
+
+    def serve_from(self, server: object) -> None:
+        """`server` (a ServingEngine) answers from this engine until it is closed or gone: while one does, chat turns
+        join its batch (ChatSession). Held weakly."""
+        self._servers.add(server)
+
+    def stop_serving_from(self, server: object) -> None:
+        self._servers.discard(server)
+
+    @property
+    def serving(self) -> bool:
+        """Whether a local API server answers from this engine now."""
+        return len(self._servers) > 0
 
     def new_job(self, kind: str) -> Job:
         """A job whose work runs inside another job (a sequence of the batch): stopped, like the rest, on close."""

@@ -126,7 +126,7 @@ class ChatSession:
     def _joins_batch(self, images: Sequence[Any] | None) -> bool:
         """Text turns join the API's batch; pictures (mlx-vlm's model, mRoPE positions) and a quantized KV cache (the
         batch cannot quantize) run as jobs of their own."""
-        if self.engine.batch_users <= 0 or images or self.options.kv_bits is not None:
+        if not self.engine.serving or images or self.options.kv_bits is not None:
             return False
         return not vision_chat.pictures_in(self._messages)
 

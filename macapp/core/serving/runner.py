@@ -76,7 +76,7 @@ class ServingEngine:
         self._mean_s = FIRST_GUESS_S  # a request's measured duration, from its start to its end (EWMA)
         self._limit_for: Any = None  # the model the batch limit was sized for
         self._limit = 1
-        engine.batch_users += 1  # chat turns join the batch while this serves (ChatSession)
+        engine.serve_from(self)  # chat turns join the batch while this serves (ChatSession)
         self._closed = False
 
     # -- any thread ------------------------------------------------------------------------------------
@@ -206,7 +206,7 @@ class ServingEngine:
         """Drop the checkpoints (on the worker, after the requests already submitted)."""
         if not self._closed:
             self._closed = True
-            self.engine.batch_users -= 1
+            self.engine.stop_serving_from(self)
 
         def work(job: Job) -> None:
             self.pool.clear()

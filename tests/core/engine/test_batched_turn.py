@@ -47,7 +47,7 @@ def test_a_conversation_in_the_batch_goes_exactly_as_on_its_own(moe):
         assert batch.steps > steps  # the turns ran in the batch
     finally:
         serving.close()
-    assert moe.batch_users == 0
+    assert not moe.serving
     steps = batch.steps
     alone = conversation(moe.new_session(), moe)
     assert batch.steps == steps  # no server: turns of their own
