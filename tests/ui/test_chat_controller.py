@@ -71,6 +71,12 @@ def test_fifty_replies_leave_no_bridges_and_no_growing_event_lists(chat, setting
     def live_bridges():
         return sum(isinstance(o, EventBridge) for o in gc.get_objects()), len(controller.findChildren(EventBridge))
 
+    def settled_bridges():
+        _settle_qt(qtbot)
+        return live_bridges()
+
+    # the earlier tests' bridges are deleted later (deleteLater, then the garbage collector): wait for that, not a time
+    qtbot.waitUntil(lambda: settled_bridges() == (0, 0), timeout=30_000)
     with worker_held(controller.engine):
         assert controller.send("counting bridges", thinking=False)
         assert live_bridges() == (1, 1)  # the reply in flight's bridge is seen by both counts
