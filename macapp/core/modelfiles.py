@@ -75,3 +75,20 @@ def safetensors_problem(path: Path) -> str | None:
     if need > size:
         return f"truncated: {size:,} bytes of {need:,}"
     return None
+
+
+MTP_PREFIX = "mtp."  # the multi-token-prediction head's tensors in a Qwen3.5 checkpoint (mlx-lm's sanitize drops them)
+
+
+def mtp_side_file(model_dir: Path) -> Path:
+    """Where the MTP head fetched for a build that lacks it is kept: beside the build, never inside its folder.
+
+    Inside it would be read as weights: mlx-vlm loads every `*.safetensors` of a folder and takes `mtp.*` keys as
+    the sign of an unconverted checkpoint (it then re-lays the conv weights). So for a snapshot in the HF cache
+    (`models--org--name/snapshots/<rev>`) it is `models--org--name/qwen-desk/mtp-<rev>.safetensors` (deleted with
+    the repo); for any other folder `<parent>/.<folder name>.qwen-desk-mtp.safetensors`.
+    """
+    model_dir = Path(model_dir)
+    if model_dir.parent.name == "snapshots" and model_dir.parent.parent.name.startswith("models--"):
+        return model_dir.parent.parent / "qwen-desk" / f"mtp-{model_dir.name}.safetensors"
+    return model_dir.parent / f".{model_dir.name}.qwen-desk-mtp.safetensors"
