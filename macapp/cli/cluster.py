@@ -11,6 +11,8 @@ from macapp.core import hardware
 from macapp.core.catalog import ModelRef
 from macapp.core.cluster.sizing import DEFAULT_LINK, LINKS, MAX_HOSTS, ClusterEstimate, Shard, cluster_estimate
 
+VERDICT_WORDS = {"fits": "fits", "tight": "tight", "too_big": "too big"}  # a fit verdict in words (fit and its several-Macs part)
+
 if TYPE_CHECKING:
     from macapp.core.engine import Engine
 
@@ -62,8 +64,6 @@ def _gb(n: int) -> str:
 
 def describe_cluster(e: ClusterEstimate, machine: hardware.MachineProfile) -> str:
     """The short human breakdown for the busiest host."""
-    from macapp.cli.fit import VERDICT_WORDS
-
     s, b = e.single, e.busiest
     bits = f"{s.bits}-bit" if s.bits else "bf16"
     lines = [f"{s.model} ({bits}) at {s.context:,} tokens on {e.hosts} × {machine.chip}, {machine.memory_bytes / 1024**3:.0f} GB each, {e.shard.value} split"]

@@ -8,11 +8,11 @@ import re
 import sys
 
 from macapp.cli import UsageError
+from macapp.cli.cluster import VERDICT_WORDS
 from macapp.core import advice, catalog, hardware, long_context, prefill, sizing
 from macapp.core.download import downloaded_repos
 
 DEFAULT_CONTEXT = sizing.DEFAULT_CONTEXT
-VERDICT_WORDS = {"fits": "fits", "tight": "tight", "too_big": "too big"}
 IMAGES_WORDS = {True: "yes", False: "text only", None: "?"}
 
 

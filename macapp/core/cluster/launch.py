@@ -31,7 +31,7 @@ from pathlib import Path
 from macapp.core.cluster.fingerprint import Fingerprint, fingerprint
 from macapp.core.cluster.hostfile import Hostfile, read_hostfile
 from macapp.core.cluster.rank import DONE, ENV, FOLLOWER_LOST, MODEL_DIFFERS, READY, RankSpec
-from macapp.core.cluster.sizing import Shard, tensor_split_problems
+from macapp.core.cluster.split import Shard, SplitRefused, choose_split
 from macapp.core.cluster.watchdog import GAVE_UP
 
 CONNECT_TIMEOUT_S = 60.0
@@ -70,14 +70,13 @@ def mlx_launch() -> str:
 
 
 def choose_shard(arch, hosts: int, bits: int | None, group: int, asked: Shard | None) -> tuple[Shard, tuple[str, ...]]:
-    problems = tuple(tensor_split_problems(arch, hosts, bits, group))
-    if asked is Shard.TENSOR and problems:
-        raise ShardError(
-            f"tensor parallelism cannot split this model {hosts} ways ({'; '.join(problems)}): use --shard pipeline"
-        )
-    if arch.num_hidden_layers < hosts:
-        raise ShardError(f"the model has {arch.num_hidden_layers} layers, fewer than the {hosts} hosts")
-    return asked or (Shard.PIPELINE if problems else Shard.TENSOR), problems
+    """The split to launch (split.choose_split, no fall-back: a tensor split asked for runs or is refused) and
+    why tensor parallelism is impossible; ShardError when the split cannot run."""
+    try:
+        split = choose_split(arch, hosts, bits, group, asked=asked)
+    except SplitRefused as exc:
+        raise ShardError(str(exc)) from None
+    return split.shard, split.tensor_problems
 
 
 def prepare(hostfile_path: str | Path, backend: str | None, model_spec: str, shard: Shard | None, check_remote: bool = True) -> Plan:

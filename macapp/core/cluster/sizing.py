@@ -13,19 +13,14 @@ hosts than KV heads, the repeated KV heads, reported as `duplicated`).
 
 from __future__ import annotations
 
-import enum
 from dataclasses import asdict, dataclass, field
 
 from macapp.core import sizing
 from macapp.core.catalog import Arch, ModelRef
+from macapp.core.cluster.split import Shard, Split, SplitRefused, choose_split, default_shard, tensor_split_problems  # noqa: F401 - the split rule, named here too
 from macapp.core.hardware import MachineProfile
 
 MAX_HOSTS = 16
-
-
-class Shard(str, enum.Enum):
-    TENSOR = "tensor"
-    PIPELINE = "pipeline"
 
 
 @dataclass(frozen=True)
@@ -107,55 +102,7 @@ def _share_json(h: HostShare) -> dict:
     return data
 
 
-# --- which split is possible ---
-
-
-def tensor_split_problems(arch: Arch, hosts: int, bits: int | None = None, group_size: int = 64) -> list[str]:
-    """Why mlx-lm's Qwen3.5 `shard()` cannot cut this model `hosts` ways (empty list: it can)."""
-    n = hosts
-    problems = []
-
-    def need(count: int, what: str) -> None:
-        if count % n:
-            problems.append(f"{what} ({count}) do not divide by {n}")
-
-    need(arch.num_attention_heads, "attention heads")
-    kv = arch.num_key_value_heads
-    if n <= kv:
-        need(kv, "KV heads")
-    elif n % kv:
-        problems.append(f"{n} hosts is not a multiple of the {kv} KV heads (they are repeated when fewer than the hosts)")
-    need(arch.linear_num_key_heads, "DeltaNet key heads")
-    need(arch.linear_num_value_heads, "DeltaNet value heads")
-    if not arch.tie_word_embeddings:
-        need(arch.vocab_size, "vocabulary rows of the output head")
-    if arch.is_moe:
-        need(arch.moe_intermediate_size, "expert MLP widths")
-        if arch.shared_expert_intermediate_size:
-            need(arch.shared_expert_intermediate_size, "shared-expert MLP widths")
-    else:
-        need(arch.intermediate_size, "MLP widths")
-    if bits is not None and not problems:
-        # Layers cut along their input ("sharded-to-all") keep whole quantization groups only if each part does.
-        inputs = {
-            "DeltaNet out_proj": arch.linear_num_value_heads * arch.linear_value_head_dim,
-            "attention o_proj": arch.num_attention_heads * arch.head_dim,
-        }
-        if arch.is_moe:
-            inputs["expert down_proj"] = arch.moe_intermediate_size
-            if arch.shared_expert_intermediate_size:
-                inputs["shared-expert down_proj"] = arch.shared_expert_intermediate_size
-        else:
-            inputs["MLP down_proj"] = arch.intermediate_size
-        for what, width in inputs.items():
-            if (width // n) % group_size:
-                problems.append(f"{what}'s input ({width}) cut {n} ways is not a whole number of {group_size}-weight quantization groups")
-    return problems
-
-
-def default_shard(arch: Arch, hosts: int, bits: int | None = None, group_size: int = 64) -> Shard:
-    """Tensor parallelism where the head counts allow it, else the pipeline split."""
-    return Shard.PIPELINE if tensor_split_problems(arch, hosts, bits, group_size) else Shard.TENSOR
+# --- the pipeline's layers ---
 
 
 def pipeline_layers(num_layers: int, hosts: int) -> list[tuple[int, int]]:
@@ -361,12 +308,8 @@ def cluster_estimate(
         raise ValueError(f"link must be one of {', '.join(LINKS)}, not {link!r}")
     single = sizing.estimate(model, context, machine, kv_bits=kv_bits, prefill_step=prefill_step)
     arch = model.arch
-    problems = tensor_split_problems(arch, hosts, model.bits, model.group_size) if hosts > 1 else []
-    chosen = shard or (Shard.PIPELINE if problems else Shard.TENSOR)
-    if chosen is Shard.TENSOR and problems:
-        chosen = Shard.PIPELINE
-    if chosen is Shard.PIPELINE and hosts > arch.num_hidden_layers:
-        raise ValueError(f"{model.name} has {arch.num_hidden_layers} layers: a pipeline cannot have {hosts} stages")
+    split = choose_split(arch, hosts, model.bits, model.group_size, asked=shard, fall_back=True, name=model.name)
+    chosen, problems = split.shard, list(split.tensor_problems)
     layout = _layout(model, chosen, hosts)
     per_host = _hosts(model, layout, context, kv_bits, prefill_step)
     busiest = max(per_host, key=lambda h: h.total)
@@ -419,8 +362,9 @@ def cluster_estimate(
 def hosts_needed(model: ModelRef, context: int, machine: MachineProfile, kv_bits: int | None = None, most: int = 8) -> int | None:
     """The fewest copies of `machine` that hold `model` at `context` (best split each time); None past `most`."""
     for hosts in range(1, most + 1):
-        if hosts > model.arch.num_hidden_layers:
+        try:
+            if cluster_estimate(model, context, machine, hosts, kv_bits=kv_bits).verdict != "too_big":
+                return hosts
+        except SplitRefused:  # no split runs it on this many hosts (nor on more)
             return None
-        if cluster_estimate(model, context, machine, hosts, kv_bits=kv_bits).verdict != "too_big":
-            return hosts
     return None
