@@ -5,21 +5,21 @@ from __future__ import annotations
 import difflib
 import enum
 import json
-import os
 import re
-import socket
-import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from macapp.core import paths
 from macapp.core.context_limit import ContextError, longest_context, rope_of
+from macapp.core.download.errors import DownloadError, DownloadErrorKind
+from macapp.core.hub.record import HubModelRecord, cached_record, record_for, refresh_records
+from macapp.core.hub.settings import hub_reachable, hub_settings
 from macapp.core.modelfiles import read_safetensors_header, text_config
+from macapp.core.tensor_roles import loaded_by_mlx_lm, tied_embeddings
 
 SUPPORTED_MODEL_TYPES = {"qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"}
 REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
-REFRESH_CACHE = "catalog-refresh.json"
 
 
 class ConfigError(ValueError):
@@ -229,99 +229,58 @@ def builtin_catalog() -> list[CatalogEntry]:
 
 
 def hub_endpoint() -> str | None:
-    """HF_ENDPOINT as it is now (huggingface_hub reads it only once, at import)."""
-    return os.environ.get("HF_ENDPOINT") or None
+    """HF_ENDPOINT as it is now, None when it is not set (macapp.core.hub.settings reads it)."""
+    settings = hub_settings()
+    return settings.endpoint if settings.endpoint_set else None
 
 
 def hub_offline() -> bool:
-    """HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE, which huggingface_hub honours too) as it is now."""
-    value = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or "0"
-    return value.strip().lower() in ("1", "true", "yes", "on")
+    """HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE) as it is now, by huggingface_hub's rules (macapp.core.hub.settings)."""
+    return hub_settings().offline
 
 
-def hub_reachable(timeout: float = 3.0) -> bool:
-    """A quick TCP check of the hub's host, so an offline machine fails in seconds, not after the client's retries."""
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(hub_endpoint() or "https://huggingface.co")
-    port = parts.port or (443 if parts.scheme == "https" else 80)
+def _usable(record: HubModelRecord) -> bool:
+    """A record whose config the sizing model can use (a bad download is not trusted over the built-in row)."""
     try:
-        socket.create_connection((parts.hostname, port), timeout=timeout).close()
+        Arch.from_config(record.config)
+        quantization_of(record.config)
         return True
-    except OSError:
+    except ConfigError:
         return False
-
-
-def _fetch_config(repo: str) -> dict[str, Any]:
-    """A repo's config.json, kept in the app's own cache: a lone config.json in the shared HF cache would look
-    like a started download to other tools."""
-    from huggingface_hub import hf_hub_download
-
-    path = hf_hub_download(repo, "config.json", endpoint=hub_endpoint(), cache_dir=paths.cache_dir() / "hub-configs")
-    return json.loads(Path(path).read_text())
-
-
-def _refresh_cache_path() -> Path:
-    return paths.cache_dir() / REFRESH_CACHE
-
-
-def _read_refresh_cache() -> dict[str, Any]:
-    try:
-        return json.loads(_refresh_cache_path().read_text())
-    except (OSError, ValueError):
-        return {}
 
 
 def load_catalog() -> list[CatalogEntry]:
     """The catalog: built-in rows, with exact sizes and real configs from the last hub refresh where there is one."""
-    cached = _read_refresh_cache()
     entries = []
     for entry in builtin_catalog():
         arch = entry.arch
         builds = dict(entry.builds)
         for bits, build in entry.builds.items():
-            hit = cached.get(build.repo)
-            if not hit:
+            record = cached_record(build.repo)
+            if record is None or not _usable(record):
                 continue
-            builds[bits] = replace(build, weights_bytes=hit.get("weights_bytes"), group_size=hit.get("group_size", build.group_size))
-            try:
-                arch = Arch.from_config(hit["config"])
-            except (ConfigError, KeyError):
-                pass  # keep the built-in row rather than trust a bad download
+            builds[bits] = replace(build, weights_bytes=record.weights_bytes, group_size=quantization_of(record.config)[1])
+            arch = Arch.from_config(record.config)
         entries.append(replace(entry, arch=arch, builds=builds))
     return entries
 
 
 def refresh_catalog(entries: list[CatalogEntry] | None = None) -> dict[str, str]:
-    """Read each build's real config.json and exact file sizes from the hub and cache them; returns repo → error for failures."""
-    from huggingface_hub import HfApi  # network-only path, imported when used
-
-    if hub_offline():
+    """Read each build's hub record (real config.json, exact file and tensor sizes) and cache it; returns repo → error
+    for failures. The same records tell vision whether each build sees (`vision.builds`)."""
+    settings = hub_settings()
+    if settings.offline:
         return {"*": "HF_HUB_OFFLINE is set: using the built-in catalog"}
     if not hub_reachable():
-        return {"*": f"the hub ({hub_endpoint() or 'huggingface.co'}) cannot be reached: using the built-in catalog"}
-    api = HfApi(endpoint=hub_endpoint())
-    cache = _read_refresh_cache()
-    errors: dict[str, str] = {}
-    for entry in entries or builtin_catalog():
-        for build in entry.builds.values():
-            try:
-                info = api.model_info(build.repo, files_metadata=True)
-                sizes = {s.rfilename: s.size for s in info.siblings or [] if s.size is not None}
-                config = _fetch_config(build.repo)
-                Arch.from_config(config)  # refuse to cache a config the sizing model cannot use
-                bits, group = quantization_of(config)
-                cache[build.repo] = {
-                    "weights_bytes": _hub_loaded_bytes(api, build.repo, sizes),
-                    "files": sizes,
-                    "config": config,
-                    "bits": bits,
-                    "group_size": group,
-                    "fetched_at": time.time(),
-                }
-            except Exception as exc:  # one unreachable repo must not stop the rest
-                errors[build.repo] = f"{type(exc).__name__}: {exc}"
-    _refresh_cache_path().write_text(json.dumps(cache, indent=1))
+        return {"*": f"the hub ({settings.host_label}) cannot be reached: using the built-in catalog"}
+    repos = [build.repo for entry in entries or builtin_catalog() for build in entry.builds.values()]
+    records, errors = refresh_records(repos)
+    for repo, record in records.items():
+        try:
+            Arch.from_config(record.config)  # a config the sizing model cannot use is reported (and not used)
+            quantization_of(record.config)
+        except ConfigError as exc:
+            errors[repo] = f"ConfigError: {exc}"
     return errors
 
 
@@ -359,35 +318,24 @@ def model_ref(entry: CatalogEntry, build: Build) -> ModelRef:
     )
 
 
-def loaded_by_mlx_lm(tensor: str) -> bool:
-    """mlx-lm's qwen3_5 sanitize drops the vision tower and the multi-token-prediction head."""
-    return not (tensor.startswith(("vision_tower", "model.visual")) or tensor.startswith("mtp.") or ".mtp." in tensor)
-
-
 def weight_files_bytes(folder: Path) -> int | None:
     """Bytes of the weights mlx-lm will load from a folder: tensor sizes from the headers, vision/MTP tensors left out
     (a repo converted with its vision tower is bigger on disk than in memory); file sizes if a header is unreadable."""
     total = 0
+    tied = _folder_tied(folder)
     for path in sorted(folder.glob("*.safetensors")):
         try:
-            total += sum(end - start for name, (start, end) in read_safetensors_header(path).tensors.items() if loaded_by_mlx_lm(name))
+            total += sum(end - start for name, (start, end) in read_safetensors_header(path).tensors.items() if loaded_by_mlx_lm(name, tied))
         except (OSError, ValueError, KeyError, TypeError):
             total += path.stat().st_size
     return total or None
 
 
-def _hub_loaded_bytes(api, repo: str, file_sizes: dict[str, int]) -> int | None:
-    """Like weight_files_bytes, for a hub repo: its safetensors headers are read with range requests."""
+def _folder_tied(folder: Path) -> bool:
     try:
-        meta = api.get_safetensors_metadata(repo)
-        return sum(
-            info.data_offsets[1] - info.data_offsets[0]
-            for file_meta in meta.files_metadata.values()
-            for name, info in file_meta.tensors.items()
-            if loaded_by_mlx_lm(name)
-        ) or None
-    except Exception:  # no headers readable: the files' sizes are the next best thing
-        return sum(v for k, v in file_sizes.items() if k.endswith(".safetensors")) or None
+        return tied_embeddings(json.loads((folder / "config.json").read_text()))
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def model_from_folder(folder: Path, name: str | None = None, repo: str | None = None) -> ModelRef:
@@ -414,8 +362,8 @@ def model_from_folder(folder: Path, name: str | None = None, repo: str | None = 
 
 
 def _hub_model(repo: str) -> ModelRef:
-    """A hub repo outside the catalog: from the HF cache if present, else config + file sizes from the hub."""
-    from huggingface_hub import HfApi, snapshot_download
+    """A hub repo outside the catalog: from the HF cache if present, else its hub record (config + sizes)."""
+    from huggingface_hub import snapshot_download
     from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError, RepositoryNotFoundError
 
     try:
@@ -431,20 +379,22 @@ def _hub_model(repo: str) -> ModelRef:
     if not hub_reachable():
         raise UnknownModel(f"{repo} is not in the local Hugging Face cache and the hub cannot be reached: check the connection (or HF_ENDPOINT)")
     try:
-        config = _fetch_config(repo)
-        info = HfApi(endpoint=hub_endpoint()).model_info(repo, files_metadata=True)
+        record = record_for(repo)
     except GatedRepoError:
         raise UnknownModel(f"{repo} is gated or private: accept its licence on the hub and set HF_TOKEN (or run `hf auth login`)") from None
     except RepositoryNotFoundError:
         raise UnknownModel(f"{repo} does not exist on the hub (or is private: set HF_TOKEN)") from None
-    except ConfigError:
-        raise
+    except DownloadError as exc:
+        if exc.kind in (DownloadErrorKind.GATED, DownloadErrorKind.UNAUTHORIZED):
+            raise UnknownModel(f"{repo} is gated or private: accept its licence on the hub and set HF_TOKEN (or run `hf auth login`)") from None
+        if exc.kind is DownloadErrorKind.NOT_FOUND:
+            raise UnknownModel(f"{repo} does not exist on the hub (or is private: set HF_TOKEN)") from None
+        raise UnknownModel(f"could not read {repo} from the hub ({exc}); check the connection or HF_ENDPOINT") from None
     except Exception as exc:
         raise UnknownModel(f"could not read {repo} from the hub ({type(exc).__name__}: {exc}); check the connection or HF_ENDPOINT") from None
-    bits, group = quantization_of(config)
-    api = HfApi(endpoint=hub_endpoint())
-    weights = _hub_loaded_bytes(api, repo, {s.rfilename: s.size or 0 for s in info.siblings or []})
-    return ModelRef(name=repo.split("/")[-1], arch=Arch.from_config(config), bits=bits, group_size=group, repo=repo, weights_bytes=weights, origin=Origin.HUB)
+    bits, group = quantization_of(record.config)
+    return ModelRef(name=repo.split("/")[-1], arch=Arch.from_config(record.config), bits=bits, group_size=group, repo=repo,
+                    weights_bytes=record.weights_bytes, origin=Origin.HUB)
 
 
 def resolve_model(spec: str, bits: int | None = None) -> ModelRef:

@@ -6,7 +6,7 @@ Shared by the catalog (sizes, architecture) and the engine (checking a folder be
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +22,25 @@ class SafetensorsError(ValueError):
 
 
 @dataclass(frozen=True)
+class TensorInfo:
+    """One tensor's entry in a safetensors header."""
+
+    dtype: str  # the safetensors dtype name: "BF16", "F32", "U32", ...
+    shape: tuple[int, ...]
+    start: int  # byte offsets after the header
+    end: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.end - self.start
+
+
+@dataclass(frozen=True)
 class SafetensorsHeader:
     header_bytes: int  # the 8-byte length plus the JSON header
     tensors: dict[str, tuple[int, int]]  # tensor name -> (start, end) byte offsets after the header
     metadata: dict[str, Any]
+    info: dict[str, TensorInfo] = field(default_factory=dict, compare=False)  # name -> dtype, shape, offsets
 
     @property
     def data_bytes(self) -> int:
@@ -33,23 +48,26 @@ class SafetensorsHeader:
         return max((end for _, end in self.tensors.values()), default=0)
 
 
-def read_safetensors_header(path: Path) -> SafetensorsHeader:
-    """The header of a .safetensors file (8-byte little-endian length, then JSON); SafetensorsError or OSError."""
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        head = f.read(8)
-        if len(head) < 8:
-            raise SafetensorsError("too short")
-        n = int.from_bytes(head, "little")
-        if n <= 0 or 8 + n > size:
-            raise SafetensorsError("bad header length")
-        try:
-            header = json.loads(f.read(n))
-        except ValueError as exc:
-            raise SafetensorsError(f"unreadable header: {exc}") from exc
+def header_length(first8: bytes, file_size: int | None = None) -> int:
+    """The JSON header's length from a safetensors file's first 8 bytes; SafetensorsError when it cannot be."""
+    if len(first8) < 8:
+        raise SafetensorsError("too short")
+    n = int.from_bytes(first8[:8], "little")
+    if n <= 0 or (file_size is not None and 8 + n > file_size):
+        raise SafetensorsError("bad header length")
+    return n
+
+
+def parse_safetensors_header(raw: bytes) -> SafetensorsHeader:
+    """A header from its JSON bytes (the n bytes after the 8-byte length); SafetensorsError when unreadable."""
+    try:
+        header = json.loads(raw)
+    except ValueError as exc:
+        raise SafetensorsError(f"unreadable header: {exc}") from exc
     if not isinstance(header, dict):
         raise SafetensorsError("bad header")
     tensors: dict[str, tuple[int, int]] = {}
+    info: dict[str, TensorInfo] = {}
     for name, meta in header.items():
         if name == "__metadata__":
             continue
@@ -58,8 +76,18 @@ def read_safetensors_header(path: Path) -> SafetensorsHeader:
         except (KeyError, TypeError, ValueError):
             raise SafetensorsError(f"bad entry for {name}") from None
         tensors[name] = (start, end)
+        shape = meta.get("shape") if isinstance(meta.get("shape"), list) else []
+        info[name] = TensorInfo(str(meta.get("dtype", "")), tuple(int(d) for d in shape), start, end)
     metadata = header.get("__metadata__")
-    return SafetensorsHeader(8 + n, tensors, metadata if isinstance(metadata, dict) else {})
+    return SafetensorsHeader(8 + len(raw), tensors, metadata if isinstance(metadata, dict) else {}, info)
+
+
+def read_safetensors_header(path: Path) -> SafetensorsHeader:
+    """The header of a .safetensors file (8-byte little-endian length, then JSON); SafetensorsError or OSError."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        n = header_length(f.read(8), size)
+        return parse_safetensors_header(f.read(n))
 
 
 def safetensors_problem(path: Path) -> str | None:

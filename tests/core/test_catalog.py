@@ -2,6 +2,7 @@
 
 import json
 from pathlib import Path
+from dataclasses import replace
 
 import pytest
 
@@ -106,16 +107,18 @@ def test_offline_unknown_repo_says_so(monkeypatch):
 
 
 def test_refreshed_sizes_and_config_override_builtin(tmp_path):
+    from macapp.core.hub.record import HubFile, HubModelRecord, store_records
+
     repo = "mlx-community/Qwen3.5-9B-4bit"
     config = {"model_type": "qwen3_5", "text_config": {**catalog.builtin_catalog()[3].arch.__dict__, "max_position_embeddings": 131072}}
-    cache = {repo: {"weights_bytes": 5_100_000_000, "config": config, "group_size": 64}}
-    catalog._refresh_cache_path().write_text(json.dumps(cache))
+    record = HubModelRecord(repo=repo, revision="0" * 40, config=config, files=(HubFile("model.safetensors", 5_100_000_000, "e"),),
+                            headers_error="not read")
+    store_records([record])
     ref = catalog.resolve_model("Qwen3.5-9B")
     assert ref.weights_bytes == 5_100_000_000
     assert ref.arch.native == 131072 and ref.arch.max_position_embeddings == 505_000  # YaRN ×4, the card's proportion
     # A bad cached config is ignored rather than trusted.
-    cache[repo]["config"] = {"model_type": "qwen3_5", "text_config": {"hidden_size": -3}}
-    catalog._refresh_cache_path().write_text(json.dumps(cache))
+    store_records([replace(record, config={"model_type": "qwen3_5", "text_config": {"hidden_size": -3}})])
     assert catalog.resolve_model("Qwen3.5-9B").arch.native == 262144
 
 

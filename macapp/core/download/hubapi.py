@@ -2,28 +2,22 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 from macapp.core.download.errors import TOKEN_HINT, DownloadError, DownloadErrorKind
 from macapp.core.download.hfcache import RemoteFile
+from macapp.core.hub.settings import hub_settings
 
-DEFAULT_ENDPOINT = "https://huggingface.co"
 TRANSIENT_STATUS = {408, 425, 429, 500, 502, 503, 504}
 
 
 def endpoint() -> str:
-    """$HF_ENDPOINT read now (huggingface_hub reads it once, at import)."""
-    return (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+    """The hub's URL as the environment says now (macapp.core.hub.settings: huggingface_hub's rules, read per call)."""
+    return hub_settings().endpoint
 
 
 def is_offline() -> bool:
-    value = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE")
-    if value is not None:
-        return value.strip().upper() in {"1", "ON", "YES", "TRUE"}
-    from huggingface_hub import constants
-
-    return bool(constants.HF_HUB_OFFLINE)
+    return hub_settings().offline
 
 
 def token() -> str | None:

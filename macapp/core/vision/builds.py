@@ -4,9 +4,9 @@ the built-in catalog.
 In order of trust:
 1. files on this machine (a local folder or a complete download): config.json + the safetensors headers
    (exact tower bytes) + preprocessor_config.json;
-2. the last `refresh_from_hub()` (``qwen-desk models --refresh``, the library's refresh): the same read from
-   the hub (config.json, preprocessor_config.json, safetensors headers by range requests), cached under the app
-   home;
+2. the repo's hub record from the last refresh (``qwen-desk models --refresh``, the library's refresh,
+   `refresh_from_hub()`): the same read from the hub (config.json, preprocessor_config.json, safetensors headers by
+   range requests), the one record the catalog's sizes come from too (`macapp.core.hub.record`);
 3. resources/catalog.json: a model's ``vision_config`` and each build's ``vision`` (true: every Qwen3.5 checkpoint
    is vision-language, so a build sees unless its card says otherwise; false: the card says text-only, e.g. the
    397B-A17B 4-bit; null: not known); bytes computed from the config where the family reference gives one (0.8B,
@@ -18,18 +18,19 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import time
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any, Iterable
 
 from macapp.core import paths
-from macapp.core.catalog import ModelRef, hub_endpoint, hub_offline, hub_reachable
+from macapp.core.catalog import ModelRef
+from macapp.core.hub.record import HubModelRecord, cached_record, refresh_records
+from macapp.core.hub.settings import hub_reachable, hub_settings
+from macapp.core.tensor_roles import TensorRole
 from macapp.core.vision.capability import folder_support, support_from_tensors
 from macapp.core.vision.cost import ProcessorLimits, VisionCost, vision_cost
 
-VISION_CACHE = "vision-refresh.json"
 CATALOG_SEES = "every Qwen3.5 checkpoint sees; its own files confirm it on download or `qwen-desk models --refresh`"
 log = logging.getLogger(__name__)
 
@@ -57,9 +58,9 @@ def build_vision(ref: ModelRef) -> BuildVision:
     folder = ref.local_path or _downloaded_folder(ref.repo)
     if folder is not None and (Path(folder) / "config.json").is_file():
         return from_folder(Path(folder))
-    hit = _read_cache().get(ref.repo or "")
-    if hit:
-        return _from_record(hit)
+    record = cached_record(ref.repo)
+    if record is not None and record.headers_read:
+        return from_record(record)
     return _from_catalog(ref.repo)
 
 
@@ -75,11 +76,14 @@ def from_folder(folder: Path) -> BuildVision:
     return BuildVision(True, cost, Source.FILES)
 
 
-def _from_record(hit: dict[str, Any]) -> BuildVision:
-    if not hit.get("accepts_images"):
-        return BuildVision(False, VisionCost(), Source.HUB, hit.get("note", "the hub's files hold no vision tower"))
-    limits = ProcessorLimits.from_dict(hit.get("processor") or {})
-    return BuildVision(True, vision_cost(hit.get("config") or {}, limits, hit.get("tower_bytes")), Source.HUB)
+def from_record(record: HubModelRecord) -> BuildVision:
+    """What a hub record (config, tower tensors from the headers, processor) says about images."""
+    support = support_from_tensors(record.config, ((t.name, t.nbytes) for t in record.role_tensors(TensorRole.VISION)))
+    if not support.sees:
+        return BuildVision(False, VisionCost(), Source.HUB, support.why_not or "the hub's files hold no vision tower")
+    config = record.config
+    vision = {"vision_config": config.get("vision_config"), "text_config": config.get("text_config") or {}, "torch_dtype": config.get("torch_dtype")}
+    return BuildVision(True, vision_cost(vision, ProcessorLimits.from_dict(record.processor), support.tower_bytes), Source.HUB)
 
 
 @functools.cache
@@ -134,78 +138,30 @@ def _downloaded_folder(repo: str | None) -> Path | None:
 # --- hub refresh ---
 
 
-def _cache_path() -> Path:
-    return paths.cache_dir() / VISION_CACHE
-
-
-def _read_cache() -> dict[str, Any]:
-    try:
-        data = json.loads(_cache_path().read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _hub_json(repo: str, name: str) -> dict | None:
-    from huggingface_hub import hf_hub_download
-    from huggingface_hub.errors import EntryNotFoundError
-
-    try:
-        path = hf_hub_download(repo, name, endpoint=hub_endpoint(), cache_dir=paths.cache_dir() / "hub-configs")
-    except EntryNotFoundError:
-        return None
-    data = json.loads(Path(path).read_text())
-    return data if isinstance(data, dict) else None
-
-
-def hub_record(repo: str) -> dict[str, Any]:
-    """What the hub's real files say about a repo's images (config, processor, tower tensors from the headers)."""
-    from huggingface_hub import HfApi
-
-    config = _hub_json(repo, "config.json") or {}
-    meta = HfApi(endpoint=hub_endpoint()).get_safetensors_metadata(repo)
-    tensors = [
-        (name, info.data_offsets[1] - info.data_offsets[0])
-        for file_meta in meta.files_metadata.values()
-        for name, info in file_meta.tensors.items()
-    ]
-    support = support_from_tensors(config, tensors)
-    processor = (_hub_json(repo, "preprocessor_config.json") or {}) if support.sees else {}
-    return {
-        "accepts_images": support.sees,
-        "tower_bytes": support.tower_bytes,
-        "note": support.why_not,
-        "config": {"vision_config": config.get("vision_config"), "text_config": config.get("text_config") or {}, "torch_dtype": config.get("torch_dtype")},
-        "processor": processor,
-        "fetched_at": time.time(),
-    }
-
-
 def refresh_catalog_and_pictures(entries: list | None = None) -> dict[str, str]:
-    """`catalog.refresh_catalog()` (its repo → error), then `refresh_from_hub` for the same builds. A build whose
-    pictures could not be learnt (e.g. unreadable safetensors headers) is logged and stays "not known" ("?")."""
+    """`catalog.refresh_catalog()`: one hub record per build gives both its sizes and its pictures (returns repo →
+    error). A build whose safetensors headers could not be read is logged and its pictures stay "not known" ("?")."""
     from macapp.core import catalog
 
     entries = entries or catalog.builtin_catalog()
     errors = catalog.refresh_catalog(entries)
-    for repo, error in refresh_from_hub(build.repo for entry in entries for build in entry.builds.values()).items():
-        if repo not in errors:
-            log.warning("could not learn whether %s accepts pictures: %s", repo, error)
+    for entry in entries:
+        for build in entry.builds.values():
+            record = cached_record(build.repo)
+            if build.repo not in errors and record is not None and not record.headers_read:
+                log.warning("could not learn whether %s accepts pictures: %s", build.repo, record.headers_error)
     return errors
 
 
 def refresh_from_hub(repos: Iterable[str]) -> dict[str, str]:
-    """Learn each repo's images from its real files on the hub and cache it; returns repo → error for failures."""
-    if hub_offline():
+    """Learn each repo's images from its real files on the hub (its hub record, cached); returns repo → error."""
+    settings = hub_settings()
+    if settings.offline:
         return {"*": "HF_HUB_OFFLINE is set: using the built-in catalog for images"}
     if not hub_reachable():
-        return {"*": f"the hub ({hub_endpoint() or 'huggingface.co'}) cannot be reached: using the built-in catalog for images"}
-    cache = _read_cache()
-    errors: dict[str, str] = {}
-    for repo in repos:
-        try:
-            cache[repo] = hub_record(repo)
-        except Exception as exc:  # one unreachable repo must not stop the rest
-            errors[repo] = f"{type(exc).__name__}: {exc}"
-    _cache_path().write_text(json.dumps(cache, indent=1))
+        return {"*": f"the hub ({settings.host_label}) cannot be reached: using the built-in catalog for images"}
+    records, errors = refresh_records(repos)
+    for repo, record in records.items():
+        if not record.headers_read:
+            errors[repo] = record.headers_error
     return errors

@@ -2,8 +2,8 @@
 
 Every Qwen3.5 checkpoint is vision-language, but some MLX conversions drop the tower (the 397B-A17B 4-bit card
 says text-only) while keeping `vision_config`; so the config alone is not enough. The tower's tensors are
-``vision_tower.*`` (MLX layout) or ``model.visual.*`` (the Hugging Face layout); their exact bytes come from
-the safetensors headers (no tensor data is read).
+``vision_tower.*`` (MLX layout), ``model.visual.*`` or ``model.language_model.visual.*`` (Hugging Face layouts), as
+`macapp.core.tensor_roles` says for every caller; their exact bytes come from the safetensors headers (no tensor data is read).
 """
 
 from __future__ import annotations
@@ -14,12 +14,10 @@ from pathlib import Path
 from typing import Iterable
 
 from macapp.core.modelfiles import SafetensorsError, read_safetensors_header
+from macapp.core.tensor_roles import is_tower_tensor
 
-TOWER_PREFIXES = ("vision_tower.", "model.visual.", "model.language_model.visual.")
-
-
-def is_tower_tensor(name: str) -> bool:
-    return name.startswith(TOWER_PREFIXES)
+__all__ = ["VisionSupport", "TEXT_ONLY", "has_vision_config", "support_from_tensors", "folder_tensors", "index_tensor_names",
+           "folder_support", "text_only_message", "is_tower_tensor"]
 
 
 @dataclass(frozen=True)
