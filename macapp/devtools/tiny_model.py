@@ -23,6 +23,21 @@ deterministic "successor" script. Under greedy decoding the model answers a thin
 a thinking-off prompt (ending in ``</think>\\n\\n``) gets `SCRIPT_ANSWER` then ``<|im_end|>``. The layers
 still add a context-dependent part to every logit (a cache bug changes the logits), and a logit bias
 against ``<|im_end|>`` (or a high temperature) sends it off the script into long random text.
+
+MTP heads (``mtp=``; default None writes none, and the files are as before): `mtp.*` tensors of the real
+Qwen3.5 layout (mlx-vlm's Qwen3.5 MTP drafter's shapes, the original checkpoint's names, zero-centred norms,
+quantized like the build), in the build's model.safetensors or, with ``mtp_side=True``, in
+`modelfiles.mtp_side_file(dest)` (as a fetched head is kept). Three heads:
+
+- ``"random"``: random weights: the worst case (its drafts are almost never right).
+- ``"successor"``: a head built to draft the script's successor of a token: `fc` passes the token's embedding
+  through and drops the hidden half, its layer writes nothing into the residual (o_proj and down_proj zero:
+  it still runs, at its real cost), so its output is the normed embedding and the shared lm_head's script rows
+  give the successor. Right on the script, wrong off it: a mixed acceptance.
+- ``"right"``: the same head on a model whose script is a cycle through every ordinary token (the reasoning
+  and answer scripts first, never ``<|im_end|>``) and whose layers write little into the residual, so the
+  model's greedy next token is the successor of the token before it, whatever the context: the head is
+  right at every step (the upper bound). Its logits still depend on the context; replies run to max_tokens.
 """
 
 from __future__ import annotations
@@ -36,6 +51,8 @@ from pathlib import Path
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
 TOKENIZER_VOCAB = 448  # trained BPE size (specials included); the model's vocab is padded to 512.
 MODEL_VOCAB = 512
+MTP_HEADS = ("random", "successor", "right")
+CYCLE_WRITE_SCALE = 0.25  # the "right" model's layers: their writes stay well under the successor's margin
 
 # Greedy script: each word is one token of the tiny tokenizer (checked when the model is built).
 # Every token of the script is distinct, so each one has a single successor.
@@ -246,13 +263,28 @@ def _script_ids(tokenizer, answer_pieces: list[str] | None = None) -> tuple[list
     return reasoning, answer, special
 
 
-def _shape_weights(model, tokenizer, seed: int, answer_pieces: list[str] | None = None) -> None:
-    """Give the random model its greedy script (see the module docstring); layers stay random."""
+def _cycle(tokenizer, chain: list[int], seed: int) -> list[int]:
+    """The "right" model's script: `chain` without its final <|im_end|>, then every other ordinary token (in a
+    seeded order), then back to the chain's start."""
+    import random
+
+    specials = {tokenizer.token_to_id(t) for t in SPECIAL_TOKENS} - {tokenizer.token_to_id("</think>")}
+    body = chain[:-1]
+    rest = [i for i in range(tokenizer.get_vocab_size()) if i not in specials and i not in set(body)]
+    random.Random(seed).shuffle(rest)
+    return body + rest + body[:1]
+
+
+def _shape_weights(model, tokenizer, seed: int, answer_pieces: list[str] | None = None, cycle: bool = False) -> None:
+    """Give the random model its greedy script (see the module docstring); layers stay random.
+    `cycle`: the "right" model's script (every ordinary token has a successor; the layers write less)."""
     import mlx.core as mx
     from mlx.utils import tree_flatten, tree_unflatten
 
     reasoning, answer, special = _script_ids(tokenizer, answer_pieces)
     chain = [special["\n"], *reasoning, special["</think>"], special["\n\n"], *answer, special["<|im_end|>"]]
+    if cycle:
+        chain = _cycle(tokenizer, chain, seed)
     lm = model.language_model
     hidden = lm.args.hidden_size
     k1, k2, k3 = mx.random.split(mx.random.key(seed + 1), 3)
@@ -264,14 +296,14 @@ def _shape_weights(model, tokenizer, seed: int, answer_pieces: list[str] | None 
         rows.setdefault(nxt, []).append(prev)
     head_rows = [head[i] for i in range(MODEL_VOCAB)]
     for nxt, prevs in rows.items():
-        head_rows[nxt] = head_rows[nxt] + 1.6 * sum(unit[p] for p in prevs)
+        head_rows[nxt] = head_rows[nxt] + (4.0 if cycle else 1.6) * sum(unit[p] for p in prevs)
     lm.model.embed_tokens.weight = embed
     lm.lm_head.weight = mx.stack(head_rows)
     # Scale what each block writes into the residual stream: the script survives and context still counts.
     updates = []
     for path, value in tree_flatten(lm.model.parameters()):
         if path.endswith(("o_proj.weight", "out_proj.weight", "down_proj.weight")):
-            updates.append((path, value * 2.5))
+            updates.append((path, value * (CYCLE_WRITE_SCALE if cycle else 2.5)))
     lm.model.update(tree_unflatten(updates))
     # Slow DeltaNet decay (mlx-lm draws A in [0, 16]: the state forgets within a token or two), so the
     # recurrent state carries the conversation and a wrongly restored cache shows in the logits.
@@ -281,7 +313,7 @@ def _shape_weights(model, tokenizer, seed: int, answer_pieces: list[str] | None 
             layer.linear_attn.A_log = mx.log(mx.random.uniform(0.05, 0.5, shape, key=k3))
 
 
-def _hub_weights(weights: dict, kind: str, text_config: dict) -> dict:
+def _hub_weights(weights: dict, kind: str, text_config: dict, head: dict | None = None) -> dict:
     """The Hugging Face checkpoint layout of MLX-layout weights (the inverse of mlx-lm's sanitize)."""
     import mlx.core as mx
 
@@ -313,10 +345,66 @@ def _hub_weights(weights: dict, kind: str, text_config: dict) -> dict:
             out[f"{hub}.gate_up_proj"] = mx.concatenate([gate, up], axis=-2)
             out[f"{hub}.down_proj"] = weights[f"{p}.down_proj.weight"]
     hidden = text_config["hidden_size"]
-    out["mtp.fc.weight"] = mx.zeros((hidden, 2 * hidden))
-    out["mtp.norm.weight"] = mx.zeros((hidden,))
+    if head is not None:
+        out.update(head)
+    else:
+        out["mtp.fc.weight"] = mx.zeros((hidden, 2 * hidden))
+        out["mtp.norm.weight"] = mx.zeros((hidden,))
     out["model.visual.patch_embed.proj.weight"] = mx.zeros((64, 3, 2, 16, 16))
     return out
+
+
+_ZERO_CENTRED = (
+    "input_layernorm.weight", "post_attention_layernorm.weight", "q_norm.weight", "k_norm.weight", "norm.weight",
+    "pre_fc_norm_embedding.weight", "pre_fc_norm_hidden.weight",
+)
+
+
+def _mtp_tensors(config: dict, head: str, bits: int | None) -> dict:
+    """The `mtp.*` tensors of a tiny head (see the module docstring), quantized like a `bits` build."""
+    import mlx.core as mx
+    import mlx.nn as nn
+    from mlx.utils import tree_flatten, tree_unflatten
+    from mlx_vlm.speculative.drafters.qwen3_5_mtp import Model, ModelConfig
+
+    drafter = Model(ModelConfig.from_dict({"text_config": config["text_config"]}))
+    hidden = config["text_config"]["hidden_size"]
+    if head != "random":
+        updates = [("fc.weight", mx.concatenate([mx.eye(hidden), mx.zeros((hidden, hidden))], axis=1))]
+        for path, value in tree_flatten(drafter.parameters()):
+            if path.endswith(("o_proj.weight", "down_proj.weight")):
+                updates.append((path, mx.zeros_like(value)))
+        drafter.update(tree_unflatten(updates))
+    if bits is not None:  # as mlx-lm's quantize_model does it: the MoE router gates at 8 bits
+        gates = ("mlp.gate", "shared_expert_gate")
+        nn.quantize(drafter, class_predicate=lambda p, m: hasattr(m, "to_quantized") and ({"group_size": 64, "bits": 8} if p.endswith(gates) else {"group_size": 64, "bits": bits}))
+    out = {}
+    for path, value in tree_flatten(drafter.parameters()):
+        if path.endswith(_ZERO_CENTRED) and value.ndim == 1:
+            value = value - 1.0  # the original checkpoint's convention
+        out["mtp." + path] = value
+    if bits is None and "mtp.layers.0.mlp.switch_mlp.gate_proj.weight" in out:  # the original fused experts
+        p = "mtp.layers.0.mlp.switch_mlp"
+        gate, up = out.pop(f"{p}.gate_proj.weight"), out.pop(f"{p}.up_proj.weight")
+        out["mtp.layers.0.mlp.experts.gate_up_proj"] = mx.concatenate([gate, up], axis=-2)
+        out["mtp.layers.0.mlp.experts.down_proj"] = out.pop(f"{p}.down_proj.weight")
+    mx.eval(out)
+    return out
+
+
+def _add_to_shard(dest: Path, tensors: dict) -> None:
+    """Put `tensors` into the build's model.safetensors (and its index), as a conversion that kept them would."""
+    import mlx.core as mx
+
+    shard = dest / "model.safetensors"
+    weights = dict(mx.load(str(shard)))
+    weights.update(tensors)
+    mx.save_safetensors(str(shard), weights, metadata={"format": "mlx"})
+    index = dest / "model.safetensors.index.json"
+    if index.is_file():
+        data = json.loads(index.read_text())
+        data.setdefault("weight_map", {}).update({k: shard.name for k in tensors})
+        index.write_text(json.dumps(data, indent=4))
 
 
 def _write_tokenizer(dest: Path, tokenizer, eos_ids: list[int]) -> None:
@@ -372,11 +460,14 @@ def make_tiny_model(
     hidden_size: int = 64,
     num_layers: int = 4,
     answer: list[str] | None = None,
+    mtp: str | None = None,
+    mtp_side: bool = False,
 ) -> Path:
     """Write a tiny random-weights Qwen3.5 model folder at `dest` and return `dest`.
 
     `answer` replaces SCRIPT_ANSWER with other pieces (each made one token, distinct from every other script
-    token): e.g. a tool call, for tests of the API server (tests/fixtures/scripted.py)."""
+    token): e.g. a tool call, for tests of the API server (tests/fixtures/scripted.py).
+    `mtp`: one of MTP_HEADS (module docstring), in the build's shard or with `mtp_side` in its side file."""
     import mlx.core as mx
     from mlx.utils import tree_flatten
     from mlx_lm.utils import _get_classes, quantize_model, save_config, save_model
@@ -387,6 +478,8 @@ def make_tiny_model(
         raise ValueError(f"bits must be None, 4 or 8, not {bits!r}")
     if hub_layout and bits is not None:
         raise ValueError("the hub layout is the unquantized upstream checkpoint; use bits=None")
+    if mtp not in (None, *MTP_HEADS):
+        raise ValueError(f"mtp must be None or one of {', '.join(MTP_HEADS)}, not {mtp!r}")
     dest = Path(dest)
     if dest.exists():
         shutil.rmtree(dest)
@@ -402,11 +495,13 @@ def make_tiny_model(
     mx.random.seed(seed)
     model_class, args_class = _get_classes(config)
     model = model_class(args_class.from_dict(config))
-    _shape_weights(model, tokenizer, seed, list(answer) if answer else None)
+    _shape_weights(model, tokenizer, seed, list(answer) if answer else None, cycle=mtp == "right")
     mx.eval(model.parameters())
+    head = _mtp_tensors(config, mtp, bits) if mtp else None
+    shard_head = head if head is not None and not mtp_side else None
 
     if hub_layout:
-        weights = _hub_weights(dict(tree_flatten(model.parameters())), kind, text_config)
+        weights = _hub_weights(dict(tree_flatten(model.parameters())), kind, text_config, shard_head)
         mx.save_safetensors(str(dest / "model.safetensors"), weights, metadata={"format": "pt"})
         (dest / "config.json").write_text(json.dumps(config, indent=2))
     else:
@@ -416,6 +511,12 @@ def make_tiny_model(
                 model, saved = quantize_model(model, saved, group_size=64, bits=bits)
         save_model(dest, model)
         save_config(saved, dest / "config.json")
+        if shard_head is not None:
+            _add_to_shard(dest, shard_head)
+    if head is not None and mtp_side:
+        from macapp.core.modelfiles import mtp_side_file
+
+        mx.save_safetensors(str(mtp_side_file(dest)), head, metadata={"format": "mlx"})
     _write_tokenizer(dest, tokenizer, eos_ids)
     return dest
 
@@ -432,6 +533,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--hidden-size", type=int, default=64)
     parser.add_argument("--num-layers", type=int, default=4)
+    parser.add_argument("--mtp", choices=MTP_HEADS, default=None, help="write an MTP head (see the module docstring)")
+    parser.add_argument("--mtp-side", action="store_true", help="the head in the build's side file, not its shard")
     args = parser.parse_args(argv)
     path = make_tiny_model(
         args.dest,
@@ -441,6 +544,8 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         hidden_size=args.hidden_size,
         num_layers=args.num_layers,
+        mtp=args.mtp,
+        mtp_side=args.mtp_side,
     )
     print(path)
     return 0

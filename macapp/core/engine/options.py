@@ -1,7 +1,8 @@
-"""Per-session settings: the context limit, KV-cache quantization, the prefill chunk and the memory budget."""
+"""Per-session settings: the context limit, KV-cache quantization, the prefill chunk, the memory budget and MTP."""
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,14 @@ class KVQuantization:
         return {"kv_bits": self.bits, "kv_group_size": self.group_size, "quantized_kv_start": self.start}
 
 
+class MTPMode(enum.Enum):
+    """Speculative decoding with the model's own MTP head (macapp.core.engine.mtp_decode)."""
+
+    AUTO = "auto"  # when the build has a head, and only while it pays (measured; off for the conversation if not)
+    ON = "on"  # whenever the build has a head (the draft depth still follows the measured acceptance)
+    OFF = "off"
+
+
 @dataclass(frozen=True)
 class SessionOptions:
     context_limit: int | None = None  # tokens; None: the model's max_position_embeddings
@@ -29,6 +38,7 @@ class SessionOptions:
     quantized_kv_start: int = 0  # with kv_bits, quantize from this many cached tokens on
     prefill_step_size: int = DEFAULT_PREFILL_STEP
     memory_budget_bytes: int | None = None  # None: this machine's GPU budget (macapp.core.hardware)
+    mtp: MTPMode = MTPMode.AUTO  # the MTP head: off, on, or auto (where it pays)
 
     @property
     def kv(self) -> KVQuantization:
