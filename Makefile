@@ -10,6 +10,8 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e ".[test,package]"
+	# transformers' reference (tests/reference/) only: the CPU build, kept off the venv's path
+	$(BIN)/pip install --quiet --target $(VENV)/torch-reference torch==2.13.0
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="torch is a test dependency (pyproject's `test` extra)")
-
-from macapp.core import long_context  # noqa: E402
-from macapp.core.engine.model_folder import check_model_folder, load_model  # noqa: E402
+from macapp.core import long_context
+from macapp.core.engine.model_folder import check_model_folder, load_model
+from tests.reference import transformers_qwen35 as reference
 
 NATIVE = 512
 CONTEXT = 1500  # factor 2 reaches 1,024: the app must pick 4
@@ -27,24 +29,14 @@ TOKENS = 1100
 TOLERANCE = 1e-4  # float32 on both sides; the observed gap is ~5e-6
 
 
-def _hf_model(folder, yarn: bool):
-    from safetensors.torch import load_file
-
-    config = json.loads((folder / "config.json").read_text())
-    text = {k: v for k, v in config["text_config"].items() if k != "model_type"}
-    if yarn:  # as the card writes it, independently of macapp.core.long_context
-        text["rope_parameters"] = dict(text["rope_parameters"], rope_type="yarn", factor=4.0, original_max_position_embeddings=NATIVE)
-    if config["model_type"] == "qwen3_5_moe":
-        from transformers.models.qwen3_5_moe import Qwen3_5MoeForCausalLM as Model, Qwen3_5MoeTextConfig as Config
-    else:
-        from transformers.models.qwen3_5 import Qwen3_5ForCausalLM as Model, Qwen3_5TextConfig as Config
-    model = Model(Config(**text)).float().eval()
-    hub = load_file(str(folder / "model.safetensors"))
-    weights = {"model." + k.removeprefix("model.language_model."): v for k, v in hub.items() if k.startswith("model.language_model.")}
-    weights.update({k: v for k, v in hub.items() if k.startswith("lm_head.")})
-    missing, unexpected = model.load_state_dict(weights, strict=False)
-    assert not missing and not unexpected
-    return model
+def _transformers(tmp_path: Path, *args: str) -> dict[str, np.ndarray]:
+    """Run the reference script (transformers + torch, in its own process) and read the arrays it wrote."""
+    assert (reference.TORCH_DIR / "torch").is_dir(), f"torch for the reference is not installed in {reference.TORCH_DIR}: run `make setup`"
+    out = tmp_path / "reference.npz"
+    done = subprocess.run([sys.executable, reference.__file__, *args, str(out)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    with np.load(out) as arrays:
+        return dict(arrays)
 
 
 def _app_logits(folder, ids: np.ndarray) -> np.ndarray:
@@ -65,13 +57,13 @@ def _app_logits(folder, ids: np.ndarray) -> np.ndarray:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["dense", "moe"])
-def test_yarn_logits_match_transformers_past_the_native_length(kind, tiny_short_native_hub_paths):
+def test_yarn_logits_match_transformers_past_the_native_length(kind, tiny_short_native_hub_paths, tmp_path):
     folder = tiny_short_native_hub_paths[kind]
     ids = np.random.default_rng(7).integers(0, 448, size=(1, TOKENS))
     ours = _app_logits(folder, ids)
-    with torch.no_grad():
-        reference = _hf_model(folder, yarn=True)(torch.tensor(ids)).logits.float().numpy()
-        plain = _hf_model(folder, yarn=False)(torch.tensor(ids)).logits.float().numpy()
+    np.save(tmp_path / "ids.npy", ids)
+    theirs = _transformers(tmp_path, "logits", str(folder), str(tmp_path / "ids.npy"), str(NATIVE))
+    reference, plain = theirs["yarn"], theirs["plain"]
     gap = np.abs(ours - reference)
     print(f"{kind}: max |mlx-lm - transformers| = {gap.max():.2e} (past native {gap[0, NATIVE:].max():.2e})")
     assert gap[0, NATIVE:].max() < TOLERANCE and gap.max() < TOLERANCE
@@ -80,20 +72,18 @@ def test_yarn_logits_match_transformers_past_the_native_length(kind, tiny_short_
 
 
 @pytest.mark.parametrize("factor", [2, 4])
-def test_yarn_frequencies_and_attention_factor_match_transformers_at_the_real_shapes(factor):
+def test_yarn_frequencies_and_attention_factor_match_transformers_at_the_real_shapes(factor, tmp_path):
     """Qwen3.5's real rope (head dim 256, partial rotary 0.25, theta 1e7, 262,144 native): mlx-lm's YarnRoPE
     against transformers' _compute_yarn_parameters, no model needed."""
     from mlx_lm.models.rope_utils import initialize_rope
-    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-    from transformers.models.qwen3_5 import Qwen3_5TextConfig
 
     params = {"rope_type": "yarn", "rope_theta": 10_000_000, "partial_rotary_factor": 0.25, "factor": float(factor),
               "original_max_position_embeddings": 262_144, "mrope_section": [11, 11, 10], "mrope_interleaved": True}
-    config = Qwen3_5TextConfig(head_dim=256, hidden_size=2048, num_attention_heads=16, max_position_embeddings=262_144, rope_parameters=dict(params))
-    inv_freq, attention_factor = ROPE_INIT_FUNCTIONS["yarn"](config)
+    theirs = _transformers(tmp_path, "yarn", str(factor))
+    inv_freq, attention_factor = theirs["inv_freq"], float(theirs["attention_factor"])
     rope = initialize_rope(64, base=10_000_000, traditional=False, scaling_config=dict(params, type="yarn"), max_position_embeddings=262_144 * factor)
     assert type(rope).__name__ == "YarnRoPE"
-    np.testing.assert_allclose(1.0 / np.array(rope._freqs), inv_freq.numpy(), rtol=1e-5)
+    np.testing.assert_allclose(1.0 / np.array(rope._freqs), inv_freq, rtol=1e-5)
     assert math.isclose(rope.mscale, attention_factor, rel_tol=1e-9)  # on q and k's rotated dims: scores × factor²
 
 
