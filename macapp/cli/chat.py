@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass
 from typing import Any, TextIO
 
 from macapp.cli import UsageError
@@ -149,25 +148,6 @@ class History:
     def conversation_id(self) -> int | None:
         return self.recorder.conversation_id if self.recorder is not None else self._resumed
 
-    def begin(self, kind: Any, text: str, thinking: bool, images: tuple = ()) -> Any:
-        """The recorded turn (a send's message and pictures committed now), or None when nothing is recorded."""
-        if self.recorder is None:
-            return None
-        try:
-            return self.recorder.begin(kind, text, thinking=thinking, images=images)
-        except Exception as exc:  # the chat goes on; say why it is not saved
-            print(f"qwen-desk: could not save to the history: {exc}", file=sys.stderr)
-            return None
-
-    def saved_messages(self, session: Any) -> list[dict] | None:
-        """After a turn that kept no reply or failed: the history's messages when the session no longer agrees
-        with them (the session is then re-opened from them), else None."""
-        if self.recorder is None or self.recorder.agrees_with(session.messages):
-            return None
-        if self.recorder.conversation_id is None:
-            return []
-        return self.store.get_conversation(self.recorder.conversation_id).chat_messages()  # its own system prompt too
-
     def report(self) -> None:
         """Say (once) if recording failed during the last turn."""
         if self.recorder is not None and self.recorder.error is not None:
@@ -179,48 +159,46 @@ class History:
             self.store.close()
 
 
-@dataclass
 class Chat:
-    """The command line's conversation: the engine session, and the history that records every turn of it."""
+    """The command line's conversation (macapp.core.conversation, the window's too): its engine session, and the
+    history that records every turn of it. Here only the printing; the model runs and records the turns."""
 
-    engine: Any
-    session: Any
-    history: History
-    system: str | None = None
-    options: Any = None  # the session's SessionOptions, for a session re-opened from the history
+    def __init__(self, engine: Any, session: Any, history: History, system: str | None = None, options: Any = None) -> None:
+        from macapp.core.conversation import ConversationModel
+
+        self.engine = engine
+        self.history = history
+        self.system = system
+        self.options = options  # the session's SessionOptions, for a session re-opened from the history
+        self.conversation = ConversationModel(
+            self._new_session, history.recorder, system_prompt=system, session=session, system_wins=True
+        )
+
+    @property
+    def session(self) -> Any:
+        return self.conversation.session
+
+    def _new_session(self, system: str | None, messages: list[dict] | None) -> Any:
+        return self.engine.new_session(system_prompt=system, messages=messages, options=self.options)
 
     def turn(self, kind: Any, text: str, thinking: bool, sampling: Any, budget: int | None, out: TextIO,
              color: bool = False, show: bool = True, images: tuple = ()) -> Any:
         """Run one turn (TurnKind), printing its text as it streams (when `show`) and recording it; return
-        the job's terminal event. `images`: pictures (vision.images.PreparedImage) for a send."""
-        from macapp.core.recorder import TurnResult, run_on
-
-        recorded = self.history.begin(kind, text, thinking, images)
-        session = self.session
-        extra = {"images": images} if images else {}
-        job = run_on(session, kind, text, thinking=thinking, sampling=sampling, thinking_budget=budget, **extra)
-        last = _stream(job, out, color, show, on_event=recorded.feed if recorded is not None else None)
+        its terminal event. `images`: pictures (vision.images.PreparedImage) for a send."""
+        turn = self.conversation.start(kind, text, thinking=thinking, sampling=sampling, thinking_budget=budget, images=images)
+        last = _stream(turn, out, color, show)
         self.history.report()
-        outcome = recorded.outcome if recorded is not None else None
-        if outcome is not None and outcome.result in (TurnResult.UNDONE, TurnResult.FAILED):
-            saved = self.history.saved_messages(session)
-            if saved is not None:  # e.g. a failed reply's text is kept in the history: the next turn sees it too
-                self.session = self.engine.new_session(system_prompt=self.system, messages=saved, options=self.options)
+        self.conversation.ensure_session()  # e.g. a failed reply's text is kept in the history: the next turn sees it too
         return last
 
 
-def _stream(job: Any, out: TextIO, color: bool, show: bool, on_event: Any = None) -> Any:
-    """Print a job's text as it arrives (reasoning dimmed), passing every event to `on_event` in order;
-    return its terminal event. Ctrl-C stops the reply."""
+def _stream(turn: Any, out: TextIO, color: bool, show: bool) -> Any:
+    """Print a turn's text as it arrives (reasoning dimmed); return its terminal event. Ctrl-C stops the reply."""
     from macapp.core.events import AnswerDelta, ReasoningDelta
 
     in_reasoning = wrote = False
-    seen = 0
     try:
-        for event in job.events():
-            if on_event is not None:
-                on_event(event)
-            seen += 1
+        for event in turn.events():
             if not show:
                 continue
             if isinstance(event, (ReasoningDelta, AnswerDelta)):
@@ -238,11 +216,8 @@ def _stream(job: Any, out: TextIO, color: bool, show: bool, on_event: Any = None
                 out.write(event.text)
                 out.flush()
     except KeyboardInterrupt:
-        job.stop()
-    last = job.wait()
-    if on_event is not None:
-        for event in job.history[seen:]:  # what came after Ctrl-C, the terminal event included
-            on_event(event)
+        turn.stop()
+    last = turn.wait()  # recorded, the terminal event included (after Ctrl-C too)
     if show and wrote:
         if in_reasoning:
             out.write(RESET if color else "\n</think>")

@@ -1,7 +1,8 @@
-"""The chat window's controller: owns the engine, the session, the reply in flight and its recorder; no widgets.
+"""The chat window's controller: owns the engine and the open conversation (macapp.core.conversation); no widgets.
 
-It runs turns (send / regenerate / edit) on the engine, feeds each reply's coalesced events to the one recorder
-(macapp.core.recorder, the same as the command line's), and tells the view what happened through signals:
+The conversation model runs turns (send / regenerate / edit) and records them off the GUI thread, the same way as
+the command line's; this controller only turns what it reports into signals for the view, one coalesced batch of
+events at a time (EventBridge), each batch already recorded:
 
     turn_started(TurnStart) → reply_under_way() → reply_events(list)… → turn_settled(TurnEnd)
 
@@ -16,8 +17,9 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
-from macapp.core.events import Failed, Finished, Loaded, Reply, TurnKind
-from macapp.core.recorder import ChatRecorder, RecordedTurn, TurnOutcome, run_on
+from macapp.core.conversation import ConversationModel, Turn, starts_reply
+from macapp.core.events import Failed, Finished, Loaded, Reply, TerminalEvent, TurnKind
+from macapp.core.recorder import ChatRecorder, TurnOutcome, TurnResult
 from macapp.core.settings import Settings
 from macapp.core.history import Conversation, Store
 from macapp.ui.bridge import EventBridge
@@ -44,12 +46,13 @@ class TurnEnd:
 
 @dataclass(eq=False)
 class _Flight:
-    """A turn the engine is running: its job, what records it, and the bridge that brings its events here."""
+    """A turn the engine is running (recorded by the conversation model), and the bridge that brings its events here."""
 
     start: TurnStart
-    job: Any
-    turn: RecordedTurn
+    turn: Turn
     bridge: EventBridge | None = None
+    under_way: bool = False  # reply_under_way was said
+    seen: bool = False  # a batch came: the turn's start is in the history (a new chat is listed from then)
 
 
 class ChatController(QObject):
@@ -75,8 +78,7 @@ class ChatController(QObject):
         self.settings = settings
         self.history = ChatHistory()
         self.engine = None  # created on the first load (its worker thread imports MLX, not us)
-        self.session = None
-        self.recorder: ChatRecorder | None = None  # the open conversation's
+        self.conversation = self._new_conversation()  # the open one: its session and recorder
         self.model_ref = None
         self.model_info: Loaded | None = None
         self.load_job = None
@@ -93,7 +95,22 @@ class ChatController(QObject):
 
     @property
     def job(self) -> Any:
-        return self.flight.job if self.flight is not None else None
+        """The engine's Job of the turn in flight, or None."""
+        return self.flight.turn.job if self.flight is not None else None
+
+    @property
+    def session(self) -> Any:
+        """The open conversation's engine session; None until the next turn makes one (from the history)."""
+        return self.conversation.session
+
+    @session.setter
+    def session(self, session: Any) -> None:
+        self.conversation.session = session
+
+    @property
+    def recorder(self) -> ChatRecorder | None:
+        """The open conversation's recorder (None for a new chat until its first turn)."""
+        return self.conversation.recorder
 
     @property
     def store(self) -> Store | None:
@@ -106,7 +123,7 @@ class ChatController(QObject):
 
     @property
     def conversation_id(self) -> int | None:
-        return self.recorder.conversation_id if self.recorder is not None else None
+        return self.conversation.conversation_id
 
     @property
     def model_label(self) -> str:
@@ -139,7 +156,7 @@ class ChatController(QObject):
     def _writable(self) -> None:
         switched = self.history.make_writable(self.conversation_id)
         if switched is not None:
-            self.recorder = self._recorder_for(switched.conversation_id)
+            self.conversation.recorder = self._recorder_for(switched.conversation_id)
             self._tell_unsaved(switched.reason)
 
     def _recorder_for(self, conversation_id: int | None) -> ChatRecorder | None:
@@ -148,11 +165,17 @@ class ChatController(QObject):
         return ChatRecorder.resume(self.store, conversation_id)
 
     def _ensure_recorder(self) -> ChatRecorder:
-        if self.recorder is None:
-            system = self.settings.get("chat.system_prompt", "") or None
-            self.recorder = ChatRecorder(self.store, model=self.model_ref.name, system_prompt=system)
-        self.recorder.model = self.model_ref.name  # the reply records the model that wrote it
-        return self.recorder
+        conversation = self.conversation
+        if conversation.recorder is None:
+            conversation.recorder = ChatRecorder(self.store, model=self.model_ref.name, system_prompt=self._system_prompt())
+        conversation.recorder.model = self.model_ref.name  # the reply records the model that wrote it
+        return conversation.recorder
+
+    def _system_prompt(self) -> str | None:
+        return self.settings.get("chat.system_prompt", "") or None
+
+    def _new_conversation(self, recorder: ChatRecorder | None = None, saved: Conversation | None = None) -> ConversationModel:
+        return ConversationModel(self._new_session, recorder, system_prompt=self._system_prompt(), saved=saved, strict=True)
 
     # -- model ----------------------------------------------------------------------------------------------------
     def _ensure_engine(self):
@@ -234,8 +257,7 @@ class ChatController(QObject):
     # -- conversation ---------------------------------------------------------------------------------------------
     def new_chat(self) -> None:
         self._leave_turn()
-        self.recorder = None
-        self.session = None
+        self.conversation = self._new_conversation()
         self.conversations_changed.emit()
         self.state_changed.emit()
 
@@ -244,24 +266,16 @@ class ChatController(QObject):
         self._leave_turn()
         store = self.open_history().store
         conv = store.get_conversation(conversation_id)
-        self.recorder = ChatRecorder.resume(store, conv.id)
-        self.session = None
+        recorder = ChatRecorder(store, conv.id, model=conv.model, system_prompt=conv.system_prompt, settings=conv.settings)
+        self.conversation = self._new_conversation(recorder, saved=conv)  # its messages read once, here
         self.conversations_changed.emit()
         self.state_changed.emit()
         return conv
 
-    def _ensure_session(self):
-        """A session for the open conversation; a saved one is handed its history to read once."""
-        if self.session is not None:
-            return self.session
+    def _new_session(self, system: str | None, messages: list[dict] | None) -> Any:
+        """An engine session for the open conversation (the conversation model asks when its next turn needs one)."""
         from macapp.core.engine import SessionOptions
 
-        system = self.settings.get("chat.system_prompt", "") or None
-        history = None
-        if self.conversation_id is not None:
-            conv = self.store.get_conversation(self.conversation_id)
-            system = conv.system_prompt or system
-            history = conv.chat_messages(include_system=False)
         # The context and KV-cache bits chosen in the library are the ones the fit was computed for.
         limit = int(self.settings.get("library.context", 0) or 0) or None
         if limit and self.model_info is not None:
@@ -271,8 +285,7 @@ class ChatController(QObject):
             kv_bits=self.settings.get("library.kv_bits"),
             memory_budget_bytes=self.model_ref.load.memory_budget_bytes,  # set by "Load anyway"
         )
-        self.session = self.engine.new_session(system_prompt=system, messages=history, options=options)
-        return self.session
+        return self.engine.new_session(system_prompt=system, messages=messages, options=options)
 
     # -- turns ----------------------------------------------------------------------------------------------------
     def sampling(self, thinking: bool):
@@ -304,22 +317,17 @@ class ChatController(QObject):
         except ValueError as exc:
             self.error.emit(f"The chat settings cannot be used: {exc}. Fix them in Settings…, then send again.")
             return False
-        turn = None
         try:
             self.open_history()
             self._writable()
-            session = self._ensure_session()  # before the message is saved: a replay must not read it twice
-            images = tuple(images) if kind is TurnKind.SEND else ()
-            turn = self._ensure_recorder().begin(kind, text, thinking=thinking, images=images)
-            extra = {"images": images} if images else {}
-            job = run_on(session, kind, text, thinking=thinking, sampling=sampling, thinking_budget=budget, **extra)
+            self.conversation.system_prompt = self._system_prompt()  # a new chat's, when its session is made
+            self._ensure_recorder()
+            turn = self.conversation.start(kind, text, thinking=thinking, images=images, sampling=sampling, thinking_budget=budget)
         except Exception as exc:  # noqa: BLE001 - never raised into Qt's event loop; what was typed is kept
-            if turn is not None:
-                turn.feed(Failed(str(exc)))  # takes back what it saved
             self.error.emit(f"Could not {VERBS[kind]}: {exc}")
             self.state_changed.emit()
             return False
-        self._start(_Flight(TurnStart(kind, text, thinking, images), job, turn))
+        self._start(_Flight(TurnStart(kind, text, thinking, turn.images), turn))
         return True
 
     def _start(self, flight: _Flight) -> None:
@@ -331,54 +339,45 @@ class ChatController(QObject):
         bridge = EventBridge(interval_ms=self.repaint_interval_ms, parent=self)
         bridge.delivered.connect(lambda batch, f=flight: self._on_events(f, batch))
         flight.bridge = bridge
-        bridge.attach(flight.job)  # past events (a quick refusal) are delivered right here
+        bridge.attach(flight.turn)  # past events (a quick refusal) are delivered right here
 
     def _on_events(self, flight: _Flight, batch: list[Any]) -> None:
-        turn = flight.turn
-        was_under_way = turn.under_way
-        for event in batch:
-            turn.feed(event)
+        """A batch of the turn's events, each already recorded (on the conversation's recording thread)."""
+        ended = isinstance(batch[-1], TerminalEvent)
         if flight is not self.flight:  # left behind: recorded, not shown
-            if turn.settled:
+            if ended:
                 self._release(flight)
-                if turn.recorder is self.recorder and self.flight is None and self.conversation_id is not None:
+                if flight.turn.conversation is self.conversation and self.flight is None and self.conversation_id is not None:
                     self.conversation_updated.emit(self.store.get_conversation(self.conversation_id))
                 self.conversations_changed.emit()
             return
-        if turn.under_way and not was_under_way:
+        if not flight.seen:
+            flight.seen = True
+            self.conversations_changed.emit()
+        if not flight.under_way and any(starts_reply(event) for event in batch):
+            flight.under_way = True
             self.reply_under_way.emit()
         self.reply_events.emit(batch)
-        if turn.settled:
+        if ended:
             self._settle(flight, batch[-1])
 
     def _settle(self, flight: _Flight, terminal: Any) -> None:
-        outcome = flight.turn.outcome
+        turn = flight.turn
+        outcome = turn.outcome or TurnOutcome(turn.kind, TurnResult.UNDONE, turn.text)
         self.flight = None
         self._release(flight)
-        if not outcome.kept or outcome.error is not None:
-            self._check_session()
-        if self.recorder is not None and self.recorder.error is not None:
-            self.error.emit(f"The reply could not be saved: {self.recorder.error}")
-            self.recorder.error = None
+        recorder = self.recorder
+        if turn.record_error is not None:  # its start could not be saved: the model stopped it
+            self.error.emit(f"Could not {VERBS[turn.kind]}: {turn.record_error}")
+        elif recorder is not None and recorder.error is not None:
+            self.error.emit(f"The reply could not be saved: {recorder.error}")
+            recorder.error = None
         elif outcome.error is not None:
             self.error.emit(outcome.error)
         reply = terminal.reply if isinstance(terminal, Finished) and terminal.reply.kept else None
         self.turn_settled.emit(TurnEnd(outcome, reply, self.context_limit()))
         self.state_changed.emit()
         self.conversations_changed.emit()
-
-    def _check_session(self) -> None:
-        """After a turn that kept no reply or failed: a session that no longer holds what the history holds
-        is dropped, and the next turn re-reads the conversation from the history."""
-        session = self.session
-        try:
-            agrees = session is not None and (
-                self.recorder.agrees_with(session.messages) if self.recorder is not None else not session.messages
-            )
-        except Exception:  # noqa: BLE001 - the history could not be read: start over from what it holds
-            agrees = False
-        if not agrees:
-            self.session = None
 
     def _release(self, flight: _Flight) -> None:
         """The bridge deletes itself after its final batch; drop every reference to the finished turn."""
@@ -388,7 +387,7 @@ class ChatController(QObject):
 
     def stop(self) -> None:
         if self.flight is not None:
-            self.flight.job.stop()
+            self.flight.turn.stop()
 
     def _leave_turn(self) -> None:
         """Leave the reply in flight (New Chat, another conversation): stop it; it is recorded when it ends."""
@@ -396,7 +395,7 @@ class ChatController(QObject):
         if flight is None:
             return
         self._left.append(flight)
-        flight.job.stop()
+        flight.turn.stop()
         self.turn_left.emit()
         self.state_changed.emit()
 
@@ -405,11 +404,11 @@ class ChatController(QObject):
         self._leave_turn()
         for flight in list(self._left):
             try:
-                flight.job.wait(5)
+                flight.turn.wait(5)  # recorded to its end, off this thread
             except TimeoutError:
                 pass
             if flight.bridge is not None:
-                flight.bridge.flush()  # the last events, the terminal one included, recorded now
+                flight.bridge.flush()  # its last batch shown now, while the history is open, not after
             flight.turn.abandon()  # no-op once it settled
         if self.engine is not None:
             self.engine.close()

@@ -175,8 +175,8 @@ def test_new_chat_while_a_reply_streams_stops_and_saves_it(chat, settings, qtbot
     chat.controller.sampling_overrides = NO_END
     chat.composer.thinking.setChecked(False)
     chat.send("Keep talking")
-    first = chat.controller.conversation_id
     qtbot.waitUntil(lambda: chat.messages.current is not None and len(chat.messages.current.answer) > 10, timeout=30_000)
+    first = chat.controller.conversation_id  # the history's conversation is made off the GUI thread, as the reply begins
     chat.new_chat()
     assert not chat.busy and chat.controller.conversation_id is None
     qtbot.waitUntil(lambda: chat.controller.store.get_conversation(first).messages[-1].state != "streaming", timeout=10_000)

@@ -11,6 +11,7 @@ from macapp.core.engine.clock import TurnClock
 from macapp.core.engine.errors import EngineError
 from macapp.core.engine.jobs import Job
 from macapp.core.engine.model_folder import LoadedModel
+from macapp.core.engine.mtp_policy import DepthPolicy
 from macapp.core.engine.options import SessionOptions
 from macapp.core.engine.prefill import prefill, wired_memory
 from macapp.core.engine.reply import StreamedReply, stream_reply
@@ -44,6 +45,7 @@ class ChatSession:
         self._turn: TurnMemory | None = None
         self.last_job: Job | None = None
         self.last_reply: Reply | None = None
+        self.mtp_policy = DepthPolicy(options.mtp)  # the MTP head's measurements and "auto"'s verdict for this conversation
 
     # -- public ----------------------------------------------------------------------------------------
     @property
@@ -245,7 +247,7 @@ class ChatSession:
             streamed = stream_reply(
                 m, self._prompt.layers, plan.prompt[-1:], cached=len(self.tokens), limit=limit, params=params,
                 thinking=plan.mode.thinking, budget=budget, should_stop=job.stop_event.is_set, emit=job.emit, clock=clock,
-                kv=self.options.kv, prefill_step=self.options.prefill_step_size,
+                kv=self.options.kv, prefill_step=self.options.prefill_step_size, mtp=self.options.mtp, mtp_policy=self.mtp_policy,
             )
         self._settle_reply(m, plan, streamed)
         return streamed.reply

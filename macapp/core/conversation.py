@@ -1,0 +1,306 @@
+"""One conversation as a plain model (no Qt): its engine session, the recorder that keeps its history, its turns.
+
+Both front ends drive it and only show what it reports (napari's pattern: Qt-free models under thin views); the
+window's ChatController wires a turn's events to widgets, `qwen-desk chat` to prints:
+
+    conversation = ConversationModel(new_session, recorder=ChatRecorder(store, model=...))
+    turn = conversation.start(TurnKind.SEND, "Hello", thinking=True, sampling=params, images=pictures)
+    for event in turn.events(): show(event)          # or turn.add_listener(callback): an EventBridge
+    turn.outcome                                    # the recorder's TurnOutcome (None when nothing is recorded)
+
+Where the work runs. `start` only submits the session's job (nothing blocks the caller's thread). The job's
+events go, on the thread that emits them (the engine's worker, or the batch loop while the local API serves), to
+this conversation's recording thread, which handles them one at a time, in the job's order:
+- the first one commits the turn's start (a send's message, its pictures saved as PNG and fsynced: ChatRecorder.begin);
+- each one is recorded before anyone else sees it: `turn.events()` and a turn's listeners get it after the recorder;
+- after the terminal one of a turn that kept no reply or failed, a session that no longer holds what the history
+  holds is set aside and the history's messages are read for the next session, before the terminal event is passed on.
+So a front end's own thread never writes the history nor encodes a picture for a turn; the turns of one
+conversation are recorded in the order the engine ran them (a turn left behind is recorded before the next begins).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+from macapp.core.events import AnswerDelta, Finished, ReasoningDelta, TerminalEvent, TurnKind
+from macapp.core.history import Conversation
+from macapp.core.recorder import ChatRecorder, RecordedTurn, TurnOutcome, TurnResult, run_on
+
+log = logging.getLogger(__name__)
+
+IDLE_EXIT_S = 2.0  # the recording thread ends after this long without work (a new turn starts it again)
+SETTLE_WAIT_S = 5.0  # how long the session check waits for the worker to finish undoing a turn
+
+SessionFactory = Callable[[str | None, list[dict] | None], Any]  # (system prompt, messages) -> a ChatSession
+
+
+def starts_reply(event: Any) -> bool:
+    """Whether `event` puts a reply under way (the recorder's rule: its first text piece, or a kept Finished)."""
+    return isinstance(event, (AnswerDelta, ReasoningDelta)) or (isinstance(event, Finished) and event.reply.kept)
+
+
+@dataclass(frozen=True)
+class _Seed:
+    """What the next session reads once: a saved conversation's system prompt and messages."""
+
+    system_prompt: str | None
+    messages: list[dict] | None
+
+
+class _Serial:
+    """Runs callables one at a time, in the order given, on a thread of its own that ends when idle."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._queue: collections.deque[Callable[[], None]] = collections.deque()
+        self._cond = threading.Condition()
+        self._running = False
+
+    def put(self, work: Callable[[], None]) -> None:
+        """Queue `work` (any thread; cheap enough for every token)."""
+        with self._cond:
+            self._queue.append(work)
+            if self._running:
+                self._cond.notify()
+                return
+            self._running = True
+        threading.Thread(target=self._drain, name=self.name, daemon=True).start()
+
+    def _drain(self) -> None:
+        while True:
+            with self._cond:
+                if not self._queue:
+                    self._cond.wait(IDLE_EXIT_S)
+                if not self._queue:
+                    self._running = False
+                    return
+                work = self._queue.popleft()
+            try:
+                work()
+            except Exception:  # a bug here must not stop the turns queued after it; it goes to the log
+                log.exception("conversation work %r failed", work)
+            del work  # an idle thread holds no turn (nor its job and session) alive
+
+
+class Turn:
+    """One turn: the session's job and what the recorder made of it. Its events are the job's, each passed on
+    once the recorder has it (`events()`, `add_listener`, `wait()`); the terminal one comes last."""
+
+    def __init__(self, conversation: ConversationModel, kind: TurnKind, text: str, thinking: bool, images: tuple) -> None:
+        self.conversation = conversation
+        self.kind = kind
+        self.text = text
+        self.thinking = thinking
+        self.images = images
+        self.job: Any = None  # the session's Job (set by ConversationModel.start)
+        self.session: Any = None  # the session that runs it
+        self.recorded: RecordedTurn | None = None  # None until the first event, and when nothing records it
+        self.record_error: BaseException | None = None  # the turn's start could not be saved (and, strict, it was stopped)
+        self._outcome: TurnOutcome | None = None  # set here only when the start could not be saved
+        self._events: list[Any] = []
+        self._listeners: list[Callable[[Any], None]] = []
+        self._cond = threading.Condition(threading.RLock())
+        self._done = False
+
+    # -- what happened
+    @property
+    def outcome(self) -> TurnOutcome | None:
+        """The recorder's outcome once the terminal event was recorded (None before, and when nothing records)."""
+        if self._outcome is not None:
+            return self._outcome
+        return self.recorded.outcome if self.recorded is not None else None
+
+    @property
+    def done(self) -> bool:
+        """The terminal event was recorded (and the session checked) and passed on."""
+        return self._done
+
+    @property
+    def history(self) -> list[Any]:
+        with self._cond:
+            return list(self._events)
+
+    # -- following it (any thread)
+    def add_listener(self, callback: Callable[[Any], None]) -> None:
+        """Call `callback(event)` for every event, each once and in order: past ones now, on this thread, later ones
+        on the recording thread. It must be quick and must not wait for the turn (e.g. EventBridge.feed)."""
+        with self._cond:
+            for event in self._events:
+                callback(event)
+            self._listeners.append(callback)
+
+    def events(self, timeout: float | None = None) -> Iterator[Any]:
+        """Every event, blocking until the terminal one (TimeoutError after `timeout` idle seconds)."""
+        i = 0
+        while True:
+            with self._cond:
+                if i >= len(self._events) and not self._done:
+                    if not self._cond.wait_for(lambda: i < len(self._events) or self._done, timeout):
+                        raise TimeoutError(f"no event from the engine in {timeout} s")
+                if i >= len(self._events):
+                    return
+                batch = self._events[i:]
+            i += len(batch)
+            yield from batch
+
+    def wait(self, timeout: float | None = None) -> Any:
+        """Block until the terminal event was recorded; return it (TimeoutError after `timeout`)."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._done, timeout):
+                raise TimeoutError(f"the turn did not end in {timeout} s")
+            return self._events[-1]
+
+    def stop(self) -> None:
+        """Ask the engine to stop the reply; what it wrote is kept (the recorder's rules)."""
+        self.job.stop()
+
+    def abandon(self) -> None:
+        """No more events will be recorded (the app closes before the turn ended): keep what it wrote as stopped."""
+        if self.recorded is not None:
+            self.recorded.abandon()
+
+    # -- the recording thread
+    def _pass_on(self, event: Any) -> None:
+        with self._cond:
+            if self._done:
+                return
+            self._events.append(event)
+            if isinstance(event, TerminalEvent):
+                self._done = True
+            for callback in self._listeners:
+                try:
+                    callback(event)
+                except Exception:  # a view's bug must not stop the recording of the next events
+                    log.exception("turn listener %r failed on %s", callback, type(event).__name__)
+            self._cond.notify_all()
+
+
+class ConversationModel:
+    """A conversation's session, its recorder (None: nothing is recorded) and its turns; see the module docstring.
+
+    `new_session(system_prompt, messages)` makes a session on the front end's engine and options. `system_wins`:
+    the front end's system prompt is used over a saved conversation's (the command line's --system); otherwise the
+    conversation's own wins and the front end's is the default for a new one (the window's setting). `strict`: a
+    turn whose start cannot be saved is stopped and undone (the window keeps what was typed); otherwise it runs
+    unrecorded and `recorder.error` says why (the command line goes on)."""
+
+    def __init__(
+        self,
+        new_session: SessionFactory,
+        recorder: ChatRecorder | None = None,
+        *,
+        system_prompt: str | None = None,
+        session: Any = None,
+        saved: Conversation | None = None,
+        system_wins: bool = False,
+        strict: bool = False,
+    ) -> None:
+        self.new_session = new_session
+        self.recorder = recorder
+        self.system_prompt = system_prompt
+        self.system_wins = system_wins
+        self.strict = strict
+        self._lock = threading.Lock()
+        self._session = session
+        self._seed: _Seed | None = self._seed_of(saved) if saved is not None else None
+        self._serial = _Serial("qwen-desk-record")
+
+    # -- the session
+    @property
+    def conversation_id(self) -> int | None:
+        return self.recorder.conversation_id if self.recorder is not None else None
+
+    @property
+    def session(self) -> Any:
+        """The session the next turn runs on; None until one is needed (a saved conversation is read into it then)."""
+        with self._lock:
+            return self._session
+
+    @session.setter
+    def session(self, session: Any) -> None:
+        """Set (or, with None, drop) the session: a dropped one is made again from the history for the next turn."""
+        with self._lock:
+            self._session = session
+
+    def ensure_session(self) -> Any:
+        """The session, made now if there is none: from the saved conversation's messages (read when it was
+        opened, or after the turn that set the old session aside), else empty."""
+        with self._lock:
+            if self._session is None:
+                seed = self._seed
+                if seed is None and self.conversation_id is not None:
+                    seed = self._seed_of(self.recorder.store.get_conversation(self.conversation_id))
+                seed = seed or _Seed(self.system_prompt, None)
+                self._session = self.new_session(seed.system_prompt, seed.messages)
+                self._seed = None
+            return self._session
+
+    def _seed_of(self, conversation: Conversation) -> _Seed:
+        own, saved = self.system_prompt, conversation.system_prompt
+        system = (own if own is not None else saved) if self.system_wins else (saved or own)
+        return _Seed(system, conversation.chat_messages(include_system=False))
+
+    # -- turns
+    def start(self, kind: TurnKind, text: str = "", *, thinking: bool, images: tuple = (), **options: Any) -> Turn:
+        """Run a turn (send / regenerate / edit) on the session with `options` (sampling, thinking_budget); returns
+        at once. `images`: a send's pictures (vision.images.PreparedImage). Raises what the session raises."""
+        images = tuple(images) if kind is TurnKind.SEND else ()
+        session = self.ensure_session()
+        turn = Turn(self, kind, text, thinking, images)
+        extra = {"images": images} if images else {}
+        turn.session = session
+        turn.job = run_on(session, kind, text, thinking=thinking, **options, **extra)
+        recorder = self.recorder
+        serial = self._serial
+        turn.job.add_listener(lambda event: serial.put(lambda: self._record(turn, recorder, event)))
+        return turn
+
+    def _record(self, turn: Turn, recorder: ChatRecorder | None, event: Any) -> None:
+        """On the recording thread: record one event of `turn` (its start first), then pass it on."""
+        if recorder is not None and turn.recorded is None and turn.record_error is None:
+            self._begin(turn, recorder)
+        if turn.recorded is not None:
+            turn.recorded.feed(event)
+        if isinstance(event, TerminalEvent):
+            self._check_session(turn, recorder)
+        turn._pass_on(event)
+
+    def _begin(self, turn: Turn, recorder: ChatRecorder) -> None:
+        try:
+            turn.recorded = recorder.begin(turn.kind, turn.text, thinking=turn.thinking, images=turn.images)
+        except Exception as exc:  # noqa: BLE001 - the turn goes on unrecorded, or (strict) is undone; said either way
+            log.warning("Could not record the turn's start: %s", exc)
+            turn.record_error = exc
+            if self.strict:
+                turn._outcome = TurnOutcome(turn.kind, TurnResult.UNDONE, turn.text, error=str(exc), code="history")
+                turn.job.stop()
+            else:
+                recorder.error = exc
+
+    def _check_session(self, turn: Turn, recorder: ChatRecorder | None) -> None:
+        """After a turn that kept no reply or failed: a session that no longer agrees with the history is set
+        aside; the next turn reads the history's messages (read here) into a new one."""
+        outcome = turn.outcome
+        if recorder is None or outcome is None or outcome.result not in (TurnResult.UNDONE, TurnResult.FAILED):
+            return
+        try:
+            turn.job.join(SETTLE_WAIT_S)  # the worker may still be undoing the turn in the session
+        except TimeoutError:
+            pass
+        try:
+            if recorder.agrees_with(turn.session.messages):
+                return
+            saved = recorder.store.get_conversation(recorder.conversation_id) if recorder.conversation_id is not None else None
+            seed = self._seed_of(saved) if saved is not None else _Seed(self.system_prompt, None)
+        except Exception as exc:  # noqa: BLE001 - the history could not be read: start over from it later
+            log.warning("Could not compare the session with the history: %s", exc)
+            seed = None
+        with self._lock:
+            if self._session is turn.session:
+                self._session = None
+                self._seed = seed
