@@ -178,6 +178,11 @@ class CatalogEntry:
     builds: dict[int, Build]
     source: str = ""
 
+    @property
+    def base_repo(self) -> str:
+        """The original Qwen checkpoint the MLX builds were converted from (it keeps the MTP head they drop)."""
+        return f"Qwen/{self.name}"
+
     def build(self, bits: int) -> Build:
         if bits not in self.builds:
             raise UnknownModel(f"{self.name} has no {bits}-bit MLX build (available: {', '.join(map(str, sorted(self.builds)))})")

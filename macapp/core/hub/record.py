@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ from macapp.core.vision.capability import has_vision_config
 
 RECORDS_CACHE = "hub-records.json"
 SMALL_FILES_CACHE = "hub-configs"  # config.json / preprocessor_config.json, kept out of the shared HF cache
+_BASE_MODEL = re.compile(r"^base_model:\s*(?:\n\s*-\s*)?['\"]?([\w.\-]+/[\w.\-]+)", re.M)
 log = logging.getLogger(__name__)
 
 
@@ -60,6 +62,7 @@ class HubModelRecord:
     processor: dict[str, Any] = field(default_factory=dict)  # preprocessor_config.json ({}: none, or text-only)
     headers_error: str = ""  # why the tensors are not known ("" when every safetensors header was read)
     fetched_at: float = 0.0
+    base_model: str = ""  # the model card's base_model (what a conversion was made from), "" when it names none
 
     @property
     def file_sizes(self) -> dict[str, int]:
@@ -99,6 +102,7 @@ class HubModelRecord:
             "files": [[f.path, f.size, f.etag, f.header_bytes] for f in self.files],
             "tensors": [[t.name, t.file, t.dtype, list(t.shape), t.start, t.end] for t in self.tensors],
             "processor": self.processor, "headers_error": self.headers_error, "fetched_at": self.fetched_at,
+            "base_model": self.base_model,
         }
 
     @classmethod
@@ -110,7 +114,7 @@ class HubModelRecord:
             files=tuple(HubFile(p, int(s), str(e), int(h)) for p, s, e, h in data.get("files") or []),
             tensors=tuple(HubTensor(n, f, d, tuple(sh), int(a), int(b), tensor_role(n, tied)) for n, f, d, sh, a, b in data.get("tensors") or []),
             processor=data.get("processor") or {}, headers_error=data.get("headers_error", ""),
-            fetched_at=float(data.get("fetched_at", 0.0)),
+            fetched_at=float(data.get("fetched_at", 0.0)), base_model=str(data.get("base_model") or ""),
         )
 
 
@@ -119,8 +123,16 @@ def weight_file_paths(files: Iterable[HubFile]) -> list[str]:
     return sorted(f.path for f in files if f.path.endswith(".safetensors") and "/" not in f.path)
 
 
+def readme_base_model(readme: str) -> str | None:
+    """The ``base_model`` of a model card's YAML front matter (the first, when it lists several)."""
+    parts = readme.split("---", 2)
+    front = parts[1] if readme.startswith("---") and len(parts) == 3 else ""
+    m = _BASE_MODEL.search(front)
+    return m.group(1) if m else None
+
+
 # --- reading it from the hub ----------------------------------------------------------------------------------------
-def _small_json(repo: str, commit: str, name: str, required: bool) -> dict[str, Any]:
+def _small_file(repo: str, commit: str, name: str, required: bool) -> str | None:
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import EntryNotFoundError
 
@@ -129,8 +141,13 @@ def _small_json(repo: str, commit: str, name: str, required: bool) -> dict[str, 
     except EntryNotFoundError:
         if required:
             raise
-        return {}
-    data = json.loads(Path(path).read_text())
+        return None
+    return Path(path).read_text()
+
+
+def _small_json(repo: str, commit: str, name: str, required: bool) -> dict[str, Any]:
+    text = _small_file(repo, commit, name, required)
+    data = json.loads(text) if text is not None else {}
     return data if isinstance(data, dict) else {}
 
 
@@ -157,8 +174,9 @@ def fetch_record(repo: str, revision: str = "main", token: str | None = None, ti
         tensors = []
     sees = has_vision_config(config) and any(t.role is TensorRole.VISION for t in tensors)
     processor = _small_json(repo, listing.commit, "preprocessor_config.json", required=False) if sees else {}
+    card = _small_file(repo, listing.commit, "README.md", required=False) if "README.md" in files else None
     return HubModelRecord(repo=repo, revision=listing.commit, config=config, files=tuple(files.values()), tensors=tuple(tensors),
-                          processor=processor, headers_error=error, fetched_at=time.time())
+                          processor=processor, headers_error=error, fetched_at=time.time(), base_model=readme_base_model(card or "") or "")
 
 
 # --- the cache on disk ------------------------------------------------------------------------------------------------
