@@ -17,7 +17,7 @@ import sys
 from typing import Any, TextIO
 
 from macapp.cli import UsageError
-from macapp.cli.model import add_cache_arguments, add_model_argument, check_cache_arguments, load_model
+from macapp.cli.model import add_cache_arguments, add_model_argument, add_mtp_argument, check_cache_arguments, load_model, mtp_mode, mtp_notice
 from macapp.core import events as ev
 from macapp.core.sizing import DEFAULT_PREFILL_STEP
 
@@ -56,6 +56,7 @@ def register(subparsers) -> None:
     parser.add_argument("--presence-penalty", type=float, metavar="X")
     parser.add_argument("--thinking-budget", type=int, metavar="N", help="close the reasoning after N tokens and let the model answer")
     add_cache_arguments(parser)
+    add_mtp_argument(parser)
     parser.add_argument(
         "--prefill-step-size", type=int, default=DEFAULT_PREFILL_STEP, metavar="N",
         help=f"prompt tokens read per step (default {DEFAULT_PREFILL_STEP})",
@@ -101,6 +102,9 @@ def _turn_record(turn: int, reply: Any, conversation_id: int | None) -> dict[str
         "context_tokens": st.context_tokens,
         "conversation_id": conversation_id,
         "image_tokens": st.image_tokens,
+        "mtp_steps": st.mtp_steps,
+        "mtp_acceptance": round(st.mtp_acceptance, 4),
+        "mtp_tokens_per_step": round(st.mtp_tokens_per_step, 4),
     }
 
 
@@ -257,7 +261,9 @@ def run(args: argparse.Namespace) -> int:
             return 1
         if not args.json:
             print(f"[{info.name}: loaded in {info.load_time_s:.2f} s, {info.memory_bytes / 1e9:.2f} GB]", file=sys.stderr)
-        options = SessionOptions(context_limit=args.context, kv_bits=args.kv_bits, prefill_step_size=args.prefill_step_size)
+        if (notice := mtp_notice(info, args.mtp)) is not None:
+            print(notice, file=sys.stderr)
+        options = SessionOptions(context_limit=args.context, kv_bits=args.kv_bits, prefill_step_size=args.prefill_step_size, mtp=mtp_mode(args))
         settings = {"thinking": args.think, "preset": args.preset, "kv_bits": args.kv_bits, "context": args.context}
         history = History(not args.no_history, info.name, args.system, settings, args.resume)
         try:

@@ -73,3 +73,30 @@ def load_model(engine: Any, spec: str, context: int | None = None) -> ev.Loaded 
             raise UsageError(exc.message) from exc
         print(f"qwen-desk: {exc.message}", file=sys.stderr)
         return None
+
+
+def add_mtp_argument(parser: argparse.ArgumentParser) -> None:
+    """--mtp: speculative decoding with the build's own MTP head."""
+    parser.add_argument(
+        "--mtp", choices=("auto", "on", "off"), default="auto",
+        help="draft with the model's own MTP head and verify in one pass: auto (default: only while it pays), on, off",
+    )
+
+
+def mtp_mode(args: argparse.Namespace) -> Any:
+    """The engine's MTPMode for --mtp."""
+    from macapp.core.engine.options import MTPMode
+
+    return MTPMode(getattr(args, "mtp", "auto") or "auto")
+
+
+def mtp_notice(info: ev.Loaded, mode: str) -> str | None:
+    """What to say on stderr about --mtp once the model is loaded (None: nothing): "on" for a build without a
+    usable head says so and where the head comes from; decoding is then plain."""
+    if mode != "on" or info.mtp_head_bytes:
+        return None
+    return (
+        f"qwen-desk: --mtp on: {info.name} has no usable MTP head here (its conversion dropped the mtp.* tensors and "
+        "none was fetched beside it, or the head does not fit the model); fetch it from the library "
+        "(\"MTP: ... MB to fetch\"). Replies are decoded without it."
+    )

@@ -19,7 +19,7 @@ import sys
 import threading
 
 from macapp.cli import UsageError
-from macapp.cli.model import add_cache_arguments, add_model_argument, check_cache_arguments, load_model
+from macapp.cli.model import add_cache_arguments, add_model_argument, add_mtp_argument, check_cache_arguments, load_model, mtp_mode, mtp_notice
 from macapp.server.activity import RequestRecord, RequestState
 from macapp.server.config import DEFAULT_HOST, DEFAULT_PORT, ServerConfig, is_loopback
 
@@ -43,6 +43,7 @@ def register(subparsers) -> None:
         "see a flag in the process list (ps); set the QWEN_DESK_API_KEY environment variable instead to keep it private",
     )
     add_cache_arguments(parser)
+    add_mtp_argument(parser)
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--think", dest="think", action="store_true", default=True, help="reason before answering when a request does not say (default)")
     mode.add_argument("--no-think", dest="think", action="store_false", help="answer directly when a request does not say")
@@ -148,7 +149,11 @@ def run(args: argparse.Namespace) -> int:
         info = load_model(engine, args.model, context=args.context)
         if info is None:
             return 1
-        backend = serving_backend(engine, context=args.context, kv_bits=args.kv_bits, queue_limit=config.queue_limit, parallel=args.parallel)
+        if (notice := mtp_notice(info, args.mtp)) is not None:
+            print(notice, file=sys.stderr)
+        backend = serving_backend(
+            engine, context=args.context, kv_bits=args.kv_bits, queue_limit=config.queue_limit, parallel=args.parallel, mtp=mtp_mode(args),
+        )
         server = LocalServer(backend, config)
         server.activity.add_observer(_log_finished)
         try:

@@ -49,6 +49,12 @@ class GenerationStats:
     elapsed_s: float = 0.0  # request start to now / to the end
     finish_reason: str | None = None  # None while running; see Reply.finish_reason
     image_tokens: int = 0  # of prompt_tokens, the pictures' tokens (the tower's encoding time is in ttft_s)
+    # Speculative decoding with the MTP head (macapp.core.engine.mtp_decode); all 0 when it did not run:
+    mtp_steps: int = 0  # verify passes
+    mtp_drafted: int = 0  # drafted tokens the acceptance walk looked at
+    mtp_accepted: int = 0  # of those, kept
+    mtp_acceptance: float = 0.0  # mtp_accepted / mtp_drafted
+    mtp_tokens_per_step: float = 0.0  # tokens each verify pass gave (kept drafts + the model's own)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -76,6 +82,8 @@ def format_stats(stats: Any) -> str:
         parts.append(f"peak {get('peak_memory_bytes') / 1e9:.2f} GB")
     if get("context_tokens") is not None:
         parts.append(f"context {get('context_tokens')}")
+    if get("mtp_steps"):
+        parts.append(f"MTP {get('mtp_acceptance'):.0%} accepted, {get('mtp_tokens_per_step'):.2f} tokens/step")
     return " · ".join(parts)
 
 
@@ -138,6 +146,7 @@ class Loaded(TerminalEvent):
     has_thinking: bool
     native_context: int | None = None  # the model's own max_position_embeddings
     yarn_factor: float | None = None  # long-context mode (macapp.core.long_context.notice says it)
+    mtp_head_bytes: int = 0  # the build's MTP head as loaded (0: none usable; speculative decoding is off)
 
 
 @dataclass

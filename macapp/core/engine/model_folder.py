@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -17,6 +17,7 @@ from macapp.core.context_limit import ContextError, check_config_context, rope_o
 from macapp.core.engine.errors import EngineError
 from macapp.core.events import Loaded
 from macapp.core.modelfiles import safetensors_problem, text_config
+from macapp.core.vision.tower import TowerSlot
 
 
 @dataclass
@@ -32,6 +33,9 @@ class LoadedModel:
     im_end_id: int | None
     think_end_id: int | None
     weights_bytes: int
+    mtp_head: Any = None  # macapp.core.engine.mtp_head.MTPHead when the build has a usable MTP head
+    mtp_problem: str = ""  # why a head that is there could not be used
+    tower: TowerSlot = field(default_factory=TowerSlot, compare=False, repr=False)  # the vision tower, once a picture needs it
 
 
 def _rope(config: dict, path: Path) -> long_context.RopeInfo:
@@ -173,6 +177,7 @@ def load_model(path: Path, config: dict, read: ModelReader = read_with_mlx_lm, c
     except Exception as exc:
         raise EngineError(f"Could not read the model in {path}: {exc}. The files may be damaged; download it again.", ev.CORRUPT) from exc
     long_context_mode(model, config, factor)
+    head, problem = _mtp_head(model, config, path) if read is read_with_mlx_lm else (None, "")
     load_time = time.perf_counter() - start
     weights = int(sum(v.nbytes for _, v in tree_flatten(model.parameters())))
     quant = loaded_config.get("quantization") or {}
@@ -196,6 +201,7 @@ def load_model(path: Path, config: dict, read: ModelReader = read_with_mlx_lm, c
         has_thinking=bool(tokenizer.has_thinking),
         native_context=rope.native,
         yarn_factor=factor or rope.configured_factor,
+        mtp_head_bytes=head.nbytes if head is not None else 0,
     )
     return LoadedModel(
         model=model,
@@ -207,4 +213,18 @@ def load_model(path: Path, config: dict, read: ModelReader = read_with_mlx_lm, c
         im_end_id=vocab.get("<|im_end|>"),
         think_end_id=vocab.get("</think>"),
         weights_bytes=weights,
+        mtp_head=head,
+        mtp_problem=problem,
     )
+
+
+def _mtp_head(model: Any, config: dict, path: Path) -> tuple[Any, str]:
+    """The build's MTP head bound to `model` (mtp_head.load_mtp_head), or None and why a head that is there is
+    unusable ("" when there is none). Only for mlx-lm's own model: a cluster's shard has no head to run."""
+    from macapp.core.engine.mtp_head import load_mtp_head
+
+    probe = LoadedModel(model, None, config, path, None, None, None, None, 0)
+    try:
+        return load_mtp_head(probe, path), ""
+    except Exception as exc:  # a damaged or mismatched head: plain decoding, and "--mtp on" says why
+        return None, str(exc)

@@ -10,8 +10,10 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
+from macapp.core.engine import mtp_decode
 from macapp.core.engine.clock import STATS_INTERVAL_S, TurnClock
-from macapp.core.engine.options import KVQuantization
+from macapp.core.engine.mtp_policy import DepthPolicy, MTPCounts
+from macapp.core.engine.options import KVQuantization, MTPMode
 from macapp.core.events import AnswerDelta, PromptProgress, ReasoningDelta, Reply, StatsUpdate
 from macapp.core.sampling import SamplingParams, make_sampler_and_processors
 from macapp.core.sizing import DEFAULT_PREFILL_STEP
@@ -33,9 +35,12 @@ class _Stream:
     """What one stream_reply call counts as it goes (the per-token loop copies it into locals)."""
 
     def __init__(self, model: "LoadedModel", cache: list, cached: int, params: SamplingParams, kv: KVQuantization, prefill_step: int,
-                 splitter: ThinkingSplitter, budget: int | None, should_stop: Callable[[], bool], emit: Emit, clock: TurnClock):
+                 splitter: ThinkingSplitter, budget: int | None, should_stop: Callable[[], bool], emit: Emit, clock: TurnClock,
+                 policy: DepthPolicy | None):
         self.model, self.cache, self.cached, self.params = model, cache, cached, params
         self.kv, self.prefill_step, self.splitter, self.budget = kv.kwargs(), prefill_step, splitter, budget
+        self.policy = policy  # None: plain decoding (no head, MTP off, or a cache MTP cannot roll back)
+        self.mtp = MTPCounts()
         self.should_stop, self.emit, self.clock = should_stop, emit, clock
         self.sampler, self.processors = make_sampler_and_processors(params)
         self.generated: list[int] = []  # sampled tokens (the reply's token_ids)
@@ -67,6 +72,8 @@ def stream_reply(
     clock: TurnClock,
     kv: KVQuantization = KVQuantization(),
     prefill_step: int = DEFAULT_PREFILL_STEP,
+    mtp: MTPMode = MTPMode.AUTO,
+    mtp_policy: DepthPolicy | None = None,
 ) -> StreamedReply:
     """Generate one reply into `cache` and stream it as events; return the Reply and what went into the cache.
 
@@ -82,6 +89,9 @@ def stream_reply(
     - `emit(event)`: gets PromptProgress (prompt read, at the first token), the text deltas, and a StatsUpdate
       at most every STATS_INTERVAL_S; the caller emits the terminal event. Called on this (the worker) thread.
     - `clock`: the turn's TurnClock (call its `reading()` before the prefill): TTFT and rates are timed by it.
+    - `mtp`: speculative decoding with the build's MTP head (`model.mtp_head`; mtp_decode.py), the same
+      tokens (greedy) or the same distribution (sampling); `mtp_policy`: the conversation's measurements and
+      "auto"'s decision, kept across its turns (None: a fresh one for this reply).
 
     Run on the engine's worker thread (Engine.submit), inside prefill.wired_memory(model). Per token this adds
     a list append, the splitter's string work and the event to mlx-lm's own loop.
@@ -89,7 +99,8 @@ def stream_reply(
     import mlx.core as mx
 
     splitter = ThinkingSplitter(in_reasoning=thinking and budget != 0)
-    run = _Stream(model, cache, cached, params, kv, prefill_step, splitter, budget, should_stop, emit, clock)
+    policy = _mtp_policy(model, cache, kv, mtp, mtp_policy)
+    run = _Stream(model, cache, cached, params, kv, prefill_step, splitter, budget, should_stop, emit, clock, policy)
     if params.seed is not None:
         mx.random.seed(params.seed)
     remaining = params.max_tokens
@@ -114,6 +125,41 @@ def stream_reply(
     return _finish(run, thinking, finish)
 
 
+def _mtp_policy(model: "LoadedModel", cache: list, kv: KVQuantization, mode: MTPMode, policy: DepthPolicy | None) -> DepthPolicy | None:
+    """The policy this stream drafts with, or None for plain decoding."""
+    if mode is MTPMode.OFF or not mtp_decode.usable(model, getattr(model, "mtp_head", None), cache, kv.bits):
+        return None
+    policy = policy if policy is not None else DepthPolicy()
+    policy.mode = mode
+    return None if policy.off and mode is MTPMode.AUTO else policy
+
+
+def _token_source(run: _Stream, segment: list[int], cap: int):
+    """mlx-lm's stream_generate, or the MTP head's speculative stream (the same contract: mtp_decode)."""
+    import mlx.core as mx
+    from mlx_lm.generate import stream_generate
+
+    m = run.model
+    policy = run.policy
+    if policy is not None and not (policy.off and policy.mode is MTPMode.AUTO):
+        return mtp_decode.mtp_stream(
+            m, m.mtp_head, run.cache, segment, cached=run.cached + len(run.added), max_tokens=cap, params=run.params,
+            sampler=run.sampler, processors=run.processors, policy=policy, counts=run.mtp,
+        )
+    return stream_generate(
+        m.model, m.tokenizer, mx.array(segment), max_tokens=cap, sampler=run.sampler, logits_processors=run.processors,
+        prompt_cache=run.cache, prefill_step_size=run.prefill_step, **run.kv,
+    )
+
+
+def with_mtp(stats, counts: MTPCounts):
+    """`stats` with the MTP figures of `counts` (unchanged when MTP did not run)."""
+    if counts.steps:
+        stats.mtp_steps, stats.mtp_drafted, stats.mtp_accepted = counts.steps, counts.drafted, counts.accepted
+        stats.mtp_acceptance, stats.mtp_tokens_per_step = counts.acceptance_rate, counts.tokens_per_step
+    return stats
+
+
 def leading_space(tokenizer: Any, tokens: list[int], text: str) -> str:
     """mlx-lm's BPE streaming detokenizer drops the leading space of a stream's first text (as if nothing came
     before it); here the prompt did, and a reply that goes on from a partial one ("The answer" + " is") needs it."""
@@ -123,16 +169,11 @@ def leading_space(tokenizer: Any, tokens: list[int], text: str) -> str:
 
 
 def _generate(run: _Stream, segment: list[int], cap: int) -> tuple[int, str, bool]:
-    """Feed `segment` and sample up to `cap` tokens with one stream_generate, until it finishes, a stop is asked
-    or the thinking budget is spent. Returns (tokens sampled, finish reason, whether the budget ended it)."""
-    import mlx.core as mx
-    from mlx_lm.generate import stream_generate
-
+    """Feed `segment` and sample up to `cap` tokens with one stream_generate (or the MTP stream), until it
+    finishes, a stop is asked or the thinking budget is spent. Returns (tokens sampled, finish reason, whether
+    the budget ended it)."""
     m = run.model
-    gen = stream_generate(
-        m.model, m.tokenizer, mx.array(segment), max_tokens=cap, sampler=run.sampler, logits_processors=run.processors,
-        prompt_cache=run.cache, prefill_step_size=run.prefill_step, **run.kv,
-    )
+    gen = _token_source(run, segment, cap)
     run.added.extend(segment)
     # The loop below runs once per token: locals only, and nothing but cheap work.
     emit, should_stop, budget, clock, splitter = run.emit, run.should_stop, run.budget, run.clock, run.splitter
@@ -179,7 +220,7 @@ def _generate(run: _Stream, segment: list[int], cap: int) -> tuple[int, str, boo
                     last_token_at=now, now=now, generated=len(generated), reasoning=reasoning, forced=run.forced,
                     context=base + taken, finish=None,
                 )
-                emit(StatsUpdate(stats))
+                emit(StatsUpdate(with_mtp(stats, run.mtp)))
     finally:
         gen.close()
         run.reasoning, run.next_stats, run.last_token_at = reasoning, next_stats, last
@@ -205,10 +246,10 @@ def _close_reasoning(run: _Stream) -> list[int]:
 def _finish(run: _Stream, thinking: bool, finish: str) -> StreamedReply:
     splitter = run.splitter
     deliver(run.emit, splitter.flush())
-    stats = run.clock.stats(
+    stats = with_mtp(run.clock.stats(
         last_token_at=run.last_token_at, now=time.perf_counter(), generated=len(run.generated), reasoning=run.reasoning,
         forced=run.forced, context=run.cached + len(run.added), finish=finish,
-    )
+    ), run.mtp)
     reply = Reply(
         text=splitter.answer_text,
         reasoning=splitter.reasoning_text,

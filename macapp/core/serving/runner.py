@@ -296,7 +296,7 @@ class ServingEngine:
             streamed = stream_reply(
                 run, cache.layers, tokens[-1:], cached=len(tokens) - 1, limit=limit, params=params, thinking=rendered.thinking,
                 budget=budget, should_stop=text.should_stop, emit=text.emit, clock=clock, kv=opts.kv,
-                prefill_step=opts.prefill_step_size,
+                prefill_step=opts.prefill_step_size, mtp=opts.mtp,
             )
         del cache
         mx.clear_cache()

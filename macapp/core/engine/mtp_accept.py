@@ -1,0 +1,94 @@
+"""Which drafted tokens a verify pass keeps: the standard speculative acceptance rule, on mlx-lm's own sampling.
+
+The target distribution at each position is exactly what plain decoding samples from: the logits processors
+(penalties, logit bias) on the tokens so far, mlx-lm's filters in make_sampler's order (top-p, min-p, top-k, on
+log-probabilities), then the temperature. The drafter is greedy, so its q is one-hot: a draft d is kept with
+probability p(d); on a rejection the token comes from p with d removed (max(0, p - q) normalized); when every
+draft is kept the bonus token comes from p at the last position. At temperature 0 that is: keep d while it is
+the argmax, then take the argmax. Either way the tokens follow the plain decode's distribution (greedy: its
+very tokens).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple, Sequence
+
+from macapp.core.sampling import SamplingParams
+
+
+class Verdict(NamedTuple):
+    accepted: int  # how many drafts were kept (0..k)
+    token: int  # the target's own token after them (the correction, or the bonus when all were kept)
+
+
+class Acceptor:
+    """The acceptance walk for one stream's sampling settings; `history` is every token the logits processors
+    have seen so far (mlx-lm's generate_step: this stream's segment and sampled tokens)."""
+
+    def __init__(self, params: SamplingParams, processors: Sequence[Callable], history: list[int]):
+        self.params = params
+        self.processors = list(processors)
+        self.history = history
+        self.greedy = params.temperature == 0
+
+    def first(self, logits: Any) -> int:
+        """The token after a plain step (`logits`: one row, processors not yet applied; history already holds the
+        fed tokens). Greedy: the argmax; else a sample from the target distribution."""
+        import mlx.core as mx
+
+        row = self._processed(logits[None], self.history)
+        if self.greedy:
+            return int(mx.argmax(row, axis=-1).item())
+        return int(mx.random.categorical(mx.log(self._probs(row))).item())
+
+    def walk(self, logits: Any, drafts: Sequence[int]) -> Verdict:
+        """`logits` (k+1 rows): the verify pass over [last token, *drafts]; the history holds the tokens up to and
+        including the last token. Returns the verdict; the history is not changed."""
+        import mlx.core as mx
+
+        k = len(drafts)
+        if self.greedy and not self.processors:
+            targets = mx.argmax(logits, axis=-1).tolist()  # one sync for the whole walk
+            accepted = next((j for j in range(k) if targets[j] != drafts[j]), k)
+            return Verdict(accepted, int(targets[accepted]))
+        for j in range(k + 1):
+            row = self._processed(logits[j : j + 1], self.history + list(drafts[:j]))
+            if self.greedy:
+                target = int(mx.argmax(row, axis=-1).item())
+                if j < k and target == drafts[j]:
+                    continue
+                return Verdict(j, target)
+            probs = self._probs(row)
+            if j == k:
+                return Verdict(k, int(mx.random.categorical(mx.log(probs)).item()))
+            d = drafts[j]
+            if mx.random.uniform().item() < probs[0, d].item():
+                continue
+            residual = probs.at[0, d].multiply(0.0)
+            return Verdict(j, int(mx.random.categorical(mx.log(residual)).item()))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _processed(self, row: Any, tokens: list[int]) -> Any:
+        if not self.processors:
+            return row
+        import mlx.core as mx
+
+        seen = mx.array(tokens)
+        for processor in self.processors:
+            row = processor(seen, row)
+        return row
+
+    def _probs(self, row: Any) -> Any:
+        """The distribution mlx-lm's sampler draws from for these processed logits (one row)."""
+        import mlx.core as mx
+        from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
+
+        p = self.params
+        logprobs = row - mx.logsumexp(row, axis=-1, keepdims=True)
+        if 0 < p.top_p < 1:
+            logprobs = apply_top_p(logprobs, p.top_p)
+        if p.min_p != 0:
+            logprobs = apply_min_p(logprobs, p.min_p)
+        if 0 < p.top_k < logprobs.shape[-1]:  # a top_k not below the vocabulary is none (sampling._sampler)
+            logprobs = apply_top_k(logprobs, p.top_k)
+        return mx.softmax(logprobs * (1 / p.temperature), axis=-1)

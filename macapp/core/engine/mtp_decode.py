@@ -1,0 +1,248 @@
+"""Speculative decoding with the model's own MTP head on Qwen3.5's hybrid cache: a token source for stream_reply.
+
+`mtp_stream(...)` keeps mlx-lm's stream_generate contract (what reply._generate reads: `.token`, `.text`,
+`.finish_reason`; eos and max_tokens end it the same way), and the same cache contract: when the consumer
+stops reading, the cache holds exactly the tokens it was given, in order, as after plain decoding (mlx-lm's
+generate_step feeds each token before yielding it).
+
+A round: the head drafts k tokens after the last one `b` (not yet read into the cache); the model reads
+[b, *drafts] in one verify pass; the acceptance walk (mtp_accept) keeps the first `a` drafts and gives the
+model's own next token. Rejected drafts must leave no trace. The KV layers could be trimmed, but mlx-lm's
+Gated DeltaNet layers fold every token into their conv and recurrent state (an ArraysCache), which cannot be
+rewound. So the round takes a snapshot first (snapshots.py: references to the DeltaNet arrays, nothing
+copied), and when a draft was rejected it restores it and re-reads [b, *kept] (one more pass). When every draft
+was kept the verify pass is already the commit. A stop in the middle of a round's tokens settles the cache
+the same way (restore, re-read what was given out).
+
+Built on mlx-vlm's Qwen3.5 MTP drafter (its module, draft_block, accept_verified_tokens: it keeps the head's
+own KV cache and seeds the next round). What was needed beyond it: the head's loading (mtp_head.py); the
+target's post-norm hidden states from mlx-lm's model (mlx-vlm's path asks its own model for them); rollback of
+mlx-lm's ArraysCache by snapshot and re-read (mlx-vlm relies on its own DeltaNet kernel's per-step states);
+the acceptance rule on our sampler and logits processors; the stop/eos/max_tokens cache contract above; the
+measured depth and "auto" (mtp_policy.py), handing over to mlx-lm's own generate_step when MTP does not pay.
+The head's cache starts empty at each call (it sees this stream's tokens, not the prompt before them): only
+its acceptance depends on that, never the output.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple, Sequence
+
+from macapp.core.engine.mtp_accept import Acceptor
+from macapp.core.engine.mtp_policy import DepthPolicy, MTPCounts
+from macapp.core.engine.snapshots import ObservedCache, restore_snapshot, take_snapshot
+from macapp.core.sampling import SamplingParams
+
+if TYPE_CHECKING:
+    from macapp.core.engine.model_folder import LoadedModel
+    from macapp.core.engine.mtp_head import MTPHead
+
+
+class Token(NamedTuple):
+    """One token as stream_generate's GenerationResponse gives it (the fields stream_reply reads)."""
+
+    token: int
+    text: str
+    finish_reason: str | None
+
+
+def usable(m: "LoadedModel", head: "MTPHead | None", cache: list, kv_bits: int | None) -> bool:
+    """Whether this stream can draft with `head`: the head belongs to this very model object (not the pictures'
+    positioned model, not a cluster's shard), the KV cache is not quantized, and no mirror repeats the cache."""
+    if head is None or head.target is not m.model or kv_bits is not None:
+        return False
+    return not (isinstance(cache, ObservedCache) and cache.mirror is not None)
+
+
+def mtp_stream(
+    m: "LoadedModel", head: "MTPHead", cache: list, segment: Sequence[int], *, cached: int, max_tokens: int,
+    params: SamplingParams, sampler: Callable, processors: list, policy: DepthPolicy, counts: MTPCounts,
+) -> Iterator[Token]:
+    """Feed `segment` into `cache` (holding `cached` tokens) and give up to `max_tokens` tokens, as stream_generate."""
+    raw = _Decoder(m, head, cache, cached, params, sampler, processors, policy, counts).tokens(list(segment), max_tokens)
+    detokenizer = m.tokenizer.detokenizer
+    eos = m.tokenizer.eos_token_ids
+    token = None
+    try:
+        for n, token in enumerate(raw):
+            if token in eos:
+                break
+            detokenizer.add_token(token)
+            if n + 1 == max_tokens:
+                break
+            yield Token(token, detokenizer.last_segment, None)
+        detokenizer.finalize()
+        yield Token(token, detokenizer.last_segment, "stop" if token in eos else "length")
+    finally:
+        raw.close()
+
+
+class _Decoder:
+    """One stream's rounds. `fed` / `given` are the tokens read into the cache and handed out since `base`
+    (a snapshot, or None when nothing read since needs undoing): settle() makes the first equal the second."""
+
+    def __init__(self, m: "LoadedModel", head: "MTPHead", cache: list, cached: int, params: SamplingParams, sampler: Callable,
+                 processors: list, policy: DepthPolicy, counts: MTPCounts):
+        self.m, self.head, self.cache, self.length = m, head, cache, cached
+        self.lm = m.model.language_model
+        self.sampler, self.processors, self.policy, self.counts = sampler, processors, policy, counts
+        self.history: list[int] = []  # what the logits processors have seen (generate_step's `tokens`)
+        self.acceptor = Acceptor(params, processors, self.history)
+        self.base = None
+        self.fed: list[int] = []
+        self.given: list[int] = []
+        self.handed_over = False
+
+    # -- the model -------------------------------------------------------------------------------------
+    def _forward(self, tokens: list[int]) -> tuple[Any, Any]:
+        """Read `tokens` into the cache: (post-norm hidden states (1, n, H), logits (n, V))."""
+        import mlx.core as mx
+        from mlx_lm.generate import generation_stream
+
+        with mx.stream(generation_stream):
+            hidden = self.lm.model(mx.array(tokens)[None], cache=self.cache)
+            if self.lm.args.tie_word_embeddings:
+                logits = self.lm.model.embed_tokens.as_linear(hidden)
+            else:
+                logits = self.lm.lm_head(hidden)
+        self.length += len(tokens)
+        return hidden, logits[0]
+
+    def _read(self, tokens: list[int]) -> None:
+        import mlx.core as mx
+
+        if tokens:
+            hidden, _ = self._forward(tokens)
+            mx.eval(hidden, [c.state for c in self.cache])
+
+    # -- the stream ------------------------------------------------------------------------------------
+    def tokens(self, segment: list[int], max_tokens: int) -> Iterator[int]:
+        try:
+            yield from self._rounds(segment, max_tokens)
+        finally:
+            self.settle()
+
+    def _rounds(self, segment: list[int], max_tokens: int) -> Iterator[int]:
+        start = time.perf_counter()
+        hidden, logits = self._forward(segment)
+        self.history.extend(segment)
+        token = self.acceptor.first(logits[-1])
+        if self.policy.wants_plain_probe():
+            self.policy.plain_step(time.perf_counter() - start)
+        self.base, self.fed, self.given = None, [], [token]
+        last_hidden = hidden[:, -1:, :]
+        produced = 1
+        yield token
+        live = False  # the head's own cache follows this stream's tokens
+        while produced < max_tokens:
+            depth = self.policy.depth(max_tokens - produced - 1)
+            if depth == 0 and self.policy.off:
+                yield from self._hand_over(max_tokens - produced)
+                return
+            b = self.given[-1]
+            self.base, self.fed, self.given = None, [], [b]
+            if depth == 0:
+                token, last_hidden = self._plain_step(b)
+                live = False
+                produced += 1
+                self.given.append(token)
+                yield token
+                continue
+            if not live:
+                self.head.drafter.reset(self.m.model)
+                self.head.drafter.set_shared_kv({}, self.length - 1)  # the pair (b, hidden before b) sits there
+                live = True
+            kept, last_hidden = self._round(b, last_hidden, depth)
+            for token in kept:
+                produced += 1
+                self.given.append(token)
+                yield token
+
+    def _plain_step(self, b: int) -> tuple[int, Any]:
+        start = time.perf_counter()
+        hidden, logits = self._forward([b])
+        self.fed = [b]
+        self.history.append(b)
+        token = self.acceptor.first(logits[-1])
+        self.policy.plain_step(time.perf_counter() - start)
+        return token, hidden
+
+    def _round(self, b: int, last_hidden: Any, depth: int) -> tuple[list[int], Any]:
+        """Draft `depth` tokens after `b`, verify, commit; the tokens the round gives and the hidden after them."""
+        import mlx.core as mx
+
+        drafter = self.head.drafter
+        t0 = time.perf_counter()
+        draft_array = drafter.draft_block(b, last_hidden, None, depth + 1, None, greedy=True)
+        drafts = [int(t) for t in draft_array[0].tolist()]
+        t1 = time.perf_counter()
+        self.base = take_snapshot(self.cache, self.length)
+        hidden, logits = self._forward([b, *drafts])
+        self.history.append(b)
+        verdict = self.acceptor.walk(logits, drafts)
+        t2 = time.perf_counter()
+        kept = drafts[: verdict.accepted]
+        reread = None
+        if verdict.accepted < depth:  # a rejected draft: back to before the pass, then read what was kept
+            self._restore()
+            self._read([b, *kept])
+            reread = time.perf_counter() - t2
+        self.fed = [b, *kept]
+        self.history.extend(kept)
+        t3 = time.perf_counter()
+        drafter.accept_verified_tokens(hidden, draft_array, verdict.accepted, [*kept, verdict.token], None, greedy=True)
+        mx.eval(drafter.draft_eval_state())
+        head_s = (t1 - t0) + (time.perf_counter() - t3)
+        looked = min(verdict.accepted + 1, depth)
+        self.policy.round(depth=depth, looked=looked, kept=verdict.accepted, draft_s=head_s, verify_s=t2 - t1, reread_s=reread)
+        counts = self.counts
+        counts.steps += 1
+        counts.drafted += looked
+        counts.accepted += verdict.accepted
+        counts.tokens += verdict.accepted + 1
+        return [*kept, verdict.token], hidden[:, verdict.accepted : verdict.accepted + 1, :]
+
+    def _restore(self) -> None:
+        restore_snapshot(self.cache, self.base)
+        self.length = self.base.length
+
+    def _hand_over(self, most: int) -> Iterator[int]:
+        """MTP does not pay here: mlx-lm's own generate_step from the last token on (exactly plain decoding; the
+        processors still see this stream's earlier tokens, as one generate_step would have)."""
+        from mlx_lm.generate import generate_step
+
+        import mlx.core as mx
+
+        b = self.given[-1]
+        self.base, self.fed, self.given = None, [], [b]
+        prefix = mx.array(self.history) if self.history else None
+        processors = [_with_prefix(p, prefix) for p in self.processors]
+        self.handed_over = True
+        steps = generate_step(mx.array([b]), self.m.model, max_tokens=most, sampler=self.sampler, logits_processors=processors, prompt_cache=self.cache)
+        try:
+            for token, _ in steps:
+                yield int(token)
+        finally:
+            steps.close()
+
+    def settle(self) -> None:
+        """The cache holds exactly what was handed out (see the class docstring)."""
+        if self.handed_over:
+            return  # generate_step reads each token before giving it
+        fed, given = self.fed, self.given
+        if given[: len(fed)] == fed:
+            self._read(given[len(fed) :])
+        else:
+            self._restore()
+            self._read(given)
+        self.fed = list(given)
+
+
+def _with_prefix(processor: Callable, prefix: Any) -> Callable:
+    """A logits processor that sees `prefix` before the tokens it is given."""
+    if prefix is None:
+        return processor
+    import mlx.core as mx
+
+    return lambda tokens, logits: processor(mx.concatenate([prefix, tokens]), logits)

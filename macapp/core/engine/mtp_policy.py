@@ -1,0 +1,123 @@
+"""How deep to draft, and whether drafting pays at all: chosen from what this conversation measured.
+
+Like Ollama's MLX runner, the depth k maximises expected tokens per unit of time. With a per-draft acceptance
+rate a (measured: kept drafts over drafts the walk looked at), a round of depth k yields
+E(k) = (1 - a^(k+1)) / (1 - a) tokens and costs k drafts + one verify pass over k+1 tokens + (when a draft is
+rejected, probability 1 - a^k) a re-read of the kept ones (the DeltaNet state cannot be rewound; see
+mtp_decode). Plain decoding yields 1 token per plain step. Times are measured as the stream runs (plain
+steps, verify passes by width, drafts, re-reads); until measured, a guess that leans towards trying MTP.
+
+"auto" turns MTP off for the conversation once, after MIN_ROUNDS rounds, no depth beats a plain step; "on"
+never turns it off (depth at least 1). Exactness never depends on any of this: only speed does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from macapp.core.engine.options import MTPMode
+
+MAX_DEPTH = 6
+MIN_ROUNDS = 3  # rounds measured before "auto" may turn MTP off
+PLAIN_PROBES = 2  # plain steps timed at the start of a conversation (the baseline MTP must beat)
+_EMA = 0.3  # weight of the newest measurement
+
+
+def _ema(old: float | None, new: float) -> float:
+    return new if old is None else old + _EMA * (new - old)
+
+
+@dataclass
+class MTPCounts:
+    """What MTP did in one reply (the figures in GenerationStats)."""
+
+    steps: int = 0  # verify passes (each with at least one draft)
+    drafted: int = 0  # drafted tokens the walk looked at
+    accepted: int = 0  # of those, kept
+    tokens: int = 0  # tokens the verify passes produced (kept drafts + the target's own token)
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def tokens_per_step(self) -> float:
+        return self.tokens / self.steps if self.steps else 0.0
+
+
+@dataclass
+class DepthPolicy:
+    """One conversation's measurements and decisions (a ChatSession keeps one across its turns)."""
+
+    mode: MTPMode = MTPMode.AUTO
+    off: bool = False  # auto found that MTP does not pay here: plain decoding for the rest of the conversation
+    off_reason: str = ""
+    plain_s: float | None = None  # one plain step
+    draft_s: float | None = None  # one drafted token
+    verify_s: dict[int, float] = field(default_factory=dict)  # one verify pass, by its width (k+1)
+    reread_s: float | None = None  # re-reading the kept tokens after a rejection, per pass
+    looked: int = 0  # drafts the walk looked at (all replies)
+    kept: int = 0
+    rounds: int = 0
+    plain_steps: int = 0
+
+    @property
+    def acceptance(self) -> float:
+        """The per-draft acceptance estimate (Laplace: one kept and one rejected imagined, so it starts at 1/2)."""
+        return (self.kept + 1) / (self.looked + 2)
+
+    def wants_plain_probe(self) -> bool:
+        """A plain step now, to time the baseline (auto only: "on" drafts from the first step)."""
+        return self.mode is MTPMode.AUTO and self.plain_steps < PLAIN_PROBES
+
+    def depth(self, most: int) -> int:
+        """The depth for the next round (0: a plain step), at most `most` drafts."""
+        if self.off or most <= 0 or self.wants_plain_probe():
+            return 0
+        best, mtp_rate = self._best(min(most, MAX_DEPTH))
+        if best == 0 and self.mode is MTPMode.ON:
+            return 1
+        if best == 0 and self.rounds >= MIN_ROUNDS:
+            self.off = True
+            self.off_reason = f"acceptance {self.acceptance:.0%}: {mtp_rate:.1f} tok/s with MTP at best, {1 / self._plain():.1f} plain"
+        return max(best, 1) if self.rounds < MIN_ROUNDS else best
+
+    def _plain(self) -> float:
+        return self.plain_s if self.plain_s is not None else min(self.verify_s.values(), default=1.0)
+
+    def _verify(self, width: int) -> float:
+        if width in self.verify_s:
+            return self.verify_s[width]
+        plain = self._plain()
+        known = sorted(self.verify_s.items())
+        if not known:
+            return plain * (1 + 0.1 * (width - 1))  # a guess: a wider pass costs a little more
+        w0, t0 = min(known, key=lambda kv: abs(kv[0] - width))
+        return max(t0 * (1 + 0.1 * (width - w0)), plain * 0.5)
+
+    def _best(self, most: int) -> tuple[int, float]:
+        """(depth maximising expected tokens/s over 0..most, the best expected tokens/s of a depth >= 1)."""
+        a = min(self.acceptance, 0.999)
+        plain = self._plain()
+        draft = self.draft_s if self.draft_s is not None else 0.1 * plain
+        rates = {}
+        for k in range(1, most + 1):
+            tokens = (1 - a ** (k + 1)) / (1 - a)
+            reread = self.reread_s if self.reread_s is not None else self._verify(max(1, round(tokens - 1)))
+            rates[k] = tokens / (k * draft + self._verify(k + 1) + (1 - a**k) * reread)
+        k_best = max(rates, key=rates.get)
+        return (k_best if rates[k_best] > 1 / plain else 0), rates[k_best]
+
+    # -- measurements ----------------------------------------------------------------------------------
+    def plain_step(self, seconds: float) -> None:
+        self.plain_steps += 1
+        self.plain_s = _ema(self.plain_s, seconds)
+
+    def round(self, *, depth: int, looked: int, kept: int, draft_s: float, verify_s: float, reread_s: float | None) -> None:
+        self.rounds += 1
+        self.looked += looked
+        self.kept += kept
+        self.draft_s = _ema(self.draft_s, draft_s / max(depth, 1))
+        self.verify_s[depth + 1] = _ema(self.verify_s.get(depth + 1), verify_s)
+        if reread_s is not None:
+            self.reread_s = _ema(self.reread_s, reread_s)
