@@ -1,4 +1,5 @@
-"""The window's chat history: opened explicitly (after the first paint), with what happened said explicitly.
+"""The window's chat history: opened explicitly (after the first paint), with what happened said explicitly;
+and the sidebar's search of it, debounced and run off the GUI thread.
 
 If the history cannot be opened, chats still work in a scratch history that is not kept; if it is read-only
 (written by a newer Qwen Desk), it is left untouched and the chat goes on in a scratch copy. Either way the
@@ -7,11 +8,19 @@ caller gets the sentence to show; nothing here touches a widget.
 
 from __future__ import annotations
 
+import logging
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
+
+from PySide6.QtCore import QObject, QTimer, Signal
 
 from macapp.core.history import Store, StoreError
+
+log = logging.getLogger(__name__)
+SEARCH_DELAY_MS = 200  # the search runs once typing pauses this long, not on every keystroke
 
 NOT_SAVED_READ_ONLY = (
     "This chat is not being saved: the history is read-only (written by a newer Qwen Desk). "
@@ -72,3 +81,66 @@ class ChatHistory:
 
 def _scratch_store() -> Store:
     return Store.open(Path(tempfile.mkdtemp(prefix="qwen-desk-unsaved-")) / "history.sqlite3")
+
+
+def search_rows(store: Store, query: str) -> list[tuple[int, str]]:
+    """The conversations with a message matching `query`, once each, as (id, title) rows for the sidebar."""
+    titles = {c.id: c.display_title for c in store.list_conversations(limit=200)}
+    rows: dict[int, str] = {}
+    for hit in store.search(query):
+        rows.setdefault(hit.conversation_id, titles.get(hit.conversation_id, hit.conversation_title))
+    return list(rows.items())
+
+
+class ConversationSearch(QObject):
+    """The sidebar's full-text search: `find(query)` runs it once typing pauses (SEARCH_DELAY_MS), on a thread of
+    its own; `found(query, rows)` comes on the GUI thread for the newest query only (older results are dropped)."""
+
+    found = Signal(str, list)  # (query, [(conversation id, title)])
+    _done = Signal(int, str, object)  # (which request, query, rows or None), from the searching thread
+
+    def __init__(self, store: Callable[[], Store | None], delay_ms: int = SEARCH_DELAY_MS, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._store = store
+        self._query = ""
+        self._asked = 0  # requests so far: a result is shown only if it answers the latest
+        self.searches = 0  # searches started (tests compare it with keystrokes)
+        self._timer = QTimer(self)
+        self._timer.setSingleShot(True)
+        self._timer.setInterval(delay_ms)
+        self._timer.timeout.connect(self._run)
+        self._done.connect(self._arrived)  # queued: emitted from the searching thread
+
+    def find(self, query: str) -> None:
+        """Search for `query` once typing pauses; any result for an earlier query is dropped."""
+        self._query = query
+        self._asked += 1
+        self._timer.start()
+
+    def cancel(self) -> None:
+        """No search wanted now (the box was cleared): a pending one does not run, one in flight is dropped."""
+        self._asked += 1
+        self._timer.stop()
+
+    def _run(self) -> None:
+        store, asked, query = self._store(), self._asked, self._query
+        if store is None:
+            return
+        self.searches += 1
+
+        def work() -> None:
+            try:
+                rows = search_rows(store, query)
+            except Exception as exc:  # noqa: BLE001 - e.g. the history closed meanwhile: nothing to show
+                log.warning("Search of the chat history failed: %s", exc)
+                rows = None
+            try:
+                self._done.emit(asked, query, rows)
+            except RuntimeError:  # the window is gone
+                pass
+
+        threading.Thread(target=work, name="qwen-desk-search", daemon=True).start()
+
+    def _arrived(self, asked: int, query: str, rows: list | None) -> None:
+        if asked == self._asked and rows is not None:
+            self.found.emit(query, rows)

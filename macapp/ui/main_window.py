@@ -143,6 +143,10 @@ class MainWindow(QMainWindow):
         self.sidebar.conversation_selected.connect(self.open_conversation)
         self.sidebar.delete_requested.connect(self.delete_conversation)
         self.sidebar.rename_requested.connect(self.rename_conversation)
+        from macapp.ui.chat_history import ConversationSearch
+
+        self.conversation_search = ConversationSearch(lambda: self.chat.controller.store, parent=self)
+        self.conversation_search.found.connect(self._show_found)
         self.sidebar.search_changed.connect(lambda _q: self.refresh_conversations())
         self.library.load_requested.connect(self.chat.load_model)
         self.library.machine_changed.connect(self.status.set_machine)
@@ -297,13 +301,12 @@ class MainWindow(QMainWindow):
             return
         query = self.sidebar.search.text().strip()
         if not query:
+            self.conversation_search.cancel()
             self.sidebar.set_conversations(self.chat.controller.conversation_rows(), self.chat.controller.conversation_id)
             return
-        titles = dict(self.chat.controller.conversation_rows())
-        rows: list[tuple[int, str]] = []
-        for hit in self.chat.controller.store.search(query):
-            if hit.conversation_id not in (key for key, _title in rows):
-                rows.append((hit.conversation_id, titles.get(hit.conversation_id, hit.conversation_title)))
+        self.conversation_search.find(query)  # debounced, off the GUI thread: _show_found shows what it finds
+
+    def _show_found(self, query: str, rows: list) -> None:
         self.sidebar.set_conversations(rows, self.chat.controller.conversation_id, empty=f"No messages match “{query}”")
 
     def open_model_folder(self) -> None:

@@ -94,19 +94,66 @@ def test_undo_is_withdrawn_after_a_few_seconds(make_window, qtbot):
     assert w.deleted is None and titles(w) == []
 
 
-def test_search_filters_the_conversations_and_clearing_shows_all(make_window):
+def search(window, qtbot, text):
+    """Type a search and wait for what it finds (debounced, found off the GUI thread, delivered by signal)."""
+    with qtbot.waitSignal(window.conversation_search.found, timeout=5_000):
+        window.sidebar.search.setText(text)
+
+
+def test_search_filters_the_conversations_and_clearing_shows_all(make_window, qtbot):
     seed(("Tell me about otters", "Otters hold hands while they sleep."), ("Plan a trip", "Pack light."))
     w = make_window()
     assert len(titles(w)) == 2
-    w.sidebar.search.setText("sleep")  # found in an answer, not in a title
+    search(w, qtbot, "sleep")  # found in an answer, not in a title
     assert titles(w) == ["Tell me about otters"]
-    w.sidebar.search.setText("zebra")
+    search(w, qtbot, "zebra")
     assert titles(w) == [] and "zebra" in w.sidebar.empty_note.text() and w.sidebar.empty_note.isVisibleTo(w)
     w.sidebar.search.clear()
     assert len(titles(w)) == 2
 
 
-def test_a_history_from_a_newer_app_is_shown_read_only_with_a_notice(make_window):
+def test_typing_a_search_runs_it_once_off_the_gui_thread(make_window, qtbot):
+    import threading
+
+    seed(("Tell me about otters", "Otters hold hands while they sleep."), ("Plan a trip", "Pack light."))
+    w = make_window()
+    store = w.chat.controller.store
+    threads = []
+    real_search = store.search
+
+    def recording_search(query, *args, **kwargs):  # the real search, and the thread it ran on
+        threads.append(threading.current_thread())
+        return real_search(query, *args, **kwargs)
+
+    store.search = recording_search
+    found = []
+    w.conversation_search.found.connect(lambda query, rows: found.append(query))
+    for n in range(1, len("sleep") + 1):  # typed a key at a time, faster than the debounce
+        w.sidebar.search.setText("sleep"[:n])
+    assert len(titles(w)) == 2 and w.conversation_search.searches == 0  # nothing searched yet
+    qtbot.waitUntil(lambda: found == ["sleep"], timeout=5_000)
+    assert titles(w) == ["Tell me about otters"]
+    assert len(threads) == 1 and threads[0] is not threading.main_thread()
+    assert w.conversation_search.searches == 1
+
+
+def test_a_search_answered_after_a_newer_one_was_asked_is_dropped(make_window, qtbot):
+    seed(("Tell me about otters", "Otters hold hands while they sleep."), ("Plan a trip", "Pack light."))
+    w = make_window()
+    store = w.chat.controller.store
+    found = []
+    w.conversation_search.found.connect(lambda query, rows: found.append((query, [title for _id, title in rows])))
+    with store.database.lock:  # the history is busy: the first search waits for it on its thread
+        w.sidebar.search.setText("sleep")
+        qtbot.waitUntil(lambda: w.conversation_search.searches == 1, timeout=5_000)
+        w.sidebar.search.setText("light")  # asked while the first is still running
+        qtbot.waitUntil(lambda: w.conversation_search.searches == 2, timeout=5_000)
+    qtbot.waitUntil(lambda: bool(found), timeout=5_000)
+    qtbot.wait(300)  # the first search's answer has come back by now too (after the lock), and was dropped
+    assert found == [("light", ["Plan a trip"])] and titles(w) == ["Plan a trip"]
+
+
+def test_a_history_from_a_newer_app_is_shown_read_only_with_a_notice(make_window, qtbot):
     import sqlite3
 
     seed(("From the future", "ok"))
@@ -116,5 +163,5 @@ def test_a_history_from_a_newer_app_is_shown_read_only_with_a_notice(make_window
     assert w.chat.controller.store.read_only
     assert w.status.notice_label.isVisible() and "newer version" in w.status.notice_label.text()
     assert titles(w) == ["From the future"]  # still readable
-    w.sidebar.search.setText("future")
+    search(w, qtbot, "future")
     assert titles(w) == ["From the future"]
