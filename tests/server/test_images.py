@@ -141,11 +141,11 @@ def _image_block(size=(192, 128), seed=5):
 
 
 def test_a_picture_in_an_anthropic_tool_result_reaches_the_model(vision_server):
-    from macapp.core.vision import chat as vision_chat
+    from macapp.core.engine import pictures as engine_pictures
     from tests.core.engine.helpers import on_worker
 
     def encoded():
-        return on_worker(vision_server.engine, lambda m: vision_chat.vision_for(m).pictures_encoded)
+        return on_worker(vision_server.engine, lambda m: engine_pictures.vision_for(m).pictures_encoded)
 
     client = vision_server.anthropic()
     plain = _after_a_tool_call(client, [{"type": "text", "text": "here it is"}])

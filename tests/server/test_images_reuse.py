@@ -8,7 +8,7 @@ import base64
 
 import pytest
 
-from macapp.core.vision import chat as vision_chat
+from macapp.core.engine import pictures as engine_pictures
 from tests.core.engine.helpers import on_worker
 from tests.fixtures.vision import picture_bytes, tiny_vlm_path  # noqa: F401  (fixture)
 from tests.server.conftest import GREEDY, no_eos_bias, serve
@@ -25,7 +25,7 @@ def vision_server(tiny_vlm_path):
 
 
 def _encoded(served) -> int:
-    return on_worker(served.engine, lambda m: vision_chat.vision_for(m).pictures_encoded)
+    return on_worker(served.engine, lambda m: engine_pictures.vision_for(m).pictures_encoded)
 
 
 def _generation_prompt(served) -> int:

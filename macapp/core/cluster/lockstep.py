@@ -2,7 +2,7 @@
 
 A sharded model only works if every rank runs the same forward passes with the same inputs, because the
 layers exchange partial results (tensor parallelism) or hidden states (pipeline) inside each call. Rank 0 runs
-the app's engine unchanged on a `LockstepModel`: before each forward call, and before each cache operation
+the app's engine unchanged on a `LockstepModel`, the runtime's model proxy (engine/model_proxy.py): before each forward call, and before each cache operation
 (new cache, snapshot, restore, free), it broadcasts a small command to the followers, which run the same
 thing on their own shards and caches (`Follower.run`). The broadcast is an `all_sum` over MLX distributed in
 which only rank 0 contributes: an int32 header carrying up to 8 tokens (a decode step is one collective), then
@@ -15,10 +15,11 @@ Two details keep the ranks in step:
 - A KV layer rank 0's caller has quantized (mlx-lm's maybe_quantize_kv_cache, after a call) is quantized on
   the followers before their next operation on that cache: the header carries the bits and group size.
 
-The API's prompt checkpoints (macapp.core.serving.pool) are mirrored the same way: rank 0's pool tells the
-LockstepModel (its CheckpointMirror) of each checkpoint taken, moved onto a newer KV block, or restored into
-a fresh cache, and every follower does the same with its own shards' arrays, keeping its checkpoints by the
-ids rank 0 gives them (the token keys, the LRU order and the byte bound stay rank 0's).
+The API's prompt checkpoints (engine/checkpoints.py) are mirrored the same way, through the caches' mirror
+hook (engine/snapshots.py CacheMirror), never by knowing who keeps them: the LockstepModel hears of each
+checkpoint taken, moved onto a newer KV block, or restored into a fresh cache, and every follower does the same
+with its own shards' arrays, keeping its checkpoints by the ids rank 0 gives them (the token keys, the LRU
+order and the byte bound stay with whoever keeps them on rank 0).
 
 Frees come from garbage collection on rank 0 (a dropped cache, snapshot or checkpoint), queued, and sent
 before the next command. A lost peer makes the collective raise (`RankLost`) on every rank still alive.
@@ -36,6 +37,7 @@ from typing import Any
 from macapp.core import events as ev
 from macapp.core.cluster.watchdog import Wait, Watchdog
 from macapp.core.engine.errors import EngineError
+from macapp.core.engine.model_proxy import ModelProxy
 from macapp.core.engine.snapshots import ObservedCache, restore_snapshot, take_snapshot
 from macapp.core.engine import checkpoints as ckpt
 
@@ -162,10 +164,13 @@ class MirroredCache(ObservedCache):
         self.snapshot_ids: dict[int, int] = {}  # id(CacheSnapshot) -> the id the followers know it by
 
 
-class LockstepModel:
+class LockstepModel(ModelProxy):
     """The loaded model as rank 0's engine sees it: the same calls, each one broadcast to the followers first.
 
     Use it from one thread (the engine's worker). Anything not overridden is the model's own attribute."""
+
+    runs_pictures = False  # the ranks run only token forward passes in lock step
+    pictures_refusal = "Pictures are not supported on several Macs yet: send them in a chat on one Mac."
 
     def __init__(self, model: Any, group: Any, watchdog: Watchdog | None = None):
         """`watchdog`: the bound on every wait for the followers (default: adaptive limits)."""
@@ -266,6 +271,13 @@ class LockstepModel:
                 self._channel.send(Op.SHUTDOWN)
             finally:
                 self.closed = True
+
+    def close(self) -> None:
+        """The engine is closing: shut the followers down (nobody to tell when they are gone already)."""
+        try:
+            self.shutdown()
+        except RankLost:
+            pass
 
 
 # --- the other ranks ---

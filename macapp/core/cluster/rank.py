@@ -15,7 +15,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from macapp.core.cluster.sizing import Shard
+from macapp.core.cluster.split import Shard
+from macapp.core.engine import Engine
 
 ENV = "QWEN_DESK_CLUSTER"
 READY = "qwen-desk-cluster: rank {rank} of {size} joined"  # on stderr, for the launcher's start-up watch
@@ -134,38 +135,19 @@ def reader_for_rank0(group: Any, shard: Shard, watchdog: Any = None):
     return read
 
 
-def engine_for_rank0(spec: RankSpec, group: Any | None = None) -> Any:
-    """Rank 0's engine: the app's Engine reading the shard through a LockstepModel; closing it shuts the
-    followers down first (on the worker, after every job), so they exit cleanly."""
+class Rank0Engine(Engine):
+    """Rank 0's engine: the app's Engine, reading its shard through a LockstepModel (the model proxy that closing
+    the engine closes: the followers are shut down on the worker, after every job, so they exit cleanly)."""
+
+    batches = False  # the lockstep channel carries one model call at a time: requests are served one by one
+
+
+def engine_for_rank0(spec: RankSpec, group: Any | None = None) -> Rank0Engine:
+    """Rank 0's engine, on `group` (default: join the launched run's)."""
     from macapp.core.cluster.watchdog import Watchdog
-    from macapp.core.engine import Engine
-
-    class Rank0Engine(Engine):
-        batches = False  # the lockstep channel carries one model call at a time: requests are served one by one
-
-        def close(self, timeout: float = 30.0) -> None:
-            if not self._closed:
-                for job in list(self._jobs):
-                    if not job.done:
-                        job.stop()
-                self.submit("cluster-shutdown", lambda job: _shut_down(self, job)).wait(timeout)
-            super().close(timeout)
 
     dog = Watchdog(spec.stall_limit_s, spec.load_limit_s)
     return Rank0Engine(read_model=reader_for_rank0(group or start_rank0(spec), spec.shard, dog))
-
-
-def _shut_down(engine: Any, job: Any) -> None:
-    from macapp.core.cluster.lockstep import LockstepModel, RankLost
-    from macapp.core.events import Unloaded
-
-    loaded = engine.model
-    try:
-        if loaded is not None and isinstance(loaded.model, LockstepModel):
-            loaded.model.shutdown()
-    except RankLost:
-        pass  # nobody left to tell
-    job.emit(Unloaded(memory_bytes=0))
 
 
 def follow(spec: RankSpec, model_spec: str, group: Any | None = None, context: int | None = None) -> int:

@@ -29,7 +29,8 @@ snapshots (cache points for regenerate/edit), checkpoints (cache states the API'
 plans), limits (what a turn may ask for), prefill (reading a prompt), reply (one reply stream), clock (its
 statistics), batch (continuous batching on mlx-lm's BatchGenerator), batch_reply (one sequence's reply in it),
 batched_turn (a chat turn as a sequence of the batch), session (ChatSession), engine (Engine), options
-(SessionOptions), errors (EngineError).
+(SessionOptions), errors (EngineError), pictures (pictures in a turn or a request: opened, the loaded model's
+tower, room in the context), model_proxy (the seam a model run otherwise plugs into: several Macs' LockstepModel).
 
 Design:
 - One worker thread per process (shared by Engine objects) does all MLX work; it never ends, because with

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 from macapp.core.engine.snapshots import CacheMirror, ObservedCache
 
-Key = tuple[int | str, ...]  # token ids; a picture's image tokens are its digest (macapp.core.vision.serving)
+Key = tuple[int | str, ...]  # token ids; a picture's image tokens are its digest (macapp.core.serving.pictures)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from macapp.core.engine import model_folder
 from macapp.core.engine.batch import BatchLoop
 from macapp.core.engine.jobs import Job
 from macapp.core.engine.model_folder import LoadedModel
+from macapp.core.engine.model_proxy import close_proxy
 from macapp.core.engine.options import SessionOptions
 from macapp.core.engine.session import ChatSession
 from macapp.core.engine.worker import submit_work
@@ -20,7 +21,7 @@ from macapp.core.events import Failed, Loaded, Unloaded
 class Engine:
     """The loaded model and the jobs on it; all MLX work runs on the one worker thread, in order."""
 
-    batches = True  # the API may batch requests on it (several Macs' rank 0 cannot: macapp.core.cluster.rank)
+    batches = True  # the API may batch requests on it (several Macs' rank 0 cannot: macapp.core.cluster.rank.Rank0Engine)
 
     def __init__(self, read_model: model_folder.ModelReader = model_folder.read_with_mlx_lm) -> None:
         """`read_model` reads a checked model folder into (model, tokenizer, config): mlx-lm's load by default;
@@ -87,15 +88,26 @@ class Engine:
         Held weakly."""
         self._sessions.add(holder)
 
-    def close(self, timeout: float = 30.0) -> None:
-        """Stop this engine's jobs, drop the model and caches (the worker thread stays, parked)."""
-        if self._closed:
-            return
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def stop_jobs(self) -> None:
+        """Stop every job of this engine not done yet (each honours it within a token)."""
         for job in list(self._jobs):
             if not job.done:
                 job.stop()
 
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop this engine's jobs, close a model proxy (several Macs: the followers are shut down), drop the model
+        and caches (the worker thread stays, parked)."""
+        if self._closed:
+            return
+        self.stop_jobs()
+
         def work(job: Job) -> None:
+            if self._model is not None:
+                close_proxy(self._model.model)
             self._forget_caches()
             self._model = None
             job.emit(Unloaded(memory_bytes=0))

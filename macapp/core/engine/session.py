@@ -20,7 +20,7 @@ from macapp.core.engine.snapshots import CacheSnapshot
 from macapp.core.engine.turns import ThinkingMode, TurnMemory, TurnPlan
 from macapp.core.events import Finished, PromptProgress, Reply
 from macapp.core.sampling import SamplingParams
-from macapp.core.vision import chat as vision_chat
+from macapp.core.engine import pictures as engine_pictures
 
 if TYPE_CHECKING:
     from macapp.core.engine.engine import Engine
@@ -130,7 +130,7 @@ class ChatSession:
         batch cannot quantize) run as jobs of their own."""
         if not self.engine.serving or images or self.options.kv_bits is not None:
             return False
-        return not vision_chat.pictures_in(self._messages)
+        return not engine_pictures.pictures_in(self._messages)
 
     def _in_batch(self, job: Job, turn: Callable[[Job, bool], Any]) -> Any:
         try:
@@ -160,9 +160,9 @@ class ChatSession:
             return
         turns.require_text(text)
         m = self._require_model()
-        pictures = vision_chat.open_pictures(images)
+        pictures = engine_pictures.open_pictures(images)
         if pictures:
-            vision_chat.vision_for(m)  # a text-only build refuses here, before anything changes
+            engine_pictures.vision_for(m)  # a text-only build refuses here, before anything changes
         appending = self._prompt is not None and bool(self.tokens)
         plan = turns.plan_send(
             m.tokenizer, text=text, mode=ThinkingMode.of(thinking, budget), messages=self._messages,
@@ -199,7 +199,7 @@ class ChatSession:
         encoded = self._encode_pictures(m, plan, cached, clock) if plan.images else None
         if encoded is not None:
             plan = dataclasses.replace(plan, prompt=encoded.tokens)
-        with_tower = dataclasses.replace(m, weights_bytes=m.weights_bytes + vision_chat.attached_bytes(m))
+        with_tower = dataclasses.replace(m, weights_bytes=m.weights_bytes + engine_pictures.attached_bytes(m))
         limit = limits.context_limit(with_tower, self.options, len(plan.prompt), cached, budget_bytes)  # the tower counts
         if batched:
             return batched_turn.sequence(self, job, m, clock, plan, params, budget, limit)
@@ -215,9 +215,9 @@ class ChatSession:
     def _encode_pictures(self, m: LoadedModel, plan: TurnPlan, cached: int, clock: TurnClock) -> Any:
         """The plan's prompt with its pictures encoded by the tower (once, here: its time is in the TTFT), after
         checking they fit the context (vision.runner.EncodedTurn)."""
-        vision = vision_chat.vision_for(m)
+        vision = engine_pictures.vision_for(m)
         most = min(self.options.context_limit or m.info.max_context, m.info.max_context)
-        vision_chat.check_room(vision, plan.images, cached + len(plan.prompt), most - 1)
+        engine_pictures.check_room(vision, plan.images, cached + len(plan.prompt), most - 1)
         encoded = vision.encode(plan.prompt, plan.images)
         clock.image_tokens = encoded.image_tokens
         return encoded
@@ -263,7 +263,7 @@ class ChatSession:
     def _with_pictures(self, m: LoadedModel, encoded: Any) -> LoadedModel:
         """The model as this session's turns with pictures run it: mlx-vlm's language model with explicit mRoPE
         positions (sharing the loaded weights), on this session's cache and its picture spans."""
-        vision = vision_chat.vision_for(m)
+        vision = engine_pictures.vision_for(m)
         vision.lm.bind(self._prompt.spans)
         if encoded is not None:
             vision.lm.queue(encoded, self._prompt.layers)

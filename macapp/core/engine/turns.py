@@ -88,7 +88,7 @@ class TurnPlan:
 def template(tokenizer: Any, messages: list[dict], thinking: bool) -> list[int]:
     """Qwen3.5's chat template over role/content messages (pictures as image parts), ready for the reply, with
     explicit enable_thinking."""
-    from macapp.core.vision.chat import content_of
+    from macapp.core.engine.pictures import content_of
 
     msgs = [{"role": x["role"], "content": content_of(x)} for x in messages]
     return list(tokenizer.apply_chat_template(msgs, add_generation_prompt=True, enable_thinking=thinking))
@@ -130,7 +130,7 @@ def plan_send(
 ) -> TurnPlan:
     """A new user message (see require_text) with its `images`. `close_text`: what closes the cached previous reply;
     None when nothing is cached."""
-    from macapp.core.vision.chat import pictures_in
+    from macapp.core.engine.pictures import pictures_in
 
     if close_text is None:
         prefix, prompt = full_prompt(tokenizer, system_prompt, messages, text, mode.thinking, images)
@@ -185,7 +185,7 @@ def plan_redo(
                 restore=last.before_turn, turn_start=last.before_turn, images=pictures,
             )
     # No snapshot for this turn (a reopened conversation): read the conversation once.
-    from macapp.core.vision.chat import pictures_in
+    from macapp.core.engine.pictures import pictures_in
 
     prefix, prompt = full_prompt(tokenizer, system_prompt, common["history"], text, mode.thinking, pictures)
     return TurnPlan(

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Callable, get_args, get_type_hints
 
 from macapp.core.events import format_stats
-from macapp.core.vision.refs import ImageRef
+from macapp.core.picture_data import ImageRef
 
 TITLE_LIMIT = 60
 

@@ -8,7 +8,7 @@ from dataclasses import fields
 from typing import Any
 
 from macapp.core.history.records import STAT_FIELDS, Conversation, Message, MessageState, ReplyStats, Role
-from macapp.core.vision.refs import refs_from_json, refs_to_json
+from macapp.core.picture_data import refs_from_json, refs_to_json
 
 # A message row: every Message field but `stats`, whose fields are columns of their own.
 MESSAGE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Message) if f.name != "stats")

@@ -19,7 +19,7 @@ tools, shared by every conversation of an agent) are the last to go, and checkpo
 go before any of this one's.
 
 Keys: a prompt's tokens, except that a picture's image tokens (all one placeholder id) are keyed by the picture's
-content digest (macapp.core.vision.serving), so a prefix matches only with the same pictures in the same places.
+content digest (macapp.core.serving.pictures), so a prefix matches only with the same pictures in the same places.
 A checkpoint after a picture also keeps `rope_delta`: how far the picture's compact mRoPE positions pulled the
 positions behind the token count, which the reading of the rest goes on from.
 

@@ -70,7 +70,7 @@ def prompt_length(m: "LoadedModel", rendered: RenderedPrompt) -> int:
     """The prompt's tokens with each picture's placeholder counted as its image tokens (from the sizes: no tower run)."""
     if not rendered.images:
         return len(rendered.tokens)
-    from macapp.core.vision.serving import extra_image_tokens
+    from macapp.core.serving.pictures import extra_image_tokens
 
     return len(rendered.tokens) + extra_image_tokens(m.path, rendered.images)
 

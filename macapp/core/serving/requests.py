@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from macapp.core.events import TerminalEvent
+from macapp.core.picture_data import ImagePart  # a request's pictures are plain data (named here for the front ends)
 from macapp.core.sampling import SamplingParams
 
 # Failed.code for a request the runner cannot serve as sent (an unknown tool in tool_choice, images for a
@@ -56,14 +57,6 @@ class ToolChoice:
     name: str | None = None
     parallel: bool = True  # False: at most one call (the reply ends after it; OpenAI parallel_tool_calls, Anthropic disable_parallel_tool_use)
     allowed: tuple[str, ...] | None = None  # only these tools are offered (OpenAI allowed_tools); None: all
-
-
-@dataclass(frozen=True)
-class ImagePart:
-    """Decoded image bytes from a request (data: URL or base64 source); the image support reads them."""
-
-    data: bytes
-    media_type: str = ""
 
 
 @dataclass(frozen=True)

@@ -271,7 +271,7 @@ class ServingEngine:
         prepared = self.current(prepared)
         request, rendered = prepared.request, prepared.rendered
         opts = self.options.session
-        # Pictures (macapp.core.vision.serving): laid out in the prompt and keyed by content for the pool; read
+        # Pictures (macapp.core.serving.pictures): laid out in the prompt and keyed by content for the pool; read
         # through mlx-vlm's language model, the tower run only on those after the checkpoint found.
         pictures = self._pictures(m, rendered) if rendered.images else None
         prompt = _Prompt.of(pictures) if pictures else _Prompt(rendered.tokens, tuple(rendered.tokens), rendered.boundaries)
@@ -303,19 +303,19 @@ class ServingEngine:
         job.emit(completed(m, text, streamed, usage))
 
     def _pictures(self, m: LoadedModel, rendered: RenderedPrompt):
-        from macapp.core.vision import serving as vision_serving
+        from macapp.core.serving import pictures as request_pictures
 
         opts = self.options.session
         most = min(opts.context_limit or m.info.max_context, m.info.max_context)
-        return vision_serving.prepare(m, rendered.tokens, rendered.boundaries, rendered.images, most)
+        return request_pictures.prepare(m, rendered.tokens, rendered.boundaries, rendered.images, most)
 
     @staticmethod
     def _begin_pictures(pictures, cache: list, checkpoint, clock: TurnClock):
         """The positioned model set to go on from the checkpoint; the tower run on the pictures after it."""
-        from macapp.core.vision import serving as vision_serving
+        from macapp.core.serving import pictures as request_pictures
 
         cached, delta = (checkpoint.length, checkpoint.rope_delta) if checkpoint is not None else (0, 0)
-        encoded = vision_serving.begin(pictures, cache, cached, delta)
+        encoded = request_pictures.begin(pictures, cache, cached, delta)
         clock.image_tokens = encoded.image_tokens if encoded is not None else 0
         return encoded.embeddings if encoded is not None else None
 
@@ -358,6 +358,6 @@ class _Prompt:
 def _rope_delta(pictures, index: int) -> int:
     if pictures is None:
         return 0
-    from macapp.core.vision import serving as vision_serving
+    from macapp.core.serving import pictures as request_pictures
 
-    return vision_serving.rope_delta(pictures, index)
+    return request_pictures.rope_delta(pictures, index)

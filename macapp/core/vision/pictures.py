@@ -11,7 +11,7 @@ from pathlib import Path
 
 from macapp.core import paths
 from macapp.core.vision.images import ImageError, PreparedImage, image_from_bytes
-from macapp.core.vision.refs import ImageRef
+from macapp.core.picture_data import ImageRef
 
 
 def picture_path(ref: ImageRef) -> Path:

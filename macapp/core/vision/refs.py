@@ -1,47 +1,6 @@
-"""A picture as the history refers to it: a content hash naming a file in the app's pictures folder."""
+"""A picture as the history refers to it (macapp.core.picture_data, where it lives with the other plain picture
+records; named here too for the modules that know it as vision.refs)."""
 
-from __future__ import annotations
+from macapp.core.picture_data import ImageRef, refs_from_json, refs_to_json
 
-import json
-import re
-from dataclasses import asdict, dataclass
-from typing import Any
-
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
-
-
-@dataclass(frozen=True)
-class ImageRef:
-    sha256: str  # of the stored PNG; the file is paths.pictures_dir() / f"{sha256}.png"
-    name: str  # what the user called it (the file's name, or "pasted picture")
-    width: int
-    height: int
-
-    @property
-    def file_name(self) -> str:
-        return f"{self.sha256}.png"
-
-    @classmethod
-    def from_dict(cls, raw: Any) -> "ImageRef":
-        if not isinstance(raw, dict) or not _SHA256.match(str(raw.get("sha256", ""))):
-            raise ValueError(f"not a picture reference: {str(raw)[:80]!r}")
-        return cls(str(raw["sha256"]), str(raw.get("name") or "picture"), int(raw.get("width") or 0), int(raw.get("height") or 0))
-
-
-def refs_to_json(refs: tuple[ImageRef, ...] | list[ImageRef]) -> str:
-    return json.dumps([asdict(ref) for ref in refs], sort_keys=True)
-
-
-def refs_from_json(text: str | None) -> tuple[ImageRef, ...]:
-    """The messages.images column back into refs; anything unreadable is dropped (the text is what matters)."""
-    try:
-        raw = json.loads(text or "[]")
-    except ValueError:
-        return ()
-    out = []
-    for item in raw if isinstance(raw, list) else ():
-        try:
-            out.append(ImageRef.from_dict(item))
-        except (ValueError, TypeError):
-            continue
-    return tuple(out)
+__all__ = ["ImageRef", "refs_from_json", "refs_to_json"]

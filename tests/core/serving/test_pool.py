@@ -163,7 +163,7 @@ def test_a_new_owner_clears_the_pool(lm, tokens):
 
 
 def test_picture_keys_match_only_the_same_picture_and_checkpoints_keep_their_rope_delta(lm, tokens):
-    """Keys where a picture's tokens are its digest (vision.serving): a prefix counts only with the same picture."""
+    """Keys where a picture's tokens are its digest (serving.pictures): a prefix counts only with the same picture."""
     picture = ("image:a",) * 10  # stands for tokens 5..15
     key = (*tokens[:5], *picture, *tokens[15:40])
     pool = CheckpointPool(1 << 30)

@@ -89,7 +89,7 @@ def test_forced_calls_prefill_the_reply_without_reasoning(tokenizer):
 def test_bad_requests_raise_a_clear_render_error(tokenizer):
     with pytest.raises(RenderError, match="no messages"):
         render(tokenizer, request())
-    # pictures are rendered as image parts and handed on (macapp.core.vision.serving reads and checks them)
+    # pictures are rendered as image parts and handed on (macapp.core.serving.pictures reads and checks them)
     picture = ImagePart(b"\x89PNG")
     assert render(tokenizer, request(ChatMessage(Role.USER, "look", images=(picture,)))).images == (picture,)
     bad = ChatMessage(Role.ASSISTANT, "", tool_calls=(ToolCall("c", "get_weather", "not a mapping"),))  # type: ignore[arg-type]

@@ -1,4 +1,4 @@
-"""API requests with pictures reuse the prompt checkpoints (macapp.core.vision.serving + the serving runner), on the
+"""API requests with pictures reuse the prompt checkpoints (macapp.core.serving.pictures + the serving runner), on the
 tiny vision model: a follow-up about the same picture restores the conversation, picture included, without
 running the tower again, and answers exactly as a from-scratch read; a different picture is never reused past it;
 a new picture after a restored checkpoint continues the mRoPE positions as a from-scratch read has them."""
@@ -11,8 +11,8 @@ from macapp.core.sampling import greedy
 from macapp.core.serving.render import render
 from macapp.core.serving.requests import ChatMessage, Completed, CompletionRequest, ImagePart, Role
 from macapp.core.serving.runner import ServingEngine, ServingOptions
-from macapp.core.vision import chat as vision_chat
-from macapp.core.vision import serving as vision_serving
+from macapp.core.engine import pictures as engine_pictures
+from macapp.core.serving import pictures as request_pictures
 from tests.core.engine.helpers import TIMEOUT, on_worker
 from tests.fixtures.vision import picture_bytes
 
@@ -39,14 +39,14 @@ def _run(serving: ServingEngine, request: CompletionRequest) -> Completed:
 
 def _encoded(engine) -> int:
     """How many pictures the tower has run on (on the worker: it may attach the tower)."""
-    return on_worker(engine, lambda m: vision_chat.vision_for(m).pictures_encoded)
+    return on_worker(engine, lambda m: engine_pictures.vision_for(m).pictures_encoded)
 
 
-def _layout(engine, messages) -> vision_serving.PictureRequest:
+def _layout(engine, messages) -> request_pictures.PictureRequest:
     """The request's prompt as the runner lays it out (run on the worker: it may attach the tower)."""
     rendered = render(engine.model.tokenizer, _ask(messages, greedy(1)))
 
-    return on_worker(engine, lambda m: vision_serving.prepare(m, rendered.tokens, rendered.boundaries, rendered.images, 4096))
+    return on_worker(engine, lambda m: request_pictures.prepare(m, rendered.tokens, rendered.boundaries, rendered.images, 4096))
 
 
 def test_the_pool_key_tells_pictures_apart_by_content(engine):
@@ -57,7 +57,7 @@ def test_the_pool_key_tells_pictures_apart_by_content(engine):
     assert a.key == again.key and a.key != other.key  # ... the key does not
     first = a.starts[0]
     assert a.key[:first] == other.key[:first] and a.key[first] != other.key[first]
-    assert a.counts == [12] and set(a.key[first : first + 12]) == {vision_serving.digest(a.pictures[0])}
+    assert a.counts == [12] and set(a.key[first : first + 12]) == {request_pictures.digest(a.pictures[0])}
     assert all(b <= first or b >= first + 12 for b in a.boundaries)  # no boundary cuts a picture
 
 
@@ -123,8 +123,8 @@ def _positions(engine, layout, cached: int, delta: int):
         for layer in cache:  # a cache of `cached` tokens, as restored (only the offset counts here)
             if hasattr(layer, "offset"):
                 layer.offset = cached
-        vision_serving.begin(layout, cache, cached, delta)
-        return vision_chat.vision_for(m).lm.positions(cached, len(layout.tokens) - cached).tolist()
+        request_pictures.begin(layout, cache, cached, delta)
+        return engine_pictures.vision_for(m).lm.positions(cached, len(layout.tokens) - cached).tolist()
 
     return on_worker(engine, work)
 
@@ -138,6 +138,6 @@ def test_positions_after_a_checkpoint_are_a_fresh_reads(engine, later_picture):
     full = _positions(engine, layout, 0, 0)
     for cached in layout.boundaries[1:]:  # past the first picture
         delta = full[0][0][cached] - cached
-        assert delta == on_worker(engine, lambda m: vision_serving.rope_delta(layout, cached)) < 0
+        assert delta == on_worker(engine, lambda m: request_pictures.rope_delta(layout, cached)) < 0
         tail = _positions(engine, layout, cached, delta)
         assert tail == [[row[cached:] for row in axis] for axis in full]

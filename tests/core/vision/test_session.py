@@ -55,10 +55,10 @@ def test_the_time_to_first_token_includes_encoding_the_picture(engine, picture, 
     times the reading of the prompt, its image tokens included."""
     import time
 
-    from macapp.core.vision import chat as vision_chat
+    from macapp.core.engine import pictures as engine_pictures
     from tests.core.engine.helpers import on_worker
 
-    vision = on_worker(engine, vision_chat.vision_for)
+    vision = on_worker(engine, engine_pictures.vision_for)
     real = vision.encode
     delay = 0.5
 
@@ -196,7 +196,7 @@ def test_a_quantized_kv_cache_takes_pictures_too(engine, picture, long_reply):
 
 
 def test_the_memory_budget_counts_the_tower_once_it_is_attached(engine, picture):
-    from macapp.core.vision.chat import attached_bytes
+    from macapp.core.engine.pictures import attached_bytes
 
     s = engine.new_session()
     s.send("x", thinking=THINK, sampling=greedy(2), images=[picture("m.png", (64, 64))]).result(timeout=TIMEOUT)
@@ -217,7 +217,7 @@ def test_pictures_on_several_macs_are_refused_clearly(engine):
     import mlx.core as mx
 
     from macapp.core.cluster.lockstep import LockstepModel
-    from macapp.core.vision.chat import vision_for
+    from macapp.core.engine.pictures import vision_for
     from tests.core.engine.helpers import on_worker
 
     def attach_on_a_cluster(m):

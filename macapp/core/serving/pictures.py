@@ -20,8 +20,9 @@ from typing import Any, Sequence
 
 from macapp.core import events as ev
 from macapp.core.engine import EngineError
-from macapp.core.serving.requests import INVALID_REQUEST, ImagePart
-from macapp.core.vision import chat as vision_chat
+from macapp.core.engine import pictures as engine_pictures
+from macapp.core.picture_data import ImagePart
+from macapp.core.serving.requests import INVALID_REQUEST
 from macapp.core.vision.dataurl import image_from_base64
 from macapp.core.vision.cost import ProcessorLimits
 from macapp.core.vision.images import DEFAULT_MAX_PIXELS, ImageError, PreparedImage
@@ -93,8 +94,8 @@ def prepare(m: Any, tokens: list[int], boundaries: Sequence[int], images: Sequen
     """A rendered prompt (one placeholder per picture) laid out with its pictures' image tokens; no tower run."""
     pictures = decode_pictures(images)
     try:
-        vision = vision_chat.vision_for(m)
-        vision_chat.check_room(vision, pictures, len(tokens), limit - 1)
+        vision = engine_pictures.vision_for(m)
+        engine_pictures.check_room(vision, pictures, len(tokens), limit - 1)
     except EngineError as exc:
         raise EngineError(exc.message, INVALID_REQUEST) from exc  # the request cannot be served as sent: a 400
     slots = [i for i, t in enumerate(tokens) if t == vision.image_token_id]
