@@ -1,8 +1,8 @@
 """Pictures waiting to go with the next message: a strip of thumbnails in the composer, each with a remove button.
 
 Files (the attach button, drag and drop) and pasted image data are read and checked off the GUI thread by the
-core (macapp.core.vision.images: missing, not a picture, damaged, huge → scaled, animated → first frame); each
-good one becomes a thumbnail, each bad one a crossed-out tile in the strip whose reason the composer shows under it
+core (macapp.core.vision.images: missing, not a picture, damaged, huge → scaled, animated → first frame), a pasted
+picture encoded as PNG and each thumbnail scaled down there too; each good one becomes a thumbnail, each bad one a crossed-out tile in the strip whose reason the composer shows under it
 (and an `error` naming it). The reason belongs to that tile: it goes when the tile is removed (×) or the message is
 sent. `take()` hands the good pictures over with the message and empties the strip; `clear()` also forgets the
 reads still in flight, so a picture read that ends after the send (its thread reports back later) can neither join
@@ -22,13 +22,23 @@ THUMB = 64
 IMAGE_FILTER = "Pictures (*.png *.jpg *.jpeg *.gif *.webp *.bmp *.tif *.tiff)"
 
 
-def thumbnail(image, size: int = THUMB) -> QPixmap:
-    """A Qt pixmap of a PIL image, scaled to fit `size` (the picture's data is copied once, small)."""
+def preview(image, size: int = THUMB) -> QImage:
+    """A PIL image made small (twice `size`, for sharp scaling) as a QImage: the costly part of a thumbnail, safe
+    on any thread (the picture's data is copied once, small)."""
     small = image.copy()
     small.thumbnail((size * 2, size * 2))
     rgb = small.convert("RGB")
-    qimage = QImage(rgb.tobytes(), rgb.width, rgb.height, rgb.width * 3, QImage.Format.Format_RGB888).copy()
-    return QPixmap.fromImage(qimage).scaled(size, size, Qt.AspectRatioMode.KeepAspectRatio, Qt.TransformationMode.SmoothTransformation)
+    return QImage(rgb.tobytes(), rgb.width, rgb.height, rgb.width * 3, QImage.Format.Format_RGB888).copy()
+
+
+def pixmap_of(small: QImage, size: int = THUMB) -> QPixmap:
+    """A preview as the pixmap shown, scaled to fit `size` (GUI thread: pixmaps live there)."""
+    return QPixmap.fromImage(small).scaled(size, size, Qt.AspectRatioMode.KeepAspectRatio, Qt.TransformationMode.SmoothTransformation)
+
+
+def thumbnail(image, size: int = THUMB) -> QPixmap:
+    """A Qt pixmap of a PIL image, scaled to fit `size` (preview() then pixmap_of(), here on one thread)."""
+    return pixmap_of(preview(image, size), size)
 
 
 def qimage_png(image: QImage) -> bytes:
@@ -42,14 +52,14 @@ def qimage_png(image: QImage) -> bytes:
 class Thumb(QWidget):
     removed = Signal(object)
 
-    def __init__(self, picture, parent: QWidget | None = None) -> None:
+    def __init__(self, picture, parent: QWidget | None = None, small: QImage | None = None) -> None:
         super().__init__(parent)
         self.picture = picture
         self.order = 0  # when it was added (AttachmentStrip keeps that order)
         self.setObjectName("Attachment")
         self.setFixedSize(QSize(THUMB, THUMB))
         self.image = QLabel(self)
-        self.image.setPixmap(thumbnail(picture.image))
+        self.image.setPixmap(pixmap_of(small if small is not None else preview(picture.image)))  # `small`: made on the reading thread
         self.image.setFixedSize(QSize(THUMB, THUMB))
         self.image.setAlignment(Qt.AlignmentFlag.AlignCenter)
         tip = f"{Path(picture.name).name} — {picture.size[0]}×{picture.size[1]}"
@@ -100,7 +110,7 @@ class AttachmentStrip(QScrollArea):
 
     changed = Signal()
     error = Signal(str)
-    _ready = Signal(int, int, object)  # (batch, order added, a PreparedImage or an ImageError), from the reading thread
+    _ready = Signal(int, int, object, object)  # (batch, order added, a PreparedImage or an ImageError, its preview), from the reading thread
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -137,7 +147,10 @@ class AttachmentStrip(QScrollArea):
         self._read(lambda: image_from_bytes(data, name), name)
 
     def add_qimage(self, image: QImage, name: str = "pasted picture") -> None:
-        self.add_image_data(qimage_png(image), name)
+        from macapp.core.vision.images import image_from_bytes
+
+        copy = image.copy()  # encoded as PNG on the reading thread, from a copy of its own
+        self._read(lambda: image_from_bytes(qimage_png(copy), name), name)
 
     def _read(self, read, name: str) -> None:
         from macapp.core.vision.images import ImageError
@@ -147,18 +160,23 @@ class AttachmentStrip(QScrollArea):
         order, batch = self._added, self._batch
 
         def work() -> None:
+            small = None
             try:
                 result = read()
+                small = preview(result.image)
             except ImageError as exc:
                 result = exc
             except Exception as exc:  # noqa: BLE001 - a reader bug must not leave Send waiting forever
                 result = ImageError(name, f"could not be read ({type(exc).__name__}: {exc})")
-            self._ready.emit(batch, order, result)
+            try:
+                self._ready.emit(batch, order, result, small)
+            except RuntimeError:  # the strip is gone (the window closed)
+                pass
 
         threading.Thread(target=work, name="read-picture", daemon=True).start()
         self.changed.emit()  # Send waits for this one
 
-    def _arrived(self, batch: int, order: int, result) -> None:
+    def _arrived(self, batch: int, order: int, result, small: QImage | None = None) -> None:
         from macapp.core.vision.images import ImageError
 
         if batch != self._batch:
@@ -168,7 +186,7 @@ class AttachmentStrip(QScrollArea):
             tile = Unreadable(result, self.widget())
             self.error.emit(tile.message)
         else:
-            tile = Thumb(result, self.widget())
+            tile = Thumb(result, self.widget(), small)
         tile.order = order
         tile.removed.connect(self._remove)
         self.row.insertWidget(sum(1 for t in self.tiles() if t.order < order), tile)

@@ -2,11 +2,14 @@
 
 A regenerate / edit hides the turn it replaces until the new reply is under way (then removes it); a turn
 that never got under way is taken out again and the hidden turn shown — the same rule the recorder applies
-to the history (macapp.core.recorder).
+to the history (macapp.core.recorder). A saved conversation's pictures are read from the pictures folder and made
+small off the GUI thread; each message shows them when they arrive (not if the conversation was left meanwhile).
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +20,9 @@ from macapp.core.events import AnswerDelta, ReasoningDelta, StatsUpdate, Termina
 from macapp.core.recorder import TurnResult
 from macapp.core.history import Message, Role
 from macapp.ui.chat_controller import TurnEnd, TurnStart
-from macapp.ui.messages import FAILED_NOTE, AssistantMessage, UserMessage, reply_note, saved_pictures
+from macapp.ui.messages import FAILED_NOTE, AssistantMessage, UserMessage, reply_note
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(eq=False)
@@ -30,6 +35,8 @@ class _Pending:
 
 class MessageList(QScrollArea):
     changed = Signal()  # messages were added or removed
+    pictures_shown = Signal()  # a saved message's pictures, read off the GUI thread, are shown
+    _pictures_read = Signal(int, object, object, object)  # (shown conversation, its message widget, pictures, previews)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -53,6 +60,8 @@ class MessageList(QScrollArea):
         self._stick_to_bottom = True
         self.verticalScrollBar().rangeChanged.connect(self._follow)
         self.verticalScrollBar().valueChanged.connect(self._on_scrolled)
+        self._shown = 0  # which conversation is shown: pictures read for an earlier one are dropped
+        self._pictures_read.connect(self._show_read_pictures)  # queued: emitted from the reading thread
 
     # -- what is shown ----------------------------------------------------------------------------------------
     def widgets(self) -> list[QWidget]:
@@ -68,6 +77,7 @@ class MessageList(QScrollArea):
         self.empty.setText(text)
 
     def clear(self) -> None:
+        self._shown += 1
         for w in self.widgets():
             self._remove(w)
         self.current = None
@@ -76,9 +86,12 @@ class MessageList(QScrollArea):
 
     def show_conversation(self, messages: list[Message]) -> None:
         self.clear()
+        with_pictures: list[tuple[UserMessage, tuple]] = []
         for m in messages:
             if m.role is Role.USER:
-                self._add(UserMessage(m.content, self.container, saved_pictures(m.images)))
+                message = self._add(UserMessage(m.content, self.container))
+                if m.images:
+                    with_pictures.append((message, m.images))
             elif m.role is Role.ASSISTANT:
                 w = AssistantMessage(self.container)
                 if m.reasoning:
@@ -89,6 +102,35 @@ class MessageList(QScrollArea):
                     w.reasoning.header.setText("Thought")
                 self._add(w)
         self._changed()
+        if with_pictures:
+            self._read_pictures(with_pictures)
+
+    def _read_pictures(self, messages: list[tuple[UserMessage, tuple]]) -> None:
+        """Read saved messages' pictures (ImageRef) and make their previews on a thread; each message shows its
+        own when they arrive."""
+        shown = self._shown
+
+        def work() -> None:
+            from macapp.core.vision.pictures import load_pictures  # PIL only once a conversation has pictures
+            from macapp.ui.attachments import THUMB, preview
+
+            for message, refs in messages:
+                try:
+                    pictures = load_pictures(refs)  # a missing or damaged file is left out (the text stays)
+                    previews = tuple(preview(p.image, THUMB * 2) for p in pictures)
+                    self._pictures_read.emit(shown, message, pictures, previews)
+                except RuntimeError:  # the window is gone
+                    return
+                except Exception:  # noqa: BLE001 - the message is shown without them
+                    log.exception("Could not show a saved message's pictures")
+
+        threading.Thread(target=work, name="qwen-desk-read-pictures", daemon=True).start()
+
+    def _show_read_pictures(self, shown: int, message: UserMessage, pictures: tuple, previews: tuple) -> None:
+        if shown != self._shown or message not in self.widgets():
+            return  # another conversation is shown now (its widgets may be deleted)
+        message.show_pictures(pictures, previews)
+        self.pictures_shown.emit()
 
     # -- the turn in flight ------------------------------------------------------------------------------------
     def begin_turn(self, start: TurnStart) -> AssistantMessage:

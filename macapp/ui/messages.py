@@ -96,39 +96,47 @@ class UserMessage(QFrame):
         super().__init__(parent)
         self.role = "user"
         self.text = text
-        self.pictures = tuple(pictures)  # vision.images.PreparedImage, shown as thumbnails above the text
-        bubble = QFrame(self)
+        self.pictures: tuple = ()  # vision.images.PreparedImage, shown as thumbnails above the text
+        self.thumbnails: list[QLabel] = []
+        self.bubble = bubble = QFrame(self)
         bubble.setObjectName("UserBubble")
         self.view = MarkdownView(bubble)
         self.view.set_plain(text)
-        inner = QVBoxLayout(bubble)
-        inner.setContentsMargins(12, 6, 12, 6)
-        self.thumbnails: list[QLabel] = []
-        if self.pictures:
-            from macapp.ui.attachments import THUMB, thumbnail
-
-            row = QHBoxLayout()
-            row.setSpacing(6)
-            for picture in self.pictures:
-                label = QLabel(bubble)
-                label.setPixmap(thumbnail(picture.image, THUMB * 2))
-                label.setToolTip(f"{picture.name} — {picture.size[0]}×{picture.size[1]}")
-                row.addWidget(label)
-                self.thumbnails.append(label)
-            row.addStretch(1)
-            inner.addLayout(row)
-        inner.addWidget(self.view)
+        self._inner = QVBoxLayout(bubble)
+        self._inner.setContentsMargins(12, 6, 12, 6)
+        self._inner.addWidget(self.view)
         # Hug the text: as wide as its longest line, wrapping only past the available width.
         probe = QTextDocument()
         probe.setDefaultFont(self.view.font())
         probe.setPlainText(text)
-        pictures_width = sum(label.pixmap().width() + 6 for label in self.thumbnails)
-        bubble.setMaximumWidth(max(int(probe.idealWidth()), pictures_width) + 24 + 12)
+        self._text_width = int(probe.idealWidth())
         bubble.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.show_pictures(pictures)
         lay = QHBoxLayout(self)
         lay.setContentsMargins(80, 4, 0, 4)
         lay.addStretch(1)
         lay.addWidget(bubble, 100)
+
+    def show_pictures(self, pictures: tuple, previews: tuple = ()) -> None:
+        """Show the message's pictures above its text (once); `previews`: their small QImages (attachments.preview),
+        made off the GUI thread for a reopened conversation."""
+        if pictures and not self.pictures:
+            from macapp.ui.attachments import THUMB, pixmap_of, preview
+
+            self.pictures = tuple(pictures)
+            row = QHBoxLayout()
+            row.setSpacing(6)
+            for i, picture in enumerate(self.pictures):
+                small = previews[i] if i < len(previews) else preview(picture.image, THUMB * 2)
+                label = QLabel(self.bubble)
+                label.setPixmap(pixmap_of(small, THUMB * 2))
+                label.setToolTip(f"{picture.name} — {picture.size[0]}×{picture.size[1]}")
+                row.addWidget(label)
+                self.thumbnails.append(label)
+            row.addStretch(1)
+            self._inner.insertLayout(0, row)
+        pictures_width = sum(label.pixmap().width() + 6 for label in self.thumbnails)
+        self.bubble.setMaximumWidth(max(self._text_width, pictures_width) + 24 + 12)
 
 
 class AssistantMessage(QFrame):

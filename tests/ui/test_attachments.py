@@ -142,7 +142,8 @@ def test_a_message_with_pictures_shows_them_and_a_reopened_conversation_too(qtbo
     chat.new_chat()
     chat.open_conversation(conversation_id)
     reopened = chat.messages.widgets()[0]
-    assert len(reopened.thumbnails) == 2 and reopened.pictures[0].size == (96, 64)
+    qtbot.waitUntil(lambda: len(reopened.thumbnails) == 2, timeout=10_000)  # read and made small off the GUI thread
+    assert reopened.pictures[0].size == (96, 64)
     chat.composer.input.setPlainText("and the second one?")  # going on: the model reads the reopened pictures again
     qtbot.keyClick(chat.composer.input, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: not chat.busy, timeout=60_000)
