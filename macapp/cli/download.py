@@ -1,6 +1,7 @@
 """`qwen-desk download MODEL`: fetch an MLX build into the Hugging Face cache, resumable and verified.
 
-Also `qwen-desk download --list` (what is in the cache) and `qwen-desk download --delete MODEL`.
+Also `qwen-desk download --list` (what is in the cache) and `qwen-desk download --delete MODEL`; `--mtp` then
+fetches the MTP head the build lacks from the original Qwen repo (macapp/core/hub/mtp_fetch.py).
 """
 
 from __future__ import annotations
@@ -28,6 +29,11 @@ def register(subparsers) -> None:
     parser.add_argument("--dry-run", action="store_true", help="show what would be fetched and whether it fits, then stop")
     parser.add_argument("--list", action="store_true", help="list the models in the Hugging Face cache with their sizes")
     parser.add_argument("--delete", action="store_true", help="remove MODEL from the Hugging Face cache")
+    parser.add_argument("--mtp", action="store_true",
+                        help="also get the MTP head (for speculative decoding) when the build lacks it: only its tensors, "
+                             "by range requests on the original repo, quantized like the build")
+    parser.add_argument("--mtp-from", metavar="REPO", help="the original repo to take the MTP head from (default: the catalog's, "
+                                                           "or the build card's base_model)")
     parser.set_defaults(func=run)
 
 
@@ -71,8 +77,9 @@ def _download(args: argparse.Namespace, repo: str, model) -> int:
         plan = dl.plan_download(repo, args.revision, model=model)
         _say(args, _describe_plan(plan))
         if args.dry_run:
+            mtp = _mtp_dry_run(args, repo, plan) if args.mtp else None
             if args.json:
-                print(json.dumps(_plan_json(plan), indent=2))
+                print(json.dumps({**_plan_json(plan), **({"mtp": mtp} if args.mtp else {})}, indent=2))
             return 0 if plan.disk_ok else 1
         result = dl.download(plan, on_event=view.on_event)
     except dl.DownloadCancelled as exc:
@@ -95,9 +102,107 @@ def _download(args: argparse.Namespace, repo: str, model) -> int:
     fetched = result.bytes_downloaded_this_run
     _say(args, f"ready: {repo} ({format_bytes(result.bytes_total)}, {len(result.files)} files, hashes checked; "
                f"{format_bytes(fetched)} fetched now) in {result.path}")
+    extra: dict = {}
+    if args.mtp:
+        try:
+            extra["mtp"] = _fetch_mtp(args, repo, result.path)
+        except dl.DownloadError as exc:
+            _say(args, f"qwen-desk: MTP head: {exc}")
+            if exc.bytes_kept and exc.kind is not dl.DownloadErrorKind.CANCELLED:
+                _say(args, f"{format_bytes(exc.bytes_kept)} of the head kept; `{command} --mtp` resumes from there.")
+            if args.json:
+                print(json.dumps({**result.to_json(), "ready": True, "mtp": {"ready": False, "error": {"kind": exc.kind, "message": str(exc)}}},
+                                 indent=2))
+            return 130 if isinstance(exc, dl.DownloadCancelled) else 1
     if args.json:
-        print(json.dumps({**result.to_json(), "ready": True}, indent=2))
+        print(json.dumps({**result.to_json(), "ready": True, **extra}, indent=2))
     return 0
+
+
+def _fetch_mtp(args: argparse.Namespace, repo: str, folder) -> dict:
+    """The MTP head for the downloaded build in `folder`: kept where it is, or fetched now. Returns its JSON."""
+    from macapp.core.hub.mtp import MtpWhere, folder_status
+    from macapp.core.hub.mtp_fetch import fetch_mtp_head, plan_mtp_fetch
+
+    status = folder_status(folder, repo)
+    if status.usable:
+        _say(args, f"MTP head: {'in the build' if status.where is MtpWhere.IN_BUILD else 'fetched already'} "
+                   f"({format_bytes(status.head_bytes)}); nothing to fetch")
+        return {"ready": True, **status.to_json()}
+    plan = plan_mtp_fetch(folder, repo, source_repo=args.mtp_from)
+    _say(args, f"MTP head: {format_bytes(plan.fetch_bytes)} to fetch from {plan.source_repo} @ {plan.commit[:10]} "
+               f"({len(plan.tensors)} mtp.* tensors in {len(plan.ranges)} byte ranges), about {format_bytes(plan.head_bytes)} "
+               f"once quantized like the build")
+    progress = _MtpProgress(sys.stderr)
+    try:
+        fetched = fetch_mtp_head(plan, on_progress=progress.update)
+    except KeyboardInterrupt:
+        raise dl.DownloadCancelled(f"MTP fetch of {plan.source_repo} interrupted; run it again to resume", repo=plan.source_repo,
+                                   bytes_kept=plan.part_path.stat().st_size if plan.part_path.exists() else 0) from None
+    finally:
+        progress.close()
+    _say(args, f"MTP head ready: {fetched.tensors} tensors, {format_bytes(fetched.head_bytes)} in {fetched.side_file} "
+               f"({format_bytes(fetched.bytes_fetched_this_run)} fetched now)")
+    return {"ready": True, "where": "fetched", **fetched.to_json()}
+
+
+def _mtp_dry_run(args: argparse.Namespace, repo: str, plan: dl.DownloadPlan) -> dict:
+    """What --mtp would do, from the hub records (the build's and the original's headers, no tensor data)."""
+    from macapp.core.hub.mtp import MtpStatus, MtpWhere, folder_status, hub_status, source_repo_for
+    from macapp.core.hub.mtp_fetch import plan_mtp_fetch
+    from macapp.core.hub.record import record_for
+
+    try:
+        if plan.complete:
+            status = folder_status(plan.snapshot_path, repo)
+            if not status.usable:
+                fetch = plan_mtp_fetch(plan.snapshot_path, repo, source_repo=args.mtp_from)
+                status = MtpStatus(MtpWhere.TO_FETCH, fetch.head_bytes, fetch.fetch_bytes, fetch.source_repo)
+        else:
+            build = record_for(repo)
+            source = args.mtp_from or source_repo_for(repo) or build.base_model or None
+            status = hub_status(build, record_for(source) if source else None)
+    except dl.DownloadError as exc:
+        _say(args, f"  MTP head: {exc}")
+        return {"where": "unknown", "error": {"kind": exc.kind, "message": str(exc)}}
+    except Exception as exc:  # a dry run reports; it never fails for the head
+        _say(args, f"  MTP head: cannot tell ({type(exc).__name__}: {exc})")
+        return {"where": "unknown", "error": {"kind": "error", "message": str(exc)}}
+    _say(args, "  " + _mtp_line(status))
+    return status.to_json()
+
+
+def _mtp_line(status) -> str:
+    from macapp.core.sizing import mtp_words
+
+    return mtp_words(status)
+
+
+class _MtpProgress:
+    """The head's fetch: a line redrawn in place on a terminal, a plain line every few seconds otherwise."""
+
+    def __init__(self, stream, plain_every_s: float = 5.0) -> None:
+        self.stream = stream
+        self.tty = hasattr(stream, "isatty") and stream.isatty()
+        self.plain_every_s = plain_every_s
+        self.last = 0.0
+        self.drawn = False
+
+    def update(self, done: int, total: int) -> None:
+        text = f"MTP head: {done / total if total else 1:4.0%} {format_bytes(done)} of {format_bytes(total)}"
+        if self.tty:
+            self.stream.write("\r" + text + "\x1b[K")
+            self.stream.flush()
+            self.drawn = True
+        elif time.monotonic() - self.last >= self.plain_every_s or done == total:
+            self.last = time.monotonic()
+            print(text, file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self.drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+            self.drawn = False
 
 
 def _describe_plan(plan: dl.DownloadPlan) -> str:

@@ -107,7 +107,7 @@ def run_fit(args: argparse.Namespace) -> int:
     if args.hosts is not None:
         return run_cluster_fit(args, model, machine)
     try:
-        result = sizing.estimate(model, args.context, machine, kv_bits=args.kv_bits, **vision_args(model, args.images))
+        result = sizing.estimate(model, args.context, machine, kv_bits=args.kv_bits, **vision_args(model, args.images), mtp=mtp_status(model))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     ways_out = advice.advise(model, result, machine, catalog_refs())
@@ -126,6 +126,14 @@ def vision_args(model: catalog.ModelRef, images: bool) -> dict:
 
     seen = build_vision(model)
     return {"vision": seen.cost, "accepts_images": seen.accepts_images, "images": images}
+
+
+def mtp_status(model: catalog.ModelRef):
+    """Where the build's MTP head comes from, from this machine's files and cached hub records (no network)."""
+    from macapp.core.hub.mtp import status_for
+    from macapp.core.vision.builds import downloaded_folder
+
+    return status_for(model.repo, model.local_path or downloaded_folder(model.repo))
 
 
 def catalog_refs() -> list[catalog.ModelRef]:
@@ -160,6 +168,8 @@ def describe(e: sizing.Estimate, machine: hardware.MachineProfile) -> str:
     else:
         lines.append("  speed: no estimate (not an Apple Silicon Mac)")
     lines.append(f"  {images_words(e)}")
+    if e.mtp_where in ("in_build", "fetched", "to_fetch"):  # "none" and "not known yet" are in --json and the derivation
+        lines += [f"  {line}" for line in e.derivation if line.startswith("MTP head")]
     return "\n".join(lines)
 
 
@@ -207,7 +217,7 @@ def run_models(args: argparse.Namespace) -> int:
     for model in refs:
         # A model with a shorter maximum is judged at its maximum (the row says which context it used).
         context = min(args.context, model.arch.max_position_embeddings)
-        e = sizing.estimate(model, context, machine, kv_bits=args.kv_bits, **vision_args(model, args.images))
+        e = sizing.estimate(model, context, machine, kv_bits=args.kv_bits, **vision_args(model, args.images), mtp=mtp_status(model))
         row = e.to_json()
         row["downloaded"] = (model.repo or "").lower() in downloaded
         row["advice"] = advice.advise(model, e, machine, refs).to_json()

@@ -17,6 +17,7 @@ from macapp.core.catalog import Arch, ModelRef
 from macapp.core.context_limit import check_context
 from macapp.core.long_context import SCORE_BYTES, SCORES_BLOCK_BYTES, RopeInfo, factor_for, query_block
 from macapp.core.hardware import BANDWIDTH_EFFICIENCY, LAYER_COST_SCALE, MachineProfile
+from macapp.core.hub.mtp import MtpStatus, MtpWhere
 from macapp.core.vision.cost import VisionCost
 
 KV_STEP = 256  # mlx-lm's KVCache grows in steps of 256 tokens
@@ -76,6 +77,12 @@ class Estimate:
     # Past the native length the model runs in long-context mode (YaRN ×2 or ×4, macapp.core.long_context).
     native_context: int = 0
     yarn_factor: int | None = None
+    # The MTP head (macapp.core.hub.mtp): counted in `total_bytes` when it is on disk, so MTP would be used.
+    mtp_where: str | None = None  # "in_build" | "fetched" | "to_fetch" | "none" | "unknown"; None: not asked
+    mtp_bytes: int = 0  # the head in memory (quantized like the build; an estimate while it is still to fetch)
+    mtp_counted: bool = False
+    mtp_fetch_bytes: int = 0  # to download from `mtp_source_repo` (to_fetch)
+    mtp_source_repo: str | None = None
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -373,6 +380,7 @@ def estimate(
     vision: VisionCost | None = None,
     accepts_images: bool | None = None,
     images: bool = False,
+    mtp: MtpStatus | None = None,
 ) -> Estimate:
     """Memory, verdict, largest context and speed for `model` at `context` tokens on `machine`; with `images`, the
     total also holds `vision` (the tower and one picture at the processor's maximum) when the build accepts them."""
@@ -388,6 +396,8 @@ def estimate(
     runtime = runtime_bytes(weights)
     with_images = images and accepts_images is not False and vision is not None
     extra = vision.total_bytes if with_images else 0
+    head = mtp.head_bytes if mtp is not None and mtp.usable else 0
+    extra += head
     total = weights + kv + state + prefill + runtime + extra
     early = decode_tps(model, machine, min(context, EARLY_CONTEXT), kv_bits)
     late = decode_tps(model, machine, context, kv_bits)
@@ -418,6 +428,8 @@ def estimate(
         derivation.append("images: this build is text-only (no vision tower in its files)")
     elif images:
         derivation.append("images not counted: the vision tower's size is not known until its files are read (qwen-desk models --refresh)")
+    if mtp is not None:
+        derivation.append(mtp_words(mtp))
     if reading is not None:
         derivation.append(prefill_model.describe(reading, prefill_workload(model), machine, prefill_step))
     return Estimate(
@@ -451,7 +463,27 @@ def estimate(
         parallel_sessions=parallel_sequences(model.arch, weights, machine.budget_bytes - extra, context, kv_bits, prefill_step),
         native_context=arch.native,
         yarn_factor=yarn_factor(arch, context),
+        mtp_where=None if mtp is None else str(mtp.where),
+        mtp_bytes=0 if mtp is None else mtp.head_bytes,
+        mtp_counted=bool(head),
+        mtp_fetch_bytes=0 if mtp is None else mtp.fetch_bytes,
+        mtp_source_repo=None if mtp is None else mtp.source_repo,
     )
+
+
+def mtp_words(mtp: MtpStatus) -> str:
+    """Where the MTP head's bytes come from, for the derivation and `qwen-desk fit`."""
+    mb = 1e6
+    match mtp.where:
+        case MtpWhere.IN_BUILD | MtpWhere.FETCHED:
+            where = "in the build" if mtp.where is MtpWhere.IN_BUILD else "fetched already"
+            return f"MTP head {mtp.head_bytes / mb:.0f} MB ({where}), counted: speculative decoding would use it"
+        case MtpWhere.TO_FETCH:
+            return (f"MTP head: {mtp.fetch_bytes / mb:.0f} MB to fetch from {mtp.source_repo} (`qwen-desk download <build> --mtp`), "
+                    f"about {mtp.head_bytes / mb:.0f} MB in memory once fetched; not counted until then")
+        case MtpWhere.NONE:
+            return f"MTP head: none ({mtp.note})"
+    return f"MTP head: {mtp.note or 'not known'}"
 
 
 def yarn_factor(arch: Arch, context: int) -> int | None:

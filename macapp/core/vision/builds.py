@@ -55,7 +55,7 @@ class BuildVision:
 
 
 def build_vision(ref: ModelRef) -> BuildVision:
-    folder = ref.local_path or _downloaded_folder(ref.repo)
+    folder = ref.local_path or downloaded_folder(ref.repo)
     if folder is not None and (Path(folder) / "config.json").is_file():
         return from_folder(Path(folder))
     record = cached_record(ref.repo)
@@ -123,7 +123,8 @@ def seeing_alternative(build: str) -> str | None:
     return None
 
 
-def _downloaded_folder(repo: str | None) -> Path | None:
+def downloaded_folder(repo: str | None) -> Path | None:
+    """The snapshot folder of a complete download of `repo`, or None."""
     if not repo:
         return None
     try:
@@ -145,11 +146,18 @@ def refresh_catalog_and_pictures(entries: list | None = None) -> dict[str, str]:
 
     entries = entries or catalog.builtin_catalog()
     errors = catalog.refresh_catalog(entries)
+    lacking_mtp = []
     for entry in entries:
         for build in entry.builds.values():
             record = cached_record(build.repo)
             if build.repo not in errors and record is not None and not record.headers_read:
                 log.warning("could not learn whether %s accepts pictures: %s", build.repo, record.headers_error)
+            if record is not None and record.headers_read and not record.has_mtp:
+                lacking_mtp.append(entry.base_repo)
+    if lacking_mtp and "*" not in errors:
+        # The originals the builds were converted from: their MTP head's bytes ("X MB to fetch" in the fit and library).
+        for repo, error in refresh_records(lacking_mtp)[1].items():
+            log.warning("could not read the MTP head of %s: %s", repo, error)
     return errors
 
 

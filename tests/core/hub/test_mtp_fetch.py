@@ -13,7 +13,7 @@ from macapp.core.hub.mtp import MtpWhere, folder_status
 from macapp.core.hub.mtp_fetch import fetch_mtp_head, plan_mtp_fetch
 from macapp.core.hub.mtp_quant import QuantRule
 from macapp.core.modelfiles import mtp_side_file, read_safetensors_header
-from tests.core.hub.conftest import BUILD, ORIGINAL
+from tests.fixtures.mtp import BUILD, ORIGINAL
 
 
 def _head_spans(mtp_repos) -> dict[str, list[tuple[int, int]]]:
