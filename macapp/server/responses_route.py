@@ -12,12 +12,13 @@ from starlette.responses import JSONResponse, Response
 
 from macapp.core.events import Failed
 from macapp.core.serving.requests import ChatMessage, Completed, FinishReason
-from macapp.server import fields as f
 from macapp.server.activity import Activity
 from macapp.server.backend import Backend, complete, ended_by_shutdown, refusal
 from macapp.server.config import ServerConfig
 from macapp.server.errors import ApiError, ErrorKind, invalid, shutting_down
-from macapp.server.responses_api import ResponsesCall, parse_responses_request
+from macapp.server.fields import parse_json_object
+from macapp.server.requests.responses_body import ResponsesCall
+from macapp.server.responses_api import read_body
 from macapp.server.responses_output import (
     ResponseShell,
     StreamWriter,
@@ -51,8 +52,7 @@ class ResponsesEndpoint:
             raise ApiError(ErrorKind.NOT_FOUND, f"No response {response_id!r} here (responses are kept in memory, the last few hundred, while the server runs).", param="response_id")
         return JSONResponse(stored.body)
 
-    def _previous(self, body: dict) -> tuple[ChatMessage, ...]:
-        previous_id = f.get_str(body, "previous_response_id", "previous_response_id")
+    def _previous(self, previous_id: str | None) -> tuple[ChatMessage, ...]:
         if previous_id is None:
             return ()
         stored = self.store.get(previous_id)
@@ -71,8 +71,8 @@ class ResponsesEndpoint:
             raise _in_responses_terms(error) from error
 
     async def _create(self, request: Request) -> Response:
-        body = f.parse_json_object(await request.body())
-        call = parse_responses_request(body, self.config.default_thinking, self.label(request, API), self._previous(body))
+        parsed = read_body(parse_json_object(await request.body()))
+        call = parsed.to_call(self.config.default_thinking, self.label(request, API), self._previous(parsed.previous_response_id))
         shell = ResponseShell(self.backend.model_name, call.echo)
 
         def reply(done: Completed, _prompt_tokens: int) -> dict[str, Any]:

@@ -16,11 +16,15 @@ from macapp.core.serving.requests import (
     Usage,
 )
 from macapp.server.errors import ApiError, ErrorKind
-from macapp.server.responses_api import parse_input, parse_responses_request
+from macapp.server.responses_api import parse_responses_request
 from macapp.server.responses_output import ResponseShell, StreamWriter, response_body
 from macapp.server.responses_store import ResponseStore, StoredResponse
 
 CALL = ToolCall("call_1", "get_weather", {"city": "Paris"})
+
+
+def parse_input(items: list) -> tuple[ChatMessage, ...]:
+    return parse_responses_request({"input": items}, default_thinking=False).conversation
 
 
 def test_a_replies_items_become_one_assistant_turn():

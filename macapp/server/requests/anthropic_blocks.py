@@ -1,0 +1,175 @@
+"""The content blocks of Anthropic messages, as Claude Code sends them: text, thinking (sent back with its
+signature), tool_use, tool_result (text, pictures, plain-text documents, `tool_reference`), image (base64 only),
+plain-text documents; `redacted_thinking` is opaque to any model but Claude and is skipped. Which blocks a role
+may hold is in its union (UserBlock, AssistantBlock, SystemBlock)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BeforeValidator, PlainValidator
+
+from macapp.core.serving.requests import ImagePart
+from macapp.server.requests.common import Arguments, Model, Refusal, base64_image, refused, tagged
+
+# Deferred tools (`defer_loading`) are offered like the others (the prompt stays the same between requests, and
+# its checkpoints with it), so a `tool_reference` only tells the model the tool it searched for is there.
+TOOL_REFERENCE = "Tool available: "
+
+
+class TextBlock(Model):
+    text: str
+
+
+class ThinkingBlock(Model):
+    thinking: str | None = None  # its signature is ignored: nothing here verifies one
+
+
+class RedactedThinkingBlock(Model):
+    pass
+
+
+class ToolUseBlock(Model):
+    id: str
+    name: str
+    input: Arguments = {}
+
+
+class ToolReferenceBlock(Model):
+    """Claude Code's ToolSearch found a (deferred) tool."""
+
+    tool_name: str
+
+
+class Base64Source(Model):
+    data: str
+    media_type: str | None = None
+
+
+def _decoded(source: Base64Source) -> ImagePart:
+    return base64_image(source.data, source.media_type or "")
+
+
+ImageSource = tagged(
+    {"base64": Annotated[Base64Source, AfterValidator(_decoded)]},
+    refused("{param} must be 'base64' (the server does not fetch images)."),
+)
+
+
+class ImageBlock(Model):
+    source: ImageSource
+
+
+class TextSource(Model):
+    data: str
+
+
+class ContentSource(Model):
+    content: ResultContent
+
+    def text(self) -> str:
+        text, images = result_content(self.content)
+        if images:
+            raise Refusal("{param}: pictures inside a document are not supported; send them as image blocks.")
+        return text
+
+
+def _no_pictures(source: ContentSource) -> ContentSource:
+    source.text()
+    return source
+
+
+def _refuse_document(value: Any) -> Any:
+    if not isinstance(value, dict):
+        raise Refusal("{param} must be an object.")
+    media = value.get("media_type") or value.get("type")
+    raise Refusal(
+        f"{{param}}: {media!r} documents (PDF, files, URLs) are not supported: this server reads plain-text "
+        "documents only (source type 'text' or 'content'); send the text instead."
+    )
+
+
+DocumentSource = tagged(
+    {"text": TextSource, "content": Annotated[ContentSource, AfterValidator(_no_pictures)]},
+    Annotated[Any, PlainValidator(_refuse_document)],
+)
+
+
+class DocumentBlock(Model):
+    """A plain-text document (source `text`, or `content` blocks of text), titled as the client named it."""
+
+    source: DocumentSource
+    title: str | None = None
+    context: str | None = None
+
+    def text(self) -> str:
+        body = self.source.data if isinstance(self.source, TextSource) else self.source.text()
+        return "\n".join(part for part in (self.title, self.context, body) if part)
+
+
+ResultBlock = tagged(
+    {"text": TextBlock, "document": DocumentBlock, "tool_reference": ToolReferenceBlock, "image": ImageBlock},
+    refused("{param} {kind} is not supported in a tool_result."),
+)
+
+
+def _as_result_blocks(value: Any) -> Any:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [{"type": "text", "text": value}]
+    if not isinstance(value, list):
+        raise Refusal("{param} must be a string or an array of blocks.")
+    return value
+
+
+ResultContent = Annotated[list[ResultBlock], BeforeValidator(_as_result_blocks)]  # a string, null or blocks
+
+
+def result_content(blocks: list[Any]) -> tuple[str, tuple[ImagePart, ...]]:
+    """A tool_result's text and pictures (Claude Code's Read of a picture file, a screenshot tool): the pictures go
+    to the model inside the tool's response, as Qwen3.5's template renders them, on builds that see."""
+    texts, images = [], []
+    for block in blocks:
+        match block:
+            case TextBlock(text=text):
+                texts.append(text)
+            case DocumentBlock():
+                texts.append(block.text())
+            case ToolReferenceBlock(tool_name=name):
+                texts.append(TOOL_REFERENCE + name)
+            case ImageBlock(source=image):
+                images.append(image)
+    return "\n".join(texts), tuple(images)
+
+
+class ToolResultBlock(Model):
+    tool_use_id: str
+    content: ResultContent = []
+    is_error: bool | None = None
+
+
+UserBlock = tagged(
+    {"text": TextBlock, "document": DocumentBlock, "image": ImageBlock, "tool_result": ToolResultBlock,
+     "redacted_thinking": RedactedThinkingBlock},
+    refused("{param} {kind} is not supported in a user message."),
+)
+AssistantBlock = tagged(
+    {"text": TextBlock, "thinking": ThinkingBlock, "tool_use": ToolUseBlock, "redacted_thinking": RedactedThinkingBlock},
+    refused("{param} {kind} is not supported in an assistant message."),
+)
+SystemBlock = tagged({"text": TextBlock}, refused("{param} must be 'text'."))
+
+
+def as_blocks(value: Any) -> Any:
+    """A message's content: a string is one text block."""
+    if isinstance(value, str):
+        return [{"type": "text", "text": value}]
+    if not isinstance(value, list):
+        raise Refusal("{param} must be a string or an array of content blocks.")
+    return value
+
+
+ContentSource.model_rebuild()
+DocumentBlock.model_rebuild()
+ToolResultBlock.model_rebuild()

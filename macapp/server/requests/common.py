@@ -1,0 +1,186 @@
+"""The base of every request model, the refusal a validator raises, and the field types the three APIs share.
+
+Models are strict (a string is not a number, 1 is not true, 5.0 is an integer only through `integer`) and ignore
+fields they do not declare: agents send options a local model has no use for (reading.py logs them once).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+import re
+from typing import Annotated, Any, Callable, Union
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, PlainValidator, Tag
+
+from macapp.core.sampling import SamplingParams, preset
+from macapp.core.serving.requests import ImagePart
+from macapp.server.errors import ApiError, invalid
+from macapp.server.fields import MAX_DEPTH, check_structure
+
+MAX_SEED = 2**64 - 1  # mx.random.seed takes an unsigned 64-bit integer
+# A union's tags go into pydantic's error locations; marked so, reading.param_of leaves them out of the field name.
+TAG_MARK = "~"
+_TOKEN_ID = re.compile(r"[0-9]{1,10}")  # ASCII digits only ("²".isdigit() is true); 10 digits hold any vocab
+_DATA_URL = re.compile(r"^data:(?P<type>[\w.+-]+/[\w.+-]+)?(?:;[^,;]*)*;base64,(?P<data>.*)$", re.DOTALL)
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True, arbitrary_types_allowed=True)
+
+
+class Refusal(ValueError):
+    """A validator's refusal. `template` names the field as {param}: where pydantic met the value ({at}), plus
+    `suffix` (".type" for a part refused for its type), which is also the error's `param`."""
+
+    def __init__(self, template: str, suffix: str = "") -> None:
+        super().__init__(template)
+        self.template = template
+        self.suffix = suffix
+
+
+def tagged(members: dict[str, Any], other: Any, key: str | Callable[[Any], Any] = "type", default: str | None = None) -> Any:
+    """A union chosen by `value[key]` (`default` when the key is absent; or by `key(value)`): the member of that
+    name, else `other` (another name, a name that is not a string, a value that is not an object)."""
+
+    def tag_of(value: Any) -> str:
+        if callable(key):
+            name = key(value)
+        else:
+            name = value.get(key, default) if isinstance(value, dict) else None
+        return TAG_MARK + name if isinstance(name, str) and name in members else TAG_MARK
+
+    choices = [Annotated[kind, Tag(TAG_MARK + name)] for name, kind in members.items()]
+    return Annotated[Union[tuple([*choices, Annotated[other, Tag(TAG_MARK)]])], Discriminator(tag_of)]
+
+
+def refused(template: str, suffix: str = ".type", key: str = "type") -> Any:
+    """A union's `other`: an object is refused with `template` ({kind}: its `key` as sent), anything else as not
+    an object."""
+
+    def refuse(value: Any) -> Any:
+        if not isinstance(value, dict):
+            raise Refusal("{param} must be an object.")
+        raise Refusal(template.replace("{kind}", repr(value.get(key))), suffix)
+
+    return Annotated[Any, PlainValidator(refuse)]
+
+
+def _whole(value: Any) -> Any:
+    return int(value) if isinstance(value, float) and value.is_integer() else value  # False for NaN and infinities
+
+
+def integer(minimum: int | None = None, maximum: int | None = None) -> Any:
+    """An integer (5.0 too, as JSON writers may send it) within the bounds given."""
+
+    def in_range(value: int) -> int:
+        if minimum is not None and value < minimum:
+            raise Refusal(f"{{param}} must be at least {minimum}, not {value}.")
+        if maximum is not None and value > maximum:
+            raise Refusal(f"{{param}} must be at most {maximum}, not {value}.")
+        return value
+
+    return Annotated[int, BeforeValidator(_whole), AfterValidator(in_range)]
+
+
+def number(low: float, high: float) -> Any:
+    """A finite number from `low` to `high` (an integer too), as a float."""
+
+    def check(value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (isinstance(value, float) and not math.isfinite(value)):
+            raise Refusal("{param} must be a number.")
+        if not low <= value <= high:
+            raise Refusal(f"{{param}} must be between {low:g} and {high:g}, not {value}.")
+        return float(value)
+
+    return Annotated[float, PlainValidator(check)]
+
+
+Seed = integer(0, MAX_SEED)  # a sampling seed: what MLX's generator takes
+
+
+def _stop(value: Any) -> tuple[str, ...]:
+    items = [value] if isinstance(value, str) else value if value is not None else []
+    if not isinstance(items, list) or not all(isinstance(s, str) for s in items):
+        raise Refusal("{param} must be a string or an array of strings.")
+    return tuple(s for s in items if s)
+
+
+StopSequences = Annotated[tuple[str, ...], PlainValidator(_stop)]  # a string or strings (empty ones dropped); null: none
+
+
+def _logit_bias(value: Any) -> dict[int, float] | None:
+    """Token id (a non-negative integer, as a string key) -> a finite bias in [-100, 100]. Ids beyond the
+    vocabulary are the core's to refuse (sampling.check_logit_bias): only it knows the vocabulary."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise Refusal("{param} must be an object of token id -> bias.")
+    out = {}
+    for key, bias in value.items():
+        if not _TOKEN_ID.fullmatch(key):
+            raise Refusal(f"{{param}} keys are token ids (non-negative integers); {key!r} is not one.")
+        if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not math.isfinite(bias) or not -100 <= bias <= 100:
+            raise Refusal(f"{{param}} maps token ids to numbers between -100 and 100; {key!r}: {bias!r} is not that.")
+        out[int(key)] = float(bias)
+    return out or None
+
+
+LogitBias = Annotated[dict[int, float] | None, PlainValidator(_logit_bias)]
+
+
+def _arguments(value: Any) -> dict[str, Any]:
+    """A call's arguments: a JSON string (OpenAI) or an object, always handed on as a mapping. A string's JSON is
+    held to the body's own limits (nesting, lone surrogates): the template and the tokenizer read it too."""
+    if isinstance(value, str):
+        if not value.strip():
+            return {}
+        try:
+            value = json.loads(value)
+            check_structure(value)
+        except RecursionError:
+            raise Refusal(f"{{param}} nests arrays and objects too deeply (more than {MAX_DEPTH} levels).") from None
+        except ApiError as exc:
+            raise Refusal(f"{{param}} is refused: {exc.message}") from None
+        except ValueError as exc:
+            raise Refusal(f"{{param}} is not valid JSON: {exc}.") from None
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise Refusal("{param} must be a JSON object.")
+    return value
+
+
+Arguments = Annotated[dict[str, Any], PlainValidator(_arguments)]
+
+
+def base64_image(data: str, media_type: str, suffix: str = "") -> ImagePart:
+    try:
+        return ImagePart(base64.b64decode(data, validate=True), media_type)
+    except (binascii.Error, ValueError):
+        raise Refusal("{param} is not valid base64 image data.", suffix) from None
+
+
+def data_url_image(url: Any, suffix: str = "") -> ImagePart:
+    """An image given as a `data:` URL; remote URLs are refused (the server fetches nothing from the network)."""
+    if not isinstance(url, str):
+        raise Refusal("{param} must be a string URL.", suffix)
+    match = _DATA_URL.match(url)
+    if match is None:
+        raise Refusal("{param}: only base64 data: URLs are supported (the server does not fetch images).", suffix)
+    return base64_image(match["data"], match["type"] or "", suffix)
+
+
+DataUrlImage = Annotated[ImagePart, PlainValidator(data_url_image)]
+
+
+def sampling_for(thinking: bool, max_tokens: int | None, **overrides: Any) -> SamplingParams:
+    """The model card's preset for the thinking mode, with the request's values over it (None: not given)."""
+    try:
+        params = preset(thinking, max_tokens=max_tokens, **overrides)
+        params.validate()
+    except ValueError as exc:
+        raise invalid(f"{exc}.") from exc
+    return params

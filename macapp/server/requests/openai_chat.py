@@ -1,0 +1,370 @@
+"""The body of OpenAI's `POST /v1/chat/completions`, and the CompletionRequest it asks for.
+
+Messages by role (`developer` is a system message), content as a string or `text` / `image_url` parts (data:
+URLs only), tools of type `function`, `tool_choice` as a mode, a named function or `allowed_tools`, the sampling
+fields of OpenAI and vLLM (`top_k`, `min_p`, `repetition_penalty`), thinking from `chat_template_kwargs` or
+`reasoning_effort`. Options whose silent omission would hand the client something else than it asked for (`n` > 1,
+`logprobs`, the deprecated `functions`, a structured `response_format`) are refused.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, replace
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BeforeValidator, PlainValidator, model_validator
+
+from macapp.core.serving.requests import (
+    ChatMessage,
+    CompletionRequest,
+    ImagePart,
+    Role,
+    ToolCall,
+    ToolChoice,
+    ToolChoiceMode,
+    ToolSpec,
+)
+from macapp.server.errors import invalid
+from macapp.server.requests.common import (
+    Arguments,
+    LogitBias,
+    Model,
+    Refusal,
+    Seed,
+    StopSequences,
+    data_url_image,
+    integer,
+    number,
+    refused,
+    sampling_for,
+    tagged,
+)
+
+
+@dataclass(frozen=True)
+class ChatCompletionCall:
+    request: CompletionRequest
+    stream: bool = False
+    include_usage: bool = False
+
+
+# ------------------------------------------------------------------------------------------------ messages
+
+
+class TextPart(Model):
+    text: str
+
+
+def _image_url(value: Any) -> ImagePart:
+    """`{"url": "data:..."}`, or the URL itself."""
+    return data_url_image(value.get("url") if isinstance(value, dict) else value, suffix=".url")
+
+
+class ImageUrlPart(Model):
+    image_url: Annotated[ImagePart, PlainValidator(_image_url)]
+
+
+Part = tagged(
+    {"text": TextPart, "input_text": TextPart, "image_url": ImageUrlPart},
+    refused("{param} {kind} is not supported (use 'text' or 'image_url')."),
+)
+
+
+def _as_parts(value: Any) -> Any:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [{"type": "text", "text": value}]
+    if not isinstance(value, list):
+        raise Refusal("{param} must be a string or an array of content parts.")
+    return value
+
+
+Content = Annotated[list[Part], BeforeValidator(_as_parts)]  # a string, null, or content parts
+
+
+def _text(parts: list[Any]) -> str:
+    return "".join(p.text for p in parts if isinstance(p, TextPart))
+
+
+def _images(parts: list[Any]) -> tuple[ImagePart, ...]:
+    return tuple(p.image_url for p in parts if isinstance(p, ImageUrlPart))
+
+
+class _Message(Model):
+    content: Content = []
+
+    def no_pictures(self, role: str) -> None:
+        """The template has no place for them in this role: never dropped silently."""
+        if _images(self.content):
+            raise Refusal(f"{{at}}: pictures go in user (or tool) messages, not in a {role} message.", ".content")
+
+
+class SystemMessage(_Message):
+    role: str
+
+    def to_message(self) -> ChatMessage:
+        return ChatMessage(Role.SYSTEM, _text(self.content))
+
+
+class UserMessage(_Message):
+    def to_message(self) -> ChatMessage:
+        return ChatMessage(Role.USER, _text(self.content), images=_images(self.content))
+
+
+class FunctionCall(Model):
+    name: str
+    arguments: Arguments = {}
+
+
+class ToolCallItem(Model):
+    id: str | None = None
+    function: FunctionCall
+
+    def to_call(self) -> ToolCall:
+        return ToolCall(self.id or f"call_{uuid.uuid4().hex[:24]}", self.function.name, self.function.arguments)
+
+
+class AssistantMessage(_Message):
+    reasoning_content: str | None = None
+    reasoning: str | None = None  # what some clients (opencode's) send back instead
+    tool_calls: list[ToolCallItem] | None = None
+
+    def to_message(self) -> ChatMessage:
+        calls = tuple(c.to_call() for c in self.tool_calls or ())
+        return ChatMessage(Role.ASSISTANT, _text(self.content), reasoning=self.reasoning_content or self.reasoning, tool_calls=calls)
+
+
+class ToolMessage(_Message):
+    tool_call_id: str | None = None
+    name: str | None = None
+
+    def to_message(self) -> ChatMessage:
+        text, images = _text(self.content), _images(self.content)
+        return ChatMessage(Role.TOOL, text, tool_call_id=self.tool_call_id, name=self.name, images=images)
+
+
+def _no_system_pictures(message: SystemMessage) -> SystemMessage:
+    message.no_pictures(message.role)
+    return message
+
+
+def _no_assistant_pictures(message: AssistantMessage) -> AssistantMessage:
+    message.no_pictures("assistant")
+    return message
+
+
+Message = tagged(
+    {
+        "system": Annotated[SystemMessage, AfterValidator(_no_system_pictures)],
+        "developer": Annotated[SystemMessage, AfterValidator(_no_system_pictures)],
+        "user": UserMessage,
+        "assistant": Annotated[AssistantMessage, AfterValidator(_no_assistant_pictures)],
+        "tool": ToolMessage,
+    },
+    refused("{param} {kind} is not one of 'system', 'developer', 'user', 'assistant', 'tool'.", ".role", key="role"),
+    key="role",
+)
+
+
+# ------------------------------------------------------------------------------------------------ tools
+
+
+class FunctionSpec(Model):
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class Tool(Model):
+    type: Literal["function"] = "function"
+    function: FunctionSpec
+
+    def to_spec(self) -> ToolSpec:
+        return ToolSpec(self.function.name, self.function.description or "", self.function.parameters or {})
+
+
+def _mode(value: Any) -> ToolChoiceMode:
+    modes = {"auto": ToolChoiceMode.AUTO, "none": ToolChoiceMode.NONE, "required": ToolChoiceMode.REQUIRED}
+    if value == "function":
+        raise Refusal("{param} 'function' needs the function's name: {\"type\": \"function\", \"function\": {\"name\": ...}}.")
+    if not isinstance(value, str) or value not in modes:
+        raise Refusal(f"{{param}} {value!r} is not 'auto', 'none', 'required' or a named function.")
+    return modes[value]
+
+
+class FunctionName(Model):
+    name: str
+
+
+class NamedFunction(Model):
+    function: FunctionName
+
+
+class AllowedTools(Model):
+    mode: Literal["auto", "required"]
+    tools: list[NamedFunction]
+
+
+class AllowedToolsChoice(Model):
+    """{"type": "allowed_tools", "allowed_tools": {"mode": ..., "tools": [{"type": "function", "function": {"name":
+    ...}}]}}: the model may call only those (`ToolChoice.allowed`; the others are not offered)."""
+
+    allowed_tools: AllowedTools
+
+
+def _choice_kind(value: Any) -> Any:
+    if isinstance(value, str):
+        return "mode"
+    return value.get("type", "function") if isinstance(value, dict) else None
+
+
+def _refuse_choice(value: Any) -> Any:
+    if not isinstance(value, dict):
+        raise Refusal("{param} must be an object.")
+    raise Refusal(f"{{param}} type {value.get('type')!r} is not supported (only 'function' and 'allowed_tools').", ".type")
+
+
+ToolChoiceValue = tagged(
+    {"mode": Annotated[ToolChoiceMode, PlainValidator(_mode)], "function": NamedFunction, "allowed_tools": AllowedToolsChoice},
+    Annotated[Any, PlainValidator(_refuse_choice)],
+    key=_choice_kind,
+)
+
+
+def _tool_choice(value: Any, tools: tuple[ToolSpec, ...]) -> ToolChoice:
+    names = {t.name for t in tools}
+    match value:
+        case None:
+            return ToolChoice()
+        case ToolChoiceMode():
+            return ToolChoice(value)
+        case NamedFunction(function=FunctionName(name=name)):
+            if name not in names:
+                raise invalid(f"tool_choice names {name!r}, which is not in tools.", param="tool_choice.function.name")
+            return ToolChoice(ToolChoiceMode.FUNCTION, name)
+        case AllowedToolsChoice(allowed_tools=allowed):
+            chosen = [t.function.name for t in allowed.tools]
+            unknown = sorted(set(chosen) - names)
+            if unknown:
+                raise invalid(f"tool_choice.allowed_tools names {', '.join(map(repr, unknown))}, not in tools.", param="tool_choice.allowed_tools.tools")
+            mode = ToolChoiceMode.AUTO if allowed.mode == "auto" else ToolChoiceMode.REQUIRED
+            return ToolChoice(mode, allowed=tuple(chosen))
+    raise TypeError(f"not a tool choice: {value!r}")
+
+
+# ------------------------------------------------------------------------------------------------ the body
+
+
+class TemplateKwargs(Model):
+    enable_thinking: bool | None = None
+
+
+class StreamOptions(Model):
+    include_usage: bool | None = None
+
+
+def _one_reply(n: int) -> int:
+    if n != 1:
+        raise Refusal("n > 1 is not supported: this server writes one reply per request.")
+    return n
+
+
+def _no_logprobs(on: bool) -> bool:
+    if on:
+        raise Refusal("logprobs is not supported: this server returns no token log probabilities (send logprobs: false).")
+    return on
+
+
+def _not_legacy(value: Any) -> Any:
+    if value is not None:
+        raise Refusal("{param} (the deprecated form) is not supported: send tools and tool_choice.")
+    return value
+
+
+Legacy = Annotated[Any, AfterValidator(_not_legacy)]
+
+
+class ResponseFormat(Model):
+    type: Any = "text"
+
+    @model_validator(mode="after")
+    def _only_text(self) -> ResponseFormat:
+        if self.type != "text":
+            raise Refusal(f"response_format {self.type!r} is not supported (only 'text'): ask for JSON in the prompt.")
+        return self
+
+
+def _some_messages(messages: list[Any]) -> list[Any]:
+    if not messages:
+        raise Refusal("messages must hold at least one message.")
+    return messages
+
+
+Count = integer(minimum=1)
+TopK = integer(minimum=-1)  # vLLM's -1 means "off"
+Temperature = number(0, 2)
+Fraction = number(0, 1)
+Penalty = number(-2, 2)
+RepetitionPenalty = number(0.01, 10)  # vLLM's extra
+
+
+class ChatCompletionBody(Model):
+    """The fields read, in the order they are checked (the first one at fault is the one named)."""
+
+    messages: Annotated[list[Message], AfterValidator(_some_messages)]
+    model: Any = None  # any name is served by the loaded model
+    chat_template_kwargs: TemplateKwargs | None = None
+    reasoning_effort: str | None = None
+    max_completion_tokens: Count | None = None
+    max_tokens: Count | None = None
+    temperature: Temperature | None = None
+    top_p: Fraction | None = None
+    top_k: TopK | None = None
+    min_p: Fraction | None = None
+    presence_penalty: Penalty | None = None
+    frequency_penalty: Penalty | None = None
+    repetition_penalty: RepetitionPenalty | None = None
+    seed: Seed | None = None
+    logit_bias: LogitBias = None
+    n: Annotated[Count, AfterValidator(_one_reply)] | None = None
+    logprobs: Annotated[bool, AfterValidator(_no_logprobs)] | None = None
+    functions: Legacy = None
+    function_call: Legacy = None
+    response_format: ResponseFormat | None = None
+    tools: list[Tool] | None = None
+    tool_choice: ToolChoiceValue | None = None
+    parallel_tool_calls: bool | None = None
+    stream_options: StreamOptions | None = None
+    stop: StopSequences = ()
+    stream: bool | None = None
+
+    def thinking(self, default: bool) -> bool:
+        """`chat_template_kwargs.enable_thinking` (vLLM / mlx-lm), else `reasoning_effort` ('none' is off), else the default."""
+        explicit = self.chat_template_kwargs.enable_thinking if self.chat_template_kwargs else None
+        if explicit is not None:
+            return explicit
+        if self.reasoning_effort is not None:
+            return self.reasoning_effort != "none"
+        return default
+
+    def to_call(self, default_thinking: bool, client: str = "") -> ChatCompletionCall:
+        thinking = self.thinking(default_thinking)
+        max_tokens = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+        sampling = sampling_for(
+            thinking, max_tokens, temperature=self.temperature, top_p=self.top_p,
+            top_k=0 if self.top_k == -1 else self.top_k, min_p=self.min_p, presence_penalty=self.presence_penalty,
+            frequency_penalty=self.frequency_penalty, repetition_penalty=self.repetition_penalty, seed=self.seed,
+            logit_bias=self.logit_bias,
+        )
+        tools = tuple(t.to_spec() for t in self.tools or ())
+        tool_choice = _tool_choice(self.tool_choice, tools)
+        if self.parallel_tool_calls is False:
+            tool_choice = replace(tool_choice, parallel=False)
+        request = CompletionRequest(
+            messages=tuple(m.to_message() for m in self.messages), sampling=sampling, thinking=thinking, tools=tools,
+            tool_choice=tool_choice, stop=self.stop, client=client,
+        )
+        include_usage = bool(self.stream_options and self.stream_options.include_usage)
+        return ChatCompletionCall(request, stream=bool(self.stream), include_usage=include_usage)

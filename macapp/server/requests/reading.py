@@ -1,0 +1,68 @@
+"""A request body -> its model, or a 400 (`ApiError`) naming the first field at fault the way the real APIs do
+(`param`: "messages[2].content[0].text"), instead of a framework's 422 and its list of pydantic errors."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from pydantic import ValidationError
+from pydantic_core import ErrorDetails
+
+from macapp.server.errors import ApiError, invalid
+from macapp.server.fields import note_ignored
+from macapp.server.requests.common import TAG_MARK, Model, Refusal
+
+M = TypeVar("M", bound=Model)
+
+# What a value of the wrong JSON type is told, by pydantic's error type.
+_WRONG_TYPE = {
+    "int_type": "must be an integer",
+    "float_type": "must be a number",
+    "finite_number": "must be a number",
+    "string_type": "must be a string",
+    "bool_type": "must be true or false",
+    "list_type": "must be an array",
+    "dict_type": "must be an object",
+    "model_type": "must be an object",
+    "model_attributes_type": "must be an object",
+}
+
+
+def read(model: type[M], body: dict[str, Any], api: str) -> M:
+    """`body` as `model`; the top-level fields the model does not declare are accepted and logged once."""
+    note_ignored(body, frozenset(model.model_fields), api)
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        raise refusal_of(exc.errors(include_url=False)[0]) from None
+
+
+def refusal_of(error: ErrorDetails) -> ApiError:
+    param = param_of(error["loc"])
+    cause = (error.get("ctx") or {}).get("error")
+    if isinstance(cause, Refusal):
+        at, param = param, param + cause.suffix
+        return invalid(cause.template.replace("{at}", at or "The body").replace("{param}", param or "The body"), param=param or None)
+    return invalid(_message(error, param or "The body"), param=param or None)
+
+
+def param_of(loc: tuple[int | str, ...]) -> str:
+    """('messages', 2, '~user', 'content', 0) -> 'messages[2].content[0]' (a union's tags left out)."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif not part.startswith(TAG_MARK):
+            out = f"{out}.{part}" if out else part
+    return out
+
+
+def _message(error: ErrorDetails, param: str) -> str:
+    kind, value = error["type"], error.get("input")
+    if kind == "missing" or (kind in _WRONG_TYPE and value is None):
+        return f"{param} is required."
+    if kind in _WRONG_TYPE:
+        return f"{param} {_WRONG_TYPE[kind]}."
+    if kind == "literal_error":
+        return f"{param} {value!r} is not {(error.get('ctx') or {}).get('expected')}."
+    return f"{param}: {error['msg']}."

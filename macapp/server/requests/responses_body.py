@@ -1,0 +1,275 @@
+"""The body of OpenAI's `POST /v1/responses`, and the CompletionRequest it asks for (the input items:
+responses_input.py).
+
+`instructions` become the system prompt. Tools of type `function` are offered; the hosted and client tool types
+this server cannot run (`web_search`, `namespace`, `custom`, `local_shell`, ...) are accepted and left out, so a
+client that sends them keeps working. `reasoning.effort` none / minimal is thinking off, the others on with a
+budget. What silently ignored would hand the client something else than it asked for (structured `text.format`,
+`background`, `conversation`, stored `prompt`) is refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, PlainValidator, PrivateAttr, model_validator
+
+from macapp.core.serving.requests import ChatMessage, CompletionRequest, Role, ToolChoice, ToolChoiceMode, ToolSpec
+from macapp.server.errors import invalid
+from macapp.server.requests.common import Model, Refusal, integer, number, sampling_for, tagged
+from macapp.server.requests.responses_input import Input, conversation
+
+# reasoning.effort: none / minimal are thinking off; the others on, with a thinking budget (None: the engine's own).
+EFFORT_BUDGETS: dict[str, int | None] = {"low": 2048, "medium": 8192, "high": None, "xhigh": None}
+_EFFORTS_OFF = ("none", "minimal")
+_HOSTED_CHOICES = frozenset({
+    "file_search", "web_search", "web_search_preview", "web_search_preview_2025_03_11", "computer_use_preview",
+    "image_generation", "code_interpreter", "mcp", "custom", "local_shell", "apply_patch", "shell",
+})
+_MODES = {"auto": ToolChoiceMode.AUTO, "none": ToolChoiceMode.NONE, "required": ToolChoiceMode.REQUIRED}
+
+
+@dataclass(frozen=True)
+class ResponsesCall:
+    request: CompletionRequest  # the whole prompt: instructions, the previous response's conversation, this input
+    conversation: tuple[ChatMessage, ...]  # the same without the instructions: what a continuation starts from
+    stream: bool = False
+    store: bool = True
+    echo: dict[str, Any] = field(default_factory=dict)  # what the response object repeats of the request
+
+
+# ------------------------------------------------------------------------------------------------ tools
+
+
+class FunctionTool(Model):
+    """Flat, as the Responses API sends it; `strict` accepted."""
+
+    strict: bool | None = None
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+    def to_spec(self) -> ToolSpec:
+        return ToolSpec(self.name, self.description or "", self.parameters or {})
+
+
+class LeftOutTool(Model):
+    """web_search, namespace, custom, local_shell, ...: nothing here runs them."""
+
+
+def _tool_kind(value: Any) -> Any:
+    kind = value.get("type", "function") if isinstance(value, dict) else None
+    return "function" if kind == "function" else "left_out" if isinstance(kind, str) else None
+
+
+def _refuse_tool(value: Any) -> Any:
+    if not isinstance(value, dict):
+        raise Refusal("{param} must be an object.")
+    raise Refusal("{param} must be a string.", ".type")
+
+
+Tool = tagged({"function": FunctionTool, "left_out": LeftOutTool}, Annotated[Any, PlainValidator(_refuse_tool)], key=_tool_kind)
+
+
+def _mode(value: Any) -> ToolChoiceMode:
+    if not isinstance(value, str) or value not in _MODES:
+        raise Refusal(f"{{param}} {value!r} is not 'auto', 'none', 'required' or an object.")
+    return _MODES[value]
+
+
+class NamedTool(Model):
+    name: str
+
+
+def _other_allowed(value: Any) -> None:
+    if not isinstance(value, dict):
+        raise Refusal("{param} must be an object.")
+    return None  # a hosted tool: left out, as in tools
+
+
+AllowedTool = tagged({"function": NamedTool}, Annotated[None, PlainValidator(_other_allowed)], default="function")
+
+
+class AllowedTools(Model):
+    mode: Literal["auto", "required"]
+    tools: list[AllowedTool]
+
+
+class HostedChoice(Model):
+    """A tool left out (see Tool): the model chooses among the rest."""
+
+
+def _choice_kind(value: Any) -> Any:
+    if isinstance(value, str):
+        return "mode"
+    kind = value.get("type") if isinstance(value, dict) else None
+    return "hosted" if isinstance(kind, str) and kind in _HOSTED_CHOICES else kind
+
+
+def _refuse_choice(value: Any) -> Any:
+    if not isinstance(value, dict):
+        raise Refusal("{param} must be an object.")
+    raise Refusal(f"{{param}} {value.get('type')!r} is not supported ('function', 'allowed_tools' or a string).", ".type")
+
+
+ToolChoiceValue = tagged(
+    {"mode": Annotated[ToolChoiceMode, PlainValidator(_mode)], "function": NamedTool, "allowed_tools": AllowedTools, "hosted": HostedChoice},
+    Annotated[Any, PlainValidator(_refuse_choice)],
+    key=_choice_kind,
+)
+
+
+def _tool_choice(value: Any, tools: tuple[ToolSpec, ...]) -> ToolChoice:
+    names = {t.name for t in tools}
+    match value:
+        case ToolChoiceMode():
+            return ToolChoice(value)
+        case NamedTool(name=name):
+            if name not in names:
+                raise invalid(f"tool_choice names {name!r}, which is not in tools.", param="tool_choice.name")
+            return ToolChoice(ToolChoiceMode.FUNCTION, name)
+        case AllowedTools(mode=mode, tools=allowed):
+            chosen = [t.name for t in allowed if t is not None]
+            unknown = sorted(set(chosen) - names)
+            if unknown:
+                raise invalid(f"tool_choice.tools names {', '.join(map(repr, unknown))}, not in tools.", param="tool_choice.tools")
+            return ToolChoice(_MODES[mode], allowed=tuple(chosen))
+    return ToolChoice()  # none given, or a hosted tool's
+
+
+# ------------------------------------------------------------------------------------------------ options
+
+
+def _effort(value: str) -> str:
+    if value not in (*_EFFORTS_OFF, *EFFORT_BUDGETS):
+        raise Refusal(f"{{param}} {value!r} is not one of none, minimal, low, medium, high, xhigh.")
+    return value
+
+
+class Reasoning(Model):
+    effort: Annotated[str, AfterValidator(_effort)] | None = None
+    summary: str | None = None
+
+    def thinking(self, default: bool) -> tuple[bool, int | None]:
+        """none / minimal -> off; low, medium, high, xhigh -> on with EFFORT_BUDGETS; absent -> default."""
+        if self.effort is None:
+            return default, None
+        if self.effort in _EFFORTS_OFF:
+            return False, None
+        return True, EFFORT_BUDGETS[self.effort]
+
+
+class TextFormat(Model):
+    type: Any = "text"
+
+    @model_validator(mode="after")
+    def _only_text(self) -> TextFormat:
+        if self.type != "text":
+            raise Refusal(f"{{param}} {self.type!r} (structured output) is not supported: only 'text'; ask for JSON in the prompt.")
+        return self
+
+
+class TextOptions(Model):
+    format: TextFormat | None = None
+
+
+def _no_background(value: bool | None) -> bool | None:
+    if value:
+        raise Refusal("background responses are not supported: send the request without background (stream it to follow it).")
+    return value
+
+
+def _absent(message: str) -> Any:
+    def check(value: Any) -> Any:
+        if value is not None:
+            raise Refusal(message)
+        return value
+
+    return AfterValidator(check)
+
+
+def _metadata(value: Any) -> dict[str, str] | None:
+    if value is not None and (not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values())):
+        raise Refusal("{param} must be an object of string values.")
+    return value
+
+
+# ------------------------------------------------------------------------------------------------ the body
+
+Count = integer(minimum=1)
+Temperature = number(0, 2)
+Fraction = number(0, 1)
+
+
+class ResponsesBody(Model):
+    """The fields read, in the order they are checked (the first one at fault is the one named)."""
+
+    instructions: str | None = None
+    input: Input = []
+    reasoning: Reasoning | None = None
+    text: TextOptions | None = None
+    background: Annotated[bool | None, AfterValidator(_no_background)] = None
+    conversation: Annotated[Any, _absent("conversation (the Conversations API) is not supported: send the whole input, or previous_response_id.")] = None
+    prompt: Annotated[Any, _absent("prompt (stored prompt templates) is not supported: send instructions and input.")] = None
+    max_output_tokens: Count | None = None
+    temperature: Temperature | None = None
+    top_p: Fraction | None = None
+    tools: list[Tool] | None = None
+    tool_choice: ToolChoiceValue | None = None
+    parallel_tool_calls: bool | None = None
+    store: bool | None = None
+    metadata: Annotated[dict[str, str] | None, PlainValidator(_metadata)] = None
+    previous_response_id: str | None = None
+    stream: bool | None = None
+    model: Any = None  # any name is served by the loaded model
+    truncation: Any = None  # "auto" or "disabled": a prompt over the context is refused either way
+    user: Any = None
+    _sent: dict[str, Any] = PrivateAttr(default_factory=dict)  # tools and tool_choice as sent, for the echo
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _keep_sent(cls, value: Any, handler: Any) -> ResponsesBody:
+        body = handler(value)
+        if isinstance(value, dict):
+            body._sent = {"tools": value.get("tools") or [], "tool_choice": value.get("tool_choice")}
+        return body
+
+    def to_call(self, default_thinking: bool, client: str = "", previous: tuple[ChatMessage, ...] = ()) -> ResponsesCall:
+        """`previous`: the conversation of the response named by previous_response_id, which this input continues."""
+        talk = conversation(self.input, previous)
+        if not any(m.role in (Role.USER, Role.ASSISTANT, Role.TOOL) for m in talk):
+            raise invalid("input must hold at least one user, assistant or tool output item (instructions alone are not a prompt).", param="input")
+        messages = ((ChatMessage(Role.SYSTEM, self.instructions),) if self.instructions else ()) + talk
+        reasoning = self.reasoning or Reasoning()
+        thinking, budget = reasoning.thinking(default_thinking)
+        sampling = sampling_for(thinking, self.max_output_tokens, temperature=self.temperature, top_p=self.top_p)
+        tools = tuple(t.to_spec() for t in self.tools or () if isinstance(t, FunctionTool))
+        tool_choice = _tool_choice(self.tool_choice, tools)
+        parallel = self.parallel_tool_calls if self.parallel_tool_calls is not None else True
+        if not parallel:
+            tool_choice = replace(tool_choice, parallel=False)
+        store = self.store if self.store is not None else True
+        request = CompletionRequest(
+            messages=messages, sampling=sampling, thinking=thinking, thinking_budget=budget, tools=tools,
+            tool_choice=tool_choice, client=client,
+        )
+        return ResponsesCall(request, talk, bool(self.stream), store, self._echo(reasoning, sampling.temperature, sampling.top_p, parallel, store))
+
+    def _echo(self, reasoning: Reasoning, temperature: float, top_p: float, parallel: bool, store: bool) -> dict[str, Any]:
+        return {
+            "instructions": self.instructions or None,
+            "max_output_tokens": self.max_output_tokens,
+            "metadata": self.metadata or {},
+            "parallel_tool_calls": parallel,
+            "previous_response_id": self.previous_response_id,
+            "reasoning": {"effort": reasoning.effort, "summary": reasoning.summary},
+            "store": store,
+            "temperature": temperature,
+            "text": {"format": {"type": "text"}},
+            "tool_choice": self._sent.get("tool_choice") if self._sent.get("tool_choice") is not None else "auto",
+            "tools": self._sent.get("tools", []),
+            "top_p": top_p,
+            "truncation": "disabled",
+            "user": self.user if isinstance(self.user, str) else None,
+        }
