@@ -34,6 +34,23 @@ def images_words(est: Any) -> str:
     return f"Pictures: yes (tower {format_bytes(est.vision_bytes)}, +{format_bytes(est.image_activation_bytes or 0)} while a full-size picture is read)"
 
 
+def mtp_words(status: Any, repo: str | None = None) -> str:
+    """The MTP head for the details pane: 'MTP: available', 'MTP: X MB to fetch' or 'MTP: none', and why."""
+    from macapp.core.hub.mtp import MtpWhere
+
+    match status.where:
+        case MtpWhere.IN_BUILD:
+            return f"{status.label} (in the build, {format_bytes(status.head_bytes)}): replies can use speculative decoding"
+        case MtpWhere.FETCHED:
+            return f"{status.label} (fetched beside the build, {format_bytes(status.head_bytes)})"
+        case MtpWhere.TO_FETCH:
+            how = f": <code>qwen-desk download {html.escape(repo)} --mtp</code>" if repo else ""
+            return f"{status.label} from {html.escape(status.source_repo or '')} (about {format_bytes(status.head_bytes)} in memory){how}"
+        case MtpWhere.NONE:
+            return f"{status.label} ({html.escape(status.note)})" if status.note else status.label
+    return f"{status.label} (File › Refresh Catalog from Hub, or download the build)"
+
+
 def _unbroken(text: str) -> str:
     """'8 min 44 s' kept on one line (a wrapped label split it as '8 min 44' / 's')."""
     return text.replace(" ", "\u00a0")
@@ -104,6 +121,9 @@ class DetailsPanel(QFrame):
         self.reading.setWordWrap(True)
         self.pictures = QLabel(self)  # whether the build accepts images, and what they cost
         self.pictures.setWordWrap(True)
+        self.mtp = QLabel(self)  # the MTP head: in the build, fetched, so much to fetch, or none
+        self.mtp.setWordWrap(True)
+        self.mtp.setTextFormat(Qt.TextFormat.RichText)
         self.advice = QLabel(self)
         self.advice.setObjectName("Advice")
         self.advice.setWordWrap(True)
@@ -164,6 +184,7 @@ class DetailsPanel(QFrame):
         body.addWidget(self.speed)
         body.addWidget(self.reading)
         body.addWidget(self.pictures)
+        body.addWidget(self.mtp)
         body.addWidget(self.advice)
         body.addWidget(self.cluster_note)
         body.addWidget(self.derivation)
@@ -215,6 +236,9 @@ class DetailsPanel(QFrame):
             self.speed.setText("Estimated speed: unknown on this machine (no Apple GPU bandwidth figure)")
         self._show_reading_and_advice(row)
         self.pictures.setText(images_words(est))
+        from macapp.ui.library_model import mtp_for
+
+        self.mtp.setText(mtp_words(mtp_for(row), ref.repo))
         self._show_cluster_note(row, machine, context, kv_bits)
         self.derivation.setText("How this is worked out:\n" + "\n".join(f"• {line}" for line in est.derivation))
         downloaded = row.local_path is not None

@@ -134,6 +134,32 @@ class LibraryModel(QAbstractTableModel):
         return row.advice
 
 
+_MTP_SEEN: dict[str, tuple[tuple, Any]] = {}  # row key -> (what it was read from, hub.mtp.MtpStatus)
+
+
+def mtp_for(row: Row):
+    """Where the row's MTP head comes from (hub.mtp.MtpStatus), from local files and cached hub records only (never
+    the network: fine on the GUI thread); read again only when the records or the side file changed."""
+    from macapp.core.hub.mtp import status_for
+    from macapp.core.hub.record import records_stamp
+    from macapp.core.modelfiles import mtp_side_file
+
+    side = mtp_side_file(row.local_path) if row.local_path is not None else None
+    stamp = (records_stamp(), str(row.local_path), _mtime(side))
+    hit = _MTP_SEEN.get(row.key)
+    if hit is None or hit[0] != stamp:
+        hit = (stamp, status_for(row.ref.repo, row.local_path))
+        _MTP_SEEN[row.key] = hit
+    return hit[1]
+
+
+def _mtime(path: Path | None) -> int:
+    try:
+        return path.stat().st_mtime_ns if path is not None else 0
+    except OSError:
+        return 0
+
+
 def fit_tooltip(row: Row, ways_out) -> str:
     """The badge's tooltip: memory against the budget, the prompt-reading time, and the ways out when it does not fit."""
     est = row.estimate

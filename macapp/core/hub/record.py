@@ -184,29 +184,57 @@ def _cache_path() -> Path:
     return paths.cache_dir() / RECORDS_CACHE
 
 
-def _read_all() -> dict[str, Any]:
+_MEMO: dict[str, tuple[tuple[int, int], dict[str, Any]]] = {}  # path -> ((mtime_ns, size), parsed): parsed once per change
+
+
+_PARSED: dict[str, tuple[tuple[int, int], "HubModelRecord | None"]] = {}  # cache path + repo -> (stamp, record)
+
+
+def records_stamp() -> tuple[int, int]:
+    """(mtime_ns, size) of the records cache: changes whenever a record is stored."""
     try:
-        data = json.loads(_cache_path().read_text())
+        st = _cache_path().stat()
+    except OSError:
+        return (0, 0)
+    return (st.st_mtime_ns, st.st_size)
+
+
+def _read_all() -> dict[str, Any]:
+    path = _cache_path()
+    stamp = records_stamp()
+    hit = _MEMO.get(str(path))
+    if hit is not None and hit[0] == stamp:
+        return hit[1]
+    try:
+        data = json.loads(path.read_text())
     except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+        data = {}
+    data = data if isinstance(data, dict) else {}
+    _MEMO[str(path)] = (stamp, data)
+    return data
 
 
 def cached_record(repo: str | None) -> HubModelRecord | None:
     """The record last fetched for `repo`, or None (never fetched, or an unreadable cache entry)."""
+    stamp = records_stamp()
+    key = f"{_cache_path()}\0{repo or ''}"
+    hit = _PARSED.get(key)
+    if hit is not None and hit[0] == stamp:
+        return hit[1]
     raw = _read_all().get(repo or "")
-    if not isinstance(raw, dict):
-        return None
-    try:
-        return HubModelRecord.from_json(raw)
-    except (KeyError, TypeError, ValueError) as exc:
-        log.warning("ignoring the cached hub record of %s: %s", repo, exc)
-        return None
+    record = None
+    if isinstance(raw, dict):
+        try:
+            record = HubModelRecord.from_json(raw)
+        except (KeyError, TypeError, ValueError) as exc:
+            log.warning("ignoring the cached hub record of %s: %s", repo, exc)
+    _PARSED[key] = (stamp, record)
+    return record
 
 
 def store_records(records: Iterable[HubModelRecord]) -> None:
     """Add (or replace) records in the cache, written atomically (another reader never sees half a file)."""
-    data = _read_all()
+    data = dict(_read_all())
     for record in records:
         data[record.repo] = record.to_json()
     path = _cache_path()
