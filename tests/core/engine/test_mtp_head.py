@@ -1,0 +1,87 @@
+"""The MTP head's loader (mtp_head.py): where its tensors are found, how they are read, and what they draft."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import pytest
+from mlx_lm.models.cache import make_prompt_cache
+
+from macapp.core.engine.mtp_head import MTPHeadError, load_mtp_head, mtp_files
+from macapp.core.modelfiles import mtp_side_file
+
+PROMPT = "<|im_start|>user\nhello there<|im_end|>\n<|im_start|>assistant\n<think>\n"
+
+
+def agreement(m, head, steps: int = 24) -> float:
+    """How often the head's first draft is the model's own greedy next token, along the greedy continuation."""
+    lm = m.model.language_model
+    cache = make_prompt_cache(m.model)
+    tokens = m.tokenizer.encode(PROMPT)
+    hidden = lm.model(mx.array(tokens)[None], cache=cache)[:, -1:, :]
+    token = int(mx.argmax(lm.lm_head(hidden), axis=-1).item())
+    right = 0
+    for i in range(steps):
+        head.drafter.reset(m.model)
+        head.drafter.set_shared_kv({}, len(tokens) + i - 1)
+        draft = int(head.drafter.draft_block(token, hidden, None, 2, None, greedy=True)[0, 0].item())
+        hidden = lm.model(mx.array([[token]]), cache=cache)
+        token = int(mx.argmax(lm.lm_head(hidden), axis=-1).item())
+        right += draft == token
+    return right / steps
+
+
+@pytest.mark.parametrize(
+    "kind,bits,side",
+    [("dense", None, False), ("moe", None, False), ("moe", None, True), ("dense", 4, False), ("moe", 4, True), ("moe", 8, False)],
+)
+def test_the_right_head_loads_from_the_shard_or_the_side_file_quantized_or_not(tiny_mtp, load_tiny, kind, bits, side):
+    path = tiny_mtp(kind, "right", bits, side)
+    m = load_tiny(path)
+    head = m.mtp_head
+    assert head is not None and head.target is m.model and m.info.mtp_head_bytes == head.nbytes > 0
+    assert head.source == (mtp_side_file(path) if side else path / "model.safetensors")
+    assert head.depth == 1
+    if bits:  # quantized like the build: the attention projections at the build's bits, the MoE router at 8
+        q = head.drafter.layers[0].self_attn.q_proj
+        assert (q.bits, q.group_size) == (bits, 64)
+        if kind == "moe":
+            assert head.drafter.layers[0].mlp.gate.bits == 8
+    # zero-centred norms read as the original checkpoint means them: the head drafts the model's next token
+    assert agreement(m, head) == 1.0
+
+
+def test_a_random_head_loads_and_is_almost_never_right(tiny_mtp, load_tiny):
+    m = load_tiny(tiny_mtp("moe", "random"))
+    assert m.mtp_head is not None
+    assert agreement(m, m.mtp_head) <= 0.1
+
+
+def test_a_build_without_a_head_has_none(tiny_moe_path, load_tiny):
+    m = load_tiny(tiny_moe_path)
+    assert mtp_files(tiny_moe_path) == [] and m.mtp_head is None and m.info.mtp_head_bytes == 0 and m.mtp_problem == ""
+
+
+def test_a_head_that_does_not_fit_the_model_is_refused_with_its_reason(tiny_mtp, tiny_moe_path, load_tiny, tmp_path):
+    import shutil
+
+    from macapp.core.engine.model_folder import check_model_folder, load_model
+
+    folder = tmp_path / "build"
+    shutil.copytree(tiny_moe_path, folder)
+    other = load_tiny(tiny_mtp("dense", "random"))  # dense head: no experts, where the MoE model needs them
+    side = mtp_side_file(folder)
+    mx.save_safetensors(str(side), {k: v for k, v in mx.load(str(other.path / "model.safetensors")).items() if k.startswith("mtp.")})
+    assert mtp_files(folder) == [side]
+    with pytest.raises(MTPHeadError, match="does not fit"):
+        load_mtp_head(load_tiny(tiny_moe_path), folder)
+    m = load_model(folder, check_model_folder(folder))  # the model loads; decoding is plain, and why is kept
+    assert m.mtp_head is None and "does not fit" in m.mtp_problem
+
+
+def test_the_shards_win_over_the_side_file(tiny_mtp, tmp_path):
+    import shutil
+
+    folder = tmp_path / "build"
+    shutil.copytree(tiny_mtp("dense", "right"), folder)
+    mtp_side_file(folder).write_bytes(b"not read")
+    assert mtp_files(folder) == [folder / "model.safetensors"]
