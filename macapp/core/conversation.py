@@ -207,8 +207,11 @@ class ConversationModel:
         self.strict = strict
         self._lock = threading.Lock()
         self._session = session
-        self._seed: _Seed | None = self._seed_of(saved) if saved is not None else None
+        self._seed: _Seed | None = None  # what the next session reads, once ready
+        self._seed_ready: threading.Event | None = None  # set when _seed is (read on the recording thread)
         self._serial = _Serial("qwen-desk-record")
+        if saved is not None:
+            self._read_seed(saved)
 
     # -- the session
     @property
@@ -223,22 +226,52 @@ class ConversationModel:
 
     @session.setter
     def session(self, session: Any) -> None:
-        """Set (or, with None, drop) the session: a dropped one is made again from the history for the next turn."""
+        """Set (or, with None, drop) the session: a dropped one is made again from the history for the next turn
+        (read now on the recording thread, after what is still being recorded)."""
         with self._lock:
             self._session = session
+        if session is None and self.conversation_id is not None:
+            self._read_seed()
 
     def ensure_session(self) -> Any:
-        """The session, made now if there is none: from the saved conversation's messages (read when it was
-        opened, or after the turn that set the old session aside), else empty."""
+        """The session, made now if there is none: from the saved conversation's messages (read, pictures and all,
+        on the recording thread when it was opened or its session set aside; waited for if not ready yet), else empty."""
+        with self._lock:
+            ready = self._seed_ready if self._session is None else None
+        if ready is not None:
+            ready.wait(SETTLE_WAIT_S)
         with self._lock:
             if self._session is None:
                 seed = self._seed
-                if seed is None and self.conversation_id is not None:
+                if seed is None and self.conversation_id is not None:  # not read in time: read it here
                     seed = self._seed_of(self.recorder.store.get_conversation(self.conversation_id))
                 seed = seed or _Seed(self.system_prompt, None)
                 self._session = self.new_session(seed.system_prompt, seed.messages)
-                self._seed = None
+                self._seed, self._seed_ready = None, None
             return self._session
+
+    def _read_seed(self, saved: Conversation | None = None) -> None:
+        """Read what the next session reads (`saved`, else the history's copy) on the recording thread."""
+        ready = threading.Event()
+        recorder = self.recorder
+        with self._lock:
+            self._seed, self._seed_ready = None, ready
+
+        def read() -> None:
+            try:
+                conversation = saved
+                if conversation is None and recorder is not None and recorder.conversation_id is not None:
+                    conversation = recorder.store.get_conversation(recorder.conversation_id)
+                seed = self._seed_of(conversation) if conversation is not None else None
+            except Exception as exc:  # noqa: BLE001 - read again when the session is made
+                log.warning("Could not read the conversation for its next session: %s", exc)
+                seed = None
+            with self._lock:
+                if self._seed_ready is ready:
+                    self._seed = seed
+            ready.set()
+
+        self._serial.put(read)
 
     def _seed_of(self, conversation: Conversation) -> _Seed:
         own, saved = self.system_prompt, conversation.system_prompt
@@ -303,4 +336,4 @@ class ConversationModel:
         with self._lock:
             if self._session is turn.session:
                 self._session = None
-                self._seed = seed
+                self._seed, self._seed_ready = seed, None

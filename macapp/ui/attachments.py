@@ -12,6 +12,7 @@ the next message unasked nor put an error about a message already sent back on s
 from __future__ import annotations
 
 import threading
+import weakref
 from pathlib import Path
 
 from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QSize, Qt, Signal
@@ -29,6 +30,22 @@ def preview(image, size: int = THUMB) -> QImage:
     small.thumbnail((size * 2, size * 2))
     rgb = small.convert("RGB")
     return QImage(rgb.tobytes(), rgb.width, rgb.height, rgb.width * 3, QImage.Format.Format_RGB888).copy()
+
+
+_previews: dict[int, QImage] = {}  # id(picture) -> its preview, made where it was read; gone with the picture
+
+
+def remember_preview(picture, small: QImage) -> None:
+    """Keep `small` as `picture`'s preview for as long as the picture lives (any thread)."""
+    key = id(picture)
+    _previews[key] = small
+    weakref.finalize(picture, _previews.pop, key, None)
+
+
+def preview_of(picture, size: int = THUMB) -> QImage:
+    """The picture's preview made when it was read (off the GUI thread), else one made now."""
+    small = _previews.get(id(picture))
+    return small if small is not None else preview(picture.image, size)
 
 
 def pixmap_of(small: QImage, size: int = THUMB) -> QPixmap:
@@ -59,7 +76,7 @@ class Thumb(QWidget):
         self.setObjectName("Attachment")
         self.setFixedSize(QSize(THUMB, THUMB))
         self.image = QLabel(self)
-        self.image.setPixmap(pixmap_of(small if small is not None else preview(picture.image)))  # `small`: made on the reading thread
+        self.image.setPixmap(pixmap_of(small if small is not None else preview_of(picture)))  # `small`: made on the reading thread
         self.image.setFixedSize(QSize(THUMB, THUMB))
         self.image.setAlignment(Qt.AlignmentFlag.AlignCenter)
         tip = f"{Path(picture.name).name} — {picture.size[0]}×{picture.size[1]}"
@@ -163,7 +180,8 @@ class AttachmentStrip(QScrollArea):
             small = None
             try:
                 result = read()
-                small = preview(result.image)
+                small = preview(result.image, THUMB * 2)  # big enough for the sent message's thumbnail too
+                remember_preview(result, small)
             except ImageError as exc:
                 result = exc
             except Exception as exc:  # noqa: BLE001 - a reader bug must not leave Send waiting forever

@@ -121,13 +121,13 @@ class UserMessage(QFrame):
         """Show the message's pictures above its text (once); `previews`: their small QImages (attachments.preview),
         made off the GUI thread for a reopened conversation."""
         if pictures and not self.pictures:
-            from macapp.ui.attachments import THUMB, pixmap_of, preview
+            from macapp.ui.attachments import THUMB, pixmap_of, preview_of
 
             self.pictures = tuple(pictures)
             row = QHBoxLayout()
             row.setSpacing(6)
             for i, picture in enumerate(self.pictures):
-                small = previews[i] if i < len(previews) else preview(picture.image, THUMB * 2)
+                small = previews[i] if i < len(previews) else preview_of(picture, THUMB * 2)
                 label = QLabel(self.bubble)
                 label.setPixmap(pixmap_of(small, THUMB * 2))
                 label.setToolTip(f"{picture.name} — {picture.size[0]}×{picture.size[1]}")

@@ -1,0 +1,190 @@
+"""The Qt-free conversation model on the real engine, the tiny model and a real history: where a turn is recorded
+(off the caller's thread, before anyone sees an event), in what order, and what happens to the session after."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+
+import pytest
+
+from macapp.core.conversation import ConversationModel, starts_reply
+from macapp.core.engine import Engine, SessionOptions
+from macapp.core.events import AnswerDelta, Failed, Finished, PromptProgress, ReasoningDelta, Reply, TurnKind
+from macapp.core.history import Store
+from macapp.core.recorder import ChatRecorder, TurnResult
+from macapp.core.sampling import greedy
+from macapp.devtools.tiny_model import SCRIPT_ANSWER
+
+ANSWER = "".join(SCRIPT_ANSWER)
+TIMEOUT = 60
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_moe_path):
+    e = Engine()
+    e.load(str(tiny_moe_path)).result(timeout=TIMEOUT)
+    yield e
+    e.close()
+
+
+@pytest.fixture
+def store(tmp_path):
+    with Store.open(tmp_path / "history.sqlite3") as s:
+        yield s
+
+
+@pytest.fixture
+def endless(engine):
+    vocab = engine.model.tokenizer.get_vocab()
+    return greedy(4000, logit_bias={vocab["<|im_end|>"]: -1e9, vocab["<|endoftext|>"]: -1e9})
+
+
+def model_for(engine, store, **kwargs) -> ConversationModel:
+    recorder = ChatRecorder(store, model="tiny", interval=0.0) if store is not None else None
+    return ConversationModel(lambda system, messages: engine.new_session(system, messages), recorder, **kwargs)
+
+
+def rows(store, conversation_id):
+    return [(m.role, m.content, m.state, m.finish_reason) for m in store.get_conversation(conversation_id).messages]
+
+
+def writes_on_threads(store):
+    """Record the thread of every write to the store (the real write, called through)."""
+    seen: list[threading.Thread] = []
+    real = store.database.write
+
+    def write():
+        seen.append(threading.current_thread())
+        return real()
+
+    store.database.write = write
+    return seen
+
+
+def test_a_turn_is_recorded_off_the_callers_thread_before_anyone_sees_an_event(engine, store):
+    threads = writes_on_threads(store)
+    conversation = model_for(engine, store)
+    turn = conversation.start(TurnKind.SEND, "hello", thinking=False, sampling=greedy(32))
+    saved_when_seen = []
+
+    def listener(event):  # runs on the recording thread: the event is in the history already
+        messages = store.get_conversation(conversation.conversation_id).messages
+        saved_when_seen.append((type(event), [m.role.value for m in messages], messages[-1].content))
+
+    turn.add_listener(listener)
+    last = turn.wait(TIMEOUT)
+    assert isinstance(last, Finished) and last.reply.text == ANSWER
+    assert [e for e in turn.events()] == turn.history == turn.job.history  # every event, once, in the job's order
+    assert saved_when_seen[0][1][0] == "user"  # the message was committed before the first event was passed on
+    first_text = next(i for i, (kind, *_r) in enumerate(saved_when_seen) if kind is AnswerDelta)
+    assert saved_when_seen[first_text][1] == ["user", "assistant"]  # the reply row exists once its text is seen
+    assert saved_when_seen[-1][2] == ANSWER  # the final text is committed before the terminal event is passed on
+    assert turn.outcome.result is TurnResult.COMPLETE and turn.done
+    assert threads and threading.main_thread() not in threads  # nothing was written on the caller's thread
+    assert rows(store, conversation.conversation_id) == [("user", "hello", "complete", None), ("assistant", ANSWER, "complete", "stop")]
+
+
+def test_a_refused_send_leaves_nothing_and_keeps_the_session(engine, store):
+    conversation = model_for(engine, store)
+    conversation.start(TurnKind.SEND, "first", thinking=False, sampling=greedy(16)).wait(TIMEOUT)
+    session = conversation.session
+    session.options = replace(session.options, context_limit=4)  # no room for another turn
+    turn = conversation.start(TurnKind.SEND, "too much", thinking=False, sampling=greedy(16))
+    assert isinstance(turn.wait(TIMEOUT), Failed)
+    assert turn.outcome.result is TurnResult.UNDONE and turn.outcome.give_back == "too much"
+    assert [r[1] for r in rows(store, conversation.conversation_id)] == ["first", ANSWER]
+    assert conversation.session is session  # it agrees with the history: kept
+
+
+def test_a_failed_reply_sets_the_session_aside_and_the_next_one_reads_what_the_history_kept(engine, store):
+    conversation = model_for(engine, store)
+    conversation.start(TurnKind.SEND, "first", thinking=False, sampling=greedy(16)).wait(TIMEOUT)
+    session = conversation.session
+    prompt = engine.model.tokenizer.apply_chat_template(
+        [{"role": "user", "content": "this will fail"}], add_generation_prompt=True, enable_thinking=False
+    )
+    # kv_group_size 128 cannot quantize the tiny model's 64-wide heads: mlx fails once the cache passes `start`
+    start = session.context_tokens + len(prompt) + 2 + 4
+    session.options = replace(session.options, kv_bits=4, kv_group_size=128, quantized_kv_start=start)
+    turn = conversation.start(TurnKind.SEND, "this will fail", thinking=False, sampling=greedy(64))
+    assert isinstance(turn.wait(TIMEOUT), Failed) and turn.outcome.result is TurnResult.FAILED
+    kept = rows(store, conversation.conversation_id)[-1]
+    assert kept[0] == "assistant" and kept[1] and kept[2:] == ("stopped", "error")
+    assert conversation.session is None  # set aside on the recording thread, before the terminal event came here
+    after = conversation.start(TurnKind.SEND, "and now?", thinking=False, sampling=greedy(16))
+    assert isinstance(after.wait(TIMEOUT), Finished)
+    assert conversation.session is not session
+    assert [m["content"] for m in conversation.session.messages][:4] == ["first", ANSWER, "this will fail", kept[1]]
+
+
+def test_a_turn_left_behind_is_recorded_before_the_next_one_begins(engine, store, endless):
+    conversation = model_for(engine, store)
+    gate, parked = threading.Event(), threading.Event()
+    engine.submit("test-gate", lambda _job: (parked.set(), gate.wait(TIMEOUT)))  # hold the worker: both turns queue
+    assert parked.wait(TIMEOUT)
+    long = conversation.start(TurnKind.SEND, "talk forever", thinking=False, sampling=endless)
+    pieces = []
+
+    def stop_after_some(event):
+        if isinstance(event, (AnswerDelta, ReasoningDelta)):
+            pieces.append(event)
+            if len(pieces) == 8:
+                long.stop()
+
+    long.job.add_listener(stop_after_some)
+    nxt = conversation.start(TurnKind.SEND, "next", thinking=False, sampling=greedy(16))
+    gate.set()
+    assert isinstance(nxt.wait(TIMEOUT), Finished)
+    assert long.done and long.outcome.result is TurnResult.STOPPED
+    saved = rows(store, conversation.conversation_id)
+    assert [(r[0], r[1]) for r in saved[::2]] == [("user", "talk forever"), ("user", "next")]
+    assert saved[1][2:] == ("stopped", "stopped") and saved[1][1] and saved[3] == ("assistant", ANSWER, "complete", "stop")
+
+
+def test_strict_a_start_that_cannot_be_saved_stops_the_turn_and_gives_the_text_back(engine, store):
+    conversation = model_for(engine, store, strict=True)
+    store.database.read_only = True  # every write now raises ReadOnlyStoreError
+    turn = conversation.start(TurnKind.SEND, "keep me", thinking=False, sampling=greedy(16))
+    last = turn.wait(TIMEOUT)
+    assert turn.record_error is not None and turn.job.stopped
+    assert turn.outcome.result is TurnResult.UNDONE and turn.outcome.give_back == "keep me"
+    assert not (isinstance(last, Finished) and last.reply.text == ANSWER)  # it did not run to its end
+    store.database.read_only = False
+    assert store.list_conversations() == []
+
+
+def test_not_strict_a_start_that_cannot_be_saved_runs_unrecorded_and_says_why(engine, store):
+    conversation = model_for(engine, store)
+    store.database.read_only = True
+    turn = conversation.start(TurnKind.SEND, "hello", thinking=False, sampling=greedy(32))
+    last = turn.wait(TIMEOUT)
+    assert isinstance(last, Finished) and last.reply.text == ANSWER
+    assert turn.outcome is None and conversation.recorder.error is not None
+
+
+def test_without_a_recorder_a_turn_only_runs(engine):
+    conversation = model_for(engine, None, system_prompt="Be brief.")
+    turn = conversation.start(TurnKind.SEND, "hello", thinking=False, sampling=greedy(32))
+    assert isinstance(turn.wait(TIMEOUT), Finished) and turn.outcome is None and conversation.conversation_id is None
+    assert conversation.session.messages[0] == {"role": "system", "content": "Be brief."}
+
+
+def test_a_saved_conversation_is_read_into_the_first_session_once(engine, store):
+    first = model_for(engine, store)
+    first.start(TurnKind.SEND, "remember me", thinking=False, sampling=greedy(16)).wait(TIMEOUT)
+    saved = store.get_conversation(first.conversation_id)
+    reopened = ConversationModel(
+        lambda system, messages: engine.new_session(system, messages, SessionOptions()),
+        ChatRecorder(store, saved.id, model="tiny"), saved=saved,
+    )
+    assert reopened.session is None  # made by the next turn
+    turn = reopened.start(TurnKind.SEND, "still there?", thinking=False, sampling=greedy(16))
+    assert isinstance(turn.wait(TIMEOUT), Finished)
+    assert [m["content"] for m in reopened.session.messages] == ["remember me", ANSWER, "still there?", ANSWER]
+
+
+def test_the_rule_for_a_reply_under_way():
+    assert starts_reply(AnswerDelta("a")) and starts_reply(ReasoningDelta("r")) and starts_reply(Finished(Reply(text="x")))
+    assert not starts_reply(Finished(Reply(kept=False))) and not starts_reply(PromptProgress(0, 10))
+    assert not starts_reply(Failed("no"))
