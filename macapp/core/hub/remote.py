@@ -17,7 +17,7 @@ from macapp.core.download.errors import DownloadError, DownloadErrorKind
 from macapp.core.download.transfer import ConnectionDropped
 from macapp.core.modelfiles import SafetensorsHeader, header_length, parse_safetensors_header
 
-FIRST_READ = 256 * 1024  # most headers fit: one request instead of two
+FIRST_READ = 64 * 1024  # most headers fit (a 40-shard Qwen3.5 repo: ~20-60 KB each): one request, not two
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 
 

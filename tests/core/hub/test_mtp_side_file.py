@@ -46,3 +46,17 @@ def test_the_hf_cache_scans_cleanly_and_deleting_the_build_removes_its_head(serv
     assert inspect_repo(BUILD).ready  # the download's own view of the build is unchanged
     delete_model(BUILD)
     assert not result.side_file.exists()
+
+
+def test_the_engine_makes_a_drafter_of_the_fetched_head(served, build_folder):
+    """The contract with the engine's head loader (macapp/core/engine/mtp_head.py): names, quantization, shapes."""
+    from macapp.core.engine.model_folder import check_model_folder, load_model
+    from macapp.core.engine.mtp_head import load_mtp_head
+
+    loaded = load_model(build_folder, check_model_folder(build_folder))
+    assert load_mtp_head(loaded) is None  # the build alone has no head
+    result = fetch_mtp_head(plan_mtp_fetch(build_folder, BUILD))
+    head = load_mtp_head(loaded)
+    assert head is not None and head.source == result.side_file
+    quantized = [m for _, m in head.drafter.named_modules() if type(m).__name__ == "QuantizedLinear"]
+    assert quantized and all(m.bits == 4 and m.group_size == 64 for m in quantized)
