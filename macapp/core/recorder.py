@@ -1,7 +1,8 @@
 """The one recorder: a chat turn's engine events in, the conversation's history rows out (no MLX, no Qt).
 
 Every front end that keeps a history records the same way (the window, `qwen-desk chat`; the local API server
-records nothing), mirroring the session:
+records nothing), through the conversation model (macapp.core.conversation), which feeds a turn's events to it on
+a recording thread of its own, never on the GUI thread; mirroring the session:
 
     recorder = ChatRecorder(store, model="Qwen3.5-4B", system_prompt=..., settings=...)  # or ChatRecorder.resume(store, id)
     turn = recorder.begin(TurnKind.SEND, text, thinking=True)   # a send commits the user message now
