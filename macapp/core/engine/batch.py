@@ -8,7 +8,8 @@ Sequences join and leave the running batch at token boundaries: the loop inserts
 step, calls the generator's `next()` once (one decode step for the batch and one prefill chunk for those still
 reading), and hands each sequence its token (`SequenceReply.take`). Each keeps its own sampler, logits
 processors, max tokens, thinking budget, stop and cancellation; prompts are inserted in segments so the
-generator pauses at their boundaries and the caller can checkpoint there (`Sequence.on_segment`).
+generator pauses at their boundaries and the caller can checkpoint there (`Sequence.on_segment`). A sequence
+that arrives at an empty batch runs alone, outside the generator, until another arrives (solo.py says why).
 
 What BatchGenerator lacks and this adds (a wrapper, not a second batching engine): the thinking budget, which
 must feed tokens the model did not sample (the sequence is taken out with its cache and inserted again with the
@@ -68,6 +69,7 @@ class Sequence:
     on_done: Callable[[StreamedReply | None, list | None], None] = lambda _reply, _cache: None
     keep_cache: bool = False  # hand the sequence's cache to on_done (a chat session goes on from it)
     read: int = 0  # prompt tokens read so far
+    joined_at: int = 0  # prompt tokens read before it joined the batch (alone first: solo.py)
     start: int = 0  # tokens the cache held at the start
     total: int = 0  # prompt tokens to read
     bounds: list[int] = field(default_factory=list)  # where each segment ends (tokens read), in order
@@ -95,7 +97,9 @@ class BatchLoop:
         self._scheduled = False  # a loop job is queued or running and will take what is in the inbox
         self.active = 0  # sequences in the batch now
         self.peak = 0  # the most sequences it has had at once
-        self.steps = 0  # generator steps so far
+        self.steps = 0  # generator steps so far (and forward passes of sequences alone)
+        self.alone = 0  # sequences that began alone, outside mlx-lm's batch (solo.py)
+        self.handed_over = 0  # ... and joined it when another arrived
 
     # -- any thread ------------------------------------------------------------------------------------
     def add(self, job: Job, starter: Starter) -> None:
@@ -159,8 +163,12 @@ class BatchLoop:
         try:
             while True:
                 if not waiting_jobs():  # another job waits for the worker: finish these, take no more
-                    for job, starter in self._take():
-                        self._insert(gen, active, job, starter, m)
+                    taken = self._take()
+                    if len(taken) == 1 and not active:  # alone: outside the batch until another comes (solo.py)
+                        self._alone(gen, active, *taken[0], m)
+                    else:
+                        for job, starter in taken:
+                            self._insert(gen, active, job, starter, m)
                 elif not active:
                     return
                 self.active = len(active)
@@ -182,23 +190,43 @@ class BatchLoop:
             gen.close()
 
     def _insert(self, gen: Any, active: dict[int, Sequence], job: Job, starter: Starter, m: "LoadedModel") -> None:
+        seq = _start(job, starter, m)
+        if seq is not None:
+            _join(gen, active, seq, seq.segments, seq.prompt.layers, seq.prompt.tokens)
+
+    def _alone(self, gen: Any, active: dict[int, Sequence], job: Job, starter: Starter, m: "LoadedModel") -> None:
+        """Run a lone sequence outside the batch (solo.py) until it ends or another arrives: then it joins the batch."""
+        from macapp.core.engine.solo import Ended, SoloRun
+
+        seq = _start(job, starter, m)
+        if seq is None:
+            return
+        self.active = self.peak = max(self.peak, 1)
+        self.alone += 1
+        solo = SoloRun(m, seq, self.prefill_step)
         try:
-            seq = starter(m)
-        except Exception as exc:  # the starter's refusal (EngineError) or a bug: this sequence alone fails
-            if not isinstance(exc, EngineError):
-                log.exception("starting a batched sequence failed")
-            job.emit(_failure(exc))
-            job.settle()
+            outcome = solo.run(self._someone_waits)
+        except Exception as exc:  # an MLX error: this sequence ends with it
+            log.exception("the lone sequence failed")
+            seq.job.emit(_failure(exc))
+            _done(seq, None, None)
             return
-        if seq is None:  # it ended already (its terminal event is out)
-            job.settle()
-            return
-        (uid,) = gen.insert_segments(
-            [seq.segments], max_tokens=[seq.reply.max_tokens()], caches=[seq.prompt.layers],
-            all_tokens=[list(seq.prompt.tokens)],  # a copy: the generator appends to it
-            samplers=[seq.sampler], logits_processors=[seq.processors],
-        )
-        active[uid] = seq
+        finally:
+            self.steps += solo.steps
+        match outcome:
+            case Ended(layers=layers, reply_done=True):
+                _done(seq, seq.reply.finish(), layers if seq.keep_cache else None)
+            case Ended():
+                _done(seq, None, None)
+            case _:
+                self.handed_over += 1
+                seq.joined_at = seq.read
+                _join(gen, active, seq, outcome.segments, outcome.layers, outcome.tokens)
+
+    def _someone_waits(self) -> bool:
+        """Another sequence the batch may take arrived (a job waiting for the worker is not one: it waits for this)."""
+        with self._lock:
+            return bool(self._inbox) and not waiting_jobs()
 
     def _step(self, gen: Any, active: dict[int, Sequence]) -> None:
         prompt_responses, responses = gen.next()
@@ -210,6 +238,7 @@ class BatchLoop:
             if seq is None:
                 continue
             done, _total = r.progress
+            done += seq.joined_at
             seq.read = done
             if seq.job.stopped and not r.end_of_prompt:
                 remove.append(r.uid)
@@ -254,6 +283,31 @@ class BatchLoop:
                 samplers=[seq.sampler], logits_processors=[seq.processors],
             )
             active[new] = seq
+
+
+def _start(job: Job, starter: Starter, m: "LoadedModel") -> Sequence | None:
+    """The starter's sequence; None when it ended already (its terminal event is out) or failed to start."""
+    try:
+        seq = starter(m)
+    except Exception as exc:  # the starter's refusal (EngineError) or a bug: this sequence alone fails
+        if not isinstance(exc, EngineError):
+            log.exception("starting a batched sequence failed")
+        job.emit(_failure(exc))
+        job.settle()
+        return None
+    if seq is None:
+        job.settle()
+    return seq
+
+
+def _join(gen: Any, active: dict[int, Sequence], seq: Sequence, segments: list[list[int]], layers: list, tokens: list) -> None:
+    """Insert `seq` into the batch: `layers` hold `tokens`, `segments` are still to read."""
+    (uid,) = gen.insert_segments(
+        [segments], max_tokens=[seq.reply.max_tokens()], caches=[layers],
+        all_tokens=[list(tokens)],  # a copy: the generator appends to it
+        samplers=[seq.sampler], logits_processors=[seq.processors],
+    )
+    active[uid] = seq
 
 
 def _done(seq: Sequence, streamed: StreamedReply | None, cache: list | None) -> None:

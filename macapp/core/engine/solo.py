@@ -1,0 +1,185 @@
+"""A sequence alone: read and decoded outside mlx-lm's batch until another arrives (used by batch.py).
+
+mlx-lm's GenerationBatch pays per step for what only a batch needs (left-padding masks and offsets in every
+layer, per-sequence splits of the logits): alone, a sequence decoded 0.91x as fast through it as through the
+one-at-a-time path (bench/batch_solo.py). So while the batch is empty the loop runs its one sequence here, on a
+copy of its cache, with its own sampler and logits processors, pipelined as mlx-lm's generate_step is (the next
+token is computed while this one is handed on). When another sequence arrives, `run` stops at a token (or chunk)
+boundary and returns a HandOver: the cache, the tokens it holds and what is still to read, which is exactly what
+`BatchGenerator.insert_segments` takes, so the sequence goes on in the batch where it stopped here.
+
+Token for token this is the batch's own bookkeeping: the reply's `take` sees each token after it was fed, as in
+GenerationBatch; "stop" is an end-of-turn token, "length" the last token `max_tokens()` allowed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from macapp.core.engine.batch_reply import Next
+from macapp.core.engine.prompt_cache import PromptCache
+from macapp.core.events import PromptProgress
+
+if TYPE_CHECKING:
+    from macapp.core.engine.batch import Sequence
+    from macapp.core.engine.model_folder import LoadedModel
+
+
+@dataclass
+class HandOver:
+    """Where a sequence stopped here, for the batch: `layers` hold `tokens`; `segments` are still to read."""
+
+    layers: list
+    tokens: list[int]
+    segments: list[list[int]]
+
+
+@dataclass
+class Ended:
+    """The sequence ended here (its reply finished, or it was stopped while reading: `reply_done` False)."""
+
+    layers: list
+    reply_done: bool
+
+
+class SoloRun:
+    """One sequence's reading and decoding on its own (worker thread only; see the module docstring)."""
+
+    def __init__(self, m: "LoadedModel", seq: "Sequence", prefill_step: int):
+        from mlx_lm.models.cache import TokenBuffer
+
+        self.m, self.seq, self.prefill_step = m, seq, prefill_step
+        prompt = seq.prompt  # read into a copy, as the batch does: a stopped read leaves `prompt` as it was
+        self.layers = (PromptCache.restore(prompt.checkpoint()) if len(prompt) else PromptCache.new(m)).layers
+        self.tokens: list[int] = list(seq.prompt.tokens)
+        self.context = TokenBuffer(self.tokens) if seq.processors else None
+        self.eos = set(m.tokenizer.eos_token_ids)
+        self.steps = 0  # forward passes
+
+    def run(self, someone_waits: Callable[[], bool]) -> HandOver | Ended:
+        """Read the prompt, then decode, until the reply ends or `someone_waits()` (asked at every boundary)."""
+        import mlx.core as mx
+        from mlx_lm.generate import generation_stream
+
+        seq = self.seq
+        segments = [list(s) for s in seq.segments]
+        with mx.stream(generation_stream):
+            while True:
+                handed = self._read(segments, someone_waits)
+                if handed is not None:
+                    return handed
+                if seq.job.stopped and not seq.reply.started:
+                    return Ended(self.layers, reply_done=False)
+                if not seq.reply.started:
+                    seq.read += len(segments[-1])
+                y = self._feed(segments.pop())  # the last segment: its logits give the first token
+                outcome = self._decode(y, someone_waits)
+                if isinstance(outcome, (HandOver, Ended)):
+                    return outcome
+                segments = [outcome]  # the thinking budget's closing tag, to read before sampling on
+
+    def _read(self, segments: list[list[int]], someone_waits: Callable[[], bool]) -> HandOver | None:
+        """Read every segment but the last, chunk by chunk, telling `on_segment` of each boundary."""
+        import mlx.core as mx
+
+        seq = self.seq
+        while len(segments) > 1:
+            if seq.job.stopped and not seq.reply.started:
+                return None
+            if someone_waits():
+                return HandOver(self.layers, self.tokens, segments)
+            segment = segments[0]
+            chunk, rest = segment[: self.prefill_step], segment[self.prefill_step :]
+            self.m.model(mx.array(chunk)[None], cache=self.layers)
+            mx.eval([c.state for c in self.layers])
+            self.steps += 1
+            self._held(chunk)
+            seq.read += len(chunk)
+            if not seq.reply.started:
+                seq.job.emit(PromptProgress(min(seq.read, seq.total), seq.total))
+            if rest:
+                segments[0] = rest
+                continue
+            segments.pop(0)
+            at = len(self.tokens)
+            if seq.on_segment is not None and at in seq.bounds:
+                seq.on_segment(at, self._copy())  # the batch too hands over a copy (extract_cache)
+        return None
+
+    def _feed(self, tokens: list[int]) -> Any:
+        """Read `tokens` (the last one's logits are kept) and sample the next token, not yet read; lazily."""
+        import mlx.core as mx
+
+        for start in range(0, len(tokens) - 1, self.prefill_step):  # all but the last chunk, as prefill does
+            chunk = tokens[start : min(start + self.prefill_step, len(tokens) - 1)]
+            self.m.model(mx.array(chunk)[None], cache=self.layers)
+            mx.eval([c.state for c in self.layers])
+            self.steps += 1
+            self._held(chunk)
+        last = tokens[-1:]
+        logits = self.m.model(mx.array(last)[None], cache=self.layers)[:, -1, :]
+        self.steps += 1
+        context = self._held(last)
+        for processor in self.seq.processors:
+            logits = processor(context, logits)
+        logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        y = self.seq.sampler(logprobs)
+        mx.async_eval(y)
+        return y
+
+    def _decode(self, y: Any, someone_waits: Callable[[], bool]) -> HandOver | Ended | list[int]:
+        """Decode from `y` (sampled, not read). Returns where it stopped, or the tokens to read next (the budget)."""
+        reply = self.seq.reply
+        while True:
+            token = int(y.item())
+            if someone_waits():
+                return self._hand_over(token)
+            finish = self._finish_of(token)
+            y = self._feed([token]) if finish is None else self._read_last(token)
+            match reply.take(token, finish):
+                case Next.GO_ON:
+                    continue
+                case Next.END:
+                    return Ended(self.layers, reply_done=True)
+                case Next.CLOSE_REASONING:
+                    return list(reply.segment)
+
+    def _hand_over(self, token: int) -> HandOver | Ended:
+        """Another sequence arrived: `token` was sampled but is not read yet; the batch reads it (or the reply ends)."""
+        match self.seq.reply.take(token, self._finish_of(token)):
+            case Next.GO_ON:
+                return HandOver(self.layers, self.tokens, [[token]])
+            case Next.CLOSE_REASONING:
+                return HandOver(self.layers, self.tokens, [[token, *self.seq.reply.segment]])
+            case Next.END:
+                self._read_last(token)  # the cache holds the reply's last token, as the batch's does
+                return Ended(self.layers, reply_done=True)
+
+    def _read_last(self, token: int) -> None:
+        import mlx.core as mx
+
+        self.m.model(mx.array([token])[None], cache=self.layers)
+        mx.eval([c.state for c in self.layers])
+        self.steps += 1
+        self._held([token])
+
+    def _finish_of(self, token: int) -> str | None:
+        if token in self.eos:
+            return "stop"
+        if self.seq.reply.max_tokens() <= 1:  # the last token it may sample
+            return "length"
+        return None
+
+    def _copy(self) -> list:
+        """The layers as they are now, in cache objects of their own (sharing the arrays: checkpoints.py)."""
+        return PromptCache.restore(PromptCache(self.layers, self.tokens).checkpoint()).layers
+
+    def _held(self, tokens: list[int]) -> Any:
+        """`tokens` were read into the layers; returns every token they hold, as the logits processors see them."""
+        import mlx.core as mx
+
+        self.tokens.extend(tokens)
+        if self.context is None:
+            return None
+        return self.context.update_and_fetch(mx.array(tokens, dtype=mx.int32))
