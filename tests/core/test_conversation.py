@@ -188,3 +188,22 @@ def test_the_rule_for_a_reply_under_way():
     assert starts_reply(AnswerDelta("a")) and starts_reply(ReasoningDelta("r")) and starts_reply(Finished(Reply(text="x")))
     assert not starts_reply(Finished(Reply(kept=False))) and not starts_reply(PromptProgress(0, 10))
     assert not starts_reply(Failed("no"))
+
+
+def test_while_the_local_api_serves_a_turn_runs_in_its_batch_and_is_recorded_the_same(engine, store):
+    from macapp.core.serving.runner import ServingEngine, ServingOptions
+
+    alone = model_for(engine, store)
+    alone.start(TurnKind.SEND, "hello", thinking=False, sampling=greedy(32)).wait(TIMEOUT)
+    serving = ServingEngine(engine, ServingOptions(pool_bytes=0))
+    try:
+        steps = serving.batch.steps
+        threads = writes_on_threads(store)
+        batched = model_for(engine, store)
+        turn = batched.start(TurnKind.SEND, "hello", thinking=False, sampling=greedy(32))
+        assert isinstance(turn.wait(TIMEOUT), Finished)
+        assert serving.batch.steps > steps  # it ran in the API's batch
+    finally:
+        serving.close()
+    assert threads and threading.main_thread() not in threads
+    assert rows(store, batched.conversation_id) == rows(store, alone.conversation_id)
