@@ -57,3 +57,47 @@ def test_errors_are_clear_and_exit_1(served, mtp_repos, capsys):
     served.add_repo("Qwen/No-Head", {k: v for k, v in mtp_repos.build_files.items() if k != "README.md"})
     code, out, err = run_cli(capsys, "download", BUILD, "--mtp", "--mtp-from", "Qwen/No-Head")
     assert code == 1 and "has no MTP head" in err
+
+
+def test_kill_9_mid_fetch_keeps_what_arrived_and_the_next_run_fetches_only_the_rest(served, capsys):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from macapp.core.hub.mtp_fetch import plan_mtp_fetch
+
+    code, _, err = run_cli(capsys, "download", BUILD)
+    assert code == 0, err
+    from macapp.core.download import inspect_repo
+
+    folder = inspect_repo(BUILD).path
+    plan = plan_mtp_fetch(folder, BUILD)
+    shard = plan.ranges[-1].file
+    first = next(i for i, r in enumerate(plan.ranges) if r.file == shard)  # the stall hits the shard's first range
+    kept = sum(r.size for r in plan.ranges[:first])
+    assert plan.ranges[first].size > 1000
+    served.stall(shard, after=1000, seconds=30)
+    served.reset_log()
+    proc = subprocess.Popen([sys.executable, "-m", "macapp", "download", BUILD, "--mtp"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+
+    def mid_range() -> bool:
+        return plan.part_path.exists() and plan.part_path.stat().st_size == kept + 1000
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not mid_range():
+        time.sleep(0.02)
+    assert mid_range()
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=20)
+    assert not plan.side_file.exists() and plan.state_path.exists()
+    served.clear_faults()
+    sent_before = sum(r.body_bytes for r in served.file_requests("*.safetensors") if not r.range.startswith("bytes=0-"))
+    code, out, err = run_cli(capsys, "download", BUILD, "--mtp", "--json")
+    assert code == 0, err
+    mtp = json.loads(out)["mtp"]
+    assert mtp["resumed_bytes"] == kept + 1000 and mtp["bytes_fetched_this_run"] == plan.fetch_bytes - kept - 1000
+    sent = sum(r.body_bytes for r in served.file_requests("*.safetensors") if not r.range.startswith("bytes=0-"))
+    assert sent - sent_before == plan.fetch_bytes - kept - 1000  # nothing fetched twice

@@ -158,7 +158,7 @@ def _source_record(source: str, revision: str, token: str | None) -> HubModelRec
     from macapp.core.download import hubapi
 
     try:
-        return fetch_record(source, revision, token=token)
+        return fetch_record(source, revision, token=token, known=cached_record(source))
     except DownloadError:
         raise
     except Exception as exc:

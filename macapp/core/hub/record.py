@@ -151,11 +151,15 @@ def _small_json(repo: str, commit: str, name: str, required: bool) -> dict[str, 
     return data if isinstance(data, dict) else {}
 
 
-def fetch_record(repo: str, revision: str = "main", token: str | None = None, timeout: float = 15.0) -> HubModelRecord:
+def fetch_record(repo: str, revision: str = "main", token: str | None = None, timeout: float = 15.0,
+                 known: HubModelRecord | None = None) -> HubModelRecord:
     """Read a repo from the hub: listing and config (their errors raise as huggingface_hub / DownloadError errors),
-    then the safetensors headers (a failure there is kept in `headers_error`), then the processor of a seeing build."""
+    then the safetensors headers (a failure there is kept in `headers_error`), then the processor of a seeing build.
+    `known` (a record read earlier) is returned as it is when the repo is still at its commit: only the listing is asked."""
     tok = token if token is not None else hubapi.token()
     listing = hubapi.fetch_listing(repo, revision, tok, timeout=timeout)
+    if known is not None and known.repo == repo and known.revision == listing.commit and known.headers_read:
+        return known
     config = _small_json(repo, listing.commit, "config.json", required=True)
     tied = tied_embeddings(config)
     files = {f.path: HubFile(f.path, f.size, f.etag) for f in listing.files}
