@@ -267,7 +267,7 @@ class ChatController(QObject):
         store = self.open_history().store
         conv = store.get_conversation(conversation_id)
         recorder = ChatRecorder(store, conv.id, model=conv.model, system_prompt=conv.system_prompt, settings=conv.settings)
-        self.conversation = self._new_conversation(recorder, saved=conv)  # its messages read once, here
+        self.conversation = self._new_conversation(recorder, saved=conv)  # read for its next session off this thread
         self.conversations_changed.emit()
         self.state_changed.emit()
         return conv

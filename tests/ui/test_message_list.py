@@ -98,3 +98,35 @@ def test_cleared_messages_stop_painting_before_they_are_deleted(messages):
     old = messages.widgets()
     messages.clear()  # deleteLater: the widgets live until the event loop runs again
     assert messages.widgets() == [] and not any(w.isVisible() for w in old)
+
+
+def _with_picture(tmp_path, question="what is this?"):
+    """A saved user message with a real picture in the pictures folder (as the recorder saves it)."""
+    from PIL import Image
+
+    from macapp.core.vision.images import open_image
+    from macapp.core.vision.pictures import save_picture
+
+    path = tmp_path / "red.png"
+    Image.new("RGB", (96, 64), (200, 30, 30)).save(path)
+    ref = save_picture(open_image(path))
+    return [Message(0, 1, 0, "user", question, images=(ref,)), Message(0, 1, 1, "assistant", "a picture")]
+
+
+def test_a_saved_messages_pictures_arrive_from_their_thread(messages, qtbot, tmp_path):
+    with qtbot.waitSignal(messages.pictures_shown, timeout=10_000):
+        messages.show_conversation(_with_picture(tmp_path))
+        user = messages.widgets()[0]
+        assert user.thumbnails == [] and user.text == "what is this?"  # the text at once, the pictures later
+    assert len(user.thumbnails) == 1 and user.pictures[0].size == (96, 64)
+
+
+def test_pictures_read_for_a_conversation_no_longer_shown_are_dropped(messages, qtbot, tmp_path):
+    shown = []
+    messages.pictures_shown.connect(lambda: shown.append(True))
+    messages.show_conversation(_with_picture(tmp_path))
+    first = messages.widgets()[0]
+    messages.show_conversation(_saved(("another", "conversation")))  # before the pictures could arrive
+    with qtbot.waitSignal(messages.pictures_shown, timeout=10_000):  # the same conversation again: its own arrive
+        messages.show_conversation(_with_picture(tmp_path, "again"))
+    assert len(shown) == 1 and first.thumbnails == [] and len(messages.widgets()[0].thumbnails) == 1
