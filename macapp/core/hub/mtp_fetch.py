@@ -215,8 +215,7 @@ class _Fetcher:
                 if not transient or failures >= self.reader.attempts:
                     error.bytes_kept = self.done
                     raise error from exc
-                if self.cancel.wait(min(self.reader.backoff_s * 2 ** (failures - 1), 30.0)):
-                    continue
+                self.cancel.wait(min(self.reader.backoff_s * 2 ** (failures - 1), 30.0))  # a cancel ends the loop at its top
 
     def _stream(self, fd: int, rng: ByteRange, offset: int) -> None:
         start = rng.start + (self.done - offset)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
@@ -78,28 +79,23 @@ class RangeReader:
                     raise error from exc
         raise AssertionError("unreachable")
 
+    @contextmanager
     def stream(self, path: str, start: int, end: int) -> Iterator[tuple[Any, Iterator[bytes]]]:
-        """Context manager body for bytes [start, end) of `path`: yields (response, chunks). Refuses an answer that is
-        not that exact range (a server ignoring Range would otherwise send the whole file)."""
-        from contextlib import contextmanager
-
+        """Bytes [start, end) of `path` as (response, chunks). Refuses an answer that is not that exact range (a server
+        ignoring Range would otherwise send the whole file)."""
         from huggingface_hub.utils import hf_raise_for_status
 
-        @contextmanager
-        def opened():
-            headers = dict(self._headers, Range=f"bytes={start}-{end - 1}")
-            with self.client.stream("GET", self.url(path), headers=headers) as response:
-                if response.status_code >= 400:
-                    response.read()
-                    hf_raise_for_status(response)
-                m = _CONTENT_RANGE.match(response.headers.get("Content-Range", ""))
-                if response.status_code != 206 or not m or int(m[1]) != start or int(m[2]) != end - 1:
-                    raise DownloadError(DownloadErrorKind.SERVER, f"{self._base} did not answer a range request for {path} of "
-                                        f"{self.repo} with that range (status {response.status_code}); it cannot serve "
-                                        "parts of files", repo=self.repo, path=path)
-                yield response, response.iter_bytes()
-
-        return opened()
+        headers = dict(self._headers, Range=f"bytes={start}-{end - 1}")
+        with self.client.stream("GET", self.url(path), headers=headers) as response:
+            if response.status_code >= 400:
+                response.read()
+                hf_raise_for_status(response)
+            m = _CONTENT_RANGE.match(response.headers.get("Content-Range", ""))
+            if response.status_code != 206 or not m or int(m[1]) != start or int(m[2]) != end - 1:
+                raise DownloadError(DownloadErrorKind.SERVER, f"{self._base} did not answer a range request for {path} of "
+                                    f"{self.repo} with that range (status {response.status_code}); it cannot serve "
+                                    "parts of files", repo=self.repo, path=path)
+            yield response, response.iter_bytes()
 
     def read(self, path: str, start: int, end: int) -> tuple[bytes, str]:
         """Bytes [start, end) of `path` and the file's etag, retried on transient errors."""

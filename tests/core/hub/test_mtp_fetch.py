@@ -132,3 +132,23 @@ def test_a_full_disk_is_refused_before_anything_is_fetched(served, build_folder,
     with pytest.raises(DownloadError, match="not enough disk space") as caught:
         fetch_mtp_head(plan)
     assert caught.value.kind is DownloadErrorKind.DISK_FULL and served.file_requests("*") == []
+
+
+def test_a_cancel_stops_keeping_what_arrived(served, build_folder):
+    from macapp.core.download import CancelToken, DownloadCancelled
+
+    plan = plan_mtp_fetch(build_folder, BUILD)
+    token = CancelToken()
+    seen = []
+
+    def progress(done, total):
+        seen.append(done)
+        if done >= plan.ranges[0].size:
+            token.cancel()
+
+    with pytest.raises(DownloadCancelled) as caught:
+        fetch_mtp_head(plan, on_progress=progress, cancel=token)
+    kept = plan.part_path.stat().st_size
+    assert plan.ranges[0].size <= kept < plan.fetch_bytes and caught.value.bytes_kept == kept
+    assert not plan.side_file.exists()
+    assert fetch_mtp_head(plan).resumed_bytes == kept
