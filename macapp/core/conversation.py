@@ -24,6 +24,7 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
@@ -34,8 +35,10 @@ from macapp.core.recorder import ChatRecorder, RecordedTurn, TurnOutcome, TurnRe
 log = logging.getLogger(__name__)
 
 IDLE_EXIT_S = 2.0  # the recording thread ends after this long without work (a new turn starts it again)
+WAKE_INTERVAL_S = 0.02  # text pieces wake it at most this often: a thread switch per token costs generation time
 SETTLE_WAIT_S = 5.0  # how long the session check waits for the worker to finish undoing a turn
 
+TEXT_PIECES = (AnswerDelta, ReasoningDelta)
 SessionFactory = Callable[[str | None, list[dict] | None], Any]  # (system prompt, messages) -> a ChatSession
 
 
@@ -60,31 +63,37 @@ class _Serial:
         self._queue: collections.deque[Callable[[], None]] = collections.deque()
         self._cond = threading.Condition()
         self._running = False
+        self._last_wake = 0.0
 
-    def put(self, work: Callable[[], None]) -> None:
-        """Queue `work` (any thread; cheap enough for every token)."""
+    def put(self, work: Callable[[], None], urgent: bool = True) -> None:
+        """Queue `work` (any thread; cheap enough for every token). Not `urgent`: it may wait up to WAKE_INTERVAL_S."""
         with self._cond:
             self._queue.append(work)
             if self._running:
-                self._cond.notify()
+                now = time.monotonic()
+                if urgent or now - self._last_wake >= WAKE_INTERVAL_S:
+                    self._last_wake = now
+                    self._cond.notify()
                 return
             self._running = True
         threading.Thread(target=self._drain, name=self.name, daemon=True).start()
 
     def _drain(self) -> None:
+        idle_since = time.monotonic()
         while True:
             with self._cond:
-                if not self._queue:
-                    self._cond.wait(IDLE_EXIT_S)
-                if not self._queue:
-                    self._running = False
-                    return
+                while not self._queue:  # woken by put(), or polling for work queued without a wake
+                    if time.monotonic() - idle_since >= IDLE_EXIT_S:
+                        self._running = False
+                        return
+                    self._cond.wait(WAKE_INTERVAL_S)
                 work = self._queue.popleft()
             try:
                 work()
             except Exception:  # a bug here must not stop the turns queued after it; it goes to the log
                 log.exception("conversation work %r failed", work)
             del work  # an idle thread holds no turn (nor its job and session) alive
+            idle_since = time.monotonic()
 
 
 class Turn:
@@ -290,7 +299,9 @@ class ConversationModel:
         turn.job = run_on(session, kind, text, thinking=thinking, **options, **extra)
         recorder = self.recorder
         serial = self._serial
-        turn.job.add_listener(lambda event: serial.put(lambda: self._record(turn, recorder, event)))
+        turn.job.add_listener(
+            lambda event: serial.put(lambda: self._record(turn, recorder, event), urgent=not isinstance(event, TEXT_PIECES))
+        )
         return turn
 
     def _record(self, turn: Turn, recorder: ChatRecorder | None, event: Any) -> None:
