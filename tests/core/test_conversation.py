@@ -207,3 +207,35 @@ def test_while_the_local_api_serves_a_turn_runs_in_its_batch_and_is_recorded_the
         serving.close()
     assert threads and threading.main_thread() not in threads
     assert rows(store, batched.conversation_id) == rows(store, alone.conversation_id)
+
+
+def test_the_recording_thread_runs_work_in_order_survives_a_failure_and_ends_when_idle(monkeypatch):
+    from macapp.core import conversation as conv
+
+    monkeypatch.setattr(conv, "IDLE_EXIT_S", 0.2)
+    serial = conv._Serial("test-serial")
+    done, ran_on = [], set()
+    finished = threading.Event()
+
+    def work(i):
+        def run():
+            ran_on.add(threading.current_thread().name)
+            if i == 3:
+                raise RuntimeError("a bug in one piece of work")
+            done.append(i)
+            if i == 9:
+                finished.set()
+        return run
+
+    for i in range(10):
+        serial.put(work(i), urgent=i % 2 == 0)
+    assert finished.wait(5)
+    assert done == [0, 1, 2, 4, 5, 6, 7, 8, 9] and ran_on == {"test-serial"}
+    for _ in range(100):  # up to 5 s
+        if not any(t.name == "test-serial" for t in threading.enumerate()):
+            break
+        threading.Event().wait(0.05)
+    assert not any(t.name == "test-serial" for t in threading.enumerate())  # idle: gone
+    again = threading.Event()
+    serial.put(again.set)  # and started again for new work
+    assert again.wait(5)
