@@ -112,6 +112,22 @@ def test_deep_nesting_is_400(tiny_server, path, depth):
     assert_alive(tiny_server)
 
 
+@pytest.mark.parametrize("path", [OPENAI, ANTHROPIC, COUNT])
+def test_a_list_for_a_role_is_400(tiny_server, path):
+    """A value the readers looked up in a dict (unhashable: a 500 before the typed models)."""
+    raw = json.dumps(body_for(path, messages=[{"role": ["user"], "content": "hi"}])).encode()
+    assert_refused(post(tiny_server, path, raw), path, "messages[0].role")
+    assert_alive(tiny_server)
+
+
+def test_deep_nesting_inside_a_calls_arguments_string_is_400(tiny_server):
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "[" * 100_000 + "]" * 100_000}}
+    messages = [*HELLO, {"role": "assistant", "content": None, "tool_calls": [call]}, {"role": "tool", "tool_call_id": "c1", "content": "x"}]
+    response = post(tiny_server, OPENAI, json.dumps(body_for(OPENAI, messages=messages)).encode())
+    assert_refused(response, OPENAI, "messages[1].tool_calls[0].function.arguments")
+    assert_alive(tiny_server)
+
+
 def test_nesting_agents_use_is_served(tiny_server):
     schema: dict = {"type": "string"}
     for _ in range(20):

@@ -73,6 +73,9 @@ BAD = [
     ({**GOOD, "prompt": {"id": "pmpt_1"}}, "prompt"),
     ({**GOOD, "previous_response_id": "resp_unknown"}, "previous_response_id"),
     ({**GOOD, "previous_response_id": 12}, "previous_response_id"),
+    ({**GOOD, "input": [{"role": ["user"], "content": "Hi"}]}, "input[0].role"),  # was a 500 (unhashable)
+    ({**GOOD, "tool_choice": {"type": ["function"]}}, "tool_choice.type"),  # was a 500 (unhashable)
+    ({**GOOD, "input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "[" * 5000 + "]" * 5000}]}, "input[0].arguments"),
 ]
 
 

@@ -143,7 +143,7 @@ def _arguments(value: Any) -> dict[str, Any]:
         except RecursionError:
             raise Refusal(f"{{param}} nests arrays and objects too deeply (more than {MAX_DEPTH} levels).") from None
         except ApiError as exc:
-            raise Refusal(f"{{param}} is refused: {exc.message}") from None
+            raise Refusal(f"{{param}}, read as JSON: {exc.message}") from None
         except ValueError as exc:
             raise Refusal(f"{{param}} is not valid JSON: {exc}.") from None
     if value is None:

@@ -102,7 +102,12 @@ class _Message(Model):
 
 
 class SystemMessage(_Message):
-    role: str
+    role: str  # system or developer
+
+    @model_validator(mode="after")
+    def _text_only(self) -> SystemMessage:
+        self.no_pictures(self.role)
+        return self
 
     def to_message(self) -> ChatMessage:
         return ChatMessage(Role.SYSTEM, _text(self.content))
@@ -131,6 +136,11 @@ class AssistantMessage(_Message):
     reasoning: str | None = None  # what some clients (opencode's) send back instead
     tool_calls: list[ToolCallItem] | None = None
 
+    @model_validator(mode="after")
+    def _text_only(self) -> AssistantMessage:
+        self.no_pictures("assistant")
+        return self
+
     def to_message(self) -> ChatMessage:
         calls = tuple(c.to_call() for c in self.tool_calls or ())
         return ChatMessage(Role.ASSISTANT, _text(self.content), reasoning=self.reasoning_content or self.reasoning, tool_calls=calls)
@@ -145,22 +155,9 @@ class ToolMessage(_Message):
         return ChatMessage(Role.TOOL, text, tool_call_id=self.tool_call_id, name=self.name, images=images)
 
 
-def _no_system_pictures(message: SystemMessage) -> SystemMessage:
-    message.no_pictures(message.role)
-    return message
-
-
-def _no_assistant_pictures(message: AssistantMessage) -> AssistantMessage:
-    message.no_pictures("assistant")
-    return message
-
-
 Message = tagged(
     {
-        "system": Annotated[SystemMessage, AfterValidator(_no_system_pictures)],
-        "developer": Annotated[SystemMessage, AfterValidator(_no_system_pictures)],
-        "user": UserMessage,
-        "assistant": Annotated[AssistantMessage, AfterValidator(_no_assistant_pictures)],
+        "system": SystemMessage, "developer": SystemMessage, "user": UserMessage, "assistant": AssistantMessage,
         "tool": ToolMessage,
     },
     refused("{param} {kind} is not one of 'system', 'developer', 'user', 'assistant', 'tool'.", ".role", key="role"),
