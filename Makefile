@@ -27,6 +27,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check macapp tests bench packaging
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py
