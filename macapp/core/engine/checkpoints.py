@@ -18,7 +18,7 @@ onto a newer KV block (by the pool), restored into a fresh cache.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Protocol, Sequence
 
 from macapp.core.engine.snapshots import CacheMirror, ObservedCache
 
@@ -59,18 +59,35 @@ class RecurrentState:
 Layer = KVLayer | RecurrentState
 
 
+class Span(Protocol):
+    """Where a picture's tokens sit in a cache and how far they moved later positions (vision.runner.PictureSpan)."""
+
+    @property
+    def start(self) -> int: ...
+    @property
+    def end(self) -> int: ...
+    @property
+    def delta(self) -> int: ...
+    def until(self, end: int) -> "Span": ...
+
+
 @dataclass(frozen=True)
 class Checkpoint:
     tokens: Key
     layers: tuple[Layer, ...]  # the cache's layers in order
     kv: KVBlock
     state_bytes: int  # the DeltaNet arrays this checkpoint alone keeps
-    rope_delta: int = 0  # the next token's position minus `length` (< 0 after a picture, else 0)
+    spans: tuple[Span, ...] = field(default=(), compare=False)  # the pictures among `tokens` (prompt_cache.py)
     mirror: CacheMirror | None = field(default=None, compare=False, repr=False)
 
     @property
     def length(self) -> int:
         return len(self.tokens)
+
+    @property
+    def rope_delta(self) -> int:
+        """The next token's position minus `length`: what the pictures before it moved (< 0 after one, else 0)."""
+        return sum(span.delta for span in self.spans)
 
 
 def _views(x: Any, offset: int) -> Any:
@@ -83,8 +100,8 @@ def _arrays(x: Any) -> list[Any]:
     return list(x) if isinstance(x, (tuple, list)) else [x]
 
 
-def snapshot(cache: list, tokens: Sequence[int | str], rope_delta: int = 0) -> Checkpoint:
-    """A checkpoint of a live prompt cache that holds exactly `tokens` (a Key), read up to positions `rope_delta` behind."""
+def snapshot(cache: list, tokens: Sequence[int | str], spans: Sequence[Span] = ()) -> Checkpoint:
+    """A checkpoint of a live prompt cache that holds exactly `tokens` (a Key) and the pictures `spans` among them."""
     import mlx.core as mx
     from mlx_lm.models.cache import ArraysCache, KVCache, QuantizedKVCache
 
@@ -110,7 +127,7 @@ def snapshot(cache: list, tokens: Sequence[int | str], rope_delta: int = 0) -> C
     mx.eval([a for b in buffers for a in _arrays(b.keys) + _arrays(b.values)])
     mirror = cache.mirror if isinstance(cache, ObservedCache) else None
     kv = KVBlock(tuple(buffers), len(tokens), kv_bytes)
-    checkpoint = Checkpoint(tuple(tokens), tuple(layers), kv, state_bytes, rope_delta, mirror)
+    checkpoint = Checkpoint(tuple(tokens), tuple(layers), kv, state_bytes, tuple(spans), mirror)
     if mirror is not None:
         mirror.checkpoint_taken(cache, checkpoint)
     return checkpoint

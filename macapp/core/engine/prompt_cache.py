@@ -4,19 +4,21 @@
     prompt.extend(tokens)                        # after reading them into prompt.layers (prefill, the batch)
     mark = prompt.mark()                         # a point to come back to (regenerate / edit)
     prompt.rewind(mark)                          # back there: layers, tokens and pictures after it forgotten
-    checkpoint = prompt.checkpoint(rope_delta)   # for the API's pool (serving/pool.py)
+    checkpoint = prompt.checkpoint()             # for the API's pool (serving/pool.py)
 
 `layers` is mlx-lm's list of layer caches (an ObservedCache on several Macs, whose one `mirror` hears of every
 mark, rewind, checkpoint and restore: snapshots.py, checkpoints.py); `tokens` the tokens they hold, in order (the
 pool's key: a picture's image tokens may be its digest); `spans` the pictures among them with their mRoPE
-positions (macapp.core.vision.runner), so a rewind forgets the pictures after the point it goes back to.
+positions (macapp.core.vision.runner.PictureSpan), so a rewind forgets the pictures after the point it goes back
+to, and a checkpoint keeps those before it: restored, the cache has them again and reading on from it gives the
+positions a fresh read gives (the one record of picture positions, for a chat session and the API alike).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
 
-from macapp.core.engine.checkpoints import Checkpoint, restore, snapshot
+from macapp.core.engine.checkpoints import Checkpoint, Span, restore, snapshot
 from macapp.core.engine.snapshots import CacheSnapshot, restore_snapshot, take_snapshot
 
 if TYPE_CHECKING:
@@ -26,10 +28,10 @@ if TYPE_CHECKING:
 class PromptCache:
     """A sequence's cache layers, the tokens they hold and the pictures among them (see the module docstring)."""
 
-    def __init__(self, layers: list, tokens: Sequence[Any] = (), spans: list | None = None):
+    def __init__(self, layers: list, tokens: Sequence[Any] = (), spans: list[Span] | None = None):
         self.layers = layers
         self.tokens: list[Any] = list(tokens)
-        self.spans: list[Any] = spans if spans is not None else []  # vision.runner's spans, by start position
+        self.spans: list[Span] = spans if spans is not None else []  # vision.runner's PictureSpans, by start
 
     @classmethod
     def new(cls, model: "LoadedModel") -> "PromptCache":
@@ -41,7 +43,7 @@ class PromptCache:
     @classmethod
     def restore(cls, checkpoint: Checkpoint) -> "PromptCache":
         """A fresh cache at `checkpoint`: reading on into it never touches the checkpoint."""
-        return cls(restore(checkpoint), checkpoint.tokens)
+        return cls(restore(checkpoint), checkpoint.tokens, list(checkpoint.spans))
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -66,7 +68,8 @@ class PromptCache:
         self.layers = layers
         self.tokens.extend(added)
 
-    def checkpoint(self, rope_delta: int = 0) -> Checkpoint:
-        """A checkpoint of the cache as it is (no copy at the time: checkpoints.py); `rope_delta`: how far pictures
-        pulled the positions behind the token count."""
-        return snapshot(self.layers, self.tokens, rope_delta)
+    def checkpoint(self) -> Checkpoint:
+        """A checkpoint of the cache as it is (no copy at the time: checkpoints.py), with the pictures read so far
+        (a request queues its whole tail as one span before reading it: the checkpoint keeps what it holds)."""
+        held = len(self.tokens)
+        return snapshot(self.layers, self.tokens, [span.until(held) for span in self.spans if span.start < held])

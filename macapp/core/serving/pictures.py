@@ -4,9 +4,9 @@ on those not read yet, and the model view that reads them, for the serving runne
 Prompt reuse (the runner's checkpoint pool): `prepare` widens each picture's placeholder to its image tokens
 (counted from its size by the processor's own sizing, no pixels processed) and keys those tokens by the
 picture's content digest, so the pool's longest-prefix match counts a prefix only with the same pictures in the
-same places. `begin` then goes on from the checkpoint found (`cached` tokens, `rope_delta` behind): the
-tower runs only on the pictures after it, and their mRoPE positions continue from the checkpoint's, as a chat
-session's later turns do. A follow-up question about the same picture thus reads only its new tail.
+same places. `begin` then goes on from the checkpoint found (its cache keeps the pictures it read, with their
+positions): the tower runs only on the pictures after it, and their mRoPE positions continue from the
+checkpoint's, as a chat session's later turns do. A follow-up question about the same picture thus reads only its new tail.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any, Sequence
 from macapp.core import events as ev
 from macapp.core.engine import EngineError
 from macapp.core.engine import pictures as engine_pictures
+from macapp.core.engine.prompt_cache import PromptCache
 from macapp.core.picture_data import ImagePart
 from macapp.core.serving.requests import INVALID_REQUEST
 from macapp.core.vision.dataurl import image_from_base64
@@ -119,12 +120,13 @@ def prepare(m: Any, tokens: list[int], boundaries: Sequence[int], images: Sequen
     return PictureRequest(vision, dataclasses.replace(m, model=vision.lm), widened, tuple(key), tuple(moved), pictures, starts, counts)
 
 
-def begin(request: PictureRequest, cache: list, cached: int, rope_delta: int) -> Any:
-    """Set the positioned model up to read `request.tokens[cached:]` into `cache` (which holds the first `cached`,
-    positions `rope_delta` behind); the tower runs on the pictures among them. The EncodedTurn of those tokens
-    (its embeddings hold the tower's features), or None when they hold no picture (plain token embeddings)."""
+def begin(request: PictureRequest, cache: PromptCache) -> Any:
+    """Set the positioned model up to read the rest of `request.tokens` into `cache` (which holds the first ones and
+    the pictures among them); the tower runs on the pictures after. The EncodedTurn of those tokens (its embeddings
+    hold the tower's features), or None when they hold no picture (plain token embeddings)."""
     lm = request.vision.lm
-    lm.resume(cached, rope_delta)
+    cached = len(cache)
+    lm.bind(cache.spans)
     if any(start < cached < start + count for start, count in zip(request.starts, request.counts)):
         raise ValueError(f"a checkpoint at {cached} tokens cuts a picture")  # boundaries are turn starts: never
     later = [n for n, start in enumerate(request.starts) if start >= cached]
@@ -139,10 +141,5 @@ def begin(request: PictureRequest, cache: list, cached: int, rope_delta: int) ->
     encoded = request.vision.encode(tail, [request.pictures[n] for n in later])
     if encoded.tokens != request.tokens[cached:]:
         raise EngineError("The processor gave a picture a different number of image tokens than its size said.", ev.ERROR)
-    lm.queue(encoded, cache)
+    lm.queue(encoded, cache.layers)
     return encoded
-
-
-def rope_delta(request: PictureRequest, index: int) -> int:
-    """How far the position of the token at `index` is behind `index` (once `begin` has set the model up)."""
-    return int(request.vision.lm.positions(index, 1)[0, 0, 0].item()) - index

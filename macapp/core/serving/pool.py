@@ -20,8 +20,8 @@ go before any of this one's.
 
 Keys: a prompt's tokens, except that a picture's image tokens (all one placeholder id) are keyed by the picture's
 content digest (macapp.core.serving.pictures), so a prefix matches only with the same pictures in the same places.
-A checkpoint after a picture also keeps `rope_delta`: how far the picture's compact mRoPE positions pulled the
-positions behind the token count, which the reading of the rest goes on from.
+A checkpoint after a picture also keeps the picture's span (its mRoPE positions, engine/prompt_cache.py), which
+the reading of the rest goes on from.
 
 Several Macs: a checkpoint of a mirrored cache keeps its mirror (engine/checkpoints.py), which the pool tells
 of a checkpoint moved onto a newer KV block. Dropping one (eviction, clear) is the mirror's to notice (it goes
@@ -102,14 +102,14 @@ class CheckpointPool:
             return PromptCache.new(model), None
         return PromptCache.restore(checkpoint), checkpoint
 
-    def add(self, prompt: PromptCache, rope_delta: int = 0) -> Checkpoint | None:
-        """Checkpoint `prompt` as it is (its tokens are the key), positions `rope_delta` behind the count; None if it
-        alone is over the pool's size."""
+    def add(self, prompt: PromptCache) -> Checkpoint | None:
+        """Checkpoint `prompt` as it is (its tokens are the key, its pictures kept); None if it alone is over the
+        pool's size."""
         key = tuple(prompt.tokens)
         if key in self._entries:
             self._entries.move_to_end(key)
             return self._entries[key]
-        checkpoint = prompt.checkpoint(rope_delta)
+        checkpoint = prompt.checkpoint()
         if checkpoint.kv.nbytes + checkpoint.state_bytes > self.max_bytes:
             return None
         self._entries[key] = checkpoint

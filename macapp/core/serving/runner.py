@@ -280,16 +280,16 @@ class ServingEngine:
         settings = self.settings(m, prepared, len(tokens))
         params, budget, limit = settings.params, settings.budget, settings.limit
         pool = self.pool_for(m)
-        cache, checkpoint = pool.resume(prompt.key, m)
+        cache, _checkpoint = pool.resume(prompt.key, m)
         cached = len(cache)
         usage = Usage(prompt_tokens=len(tokens), cached_tokens=cached)
         job.emit(RequestStarted(usage.prompt_tokens, usage.cached_tokens))
         if pictures is not None:
-            prompt = replace(prompt, embeddings=self._begin_pictures(pictures, cache.layers, checkpoint, clock))
+            prompt = replace(prompt, embeddings=self._begin_pictures(pictures, cache, clock))
         text = ReplyText(job, rendered, request)
         with wired_memory(m):
             clock.reading(len(tokens) - cached)
-            read = self._read(job, run, pool, cache, prompt, cached, pictures)
+            read = self._read(job, run, pool, cache, prompt, cached)
             if read < len(tokens) - 1:
                 job.emit(cancelled(m, usage))
                 return
@@ -310,16 +310,16 @@ class ServingEngine:
         return request_pictures.prepare(m, rendered.tokens, rendered.boundaries, rendered.images, most)
 
     @staticmethod
-    def _begin_pictures(pictures, cache: list, checkpoint, clock: TurnClock):
-        """The positioned model set to go on from the checkpoint; the tower run on the pictures after it."""
+    def _begin_pictures(pictures, cache: PromptCache, clock: TurnClock):
+        """The positioned model set to go on from the cache (restored from a checkpoint with its pictures, or new);
+        the tower run on the pictures after it."""
         from macapp.core.serving import pictures as request_pictures
 
-        cached, delta = (checkpoint.length, checkpoint.rope_delta) if checkpoint is not None else (0, 0)
-        encoded = request_pictures.begin(pictures, cache, cached, delta)
+        encoded = request_pictures.begin(pictures, cache)
         clock.image_tokens = encoded.image_tokens if encoded is not None else 0
         return encoded.embeddings if encoded is not None else None
 
-    def _read(self, job: Job, m: LoadedModel, pool: CheckpointPool, cache: PromptCache, prompt: "_Prompt", cached: int, pictures=None) -> int:
+    def _read(self, job: Job, m: LoadedModel, pool: CheckpointPool, cache: PromptCache, prompt: "_Prompt", cached: int) -> int:
         """Read the prompt from `cached` up to its last token, checkpointing each boundary; return where it got to."""
         tokens = prompt.tokens
         total = len(tokens) - cached
@@ -336,7 +336,7 @@ class ServingEngine:
             if pos < boundary:
                 return pos
             cache.extend(prompt.key[len(cache) : boundary])
-            pool.add(cache, _rope_delta(pictures, boundary))
+            pool.add(cache)
         return pos
 
 
@@ -354,10 +354,3 @@ class _Prompt:
     def of(cls, pictures) -> "_Prompt":
         return cls(pictures.tokens, pictures.key, pictures.boundaries)
 
-
-def _rope_delta(pictures, index: int) -> int:
-    if pictures is None:
-        return 0
-    from macapp.core.serving import pictures as request_pictures
-
-    return request_pictures.rope_delta(pictures, index)

@@ -57,14 +57,24 @@ class EncodedTurn:
         return int(self.positions.max().item()) + 1 - len(self.tokens)
 
 
-@dataclass
-class _Span:
-    """A prompt read with explicit positions (a turn with pictures): cache indices [start, end)."""
+@dataclass(frozen=True, eq=False)  # its positions are an array: compared by identity
+class PictureSpan:
+    """A prompt read with explicit positions (a turn with pictures): cache indices [start, end). A PromptCache keeps
+    them (engine/prompt_cache.py), and so do its checkpoints: the one record of where pictures put the positions."""
 
     start: int
     end: int
     positions: Any  # mx.array (3, 1, end - start), absolute
     delta: int  # how far it moved later positions behind the token count
+    base: int = 0  # the position its first token would have without it (start + the deltas of the spans before)
+
+    def until(self, end: int) -> "PictureSpan":
+        """This span cut at cache index `end` (a checkpoint there: a boundary, never inside a picture)."""
+        if end >= self.end:
+            return self
+        k = end - self.start
+        positions = self.positions[..., :k]
+        return PictureSpan(self.start, end, positions, int(positions.max().item()) + 1 - self.base - k, self.base)
 
 
 class PositionedLM(nn.Module):
@@ -81,21 +91,16 @@ class PositionedLM(nn.Module):
     def __init__(self, language_model: nn.Module):
         super().__init__()
         self.language_model = language_model
-        self._spans: list[_Span] = []
+        self._spans: list[PictureSpan] = []
 
-    def bind(self, spans: list[_Span]) -> None:
+    def bind(self, spans: list[PictureSpan]) -> None:
         self._spans = spans
 
     def queue(self, turn: EncodedTurn, cache: list) -> None:
         """`turn` (prefix + pictures) is read next, from the cache's current length."""
         start = cache_length(cache)
         base = start + self._delta_before(start)
-        self._spans.append(_Span(start, start + len(turn.tokens), turn.positions + base, turn.delta))
-
-    def resume(self, length: int, delta: int) -> None:
-        """A cache restored to `length` tokens from a serving checkpoint (which keeps no spans): later positions are
-        `delta` behind the cache index (what the spans before `length` added up to). Binds a list of its own."""
-        self._spans = [_Span(0, length, None, delta)] if length else []  # never read inside: the cache holds it
+        self._spans.append(PictureSpan(start, start + len(turn.tokens), turn.positions + base, turn.delta, base))
 
     def forget_after(self, length: int) -> None:
         """The cache was restored to `length` tokens (regenerate / edit): drop the spans read after it."""

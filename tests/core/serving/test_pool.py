@@ -7,6 +7,7 @@ import pytest
 from macapp.core.engine.snapshots import ObservedCache
 from macapp.core.engine.prompt_cache import PromptCache
 from macapp.core.serving.pool import CheckpointPool, restore, snapshot
+from macapp.core.vision.runner import PictureSpan
 
 N = 300  # past mlx-lm's 256-token KV step, so the KV buffer grows while checkpoints hold the old one
 
@@ -162,17 +163,22 @@ def test_a_new_owner_clears_the_pool(lm, tokens):
     assert len(pool) == 0 and pool.nbytes == 0
 
 
-def test_picture_keys_match_only_the_same_picture_and_checkpoints_keep_their_rope_delta(lm, tokens):
+def test_picture_keys_match_only_the_same_picture_and_checkpoints_keep_its_span(lm, tokens):
     """Keys where a picture's tokens are its digest (serving.pictures): a prefix counts only with the same picture."""
     picture = ("image:a",) * 10  # stands for tokens 5..15
     key = (*tokens[:5], *picture, *tokens[15:40])
     pool = CheckpointPool(1 << 30)
     live = fresh(lm)
     read(lm, live, tokens[:20])
-    pool.add(PromptCache(live, key[:20]), rope_delta=-6)
+    span = PictureSpan(5, 15, None, -6)  # its positions are not read here
+    later = PictureSpan(40, 50, None, -6)  # queued for a picture not read yet: no checkpoint keeps it
+    pool.add(PromptCache(live, key[:20], [span, later]))
     read(lm, live, tokens[20:40])
-    pool.add(PromptCache(live, key), rope_delta=-6)  # the 20-token one now reads this one's KV buffer: its state stays
-    assert pool.kv_blocks == 1 and [c.rope_delta for c in (pool.longest_prefix(key[:21]), pool.longest_prefix((*key, 1)))] == [-6, -6]
+    pool.add(PromptCache(live, key, [span, later]))  # the 20-token one now reads this one's KV buffer: its state stays
+    kept = (pool.longest_prefix(key[:21]), pool.longest_prefix((*key, 1)))
+    assert pool.kv_blocks == 1 and [c.spans for c in kept] == [(span,), (span,)] and [c.rope_delta for c in kept] == [-6, -6]
+    restored, _ = pool.resume((*key, 1), lm)
+    assert restored.spans == [span]  # a restored cache has its picture back
     assert pool.longest_prefix((*key, 1)).length == 40
     other = (*tokens[:5], *("image:b",) * 10, *tokens[15:40], 1)
     assert pool.longest_prefix(other) is None  # a different picture at token 5: nothing stored before it

@@ -12,6 +12,7 @@ from macapp.core.serving.render import render
 from macapp.core.serving.requests import ChatMessage, Completed, CompletionRequest, ImagePart, Role
 from macapp.core.serving.runner import ServingEngine, ServingOptions
 from macapp.core.engine import pictures as engine_pictures
+from macapp.core.engine.prompt_cache import PromptCache
 from macapp.core.serving import pictures as request_pictures
 from tests.core.engine.helpers import TIMEOUT, on_worker
 from tests.fixtures.vision import picture_bytes
@@ -78,9 +79,10 @@ def test_a_follow_up_about_the_same_picture_reuses_it_and_answers_as_a_fresh_rea
     reference = _run(fresh, _ask(follow_up, long_reply))
     assert _encoded(engine) == before + 1 and reference.usage.cached_tokens == 0
     assert served.text == reference.text and len(served.text) > 20
-    restored = pooled.pool.longest_prefix(layout.key[: reply_start + 1])  # kept with its position state
-    full = _positions(engine, layout, 0, 0)
+    restored = pooled.pool.longest_prefix(layout.key[: reply_start + 1])  # kept with its picture's positions
+    full, _spans = _positions(engine, layout, None)
     assert restored.length == reply_start and restored.rope_delta == full[0][0][reply_start] - reply_start < 0
+    assert [(s.start, s.end) for s in restored.spans] == [(0, reply_start)]  # the first read, cut where it was kept
 
 
 def test_a_changed_picture_is_not_reused_past_it(engine, long_reply):
@@ -114,17 +116,20 @@ def test_a_new_picture_after_a_restored_one_gets_the_positions_of_a_fresh_read(e
     assert third.text == _run(fresh, _ask(messages, long_reply)).text
 
 
-def _positions(engine, layout, cached: int, delta: int):
-    """The mRoPE positions of tokens [cached:] as `begin` sets them up from a checkpoint at `cached` (list of lists)."""
+def _positions(engine, layout, restored: PromptCache | None):
+    """The mRoPE positions of the tokens after `restored` (a cache as restored from a checkpoint: its tokens and
+    pictures; None: from scratch) as `begin` sets them up (list of lists), and the pictures' spans it then holds."""
     from mlx_lm.models.cache import make_prompt_cache
 
     def work(m):
-        cache = make_prompt_cache(m.model)
-        for layer in cache:  # a cache of `cached` tokens, as restored (only the offset counts here)
+        held = restored.tokens if restored is not None else []
+        cache = PromptCache(make_prompt_cache(m.model), held, list(restored.spans) if restored is not None else [])
+        for layer in cache.layers:  # a cache of `cached` tokens, as restored (only the offset counts here)
             if hasattr(layer, "offset"):
-                layer.offset = cached
-        request_pictures.begin(layout, cache, cached, delta)
-        return engine_pictures.vision_for(m).lm.positions(cached, len(layout.tokens) - cached).tolist()
+                layer.offset = len(held)
+        request_pictures.begin(layout, cache)
+        positions = engine_pictures.vision_for(m).lm.positions(len(held), len(layout.tokens) - len(held)).tolist()
+        return positions, list(cache.spans)
 
     return on_worker(engine, work)
 
@@ -132,12 +137,12 @@ def _positions(engine, layout, cached: int, delta: int):
 @pytest.mark.parametrize("later_picture", [False, True])
 def test_positions_after_a_checkpoint_are_a_fresh_reads(engine, later_picture):
     """What the follow-up reads from a checkpoint gets the very positions a from-scratch read gives it (after a
-    picture they run behind the token count: the checkpoint's rope_delta)."""
+    picture they run behind the token count: the checkpoint keeps the picture's span)."""
     last = _user("and this one?", _image(8, (96, 64))) if later_picture else _user("and what colour is it?")
     layout = _layout(engine, [SYSTEM, _user("describe it", _image(3)), ChatMessage(Role.ASSISTANT, "A cat."), last])
-    full = _positions(engine, layout, 0, 0)
+    full, spans = _positions(engine, layout, None)
     for cached in layout.boundaries[1:]:  # past the first picture
-        delta = full[0][0][cached] - cached
-        assert delta == on_worker(engine, lambda m: request_pictures.rope_delta(layout, cached)) < 0
-        tail = _positions(engine, layout, cached, delta)
+        restored = PromptCache([], layout.key[:cached], [s.until(cached) for s in spans if s.start < cached])  # as a checkpoint keeps it
+        assert sum(s.delta for s in restored.spans) == full[0][0][cached] - cached < 0
+        tail, _ = _positions(engine, layout, restored)
         assert tail == [[row[cached:] for row in axis] for axis in full]
