@@ -67,8 +67,8 @@ def main() -> int:
     from macapp.core.engine import Engine
     from macapp.devtools.tiny_model import make_tiny_model
     from macapp.server.config import ServerConfig
-    from macapp.server.runner_backend import serving_backend
-    from macapp.server.service import LocalServer
+    from macapp.server.engine_backend import serving_backend
+    from macapp.server.local_server import LocalServer
 
     proc = psutil.Process()
     with tempfile.TemporaryDirectory(prefix="api-memory-") as tmp:

@@ -138,8 +138,8 @@ class _Signals:
 
 def run(args: argparse.Namespace) -> int:
     from macapp.cli.cluster import engine_for, launch_or_follow
-    from macapp.server.runner_backend import serving_backend
-    from macapp.server.service import LocalServer
+    from macapp.server.engine_backend import serving_backend
+    from macapp.server.local_server import LocalServer
 
     config = _config(args)
     if (code := launch_or_follow(args)) is not None:

@@ -31,7 +31,7 @@ from starlette.types import ASGIApp
 from macapp.core.events import Failed
 from macapp.server import anthropic_api, openai_api
 from macapp.server.activity import Activity
-from macapp.server.backend import Backend, complete, count_tokens, ended_by_shutdown, refusal
+from macapp.server.completion import Backend, complete, count_tokens, ended_by_shutdown, refusal
 from macapp.server.config import ServerConfig
 from macapp.server.errors import ApiError, ErrorKind, Flavor, error_body, error_response, flavor_for_path, shutting_down
 from macapp.server.fields import parse_json_object

@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse, Response
 from macapp.core.events import Failed
 from macapp.core.serving.requests import ChatMessage, Completed, FinishReason
 from macapp.server.activity import Activity
-from macapp.server.backend import Backend, complete, ended_by_shutdown, refusal
+from macapp.server.completion import Backend, complete, ended_by_shutdown, refusal
 from macapp.server.config import ServerConfig
 from macapp.server.errors import ApiError, ErrorKind, invalid, shutting_down
 from macapp.server.fields import parse_json_object

@@ -373,7 +373,7 @@ class MainWindow(QMainWindow):
 
     def _server_backend(self):
         """The local server's backend on the model the chat has loaded (RuntimeError if none)."""
-        from macapp.server.runner_backend import backend_for
+        from macapp.server.engine_backend import backend_for
 
         return backend_for(self.chat.controller.engine)
 

@@ -1,7 +1,7 @@
 """The Local Server page: start/stop the OpenAI- and Anthropic-compatible API on the loaded model, its base URL,
 the settings other tools need (copied to the clipboard), and a live list of the server's requests.
 
-`ServerController` (a QObject) owns the server: uvicorn runs on its own thread (macapp.server.service), and
+`ServerController` (a QObject) owns the server: uvicorn runs on its own thread (macapp.server.local_server), and
 starting it happens on a helper thread too, so the event loop never waits on a socket. The request records
 come from the server's Activity on the engine's worker thread and reach the view as queued signals. Server
 requests never touch the chat history.
@@ -95,7 +95,7 @@ class ServerController(QObject):
         except RuntimeError as exc:
             self.failed.emit(str(exc))
             return
-        from macapp.server.service import LocalServer
+        from macapp.server.local_server import LocalServer
 
         config = ServerConfig(port=port, api_key=api_key or None)
         server = LocalServer(backend, config, self.activity)

@@ -53,7 +53,7 @@ def test_a_bad_mtp_value_is_refused_before_loading(capsys, tiny_moe_path, comman
 def test_serve_passes_mtp_to_the_one_at_a_time_path(tiny_moe_path):
     from macapp.core.engine import Engine
     from macapp.core.engine.options import MTPMode
-    from macapp.server.runner_backend import serving_backend
+    from macapp.server.engine_backend import serving_backend
 
     engine = Engine()
     try:

@@ -19,7 +19,7 @@ from macapp.server.config import ServerConfig
 @dataclass
 class Served:
     url: str
-    server: Any  # macapp.server.service.LocalServer
+    server: Any  # macapp.server.local_server.LocalServer
     backend: Any  # macapp.core.serving.runner.ServingEngine
     engine: Any
 
@@ -43,8 +43,8 @@ def serve(
     model_path: Path, context: int | None = None, parallel: int | None = None, batching: bool | None = None, **config: Any
 ) -> Iterator[Served]:
     from macapp.core.engine import Engine
-    from macapp.server.runner_backend import serving_backend
-    from macapp.server.service import LocalServer
+    from macapp.server.engine_backend import serving_backend
+    from macapp.server.local_server import LocalServer
 
     engine = Engine()
     engine.load(str(model_path)).result(timeout=120)

@@ -8,7 +8,7 @@ import httpx2
 import pytest
 
 from macapp.server.config import ServerConfig
-from macapp.server.service import LocalServer, bind_socket
+from macapp.server.local_server import LocalServer, bind_socket
 
 
 def test_a_port_in_use_is_an_oserror_saying_what_to_do():

@@ -20,7 +20,7 @@ import uvicorn
 
 from macapp.server.activity import Activity
 from macapp.server.app import create_app
-from macapp.server.backend import Backend
+from macapp.server.completion import Backend
 from macapp.server.config import ServerConfig
 
 log = logging.getLogger(__name__)
