@@ -11,12 +11,14 @@ window's ChatController wires a turn's events to widgets, `qwen-desk chat` to pr
 Where the work runs. `start` only submits the session's job (nothing blocks the caller's thread). The job's
 events go, on the thread that emits them (the engine's worker, or the batch loop while the local API serves), to
 this conversation's recording thread, which handles them one at a time, in the job's order:
-- the first one commits the turn's start (a send's message, its pictures saved as PNG and fsynced: ChatRecorder.begin);
-- each one is recorded before anyone else sees it: `turn.events()` and a turn's listeners get it after the recorder;
+- first of all, at once, the turn's start is committed (a send's message, its pictures saved as PNG and fsynced:
+  ChatRecorder.begin), even while the engine is still busy with other work;
+- each event is recorded before anyone else sees it: `turn.events()` and a turn's listeners get it after the recorder;
 - after the terminal one of a turn that kept no reply or failed, a session that no longer holds what the history
   holds is set aside and the history's messages are read for the next session, before the terminal event is passed on.
-So a front end's own thread never writes the history nor encodes a picture for a turn; the turns of one
-conversation are recorded in the order the engine ran them (a turn left behind is recorded before the next begins).
+So a front end's own thread never writes the history nor encodes a picture for a turn. A conversation's turns are
+recorded one at a time, in the order they were started and their events came (a turn still open when the next one
+starts is kept as it stands: ChatRecorder.begin).
 """
 
 from __future__ import annotations
@@ -108,7 +110,7 @@ class Turn:
         self.images = images
         self.job: Any = None  # the session's Job (set by ConversationModel.start)
         self.session: Any = None  # the session that runs it
-        self.recorded: RecordedTurn | None = None  # None until the first event, and when nothing records it
+        self.recorded: RecordedTurn | None = None  # None until its start is recorded, and when nothing records it
         self.record_error: BaseException | None = None  # the turn's start could not be saved (and, strict, it was stopped)
         self._outcome: TurnOutcome | None = None  # set here only when the start could not be saved
         self._events: list[Any] = []
@@ -299,15 +301,15 @@ class ConversationModel:
         turn.job = run_on(session, kind, text, thinking=thinking, **options, **extra)
         recorder = self.recorder
         serial = self._serial
+        if recorder is not None:  # first: a send's message is saved now, even while the engine is busy with other work
+            serial.put(lambda: self._begin(turn, recorder))
         turn.job.add_listener(
             lambda event: serial.put(lambda: self._record(turn, recorder, event), urgent=not isinstance(event, TEXT_PIECES))
         )
         return turn
 
     def _record(self, turn: Turn, recorder: ChatRecorder | None, event: Any) -> None:
-        """On the recording thread: record one event of `turn` (its start first), then pass it on."""
-        if recorder is not None and turn.recorded is None and turn.record_error is None:
-            self._begin(turn, recorder)
+        """On the recording thread: record one event of `turn` (its start was recorded first), then pass it on."""
         if turn.recorded is not None:
             turn.recorded.feed(event)
         if isinstance(event, TerminalEvent):

@@ -118,25 +118,40 @@ def test_a_failed_reply_sets_the_session_aside_and_the_next_one_reads_what_the_h
     assert [m["content"] for m in conversation.session.messages][:4] == ["first", ANSWER, "this will fail", kept[1]]
 
 
-def test_a_turn_left_behind_is_recorded_before_the_next_one_begins(engine, store, endless):
+def test_a_sends_message_is_saved_at_once_even_while_the_engine_is_busy(engine, store):
     conversation = model_for(engine, store)
     gate, parked = threading.Event(), threading.Event()
-    engine.submit("test-gate", lambda _job: (parked.set(), gate.wait(TIMEOUT)))  # hold the worker: both turns queue
+    engine.submit("test-gate", lambda _job: (parked.set(), gate.wait(TIMEOUT)))  # the worker is busy with other work
     assert parked.wait(TIMEOUT)
+    try:
+        turn = conversation.start(TurnKind.SEND, "saved first", thinking=False, sampling=greedy(16))
+        for _ in range(100):  # up to 5 s
+            if conversation.conversation_id is not None:
+                break
+            threading.Event().wait(0.05)
+        assert rows(store, conversation.conversation_id) == [("user", "saved first", "complete", None)]
+        assert turn.job.history == []  # the engine has not begun the turn: a crash now keeps what was typed
+    finally:
+        gate.set()
+    assert isinstance(turn.wait(TIMEOUT), Finished)
+    assert [r[0] for r in rows(store, conversation.conversation_id)] == ["user", "assistant"]
+
+
+def test_a_stopped_turn_keeps_what_it_wrote_and_the_next_one_follows_it(engine, store, endless):
+    conversation = model_for(engine, store)
     long = conversation.start(TurnKind.SEND, "talk forever", thinking=False, sampling=endless)
     pieces = []
 
-    def stop_after_some(event):
+    def stop_after_some(event):  # on the worker: stops it at an exact point
         if isinstance(event, (AnswerDelta, ReasoningDelta)):
             pieces.append(event)
             if len(pieces) == 8:
                 long.stop()
 
     long.job.add_listener(stop_after_some)
+    assert isinstance(long.wait(TIMEOUT), Finished) and long.outcome.result is TurnResult.STOPPED
     nxt = conversation.start(TurnKind.SEND, "next", thinking=False, sampling=greedy(16))
-    gate.set()
     assert isinstance(nxt.wait(TIMEOUT), Finished)
-    assert long.done and long.outcome.result is TurnResult.STOPPED
     saved = rows(store, conversation.conversation_id)
     assert [(r[0], r[1]) for r in saved[::2]] == [("user", "talk forever"), ("user", "next")]
     assert saved[1][2:] == ("stopped", "stopped") and saved[1][1] and saved[3] == ("assistant", ANSWER, "complete", "stop")
