@@ -9,14 +9,18 @@ snapshot (a reopened conversation) both read the conversation once through the t
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass
 from typing import Any
 
 from macapp.core import events as ev
 from macapp.core.engine.errors import EngineError
+from macapp.core.engine.messages import ChatMessage
+from macapp.core.engine.pictures import content_of, pictures_in
 from macapp.core.engine.snapshots import CacheSnapshot
 from macapp.core.events import TurnKind
+from macapp.core.vision.images import PreparedImage
 
 CLOSE_REASONING = "</think>\n\n"
 
@@ -57,13 +61,13 @@ class TurnPlan:
     mode: ThinkingMode
     prompt: list[int]  # tokens to feed, the last one by the reply stream
     user_text: str
-    history: list[dict]  # the conversation before this turn's user message
+    history: list[ChatMessage]  # the conversation before this turn's user message
     prefix: list[int] | None  # prompt tokens before the user message; None when the template does not split there
     close_before: str  # the previous reply's close text, back in place if the turn is undone
     restore: CacheSnapshot | None = None  # go back here first (regenerate / edit from a snapshot)
     turn_start: CacheSnapshot | None = None  # the turn's known start (regenerate); None: where the cache is
-    images: tuple = ()  # the pictures (vision.images.PreparedImage) the prompt's image placeholders stand for, in order
-    user_images: tuple = ()  # the pictures of this turn's user message
+    images: tuple[PreparedImage, ...] = ()  # the pictures the prompt's image placeholders stand for, in order
+    user_images: tuple[PreparedImage, ...] = ()  # the pictures of this turn's user message
 
     @property
     def rereads(self) -> bool:
@@ -85,17 +89,15 @@ class TurnPlan:
 # ---------------------------------------------------------------------------------------------- prompts
 
 
-def template(tokenizer: Any, messages: list[dict], thinking: bool) -> list[int]:
+def template(tokenizer: Any, messages: list[ChatMessage], thinking: bool) -> list[int]:
     """Qwen3.5's chat template over role/content messages (pictures as image parts), ready for the reply, with
     explicit enable_thinking."""
-    from macapp.core.engine.pictures import content_of
-
     msgs = [{"role": x["role"], "content": content_of(x)} for x in messages]
     return list(tokenizer.apply_chat_template(msgs, add_generation_prompt=True, enable_thinking=thinking))
 
 
 def full_prompt(
-    tokenizer: Any, system_prompt: str | None, history: list[dict], text: str, thinking: bool, images: tuple = ()
+    tokenizer: Any, system_prompt: str | None, history: list[ChatMessage], text: str, thinking: bool, images: tuple[PreparedImage, ...] = ()
 ) -> tuple[list[int] | None, list[int]]:
     """(prefix, all tokens) for reading the whole conversation and a new user message through the template."""
     system = [{"role": "system", "content": system_prompt}] if system_prompt else []
@@ -111,7 +113,7 @@ def _closed(tokenizer: Any, prompt: list[int], mode: ThinkingMode) -> list[int]:
     return prompt
 
 
-def _user_turn(tokenizer: Any, text: str, mode: ThinkingMode, images: tuple = ()) -> list[int]:
+def _user_turn(tokenizer: Any, text: str, mode: ThinkingMode, images: tuple[PreparedImage, ...] = ()) -> list[int]:
     return template(tokenizer, [{"role": "user", "content": text, "images": images}], mode.thinking)
 
 
@@ -125,13 +127,11 @@ def require_text(text: str) -> None:
 
 
 def plan_send(
-    tokenizer: Any, *, text: str, mode: ThinkingMode, messages: list[dict], system_prompt: str | None, close_text: str | None,
-    images: tuple = (),
+    tokenizer: Any, *, text: str, mode: ThinkingMode, messages: list[ChatMessage], system_prompt: str | None, close_text: str | None,
+    images: tuple[PreparedImage, ...] = (),
 ) -> TurnPlan:
     """A new user message (see require_text) with its `images`. `close_text`: what closes the cached previous reply;
     None when nothing is cached."""
-    from macapp.core.engine.pictures import pictures_in
-
     if close_text is None:
         prefix, prompt = full_prompt(tokenizer, system_prompt, messages, text, mode.thinking, images)
         in_prompt = tuple(pictures_in(messages)) + tuple(images)
@@ -145,7 +145,7 @@ def plan_send(
     )
 
 
-def last_user_index(messages: list[dict], new_text: str | None) -> int:
+def last_user_index(messages: list[ChatMessage], new_text: str | None) -> int:
     """Where the message a regenerate (`new_text` None) or edit answers again is; EngineError if there is none."""
     if new_text is not None:
         require_text(new_text)
@@ -156,7 +156,7 @@ def last_user_index(messages: list[dict], new_text: str | None) -> int:
 
 
 def plan_redo(
-    tokenizer: Any, *, new_text: str | None, thinking: bool | None, budget: int | None, messages: list[dict], last_user: int,
+    tokenizer: Any, *, new_text: str | None, thinking: bool | None, budget: int | None, messages: list[ChatMessage], last_user: int,
     system_prompt: str | None, last: TurnMemory | None,
 ) -> TurnPlan:
     """Regenerate (`new_text` None) or edit the exchange at `last_user` (see last_user_index). `thinking` None keeps
@@ -169,26 +169,28 @@ def plan_redo(
     kind = TurnKind.REGENERATE if new_text is None else TurnKind.EDIT
     text = new_text if new_text is not None else messages[last_user]["content"]
     pictures = tuple(messages[last_user].get("images") or ())  # an edit keeps the message's pictures
-    common = dict(kind=kind, mode=mode, user_text=text, history=messages[:last_user], user_images=pictures)
+    # what every plan below shares; each fills in what it feeds and where it goes back to
+    common = TurnPlan(
+        kind=kind, mode=mode, prompt=[], user_text=text, history=messages[:last_user], prefix=None, close_before="",
+        user_images=pictures,
+    )
     if last is not None and len(tail) <= 1:
         if kind is TurnKind.REGENERATE and mode is last.mode:
             # back to just before the prompt's last token, and feed that one token again
-            return TurnPlan(
-                **common, prompt=[last.last_token], prefix=last.prefix, close_before=last.close_before,
+            return dataclasses.replace(
+                common, prompt=[last.last_token], prefix=last.prefix, close_before=last.close_before,
                 restore=last.before_last, turn_start=last.before_turn,
             )
         if last.prefix is not None:
             # edit (or another thinking mode): back to before the user message; feed the new turn
             prompt = last.prefix + _user_turn(tokenizer, text, mode, pictures)
-            return TurnPlan(
-                **common, prompt=_closed(tokenizer, prompt, mode), prefix=last.prefix, close_before=last.close_before,
+            return dataclasses.replace(
+                common, prompt=_closed(tokenizer, prompt, mode), prefix=last.prefix, close_before=last.close_before,
                 restore=last.before_turn, turn_start=last.before_turn, images=pictures,
             )
     # No snapshot for this turn (a reopened conversation): read the conversation once.
-    from macapp.core.engine.pictures import pictures_in
-
-    prefix, prompt = full_prompt(tokenizer, system_prompt, common["history"], text, mode.thinking, pictures)
-    return TurnPlan(
-        **common, prompt=_closed(tokenizer, prompt, mode), prefix=prefix, close_before="",
-        images=tuple(pictures_in(common["history"])) + pictures,
+    prefix, prompt = full_prompt(tokenizer, system_prompt, common.history, text, mode.thinking, pictures)
+    return dataclasses.replace(
+        common, prompt=_closed(tokenizer, prompt, mode), prefix=prefix, close_before="",
+        images=tuple(pictures_in(common.history)) + pictures,
     )
