@@ -288,3 +288,23 @@ def test_unloading_while_a_reply_streams_records_it_and_shows_what_was_saved(cha
     assert [m.role for m in saved] == ["user", "assistant"] and saved[-1].state == "stopped"
     qtbot.waitUntil(lambda: chat.messages.widgets()[-1].view.source_text == saved[-1].content, timeout=5_000)
     assert len(chat.messages.widgets()) == 2 and "stopped" in chat.messages.widgets()[-1].stats_label.text()
+
+
+def test_a_message_the_history_cannot_save_is_not_sent_and_is_given_back(chat, qtbot):
+    store = chat.controller.store
+    with store.database.write() as conn:  # a real SQLite refusal, as a full disk gives
+        conn.execute("CREATE TRIGGER refuse BEFORE INSERT ON messages BEGIN SELECT RAISE(ABORT, 'disk is full'); END")
+    chat.composer.thinking.setChecked(False)
+    chat.composer.input.setPlainText("Keep me")
+    qtbot.keyClick(chat.composer.input, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: not chat.busy, timeout=30_000)
+    assert chat.error.isVisible() and "Could not send" in chat.error.text() and "disk is full" in chat.error.text()
+    assert chat.composer.input.toPlainText() == "Keep me"  # what they typed is never lost
+    assert chat.messages.widgets() == []
+    with store.database.write() as conn:
+        conn.execute("DROP TRIGGER refuse")
+    chat.composer.input.clear()
+    reply = send(chat, qtbot, "Now it saves", thinking=False)
+    assert reply.view.source_text == ANSWER
+    saved = store.get_conversation(chat.controller.conversation_id).messages
+    assert [m.content for m in saved] == ["Now it saves", ANSWER]
