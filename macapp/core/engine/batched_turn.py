@@ -2,7 +2,7 @@
 
 While the local API serves from the engine, a turn of the window's chat joins the API's batch instead of
 waiting for it (engine/batch.py): the batch reads the turn's prompt and streams the reply beside the agents'
-requests, with the same events, statistics, thinking budget and stop as `ChatSession._play`, and the session
+requests, with the same events, statistics, thinking budget and stop as `ChatSession._read_and_stream`, and the session
 goes on from the cache the batch hands back.
 
 The batch reads and writes copies of the caches it is given (mlx-lm merges them into its own batch caches), so

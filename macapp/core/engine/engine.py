@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import weakref
-from typing import Callable
+from typing import Callable, Protocol
 
 from macapp.core import events as ev
 from macapp.core.engine import model_folder
@@ -16,6 +16,12 @@ from macapp.core.engine.options import SessionOptions
 from macapp.core.engine.session import ChatSession
 from macapp.core.engine.worker import submit_work
 from macapp.core.events import Failed, Loaded, Unloaded
+
+
+class CacheHolder(Protocol):
+    """What keeps a cache of the loaded model: a chat session, the API's prompt-checkpoint pool."""
+
+    def forget_cache(self) -> None: ...
 
 
 class Engine:
@@ -30,7 +36,7 @@ class Engine:
         self._model: LoadedModel | None = None
         self._budget: int | None = None
         self._closed = False
-        self._sessions: weakref.WeakSet[ChatSession] = weakref.WeakSet()
+        self._cache_holders: weakref.WeakSet[CacheHolder] = weakref.WeakSet()  # chat sessions and the API's pools
         self._jobs: weakref.WeakSet[Job] = weakref.WeakSet()
         self._batch: BatchLoop | None = None
         self._batch_for: LoadedModel | None = None
@@ -78,15 +84,15 @@ class Engine:
         return job
 
     def _forget_caches(self) -> None:
-        """Drop every session's cache (worker thread): they belong to the model being replaced."""
-        for session in list(self._sessions):
-            session.forget_cache()
+        """Drop every holder's cache (worker thread): they belong to the model being replaced."""
+        for holder in list(self._cache_holders):
+            holder.forget_cache()
 
-    def hold_caches(self, holder) -> None:
+    def hold_caches(self, holder: CacheHolder) -> None:
         """Call `holder.forget_cache()` (on the worker) whenever the model is replaced, unloaded or closed, as for a
         chat session: caches of an extension (the API server's prompt checkpoints) must not outlive their model.
         Held weakly."""
-        self._sessions.add(holder)
+        self._cache_holders.add(holder)
 
     @property
     def closed(self) -> bool:
@@ -180,5 +186,5 @@ class Engine:
     ) -> ChatSession:
         """A conversation; `messages` (role/content[/reasoning] dicts) reopens a saved one."""
         session = ChatSession(self, system_prompt=system_prompt, messages=messages, options=options or SessionOptions())
-        self._sessions.add(session)
+        self._cache_holders.add(session)
         return session

@@ -204,7 +204,7 @@ class ChatSession:
         if batched:
             return batched_turn.sequence(self, job, m, clock, plan, params, budget, limit)
         try:
-            reply = self._play(job, m, clock, plan, params, budget, limit, encoded)
+            reply = self._read_and_stream(job, m, clock, plan, params, budget, limit, encoded)
         except Exception:
             self.forget_cache()  # the cache is in an unknown state: the next send re-reads the conversation
             self._model = m
@@ -222,7 +222,7 @@ class ChatSession:
         clock.image_tokens = encoded.image_tokens
         return encoded
 
-    def _play(
+    def _read_and_stream(
         self, job: Job, m: LoadedModel, clock: TurnClock, plan: TurnPlan, params: SamplingParams, budget: int | None, limit: int,
         encoded: Any = None,
     ) -> Reply | None:
