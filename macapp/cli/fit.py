@@ -9,7 +9,8 @@ import sys
 
 from macapp.cli import UsageError
 from macapp.cli.cluster import VERDICT_WORDS
-from macapp.core import advice, catalog, hardware, long_context, prefill, sizing
+from macapp.core import catalog, hardware, long_context, prefill, sizing
+from macapp.core.fit import advice
 from macapp.core.download import downloaded_repos
 
 DEFAULT_CONTEXT = sizing.DEFAULT_CONTEXT

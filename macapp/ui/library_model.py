@@ -10,7 +10,8 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, QRectF, Qt
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import QStyledItemDelegate, QStyleOptionViewItem, QWidget
 
-from macapp.core import advice, catalog, prefill
+from macapp.core import catalog, prefill
+from macapp.core.fit import advice
 from macapp.core.memory import format_bytes
 from macapp.ui.style import BADGE_TEXT, badge_colour
 from macapp.ui.widgets import paint_pill

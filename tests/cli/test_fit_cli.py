@@ -201,7 +201,8 @@ def test_fit_wired_limit_needs_a_mac(capsys):
 
 def test_models_lists_the_wired_limit_commands(capsys):
     from macapp.cli.fit import _print_wired_limit_notes, catalog_refs
-    from macapp.core import advice, hardware, sizing
+    from macapp.core import hardware, sizing
+    from macapp.core.fit import advice
 
     machine = hardware.what_if_machine("M4 Pro", 24 * 1024**3)
     refs = catalog_refs()

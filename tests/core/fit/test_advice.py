@@ -2,8 +2,9 @@
 
 import pytest
 
-from macapp.core import advice, catalog, sizing
-from macapp.core.advice import Remedy
+from macapp.core import catalog, sizing
+from macapp.core.fit import advice
+from macapp.core.fit.advice import Remedy
 from macapp.core.hardware import GiB, max_safe_wired_limit, profile_from_facts, what_if_machine, with_wired_limit
 
 MiB = 1024**2

@@ -1,0 +1,8 @@
+"""The fit: will a build fit this Mac (or several) at this context, how fast will it run, and what to do if not.
+
+Arithmetic on a build's config and a machine's profile (macapp.core.hardware): no MLX, no loaded model. Every
+front end shows these figures (library badge, details pane, load guardrail, `qwen-desk fit`, the API's pool size).
+Modules:
+
+- `advice`: the ways out of a too-big verdict, cheapest first (`advise`).
+"""
