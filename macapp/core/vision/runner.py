@@ -26,15 +26,22 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import mlx.core as mx
 import mlx.nn as nn
+from mlx.utils import tree_flatten
 
 from macapp.core.modelfiles import read_safetensors_header
 from macapp.core.vision.capability import is_tower_tensor
 from macapp.core.vision.cost import ProcessorLimits
 from macapp.core.vision.images import PreparedImage
+
+if TYPE_CHECKING:
+    from mlx_vlm.models import cache as vlm_cache
+
+# A prompt cache as mlx-lm builds it: one layer object per model layer (KVCache, ArraysCache, ...), duck-typed.
+CacheLayers = list[Any]
 
 
 class VisionLoadError(RuntimeError):
@@ -46,15 +53,15 @@ class EncodedTurn:
     """A turn's prompt with its pictures encoded: what PositionedLM and stream_generate need."""
 
     tokens: list[int]
-    embeddings: Any  # mx.array (L, hidden)
-    positions: Any  # mx.array (3, 1, L), relative to the turn's first token
+    embeddings: mx.array  # (L, hidden)
+    positions: mx.array  # (3, 1, L), relative to the turn's first token
     image_tokens: int
     encode_s: float  # processor + tower time
 
     @property
     def delta(self) -> int:
         """How far this turn moves positions behind the token count (<= 0 with pictures, 0 without)."""
-        return int(self.positions.max().item()) + 1 - len(self.tokens)
+        return int(self.positions.max()) + 1 - len(self.tokens)
 
 
 @dataclass(frozen=True, eq=False)  # its positions are an array: compared by identity
@@ -64,7 +71,7 @@ class PictureSpan:
 
     start: int
     end: int
-    positions: Any  # mx.array (3, 1, end - start), absolute
+    positions: mx.array  # (3, 1, end - start), absolute
     delta: int  # how far it moved later positions behind the token count
     base: int = 0  # the position its first token would have without it (start + the deltas of the spans before)
 
@@ -74,7 +81,7 @@ class PictureSpan:
             return self
         k = end - self.start
         positions = self.positions[..., :k]
-        return PictureSpan(self.start, end, positions, int(positions.max().item()) + 1 - self.base - k, self.base)
+        return PictureSpan(self.start, end, positions, int(positions.max()) + 1 - self.base - k, self.base)
 
 
 class PositionedLM(nn.Module):
@@ -89,14 +96,14 @@ class PositionedLM(nn.Module):
     """
 
     def __init__(self, language_model: nn.Module):
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # mlx's Module.__init__ carries no annotations
         self.language_model = language_model
         self._spans: list[PictureSpan] = []
 
     def bind(self, spans: list[PictureSpan]) -> None:
         self._spans = spans
 
-    def queue(self, turn: EncodedTurn, cache: list) -> None:
+    def queue(self, turn: EncodedTurn, cache: CacheLayers) -> None:
         """`turn` (prefix + pictures) is read next, from the cache's current length."""
         start = cache_length(cache)
         base = start + self._delta_before(start)
@@ -113,9 +120,9 @@ class PositionedLM(nn.Module):
     def _delta_before(self, index: int) -> int:
         return sum(span.delta for span in self._spans if span.end <= index)
 
-    def positions(self, start: int, length: int):
+    def positions(self, start: int, length: int) -> mx.array:
         """mRoPE positions (3, 1, length) of cache indices [start, start + length)."""
-        pieces = []
+        pieces: list[mx.array] = []
         i, end = start, start + length
         for span in sorted(self._spans, key=lambda s: s.start):
             if span.end <= i or span.start >= end:
@@ -130,33 +137,34 @@ class PositionedLM(nn.Module):
             pieces.append(self._text_positions(i, end))
         return pieces[0] if len(pieces) == 1 else mx.concatenate(pieces, axis=2)
 
-    def _text_positions(self, i: int, j: int):
+    def _text_positions(self, i: int, j: int) -> mx.array:
         first = i + self._delta_before(i)
         return mx.broadcast_to(mx.arange(first, first + j - i)[None, None, :], (3, 1, j - i))
 
-    def make_cache(self) -> list:
+    def make_cache(self) -> CacheLayers:
         from mlx_lm.models.cache import ArraysCache, KVCache
 
         return [ArraysCache(size=2) if layer.is_linear else KVCache() for layer in self.language_model.model.layers]
 
     @property
-    def layers(self):
-        return self.language_model.model.layers
+    def layers(self) -> list[nn.Module]:
+        layers: list[nn.Module] = self.language_model.model.layers
+        return layers
 
-    def __call__(self, inputs, cache=None, input_embeddings=None):
+    def __call__(self, inputs: mx.array, cache: CacheLayers | None = None, input_embeddings: mx.array | None = None) -> mx.array:
         start = cache_length(cache)
         positions = self.positions(start, inputs.shape[1])
         if inputs.shape[0] > 1:
             positions = mx.broadcast_to(positions, (3, inputs.shape[0], inputs.shape[1]))
         mirrored = None if cache is None else [_to_vlm(layer) for layer in cache]
         out = self.language_model(inputs, inputs_embeds=input_embeddings, cache=mirrored, position_ids=positions)
-        if cache is not None:
-            for layer, twin in zip(cache, mirrored):
-                _from_vlm(layer, twin)
-        return out.logits
+        for layer, twin in zip(cache or (), mirrored or ()):
+            _from_vlm(layer, twin)
+        logits: mx.array = out.logits
+        return logits
 
 
-def _to_vlm(layer):
+def _to_vlm(layer: Any) -> vlm_cache.ArraysCache | vlm_cache.KVCache | vlm_cache.QuantizedKVCache:
     """An mlx-vlm cache layer holding the same arrays as an mlx-lm one."""
     from mlx_lm.models import cache as lm_cache
     from mlx_vlm.models import cache as vlm_cache
@@ -165,17 +173,18 @@ def _to_vlm(layer):
         twin = vlm_cache.ArraysCache(size=len(layer.cache))
         twin.cache = layer.cache  # the same list: the layer writes its new state into it
         return twin
+    kv: vlm_cache.KVCache | vlm_cache.QuantizedKVCache
     if isinstance(layer, lm_cache.QuantizedKVCache):
-        twin = vlm_cache.QuantizedKVCache(group_size=layer.group_size, bits=layer.bits)
+        kv = vlm_cache.QuantizedKVCache(group_size=layer.group_size, bits=layer.bits)
     elif isinstance(layer, lm_cache.KVCache):
-        twin = vlm_cache.KVCache()
+        kv = vlm_cache.KVCache()
     else:  # pragma: no cover - a cache type Qwen3.5 does not use
         raise TypeError(f"cannot run pictures on a {type(layer).__name__}")
-    twin.keys, twin.values, twin.offset = layer.keys, layer.values, layer.offset
-    return twin
+    kv.keys, kv.values, kv.offset = layer.keys, layer.values, layer.offset
+    return kv
 
 
-def _from_vlm(layer, twin) -> None:
+def _from_vlm(layer: Any, twin: Any) -> None:
     from mlx_lm.models import cache as lm_cache
 
     if isinstance(layer, lm_cache.ArraysCache):
@@ -184,7 +193,7 @@ def _from_vlm(layer, twin) -> None:
         layer.keys, layer.values, layer.offset = twin.keys, twin.values, twin.offset
 
 
-def cache_length(cache: list | None) -> int:
+def cache_length(cache: CacheLayers | None) -> int:
     """Tokens in a prompt cache (its attention layers' offset)."""
     for entry in cache or ():
         offset = getattr(entry, "offset", None)
@@ -211,7 +220,7 @@ class VisionModel:
         from mlx_vlm.utils import estimate_num_image_tokens
 
         width, height = image.size
-        return estimate_num_image_tokens(self.processor, height, width)
+        return int(estimate_num_image_tokens(self.processor, height, width))
 
     def encode(self, tokens: Sequence[int], images: Sequence[PreparedImage]) -> EncodedTurn:
         """Prompt tokens holding one ``<|image_pad|>`` per picture (as the chat template writes them), in order →
@@ -229,7 +238,7 @@ class VisionModel:
             pixel_values = mx.array(processed["pixel_values"])
             grid = mx.array(processed["image_grid_thw"])
             merge = self.processor.image_processor.merge_size**2
-            counts = [int(n) // merge for n in mx.prod(grid, axis=-1).tolist()]
+            counts = [int(n) // merge for n in _int_list(mx.prod(grid, axis=-1))]
             widened: list[int] = []
             last = 0
             for slot, count in zip(slots, counts):
@@ -252,6 +261,22 @@ class VisionModel:
         )
 
 
+def _int_list(values: mx.array) -> list[int]:
+    """A 1-D array's values as Python ints."""
+    items = values.tolist()
+    if not isinstance(items, list):
+        raise TypeError(f"expected a 1-D array, got shape {values.shape}")
+    return [int(x) for x in items]  # type: ignore[arg-type]  # mlx types tolist() as a nested union of scalars
+
+
+def _flat_parameters(module: nn.Module) -> list[tuple[str, mx.array]]:
+    """`module`'s parameters as (dotted name, array) pairs."""
+    flat = tree_flatten(module.parameters())
+    if not isinstance(flat, list):  # tree_flatten returns its destination, a list unless one is given
+        raise TypeError("tree_flatten returned a dict")
+    return flat
+
+
 def _quantize_like(target: nn.Module, source: nn.Module) -> None:
     """Quantize `target`'s layers exactly where (and how) the mlx-lm `source` was quantized."""
     specs = {}
@@ -262,12 +287,14 @@ def _quantize_like(target: nn.Module, source: nn.Module) -> None:
         nn.quantize(target, class_predicate=lambda path, _module: specs.get(path, False))
 
 
-def _tower_weights(path: Path) -> dict:
+def _tower_weights(path: Path) -> dict[str, mx.array]:
     """Only the vision tower's tensors from the folder's safetensors files (others are never read)."""
-    weights = {}
+    weights: dict[str, mx.array] = {}
     for file in sorted(path.glob("*.safetensors")):
         if any(is_tower_tensor(name) for name in read_safetensors_header(file).tensors):
             loaded = mx.load(str(file))
+            if not isinstance(loaded, dict):  # a .safetensors file loads as {name: array}
+                raise VisionLoadError(f"{file} did not load as named tensors")
             weights.update({k: v for k, v in loaded.items() if is_tower_tensor(k)})
             del loaded
     return weights
@@ -275,7 +302,6 @@ def _tower_weights(path: Path) -> dict:
 
 def attach_vision(text_model: nn.Module, path: str | Path) -> VisionModel:
     """An mlx-vlm model for the folder whose language model shares `text_model`'s (an mlx-lm Qwen3.5) arrays."""
-    from mlx.utils import tree_flatten
     from mlx_vlm.utils import get_model_and_args, load_config, load_image_processor, load_processor, sanitize_weights
 
     start = time.perf_counter()
@@ -286,7 +312,7 @@ def attach_vision(text_model: nn.Module, path: str | Path) -> VisionModel:
     model = model_module.Model(model_config)
     _quantize_like(model.language_model, text_model.language_model)
     try:
-        model.language_model.load_weights(list(tree_flatten(text_model.language_model.parameters())), strict=True)
+        model.language_model.load_weights(_flat_parameters(text_model.language_model), strict=True)
     except ValueError as exc:
         raise VisionLoadError(f"the text model in {path} does not match mlx-vlm's Qwen3.5 ({exc})") from exc
     tower = _tower_weights(path)
@@ -314,7 +340,7 @@ def attach_vision(text_model: nn.Module, path: str | Path) -> VisionModel:
     processor = load_processor(path, True, eos_token_ids=getattr(model.config, "eos_token_id", None))
     if image_processor is not None:
         processor.image_processor = image_processor
-    vision_bytes = sum(v.nbytes for _, v in tree_flatten(model.vision_tower.parameters()))
+    vision_bytes = sum(v.nbytes for _, v in _flat_parameters(model.vision_tower))
     return VisionModel(
         model=model,
         processor=processor,
