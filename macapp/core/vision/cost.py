@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from macapp.core.modelfiles import text_config
 
@@ -45,7 +46,7 @@ class ProcessorLimits:
     @classmethod
     def from_files(cls, folder: Path) -> "ProcessorLimits":
         """From a model folder's preprocessor_config.json (processor_config.json's image part overrides), defaults otherwise."""
-        raw: dict = {}
+        raw: dict[str, Any] = {}
         for name in ("preprocessor_config.json", "processor_config.json"):
             try:
                 data = json.loads((Path(folder) / name).read_text())
@@ -56,11 +57,12 @@ class ProcessorLimits:
         return cls.from_dict(raw)
 
     @classmethod
-    def from_dict(cls, raw: dict) -> "ProcessorLimits":
-        size = raw.get("size") if isinstance(raw.get("size"), dict) else {}
+    def from_dict(cls, raw: dict[str, Any]) -> "ProcessorLimits":
+        size_field = raw.get("size")
+        size: dict[str, Any] = size_field if isinstance(size_field, dict) else {}
         base = cls()
 
-        def positive(value, default: int) -> int:
+        def positive(value: object, default: int) -> int:
             return int(value) if isinstance(value, (int, float)) and value > 0 else default
 
         return cls(
@@ -72,7 +74,7 @@ class ProcessorLimits:
         )
 
 
-def tower_parameters(vision_config: dict) -> int:
+def tower_parameters(vision_config: dict[str, Any]) -> int:
     """Parameter count of a Qwen3.5 vision tower from its config."""
     h = int(vision_config.get("hidden_size", 0))
     inter = int(vision_config.get("intermediate_size", 0))
@@ -93,11 +95,11 @@ def tower_parameters(vision_config: dict) -> int:
     return patch_embed + positions * h + depth * block + merger + deepstack
 
 
-def tower_bytes_from_config(vision_config: dict, dtype_bytes: int = 2) -> int:
+def tower_bytes_from_config(vision_config: dict[str, Any], dtype_bytes: int = 2) -> int:
     return tower_parameters(vision_config) * dtype_bytes
 
 
-def image_activation_bytes(vision_config: dict, limits: ProcessorLimits, dtype_bytes: int = 2, text_hidden: int | None = None) -> int:
+def image_activation_bytes(vision_config: dict[str, Any], limits: ProcessorLimits, dtype_bytes: int = 2, text_hidden: int | None = None) -> int:
     """Peak activation memory of the tower encoding one picture at the processor's maximum size."""
     h = int(vision_config.get("hidden_size", 0))
     inter = int(vision_config.get("intermediate_size", 0))
@@ -113,7 +115,7 @@ def image_activation_bytes(vision_config: dict, limits: ProcessorLimits, dtype_b
     return pixels + widest_block + merged
 
 
-def checkpoint_dtype_bytes(config: dict) -> int:
+def checkpoint_dtype_bytes(config: dict[str, Any]) -> int:
     dtype = str(config.get("torch_dtype") or config.get("dtype") or text_config(config).get("dtype") or "bfloat16")
     return 4 if "32" in dtype else 2
 
@@ -132,10 +134,10 @@ class VisionCost:
         return self.vision_bytes + self.image_activation_bytes
 
 
-def vision_cost(config: dict, limits: ProcessorLimits | None = None, tower_bytes: int | None = None) -> VisionCost:
+def vision_cost(config: dict[str, Any], limits: ProcessorLimits | None = None, tower_bytes: int | None = None) -> VisionCost:
     """The cost from a config (and the exact tower bytes when the headers were read)."""
-    vision_config = config.get("vision_config") if isinstance(config.get("vision_config"), dict) else None
-    if not vision_config:
+    vision_config = config.get("vision_config")
+    if not isinstance(vision_config, dict) or not vision_config:
         return VisionCost()
     limits = limits or ProcessorLimits.from_dict({"patch_size": vision_config.get("patch_size", 16)})
     dtype_bytes = checkpoint_dtype_bytes(config)
