@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import replace
 from typing import NamedTuple
 
-from macapp.core import prefill
+from macapp.core.fit import prefill_time
 from macapp.core.catalog import resolve_model
 from macapp.core.hardware import BANDWIDTH_EFFICIENCY, GiB, MachineProfile, what_if_machine
 from macapp.core.sizing import decode_tps, estimate, prefill_estimate, prefill_workload
@@ -29,10 +29,10 @@ SPEED = [  # (model, bits, chip, RAM GiB, measured tok/s, source)
     ("Qwen3.5-0.8B", 4, "M4", 16, 192.0, "jitesh.dev Mac mini M4, mlx_lm"),
 ]
 QWEN3 = {  # full-attention Qwen3 models from their published configs (mlx-lm's own benchmarks use them)
-    "Qwen3-8B": prefill.transformer_workload(4096, 36, 32, 8, 128, intermediate=12288),
-    "Qwen3-4B": prefill.transformer_workload(2560, 36, 32, 8, 128, intermediate=9728),
-    "Qwen3-0.6B": prefill.transformer_workload(1024, 28, 16, 8, 128, intermediate=3072),
-    "Qwen3-30B-A3B": prefill.transformer_workload(2048, 48, 32, 4, 128, experts=128, routed=8, expert_intermediate=768),
+    "Qwen3-8B": prefill_time.transformer_workload(4096, 36, 32, 8, 128, intermediate=12288),
+    "Qwen3-4B": prefill_time.transformer_workload(2560, 36, 32, 8, 128, intermediate=9728),
+    "Qwen3-0.6B": prefill_time.transformer_workload(1024, 28, 16, 8, 128, intermediate=3072),
+    "Qwen3-30B-A3B": prefill_time.transformer_workload(2048, 48, 32, 4, 128, experts=128, routed=8, expert_intermediate=768),
 }
 
 
@@ -145,7 +145,7 @@ def main() -> None:
         print(f"{name:<20}{bits:>5}{ours:>10.1f} GB vs {measured:>6.1f} GB  ratio {ours / measured:.3f}  {what}")
 
 
-def prefill_case(name: str, bits: int, machine: MachineProfile) -> tuple[prefill.Workload, float]:
+def prefill_case(name: str, bits: int, machine: MachineProfile) -> tuple[prefill_time.Workload, float]:
     """The workload and first-token time behind one run's estimate."""
     if name in QWEN3:
         work = QWEN3[name]
@@ -154,15 +154,15 @@ def prefill_case(name: str, bits: int, machine: MachineProfile) -> tuple[prefill
     return prefill_workload(model), 1.0 / decode_tps(model, machine, 2048)
 
 
-def prefill_tps(name: str, bits: int, machine: MachineProfile, tokens: int, cal: prefill.Calibration = prefill.FITTED) -> float:
+def prefill_tps(name: str, bits: int, machine: MachineProfile, tokens: int, cal: prefill_time.Calibration = prefill_time.FITTED) -> float:
     if name in QWEN3:
         work, first = prefill_case(name, bits, machine)
-        return prefill.estimate_prefill(work, machine, tokens, 2048, first, cal).tps
-    if cal is prefill.FITTED:
+        return prefill_time.estimate_prefill(work, machine, tokens, 2048, first, cal).tps
+    if cal is prefill_time.FITTED:
         return prefill_estimate(resolve_model(name, bits), machine, tokens).tps
     model = resolve_model(name, bits)
     first = 1.0 / decode_tps(model, machine, tokens)
-    return prefill.estimate_prefill(prefill_workload(model), machine, tokens, 2048, first, cal).tps
+    return prefill_time.estimate_prefill(prefill_workload(model), machine, tokens, 2048, first, cal).tps
 
 
 # --- refitting the prompt-reading constants (python bench/fit_accuracy.py --fit) ---
@@ -177,7 +177,7 @@ BOUNDS = {  # physically sensible ranges: an efficiency is at most 1, a gain at 
 }
 
 
-def _cases(runs: list[Run]) -> list[tuple[Run, prefill.Workload, MachineProfile, float]]:
+def _cases(runs: list[Run]) -> list[tuple[Run, prefill_time.Workload, MachineProfile, float]]:
     cases = []
     for run in runs:
         machine = what_if_machine(run.chip, run.ram_gib * GiB, run.gpu_cores)
@@ -189,14 +189,14 @@ def _cases(runs: list[Run]) -> list[tuple[Run, prefill.Workload, MachineProfile,
     return cases
 
 
-def _log_ratios(cases, cal: prefill.Calibration) -> list[float]:
+def _log_ratios(cases, cal: prefill_time.Calibration) -> list[float]:
     return [
-        math.log(prefill.estimate_prefill(work, machine, run.tokens, 2048, first, cal).tps / run.prompt_tps)
+        math.log(prefill_time.estimate_prefill(work, machine, run.tokens, 2048, first, cal).tps / run.prompt_tps)
         for run, work, machine, first in cases
     ]
 
 
-def fit(runs: list[Run], start: prefill.Calibration = prefill.FITTED) -> prefill.Calibration:
+def fit(runs: list[Run], start: prefill_time.Calibration = prefill_time.FITTED) -> prefill_time.Calibration:
     """Least squares on log(estimate / measured); each source weighted 1/√(its runs) so a long ladder from one
     thread does not outweigh single runs from many."""
     from scipy.optimize import least_squares
@@ -208,7 +208,7 @@ def fit(runs: list[Run], start: prefill.Calibration = prefill.FITTED) -> prefill
     high = [math.log(BOUNDS[k][1]) for k in FREE]
     x0 = [min(max(math.log(max(getattr(start, k), 1e-6)), lo + 1e-9), hi - 1e-9) for k, lo, hi in zip(FREE, low, high)]
 
-    def calibration(x) -> prefill.Calibration:
+    def calibration(x) -> prefill_time.Calibration:
         return replace(start, **{k: math.exp(v) for k, v in zip(FREE, x)})
 
     def residuals(x):
@@ -218,7 +218,7 @@ def fit(runs: list[Run], start: prefill.Calibration = prefill.FITTED) -> prefill
     return calibration(result.x)
 
 
-def leave_one_out(runs: list[Run], cal: prefill.Calibration) -> list[float]:
+def leave_one_out(runs: list[Run], cal: prefill_time.Calibration) -> list[float]:
     """Estimate / measured for each run predicted by constants fitted without it."""
     out = []
     for i, run in enumerate(runs):
@@ -244,9 +244,9 @@ def _summary(label: str, ratios: list[float]) -> str:
 def print_fit(loo: bool = True) -> None:
     runs = [run for run in PREFILL if run.fitted]
     cal = fit(runs)
-    print("refit constants (prefill.Calibration):")
+    print("refit constants (prefill_time.Calibration):")
     for name in FREE:
-        print(f"  {name} = {getattr(cal, name):.4g}   (now {getattr(prefill.FITTED, name):.4g})")
+        print(f"  {name} = {getattr(cal, name):.4g}   (now {getattr(prefill_time.FITTED, name):.4g})")
     in_sample = [math.exp(r) for r in _log_ratios(_cases(runs), cal)]
     print(f"in-sample, {len(runs)} runs: {min(in_sample):.2f}-{max(in_sample):.2f}")
     if not loo:

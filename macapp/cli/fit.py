@@ -9,8 +9,8 @@ import sys
 
 from macapp.cli import UsageError
 from macapp.cli.cluster import VERDICT_WORDS
-from macapp.core import catalog, hardware, long_context, prefill, sizing
-from macapp.core.fit import advice
+from macapp.core import catalog, hardware, long_context, sizing
+from macapp.core.fit import advice, prefill_time
 from macapp.core.download import downloaded_repos
 
 DEFAULT_CONTEXT = sizing.DEFAULT_CONTEXT
@@ -197,7 +197,7 @@ def reading_words(e: sizing.Estimate) -> str:
     """'reading a 20,000-token prompt: ~12 s (~1,650 tok/s)' — the time to first token for a full `--context` prompt."""
     if e.ttft_estimate_s is None:
         return "reading a prompt: no estimate (not an Apple Silicon Mac)"
-    return f"reading a {e.context:,}-token prompt: ~{prefill.format_duration(e.ttft_estimate_s)} (estimate, ~{e.prefill_tps_estimate:,.0f} tok/s)"
+    return f"reading a {e.context:,}-token prompt: ~{prefill_time.format_duration(e.ttft_estimate_s)} (estimate, ~{e.prefill_tps_estimate:,.0f} tok/s)"
 
 
 def run_models(args: argparse.Namespace) -> int:
@@ -230,7 +230,7 @@ def run_models(args: argparse.Namespace) -> int:
     print(f"{'model':<20} {'bits':>4} {'weights':>9} {'total':>9} {'verdict':<8} {'tok/s':>6} {'read prompt':>12} {'max context':>12} {'images':<9}  downloaded")
     for r in rows:
         tps = f"{r['decode_tps_estimate']:.0f}" if r["decode_tps_estimate"] else "—"
-        ttft = prefill.format_duration(r["ttft_estimate_s"]) if r["ttft_estimate_s"] is not None else "—"
+        ttft = prefill_time.format_duration(r["ttft_estimate_s"]) if r["ttft_estimate_s"] is not None else "—"
         print(
             f"{r['model']:<20} {r['bits']:>4} {_gb(r['weights_bytes']):>9} {_gb(r['total_bytes']):>9} "
             f"{VERDICT_WORDS[r['verdict']]:<8} {tps:>6} {ttft:>12} {r['max_context']:>12,} {IMAGES_WORDS[r['accepts_images']]:<9}  {'yes' if r['downloaded'] else ''}"

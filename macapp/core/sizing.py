@@ -12,7 +12,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
-from macapp.core import prefill as prefill_model
+from macapp.core.fit import prefill_time
 from macapp.core.catalog import Arch, ModelRef
 from macapp.core.context_limit import check_context
 from macapp.core.long_context import SCORE_BYTES, SCORES_BLOCK_BYTES, RopeInfo, factor_for, query_block
@@ -277,12 +277,12 @@ def _matmul_params(arch: Arch) -> tuple[int, int]:
     return dense + arch.num_hidden_layers * (per_layer - routed), arch.num_hidden_layers * routed
 
 
-def prefill_workload(model: ModelRef) -> prefill_model.Workload:
+def prefill_workload(model: ModelRef) -> prefill_time.Workload:
     """What one prompt token costs this model (for prefill.estimate_prefill)."""
     arch = model.arch
     state = arch.linear_num_value_heads * arch.linear_key_head_dim * arch.linear_value_head_dim
     dense, routed = _matmul_params(arch)
-    return prefill_model.Workload(
+    return prefill_time.Workload(
         dense_flops=2.0 * dense,
         expert_flops=2.0 * routed,
         attention_flops=4.0 * arch.num_attention_heads * arch.head_dim * arch.full_attention_layers,
@@ -299,12 +299,12 @@ def prefill_workload(model: ModelRef) -> prefill_model.Workload:
 
 def prefill_estimate(
     model: ModelRef, machine: MachineProfile, tokens: int, kv_bits: int | None = None, prefill_step: int = DEFAULT_PREFILL_STEP
-) -> prefill_model.PrefillEstimate | None:
+) -> prefill_time.PrefillEstimate | None:
     """Reading a `tokens`-token prompt into an empty cache, through to the first generated token; None off Apple Silicon."""
     first = decode_tps(model, machine, tokens, kv_bits)
     if first is None:
         return None
-    return prefill_model.estimate_prefill(prefill_workload(model), machine, tokens, prefill_step, first_token_s=1.0 / first)
+    return prefill_time.estimate_prefill(prefill_workload(model), machine, tokens, prefill_step, first_token_s=1.0 / first)
 
 
 # --- the one number ---
@@ -431,7 +431,7 @@ def estimate(
     if mtp is not None:
         derivation.append(mtp_words(mtp))
     if reading is not None:
-        derivation.append(prefill_model.describe(reading, prefill_workload(model), machine, prefill_step))
+        derivation.append(prefill_time.describe(reading, prefill_workload(model), machine, prefill_step))
     return Estimate(
         model=model.name,
         repo=model.repo,

@@ -11,7 +11,7 @@ from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QLabel, QPushButton, QScrollArea, QVBoxLayout, QWidget
 
 from macapp.core.memory import format_bytes
-from macapp.core.prefill import format_duration
+from macapp.core.fit.prefill_time import format_duration
 from macapp.ui.style import BAR_COLOURS
 from macapp.ui.widgets import Badge, ElidedLabel, StackedBar
 

@@ -10,8 +10,8 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, QRectF, Qt
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import QStyledItemDelegate, QStyleOptionViewItem, QWidget
 
-from macapp.core import catalog, prefill
-from macapp.core.fit import advice
+from macapp.core import catalog
+from macapp.core.fit import advice, prefill_time
 from macapp.core.memory import format_bytes
 from macapp.ui.style import BADGE_TEXT, badge_colour
 from macapp.ui.widgets import paint_pill
@@ -166,7 +166,7 @@ def fit_tooltip(row: Row, ways_out) -> str:
     est = row.estimate
     lines = [f"Needs {format_bytes(est.total_bytes)} of {format_bytes(est.budget_bytes)} GPU budget"]
     if est.ttft_estimate_s is not None:
-        lines.append(f"Reading a {est.context:,}-token prompt: ~{prefill.format_duration(est.ttft_estimate_s)} (estimate)")
+        lines.append(f"Reading a {est.context:,}-token prompt: ~{prefill_time.format_duration(est.ttft_estimate_s)} (estimate)")
     lines += ways_out.lines()
     return "\n".join(lines)
 

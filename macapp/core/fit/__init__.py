@@ -4,5 +4,7 @@ Arithmetic on a build's config and a machine's profile (macapp.core.hardware): n
 front end shows these figures (library badge, details pane, load guardrail, `qwen-desk fit`, the API's pool size).
 Modules:
 
+- `prefill_time`: how long reading a prompt takes (the prefill model behind `ttft_estimate_s`; the reading itself is
+  macapp.core.engine.prefill).
 - `advice`: the ways out of a too-big verdict, cheapest first (`advise`).
 """

@@ -6,14 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from macapp.core import long_context, prefill, sizing
+from macapp.core import long_context, sizing
+from macapp.core.fit import prefill_time
 from macapp.core.catalog import resolve_model
 from macapp.core.hardware import BANDWIDTH_EFFICIENCY, GiB, profile_from_facts, what_if_machine
 
 # Qwen3 (full attention everywhere) from their published configs, as mlx-lm's own benchmarks ran them.
-QWEN3_4B = prefill.transformer_workload(2560, 36, 32, 8, 128, intermediate=9728)
-QWEN3_06B = prefill.transformer_workload(1024, 28, 16, 8, 128, intermediate=3072)
-QWEN3_30B_A3B = prefill.transformer_workload(2048, 48, 32, 4, 128, experts=128, routed=8, expert_intermediate=768)
+QWEN3_4B = prefill_time.transformer_workload(2560, 36, 32, 8, 128, intermediate=9728)
+QWEN3_06B = prefill_time.transformer_workload(1024, 28, 16, 8, 128, intermediate=3072)
+QWEN3_30B_A3B = prefill_time.transformer_workload(2048, 48, 32, 4, 128, experts=128, routed=8, expert_intermediate=768)
 
 
 def _first_token_s(work, machine) -> float:
@@ -22,7 +23,7 @@ def _first_token_s(work, machine) -> float:
 
 def _fit_accuracy():
     """bench/fit_accuracy.py: the one list of public runs the constants are fitted to (each with its source URL)."""
-    path = Path(__file__).resolve().parents[2] / "bench" / "fit_accuracy.py"
+    path = Path(__file__).resolve().parents[3] / "bench" / "fit_accuracy.py"
     spec = importlib.util.spec_from_file_location("fit_accuracy", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -60,7 +61,7 @@ def test_the_runs_cover_the_chips_sizes_and_lengths_the_issue_names():
 def test_the_constants_are_the_fit_and_hold_when_each_run_is_left_out():
     refit = FIT.fit(FITTED_RUNS)
     for name in FIT.FREE:
-        assert getattr(refit, name) == pytest.approx(getattr(prefill.FITTED, name), rel=0.03), name
+        assert getattr(refit, name) == pytest.approx(getattr(prefill_time.FITTED, name), rel=0.03), name
     held_out = FIT.leave_one_out(FITTED_RUNS, refit)
     logs = [math.log(r) for r in held_out]
     assert math.sqrt(sum(x * x for x in logs) / len(logs)) < 0.2  # rms leave-one-out error under 20%
@@ -104,8 +105,8 @@ def test_time_to_first_token_grows_with_the_prompt_and_smaller_chunks_are_slower
 
 def test_moe_reads_short_prompts_less_efficiently_than_long_ones():
     work = sizing.prefill_workload(resolve_model("Qwen3.5-35B-A3B", 4))
-    assert prefill.expert_efficiency(work, 512) < prefill.expert_efficiency(work, 2048) < prefill.EXPERT_EFF
-    assert prefill.dense_efficiency(512) < prefill.dense_efficiency(2048) < prefill.DENSE_EFF
+    assert prefill_time.expert_efficiency(work, 512) < prefill_time.expert_efficiency(work, 2048) < prefill_time.EXPERT_EFF
+    assert prefill_time.dense_efficiency(512) < prefill_time.dense_efficiency(2048) < prefill_time.DENSE_EFF
 
 
 def test_m5_neural_accelerators_change_prompt_reading_not_decode():
@@ -137,7 +138,7 @@ def test_no_reading_estimate_off_apple_silicon():
     [(0.42, "0.4 s"), (12.4, "12 s"), (75, "1 min 15 s"), (1337, "22 min"), (3900, "1 h 5 min"), (7200, "2 h")],
 )
 def test_format_duration(seconds, text):
-    assert prefill.format_duration(seconds) == text
+    assert prefill_time.format_duration(seconds) == text
 
 
 def test_m1_and_m2_read_prompts_slower_than_their_cores_suggest():
@@ -146,7 +147,7 @@ def test_m1_and_m2_read_prompts_slower_than_their_cores_suggest():
     m2 = sizing.prefill_estimate(model, what_if_machine("M2 Max", 32 * GiB, 38), 2048)
     m3 = sizing.prefill_estimate(model, what_if_machine("M3 Max", 36 * GiB, 30), 2048)
     assert m2.tflops > m3.tflops and m2.tps < m3.tps
-    line = prefill.describe(m2, sizing.prefill_workload(model), what_if_machine("M2 Max", 32 * GiB, 38), 2048)
+    line = prefill_time.describe(m2, sizing.prefill_workload(model), what_if_machine("M2 Max", 32 * GiB, 38), 2048)
     assert "bfloat16" in line
 
 
@@ -161,12 +162,12 @@ def test_unfused_attention_pays_for_its_scores_and_the_blocked_re_reads():
     work = sizing.prefill_workload(resolve_model("Qwen3.5-35B-A3B", 4))
     m4 = what_if_machine("M4 Max", 128 * GiB)
     tflops = m4.gpu_cores * 0.420
-    flops_only = work.attention_flops * 2048 * (500_000 + 1024.5) / (tflops * 1e12 * prefill.FITTED.attention_eff_unfused)
-    _, attention, _, _, _ = prefill.chunk_seconds(work, m4, 500_000, 2048, tflops)
+    flops_only = work.attention_flops * 2048 * (500_000 + 1024.5) / (tflops * 1e12 * prefill_time.FITTED.attention_eff_unfused)
+    _, attention, _, _, _ = prefill_time.chunk_seconds(work, m4, 500_000, 2048, tflops)
     assert attention > 1.2 * flops_only  # the scores' memory traffic is a real share at long contexts
     # the block count is the app's own (long_context.query_block)
     keys = 502_048
     block = long_context.query_block(work.heads, 2048, keys)
-    assert prefill.query_blocks(work.heads, 2048, keys) == -(-2048 // block) > 1
+    assert prefill_time.query_blocks(work.heads, 2048, keys) == -(-2048 // block) > 1
     m5 = what_if_machine("M5 Max", 128 * GiB)
-    assert prefill.fused_attention(m5) and not prefill.fused_attention(m4)
+    assert prefill_time.fused_attention(m5) and not prefill_time.fused_attention(m4)
