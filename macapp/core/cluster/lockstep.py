@@ -35,10 +35,11 @@ import weakref
 from typing import Any
 
 from macapp.core import events as ev
+from macapp.core.cache_layers import CacheLayers
 from macapp.core.cluster.watchdog import Wait, Watchdog
 from macapp.core.engine.errors import EngineError
 from macapp.core.engine.model_proxy import ModelProxy
-from macapp.core.engine.snapshots import ObservedCache, restore_snapshot, take_snapshot
+from macapp.core.engine.snapshots import CacheSnapshot, ObservedCache, restore_snapshot, take_snapshot
 from macapp.core.engine import checkpoints as ckpt
 
 HEADER = 8  # op, up to 6 fields, payload length
@@ -117,7 +118,7 @@ def _head(lm: Any, hidden: Any) -> Any:
     return gather_last_axis(out, lm.sharding_group) if lm.sharding_group is not None else out
 
 
-def forward(model: Any, tokens: Any, cache: list) -> Any:
+def forward(model: Any, tokens: Any, cache: CacheLayers) -> Any:
     """One forward call, evaluated here on every rank alike: the cache states and the last position's logits."""
     import mlx.core as mx
 
@@ -131,7 +132,7 @@ def forward(model: Any, tokens: Any, cache: list) -> Any:
     return logits
 
 
-def quantization_of(cache: list) -> tuple[int, int]:
+def quantization_of(cache: CacheLayers) -> tuple[int, int]:
     """(bits, group size) of the cache's quantized KV layers, (0, 0) while none is."""
     from mlx_lm.models.cache import QuantizedKVCache
 
@@ -141,7 +142,7 @@ def quantization_of(cache: list) -> tuple[int, int]:
     return 0, 0
 
 
-def match_quantization(cache: list, bits: int, group: int) -> None:
+def match_quantization(cache: CacheLayers, bits: int, group: int) -> None:
     """Quantize the KV layers rank 0 has quantized since the last operation on this cache."""
     if not bits:
         return
@@ -157,7 +158,7 @@ class MirroredCache(ObservedCache):
     """Rank 0's prompt cache (mlx-lm's list of layer caches); each follower holds its own under the same id.
     Its mirror (the LockstepModel) hears of its snapshots and checkpoints and tells the followers."""
 
-    def __init__(self, layers: list, cache_id: int, owner: "LockstepModel"):
+    def __init__(self, layers: CacheLayers, cache_id: int, owner: "LockstepModel"):
         super().__init__(layers)
         self.cache_id = cache_id
         self.mirror = owner
@@ -192,7 +193,7 @@ class LockstepModel(ModelProxy):
     def _send(self, op: Op, *fields: int, payload: list[int] | None = None) -> None:
         if self.closed:
             raise RankLost("the other ranks have been shut down")
-        freed = []
+        freed: list[int] = []
         while self._freed:
             freed.extend(self._freed.popleft())
         with self._watchdog.waiting(Wait.HEADER):
@@ -205,7 +206,7 @@ class LockstepModel(ModelProxy):
         self._send(Op.NEW_CACHE, cache_id)
         return self._mirrored(self._model.make_cache(), cache_id)
 
-    def _mirrored(self, layers: list, cache_id: int) -> MirroredCache:
+    def _mirrored(self, layers: CacheLayers, cache_id: int) -> MirroredCache:
         cache = MirroredCache(layers, cache_id, self)
         weakref.finalize(cache, self._freed.append, (Op.NEW_CACHE.value, cache_id))
         return cache
@@ -223,13 +224,15 @@ class LockstepModel(ModelProxy):
             return forward(self._model, inputs, cache)
 
     # -- snapshots, as MirroredCache hears of them ------------------------------------------------------------
-    def snapshot_taken(self, cache: MirroredCache, snap: Any) -> None:
+    def snapshot_taken(self, observed: ObservedCache, snap: CacheSnapshot) -> None:
+        cache = _own(observed)
         snap_id = next(self._ids)
         cache.snapshot_ids[id(snap)] = snap_id
         self._send(Op.SNAPSHOT, cache.cache_id, snap_id, snap.length, *quantization_of(cache))
         weakref.finalize(snap, self._snapshot_gone, weakref.ref(cache), id(snap), snap_id)
 
-    def snapshot_restored(self, cache: MirroredCache, snap: Any) -> None:
+    def snapshot_restored(self, observed: ObservedCache, snap: CacheSnapshot) -> None:
+        cache = _own(observed)
         snap_id = cache.snapshot_ids[id(snap)]
         self._send(Op.RESTORE, cache.cache_id, snap_id, *quantization_of(cache))
 
@@ -240,7 +243,8 @@ class LockstepModel(ModelProxy):
         self._freed.append((Op.SNAPSHOT.value, snap_id))
 
     # -- the API's prompt checkpoints (the CacheMirror of engine/snapshots.py) ------------------------------------------------
-    def checkpoint_taken(self, cache: MirroredCache, checkpoint: ckpt.Checkpoint) -> None:
+    def checkpoint_taken(self, observed: ObservedCache, checkpoint: ckpt.Checkpoint) -> None:
+        cache = _own(observed)
         ident = self._checkpoint_id(checkpoint)
         self._send(Op.CHECKPOINT, cache.cache_id, ident, checkpoint.length, *quantization_of(cache))
 
@@ -248,7 +252,7 @@ class LockstepModel(ModelProxy):
         ident = self._checkpoint_id(moved)
         self._send(Op.CHECKPOINT_MOVE, self._checkpoints[id(old)], self._checkpoints[id(onto)], ident)
 
-    def checkpoint_restored(self, checkpoint: ckpt.Checkpoint, layers: list) -> MirroredCache:
+    def checkpoint_restored(self, checkpoint: ckpt.Checkpoint, layers: CacheLayers) -> MirroredCache:
         cache_id = next(self._ids)
         self._send(Op.CHECKPOINT_RESTORE, cache_id, self._checkpoints[id(checkpoint)])
         return self._mirrored(layers, cache_id)
@@ -280,6 +284,13 @@ class LockstepModel(ModelProxy):
             pass
 
 
+def _own(cache: ObservedCache) -> MirroredCache:
+    """The caches a LockstepModel mirrors are the ones it made (make_cache, checkpoint_restored)."""
+    if not isinstance(cache, MirroredCache):
+        raise TypeError("a model shared across several Macs mirrors only its own caches (make_cache)")
+    return cache
+
+
 # --- the other ranks ---
 
 
@@ -289,7 +300,7 @@ class Follower:
     def __init__(self, model: Any, group: Any):
         self.model = model
         self.channel = Channel(group)
-        self.caches: dict[int, list] = {}
+        self.caches: dict[int, CacheLayers] = {}
         self.snapshots: dict[int, tuple[int, Any]] = {}  # snapshot id -> (cache id, snapshot)
         self.checkpoints: dict[int, ckpt.Checkpoint] = {}  # checkpoint id -> this rank's checkpoint
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
+from macapp.core.cache_layers import CacheLayers
 from macapp.core.engine.snapshots import CacheMirror, ObservedCache
 
 Key = tuple[int | str, ...]  # token ids; a picture's image tokens are its digest (macapp.core.serving.pictures)
@@ -100,7 +101,7 @@ def _arrays(x: Any) -> list[Any]:
     return list(x) if isinstance(x, (tuple, list)) else [x]
 
 
-def snapshot(cache: list, tokens: Sequence[int | str], spans: Sequence[Span] = ()) -> Checkpoint:
+def snapshot(cache: CacheLayers, tokens: Sequence[int | str], spans: Sequence[Span] = ()) -> Checkpoint:
     """A checkpoint of a live prompt cache that holds exactly `tokens` (a Key) and the pictures `spans` among them."""
     import mlx.core as mx
     from mlx_lm.models.cache import ArraysCache, KVCache, QuantizedKVCache
@@ -119,24 +120,25 @@ def snapshot(cache: list, tokens: Sequence[int | str], spans: Sequence[Span] = (
         elif isinstance(c, ArraysCache):
             if c.lengths is not None or c.left_padding is not None:
                 raise ValueError("cannot checkpoint a batched DeltaNet cache")
-            arrays = tuple(c.cache)
+            arrays: tuple[mx.array | None, ...] = tuple(c.cache)  # mlx-lm types its slots as the Nones they start as
             layers.append(RecurrentState(type(c), arrays))
             state_bytes += sum(a.nbytes for a in arrays if a is not None)
         else:
             raise TypeError(f"cannot checkpoint a {type(c).__name__} layer")
     mx.eval([a for b in buffers for a in _arrays(b.keys) + _arrays(b.values)])
-    mirror = cache.mirror if isinstance(cache, ObservedCache) else None
+    observed = cache if isinstance(cache, ObservedCache) else None
+    mirror = observed.mirror if observed is not None else None
     kv = KVBlock(tuple(buffers), len(tokens), kv_bytes)
     checkpoint = Checkpoint(tuple(tokens), tuple(layers), kv, state_bytes, tuple(spans), mirror)
-    if mirror is not None:
-        mirror.checkpoint_taken(cache, checkpoint)
+    if observed is not None and mirror is not None:
+        mirror.checkpoint_taken(observed, checkpoint)
     return checkpoint
 
 
-def restore(checkpoint: Checkpoint) -> list:
+def restore(checkpoint: Checkpoint) -> CacheLayers:
     """A fresh prompt cache at the checkpoint: the model may append to it without touching the checkpoint."""
     n = checkpoint.length
-    cache: list = []
+    cache: CacheLayers = []
     for layer in checkpoint.layers:
         if isinstance(layer, KVLayer):
             buf = checkpoint.kv.layers[layer.index]

@@ -10,7 +10,12 @@ DeltaNet arrays of its point alive (`CacheSnapshot.nbytes`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+from macapp.core.cache_layers import CacheLayers
+
+if TYPE_CHECKING:
+    from macapp.core.engine.checkpoints import Checkpoint
 
 
 class CacheMirror(Protocol):
@@ -22,14 +27,14 @@ class CacheMirror(Protocol):
 
     def snapshot_restored(self, cache: "ObservedCache", snap: "CacheSnapshot") -> None: ...
 
-    def checkpoint_taken(self, cache: "ObservedCache", checkpoint: Any) -> None: ...
+    def checkpoint_taken(self, cache: "ObservedCache", checkpoint: Checkpoint) -> None: ...
 
-    def checkpoint_moved(self, old: Any, onto: Any, moved: Any) -> None: ...
+    def checkpoint_moved(self, old: Checkpoint, onto: Checkpoint, moved: Checkpoint) -> None: ...
 
-    def checkpoint_restored(self, checkpoint: Any, layers: list) -> list: ...
+    def checkpoint_restored(self, checkpoint: Checkpoint, layers: CacheLayers) -> CacheLayers: ...
 
 
-class ObservedCache(list):
+class ObservedCache(list[Any]):
     """A prompt cache (mlx-lm's list of layers) with a `mirror` told of its snapshots and checkpoints."""
 
     mirror: CacheMirror | None = None
@@ -68,7 +73,7 @@ class CacheSnapshot:
         return sum(layer.nbytes for layer in self.layers if isinstance(layer, ArraysState))
 
 
-def take_snapshot(cache: list, length: int) -> CacheSnapshot:
+def take_snapshot(cache: CacheLayers, length: int) -> CacheSnapshot:
     """Remember where `cache` (holding `length` tokens) is now; TypeError for a layer that cannot come back."""
     from mlx_lm.models.cache import ArraysCache
 
@@ -87,7 +92,7 @@ def take_snapshot(cache: list, length: int) -> CacheSnapshot:
     return snap
 
 
-def restore_snapshot(cache: list, snap: CacheSnapshot) -> None:
+def restore_snapshot(cache: CacheLayers, snap: CacheSnapshot) -> None:
     """Put `cache` back where `snap` was taken. KV layers only grew since (they may have been quantized in
     between: a trim works on either kind); DeltaNet layers get their old arrays back."""
     for layer, then in zip(cache, snap.layers, strict=True):

@@ -32,6 +32,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten
 
+from macapp.core.cache_layers import CacheLayers
 from macapp.core.modelfiles import read_safetensors_header
 from macapp.core.vision.capability import is_tower_tensor
 from macapp.core.vision.cost import ProcessorLimits
@@ -39,9 +40,6 @@ from macapp.core.vision.images import PreparedImage
 
 if TYPE_CHECKING:
     from mlx_vlm.models import cache as vlm_cache
-
-# A prompt cache as mlx-lm builds it: one layer object per model layer (KVCache, ArraysCache, ...), duck-typed.
-CacheLayers = list[Any]
 
 
 class VisionLoadError(RuntimeError):
