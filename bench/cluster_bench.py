@@ -104,7 +104,7 @@ def lockstep_alone(model: str, tokens: int, runs: int) -> list[float]:
     import mlx.core as mx
 
     from macapp.core.cluster.rank import reader_for_rank0
-    from macapp.core.cluster.sizing import Shard
+    from macapp.core.cluster.split import Shard
     from macapp.core.engine import Engine
 
     engine = Engine(read_model=reader_for_rank0(mx.distributed.init(), Shard.TENSOR))
@@ -116,7 +116,7 @@ def lockstep_alone(model: str, tokens: int, runs: int) -> list[float]:
 
 def two_ranks(model: str, shard: str, tokens: int, runs: int, hostfile: Path) -> list[float]:
     from macapp.core.cluster.launch import ClusterRun, prepare
-    from macapp.core.cluster.sizing import Shard
+    from macapp.core.cluster.split import Shard
 
     plan = prepare(hostfile, "ring", model, Shard(shard))
     command = [sys.executable, str(Path(__file__).resolve()), "--rank", model, "--tokens", str(tokens), "--runs", str(runs)]

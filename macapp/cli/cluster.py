@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 from macapp.cli import UsageError
 from macapp.core import hardware
 from macapp.core.catalog import ModelRef
-from macapp.core.cluster.sizing import DEFAULT_LINK, LINKS, MAX_HOSTS, ClusterEstimate, Shard, cluster_estimate
+from macapp.core.cluster.split import Shard
+from macapp.core.fit.cluster import DEFAULT_LINK, LINKS, MAX_HOSTS, ClusterEstimate, cluster_estimate
 
 VERDICT_WORDS = {"fits": "fits", "tight": "tight", "too_big": "too big"}  # a fit verdict in words (fit and its several-Macs part)
 

@@ -15,7 +15,11 @@ mlx-lm); the engine passes a wider window so it acts like the card's "penalise w
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # MLX is imported on the worker, when a sampler is made
+    import mlx.core as mx
+    from mlx_lm.sample_utils import LogitsProcessor, Sampler
 
 THINKING_MAX_TOKENS = 32768
 NON_THINKING_MAX_TOKENS = 16384
@@ -91,7 +95,7 @@ def check_logit_bias(bias: dict[int, float] | None, vocab_size: int) -> None:
         raise ValueError(f"logit_bias names token id{'s' * (len(outside) > 1)} {shown}, outside this model's vocabulary (ids 0 to {vocab_size - 1})")
 
 
-def make_sampler_and_processors(params: SamplingParams):
+def make_sampler_and_processors(params: SamplingParams) -> tuple[Sampler, list[LogitsProcessor]]:
     """mlx-lm's own sampler and logits processors for these settings (imports MLX: call on the worker).
 
     Whatever was checked before, nothing out of range reaches MLX: logit-bias ids past the logits are left out
@@ -112,10 +116,10 @@ def make_sampler_and_processors(params: SamplingParams):
     return _sampler(params), processors
 
 
-def _sampler(params: SamplingParams):
+def _sampler(params: SamplingParams) -> Sampler:
     from mlx_lm.sample_utils import make_sampler
 
-    def build(top_k: int):
+    def build(top_k: int) -> Sampler:
         return make_sampler(temp=params.temperature, top_p=params.top_p if params.top_p < 1 else 0.0, min_p=params.min_p, top_k=top_k)
 
     with_k = build(params.top_k)
@@ -125,12 +129,12 @@ def _sampler(params: SamplingParams):
     return lambda logprobs: (with_k if params.top_k < logprobs.shape[-1] else without_k)(logprobs)
 
 
-def _bias_processor(bias: dict[int, float]):
+def _bias_processor(bias: dict[int, float]) -> LogitsProcessor:
     import mlx.core as mx
 
-    by_size: dict[int, Any] = {}
+    by_size: dict[int, tuple[mx.array, mx.array] | None] = {}
 
-    def process(_tokens, logits):
+    def process(_tokens: mx.array, logits: mx.array) -> mx.array:
         size = logits.shape[-1]
         if size not in by_size:
             kept = [i for i in bias if 0 <= i < size]

@@ -271,7 +271,7 @@ class DetailsPanel(QFrame):
         self.advice.setText(advice_html(lines))
 
     def _show_cluster_note(self, row: Any, machine: Any, context: int, kv_bits: int | None) -> None:
-        from macapp.core.cluster.sizing import hosts_needed
+        from macapp.core.fit.cluster import hosts_needed
 
         too_big = row.estimate.verdict == "too_big" and machine is not None
         needed = hosts_needed(row.ref, context, machine, kv_bits) if too_big else None

@@ -1,7 +1,7 @@
-"""The details pane says, for a build too big for this Mac, how many such Macs it needs (macapp.core.cluster.sizing)."""
+"""The details pane says, for a build too big for this Mac, how many such Macs it needs (macapp.core.fit.cluster)."""
 
 from macapp.core import hardware
-from macapp.core.cluster.sizing import hosts_needed
+from macapp.core.fit.cluster import hosts_needed
 
 
 def test_too_big_build_says_how_many_such_macs_hold_it(library):

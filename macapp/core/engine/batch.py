@@ -30,6 +30,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
+from macapp.core.cache_layers import CacheLayers
 from macapp.core.engine.batch_reply import Next, SequenceReply
 from macapp.core.engine.jobs import Job
 from macapp.core.engine.prompt_cache import PromptCache
@@ -40,6 +41,8 @@ from macapp.core.engine.errors import EngineError
 from macapp.core.events import Failed, Finished, PromptProgress, Reply
 
 if TYPE_CHECKING:
+    from mlx_lm.sample_utils import LogitsProcessor, Sampler
+
     from macapp.core.engine.engine import Engine
     from macapp.core.engine.model_folder import LoadedModel
 
@@ -60,13 +63,13 @@ class Sequence:
     job: Job
     prompt: PromptCache
     segments: list[list[int]]
-    sampler: Any
-    processors: list
+    sampler: Sampler
+    processors: list[LogitsProcessor]
     reply: SequenceReply
-    on_segment: Callable[[int, list], None] | None = None  # (prompt tokens read so far, the cache holding them)
+    on_segment: Callable[[int, CacheLayers], None] | None = None  # (prompt tokens read so far, the cache holding them)
     # (the reply, the cache holding it when `keep_cache`) once it ended; None: stopped or failed while reading.
     # The loop settles the job after it.
-    on_done: Callable[[StreamedReply | None, list | None], None] = lambda _reply, _cache: None
+    on_done: Callable[[StreamedReply | None, CacheLayers | None], None] = lambda _reply, _cache: None
     keep_cache: bool = False  # hand the sequence's cache to on_done (a chat session goes on from it)
     read: int = 0  # prompt tokens read so far
     joined_at: int = 0  # prompt tokens read before it joined the batch (alone first: solo.py)
@@ -300,7 +303,7 @@ def _start(job: Job, starter: Starter, m: "LoadedModel") -> Sequence | None:
     return seq
 
 
-def _join(gen: Any, active: dict[int, Sequence], seq: Sequence, segments: list[list[int]], layers: list, tokens: list) -> None:
+def _join(gen: Any, active: dict[int, Sequence], seq: Sequence, segments: list[list[int]], layers: CacheLayers, tokens: list[int]) -> None:
     """Insert `seq` into the batch: `layers` hold `tokens`, `segments` are still to read."""
     (uid,) = gen.insert_segments(
         [segments], max_tokens=[seq.reply.max_tokens()], caches=[layers],
@@ -310,7 +313,7 @@ def _join(gen: Any, active: dict[int, Sequence], seq: Sequence, segments: list[l
     active[uid] = seq
 
 
-def _done(seq: Sequence, streamed: StreamedReply | None, cache: list | None) -> None:
+def _done(seq: Sequence, streamed: StreamedReply | None, cache: CacheLayers | None) -> None:
     try:
         seq.on_done(streamed, cache)
     finally:

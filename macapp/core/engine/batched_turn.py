@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from macapp.core.cache_layers import CacheLayers
 from macapp.core.engine.batch import Sequence
 from macapp.core.engine.batch_reply import Limits, SequenceReply
 from macapp.core.engine.clock import TurnClock
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 
 @dataclass
 class _Read:
-    before_last: list | None = None  # the cache just before the prompt's last token (from the batch)
+    before_last: CacheLayers | None = None  # the cache just before the prompt's last token (from the batch)
     undone: bool = False  # a stop while reading already answered the turn (Job.stop's early Finished)
 
 
@@ -57,18 +58,22 @@ def sequence(
     if head and plan.undo_on_stop:
         job.arm_early_reply(stopped)
 
-    def on_segment(_at: int, cache: list) -> None:
+    def on_segment(_at: int, cache: CacheLayers) -> None:
         read.before_last = cache
         read.undone = plan.undo_on_stop and job.disarm_early_reply()
 
-    def on_done(streamed: StreamedReply | None, cache: list | None) -> None:
+    def on_done(streamed: StreamedReply | None, cache: CacheLayers | None) -> None:
         if streamed is None or read.undone or cache is None:
             session._undo(m, plan, turn_start, previous)
             stopped.reply.stats.elapsed_s = clock.elapsed()
             job.emit(stopped)  # ignored if stop() already sent it
             return
-        prompt = session._prompt
-        before_last = PromptCache(read.before_last, [*prompt.tokens, *head]) if head else prompt
+        prompt = session._live
+        before_last = prompt
+        if head:
+            if read.before_last is None:
+                raise RuntimeError("the batch finished a two-segment prompt without reporting its first segment")
+            before_last = PromptCache(read.before_last, [*prompt.tokens, *head])
         session._turn = TurnMemory(
             before_turn=turn_start, close_before=plan.close_before, prefix=plan.prefix, before_last=before_last.mark(),
             last_token=last[0], mode=plan.mode,
@@ -84,6 +89,6 @@ def sequence(
         thinking=plan.mode.thinking, budget=budget, should_stop=job.stop_event.is_set, emit=job.emit, clock=clock,
     )
     return Sequence(
-        job=job, prompt=session._prompt, segments=[s for s in (head, last) if s],
+        job=job, prompt=session._live, segments=[s for s in (head, last) if s],
         sampler=sampler, processors=processors, reply=reply, on_segment=on_segment, on_done=on_done, keep_cache=True,
     )

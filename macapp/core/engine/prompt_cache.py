@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
 
+from macapp.core.cache_layers import CacheLayers
 from macapp.core.engine.checkpoints import Checkpoint, Span, restore, snapshot
 from macapp.core.engine.snapshots import CacheSnapshot, restore_snapshot, take_snapshot
 
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 class PromptCache:
     """A sequence's cache layers, the tokens they hold and the pictures among them (see the module docstring)."""
 
-    def __init__(self, layers: list, tokens: Sequence[Any] = (), spans: list[Span] | None = None):
+    def __init__(self, layers: CacheLayers, tokens: Sequence[Any] = (), spans: list[Span] | None = None):
         self.layers = layers
         self.tokens: list[Any] = list(tokens)
         self.spans: list[Span] = spans if spans is not None else []  # vision.runner's PictureSpans, by start
@@ -62,7 +63,7 @@ class PromptCache:
         del self.tokens[mark.length :]
         self.spans[:] = [span for span in self.spans if span.start < mark.length]
 
-    def adopt(self, layers: list, added: Sequence[Any]) -> None:
+    def adopt(self, layers: CacheLayers, added: Sequence[Any]) -> None:
         """Go on from `layers`, a copy of this cache that read `added` after what this one holds (the batch hands
         back its own copy when a sequence ends)."""
         self.layers = layers

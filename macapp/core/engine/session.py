@@ -6,10 +6,12 @@ import dataclasses
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from macapp.core import events as ev
+from macapp.core.cache_layers import CacheLayers
 from macapp.core.engine import batched_turn, limits, turns
 from macapp.core.engine.clock import TurnClock
 from macapp.core.engine.errors import EngineError
 from macapp.core.engine.jobs import Job
+from macapp.core.engine.messages import ChatMessage
 from macapp.core.engine.model_folder import LoadedModel
 from macapp.core.engine.mtp_policy import DepthPolicy
 from macapp.core.engine.options import SessionOptions
@@ -24,12 +26,13 @@ from macapp.core.engine import pictures as engine_pictures
 
 if TYPE_CHECKING:
     from macapp.core.engine.engine import Engine
+    from macapp.core.vision.runner import EncodedTurn
 
 
 class ChatSession:
     """One conversation with one prompt cache, appended to turn by turn. Methods return Jobs."""
 
-    def __init__(self, engine: "Engine", system_prompt: str | None, messages: list[dict] | None, options: SessionOptions):
+    def __init__(self, engine: "Engine", system_prompt: str | None, messages: list[ChatMessage] | None, options: SessionOptions):
         self.engine = engine
         self.options = options
         self.system_prompt = system_prompt
@@ -38,7 +41,7 @@ class ChatSession:
             if system_prompt is None:
                 self.system_prompt = initial[0].get("content") or None
             initial = initial[1:]
-        self._messages: list[dict] = initial
+        self._messages: list[ChatMessage] = initial
         self._model: LoadedModel | None = None  # the model the cache belongs to
         self._prompt: PromptCache | None = None  # the cache, its tokens and the pictures among them (None until a turn)
         self._close_text = ""  # what the next turn feeds first to close the previous reply
@@ -49,7 +52,7 @@ class ChatSession:
 
     # -- public ----------------------------------------------------------------------------------------
     @property
-    def messages(self) -> list[dict]:
+    def messages(self) -> list[ChatMessage]:
         """The conversation: role/content dicts; assistant ones also carry reasoning, thinking and finish_reason."""
         out = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         return out + [dict(m) for m in self._messages]
@@ -65,7 +68,7 @@ class ChatSession:
         return self._prompt.tokens if self._prompt is not None else []
 
     @property
-    def cache(self) -> list | None:
+    def cache(self) -> CacheLayers | None:
         """The prompt cache (mlx-lm layers, holding `tokens`), None until a turn makes one; read it only on the worker."""
         return self._prompt.layers if self._prompt is not None else None
 
@@ -106,6 +109,13 @@ class ChatSession:
         self._model = None
         self._close_text = ""
         self._turn = None
+
+    @property
+    def _live(self) -> PromptCache:
+        """The cache a turn runs on, made by `_rewind` at the turn's start."""
+        if self._prompt is None:
+            raise RuntimeError("this session has no prompt cache: a turn makes one (_rewind) before using it")
+        return self._prompt
 
     # -- planning (worker thread) ----------------------------------------------------------------------
     def _submit(self, work: Callable[[Job], None]) -> Job:
@@ -212,19 +222,19 @@ class ChatSession:
         if reply is not None:
             job.emit(Finished(reply))
 
-    def _encode_pictures(self, m: LoadedModel, plan: TurnPlan, cached: int, clock: TurnClock) -> Any:
+    def _encode_pictures(self, m: LoadedModel, plan: TurnPlan, cached: int, clock: TurnClock) -> EncodedTurn:
         """The plan's prompt with its pictures encoded by the tower (once, here: its time is in the TTFT), after
         checking they fit the context (vision.runner.EncodedTurn)."""
         vision = engine_pictures.vision_for(m)
         most = min(self.options.context_limit or m.info.max_context, m.info.max_context)
         engine_pictures.check_room(vision, plan.images, cached + len(plan.prompt), most - 1)
-        encoded = vision.encode(plan.prompt, plan.images)
+        encoded: EncodedTurn = vision.encode(plan.prompt, plan.images)
         clock.image_tokens = encoded.image_tokens
         return encoded
 
     def _read_and_stream(
         self, job: Job, m: LoadedModel, clock: TurnClock, plan: TurnPlan, params: SamplingParams, budget: int | None, limit: int,
-        encoded: Any = None,
+        encoded: EncodedTurn | None = None,
     ) -> Reply | None:
         """Read the plan's prompt and stream the reply; None when a stop while reading undid the turn."""
         if plan.rereads:
@@ -232,7 +242,7 @@ class ChatSession:
             self._model = m
         previous = self._turn
         turn_start = self._rewind(m, plan)
-        if encoded is not None or self._prompt.spans:
+        if encoded is not None or self._live.spans:
             m = self._with_pictures(m, encoded)
         self._messages = list(plan.history)
         clock.reading(len(plan.prompt))
@@ -241,11 +251,11 @@ class ChatSession:
                 return None
             self._turn = TurnMemory(
                 before_turn=turn_start, close_before=plan.close_before, prefix=plan.prefix,
-                before_last=self._prompt.mark(), last_token=plan.prompt[-1], mode=plan.mode,
+                before_last=self._live.mark(), last_token=plan.prompt[-1], mode=plan.mode,
             )
             self._messages.append(self._user_message(plan))
             streamed = stream_reply(
-                m, self._prompt.layers, plan.prompt[-1:], cached=len(self.tokens), limit=limit, params=params,
+                m, self._live.layers, plan.prompt[-1:], cached=len(self.tokens), limit=limit, params=params,
                 thinking=plan.mode.thinking, budget=budget, should_stop=job.stop_event.is_set, emit=job.emit, clock=clock,
                 kv=self.options.kv, prefill_step=self.options.prefill_step_size, mtp=self.options.mtp, mtp_policy=self.mtp_policy,
             )
@@ -264,21 +274,21 @@ class ChatSession:
         """The model as this session's turns with pictures run it: mlx-vlm's language model with explicit mRoPE
         positions (sharing the loaded weights), on this session's cache and its picture spans."""
         vision = engine_pictures.vision_for(m)
-        vision.lm.bind(self._prompt.spans)
+        vision.lm.bind(self._live.spans)
         if encoded is not None:
-            vision.lm.queue(encoded, self._prompt.layers)
+            vision.lm.queue(encoded, self._live.layers)
         return dataclasses.replace(m, model=vision.lm)
 
     @staticmethod
-    def _user_message(plan: TurnPlan) -> dict:
-        message = {"role": "user", "content": plan.user_text}
+    def _user_message(plan: TurnPlan) -> ChatMessage:
+        message: ChatMessage = {"role": "user", "content": plan.user_text}
         if plan.user_images:
             message["images"] = list(plan.user_images)
         return message
 
     def _read_prompt(
         self, job: Job, m: LoadedModel, clock: TurnClock, plan: TurnPlan, turn_start: CacheSnapshot, previous: TurnMemory | None,
-        encoded: Any = None,
+        encoded: EncodedTurn | None = None,
     ) -> bool:
         """Prefill all but the prompt's last token; False if a stop undid the turn (its Finished is then emitted).
 
@@ -290,12 +300,12 @@ class ChatSession:
         if plan.undo_on_stop:
             job.arm_early_reply(stopped)
         done = prefill(
-            m, self._prompt.layers, prompt[:-1], step=self.options.prefill_step_size, kv=self.options.kv,
+            m, self._live.layers, prompt[:-1], step=self.options.prefill_step_size, kv=self.options.kv,
             should_stop=job.stop_event.is_set if plan.undo_on_stop else None,
             on_progress=lambda n: job.emit(PromptProgress(n, total)),
             embeddings=None if encoded is None else encoded.embeddings,
         )
-        self._prompt.extend(prompt[:done])
+        self._live.extend(prompt[:done])
         if plan.undo_on_stop and (job.disarm_early_reply() or job.stopped):
             self._undo(m, plan, turn_start, previous)
             stopped.reply.stats.elapsed_s = clock.elapsed()
@@ -305,7 +315,7 @@ class ChatSession:
 
     def _undo(self, m: LoadedModel, plan: TurnPlan, turn_start: CacheSnapshot, previous: TurnMemory | None) -> None:
         """A stop while reading: the conversation and the cache as before the turn."""
-        self._prompt.rewind(turn_start)
+        self._live.rewind(turn_start)
         self._close_text = plan.close_before
         self._turn = previous if plan.restore is None else None
         if plan.keeps_message_on_undo:  # not read yet: the next send reads it all, this message included
@@ -316,7 +326,7 @@ class ChatSession:
     def _settle_reply(self, m: LoadedModel, plan: TurnPlan, streamed: StreamedReply) -> None:
         """The reply is in the cache: account for its tokens, and know how the next turn closes it."""
         reply = streamed.reply
-        self._prompt.extend(streamed.tokens_added)
+        self._live.extend(streamed.tokens_added)
         last = self.tokens[-1] if self.tokens else None
         if last is not None and last == m.im_end_id:
             self._close_text = "\n"

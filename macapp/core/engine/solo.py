@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
+from macapp.core.cache_layers import CacheLayers
 from macapp.core.engine.batch_reply import Next
 from macapp.core.engine.prompt_cache import PromptCache
 from macapp.core.events import PromptProgress
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 class HandOver:
     """Where a sequence stopped here, for the batch: `layers` hold `tokens`; `segments` are still to read."""
 
-    layers: list
+    layers: CacheLayers
     tokens: list[int]
     segments: list[list[int]]
 
@@ -39,7 +40,7 @@ class HandOver:
 class Ended:
     """The sequence ended here (its reply finished, or it was stopped while reading: `reply_done` False)."""
 
-    layers: list
+    layers: CacheLayers
     reply_done: bool
 
 
@@ -136,7 +137,10 @@ class SoloRun:
             if someone_waits():
                 return self._hand_over(token)
             finish = self._finish_of(token)
-            y = self._feed([token]) if finish is None else self._read_last(token)
+            if finish is None:
+                y = self._feed([token])
+            else:  # the reply ends with this token (take answers END)
+                self._read_last(token)
             match reply.take(token, finish):
                 case Next.GO_ON:
                     continue
@@ -171,7 +175,7 @@ class SoloRun:
             return "length"
         return None
 
-    def _copy(self) -> list:
+    def _copy(self) -> CacheLayers:
         """The layers as they are now, in cache objects of their own (sharing the arrays: checkpoints.py)."""
         return PromptCache.restore(PromptCache(self.layers, self.tokens).checkpoint()).layers
 

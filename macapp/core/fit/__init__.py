@@ -6,5 +6,7 @@ Modules:
 
 - `prefill_time`: how long reading a prompt takes (the prefill model behind `ttft_estimate_s`; the reading itself is
   macapp.core.engine.prefill).
+- `cluster`: the same on several Macs: each host's share under a tensor or pipeline split (the split rule itself
+  is macapp.core.cluster.split), the link's exchange time, how many Macs a build needs.
 - `advice`: the ways out of a too-big verdict, cheapest first (`advise`).
 """

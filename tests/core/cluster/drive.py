@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from macapp.core.cluster import rank
-    from macapp.core.cluster.sizing import Shard
+    from macapp.core.cluster.split import Shard
     from macapp.core.engine import Engine
 
     spec = rank.launched_spec()

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from macapp.core.cluster.launch import ClusterError, ClusterRun, ShardError, prepare, resolve
-from macapp.core.cluster.sizing import Shard
+from macapp.core.cluster.split import Shard
 from tests.core.cluster.conftest import HANG_S, LOCAL, drive_command
 
 

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 
 from macapp.core import sizing
 from macapp.core.catalog import Arch, ModelRef
-from macapp.core.cluster.split import Shard, Split, SplitRefused, choose_split, default_shard, tensor_split_problems  # noqa: F401 - the split rule, named here too
+from macapp.core.cluster.split import Shard, SplitRefused, choose_split
 from macapp.core.hardware import MachineProfile
 
 MAX_HOSTS = 16

@@ -5,14 +5,8 @@ import dataclasses
 import pytest
 
 from macapp.core import catalog, hardware, sizing
-from macapp.core.cluster.sizing import (
-    Shard,
-    cluster_estimate,
-    default_shard,
-    hosts_needed,
-    pipeline_layers,
-    tensor_split_problems,
-)
+from macapp.core.cluster.split import Shard, default_shard, tensor_split_problems
+from macapp.core.fit.cluster import cluster_estimate, hosts_needed, pipeline_layers
 
 ULTRA = hardware.what_if_machine("M3 Ultra", 256 * 1024**3)
 MAX = hardware.what_if_machine("M4 Max", 128 * 1024**3)
