@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BeforeValidator, PlainValidator
+from pydantic import AfterValidator, BeforeValidator, PrivateAttr, model_validator
 
-from macapp.core.serving.requests import ImagePart
-from macapp.server.requests.common import Arguments, Model, Refusal, base64_image, refused, tagged
+from macapp.core.picture_data import ImagePart
+from macapp.server.requests.common import Arguments, Model, Refusal, base64_image, kinds, tag
 
 # Deferred tools (`defer_loading`) are offered like the others (the prompt stays the same between requests, and
 # its checkpoints with it), so a `tool_reference` only tells the model the tool it searched for is there.
@@ -46,18 +46,23 @@ class Base64Source(Model):
     media_type: str | None = None
 
 
-def _decoded(source: Base64Source) -> ImagePart:
-    return base64_image(source.data, source.media_type or "")
-
-
-ImageSource = tagged(
-    {"base64": Annotated[Base64Source, AfterValidator(_decoded)]},
-    refused("{param} must be 'base64' (the server does not fetch images)."),
-)
+ImageSource = Annotated[
+    Annotated[Base64Source, tag("base64")], kinds("{param} must be 'base64' (the server does not fetch images).")
+]
 
 
 class ImageBlock(Model):
     source: ImageSource
+    _image: ImagePart = PrivateAttr()
+
+    @model_validator(mode="after")
+    def _decode(self) -> ImageBlock:
+        self._image = base64_image(self.source.data, self.source.media_type or "")
+        return self
+
+    @property
+    def image(self) -> ImagePart:
+        return self._image
 
 
 class TextSource(Model):
@@ -79,20 +84,13 @@ def _no_pictures(source: ContentSource) -> ContentSource:
     return source
 
 
-def _refuse_document(value: Any) -> Any:
-    if not isinstance(value, dict):
-        raise Refusal("{param} must be an object.")
-    media = value.get("media_type") or value.get("type")
-    raise Refusal(
-        f"{{param}}: {media!r} documents (PDF, files, URLs) are not supported: this server reads plain-text "
-        "documents only (source type 'text' or 'content'); send the text instead."
-    )
-
-
-DocumentSource = tagged(
-    {"text": TextSource, "content": Annotated[ContentSource, AfterValidator(_no_pictures)]},
-    Annotated[Any, PlainValidator(_refuse_document)],
-)
+DocumentSource = Annotated[
+    Annotated[TextSource, tag("text")] | Annotated[ContentSource, AfterValidator(_no_pictures), tag("content")],
+    kinds(
+        "{at}: {kind} documents (PDF, files, URLs) are not supported: this server reads plain-text documents only "
+        "(source type 'text' or 'content'); send the text instead."
+    ),
+]
 
 
 class DocumentBlock(Model):
@@ -107,10 +105,11 @@ class DocumentBlock(Model):
         return "\n".join(part for part in (self.title, self.context, body) if part)
 
 
-ResultBlock = tagged(
-    {"text": TextBlock, "document": DocumentBlock, "tool_reference": ToolReferenceBlock, "image": ImageBlock},
-    refused("{param} {kind} is not supported in a tool_result."),
-)
+ResultBlock = Annotated[
+    Annotated[TextBlock, tag("text")] | Annotated[DocumentBlock, tag("document")]
+    | Annotated[ToolReferenceBlock, tag("tool_reference")] | Annotated[ImageBlock, tag("image")],
+    kinds("{param} {kind} is not supported in a tool_result."),
+]
 
 
 def _as_result_blocks(value: Any) -> Any:
@@ -126,7 +125,7 @@ def _as_result_blocks(value: Any) -> Any:
 ResultContent = Annotated[list[ResultBlock], BeforeValidator(_as_result_blocks)]  # a string, null or blocks
 
 
-def result_content(blocks: list[Any]) -> tuple[str, tuple[ImagePart, ...]]:
+def result_content(blocks: list[ResultBlock]) -> tuple[str, tuple[ImagePart, ...]]:
     """A tool_result's text and pictures (Claude Code's Read of a picture file, a screenshot tool): the pictures go
     to the model inside the tool's response, as Qwen3.5's template renders them, on builds that see."""
     texts, images = [], []
@@ -138,7 +137,7 @@ def result_content(blocks: list[Any]) -> tuple[str, tuple[ImagePart, ...]]:
                 texts.append(block.text())
             case ToolReferenceBlock(tool_name=name):
                 texts.append(TOOL_REFERENCE + name)
-            case ImageBlock(source=image):
+            case ImageBlock(image=image):
                 images.append(image)
     return "\n".join(texts), tuple(images)
 
@@ -149,16 +148,17 @@ class ToolResultBlock(Model):
     is_error: bool | None = None
 
 
-UserBlock = tagged(
-    {"text": TextBlock, "document": DocumentBlock, "image": ImageBlock, "tool_result": ToolResultBlock,
-     "redacted_thinking": RedactedThinkingBlock},
-    refused("{param} {kind} is not supported in a user message."),
-)
-AssistantBlock = tagged(
-    {"text": TextBlock, "thinking": ThinkingBlock, "tool_use": ToolUseBlock, "redacted_thinking": RedactedThinkingBlock},
-    refused("{param} {kind} is not supported in an assistant message."),
-)
-SystemBlock = tagged({"text": TextBlock}, refused("{param} must be 'text'."))
+UserBlock = Annotated[
+    Annotated[TextBlock, tag("text")] | Annotated[DocumentBlock, tag("document")] | Annotated[ImageBlock, tag("image")]
+    | Annotated[ToolResultBlock, tag("tool_result")] | Annotated[RedactedThinkingBlock, tag("redacted_thinking")],
+    kinds("{param} {kind} is not supported in a user message."),
+]
+AssistantBlock = Annotated[
+    Annotated[TextBlock, tag("text")] | Annotated[ThinkingBlock, tag("thinking")] | Annotated[ToolUseBlock, tag("tool_use")]
+    | Annotated[RedactedThinkingBlock, tag("redacted_thinking")],
+    kinds("{param} {kind} is not supported in an assistant message."),
+]
+SystemBlock = Annotated[Annotated[TextBlock, tag("text")], kinds("{param} must be 'text'.")]
 
 
 def as_blocks(value: Any) -> Any:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AfterValidator, BeforeValidator, PlainValidator, model_validator
+from pydantic import AfterValidator, BeforeValidator, model_validator
 
 from macapp.core.serving.requests import (
     ChatMessage,
@@ -38,7 +38,7 @@ from macapp.server.requests.anthropic_blocks import (
     as_blocks,
     result_content,
 )
-from macapp.server.requests.common import Model, Refusal, StopSequences, integer, number, refused, sampling_for, tagged
+from macapp.server.requests.common import WHOLE, Count, Fraction, Model, Refusal, StopSequences, bounds, kinds, sampling_for, tag
 
 ERROR_RESULT_PREFIX = "Error: "  # a tool_result with is_error, as the model reads it (the template has no flag)
 # thinking.display: "omitted" sends thinking blocks without their text; "summarized", Claude Code's "updates"
@@ -69,7 +69,7 @@ class UserMessage(Model):
                     texts.append(text)
                 case DocumentBlock():
                     texts.append(block.text() + "\n\n")
-                case ImageBlock(source=image):
+                case ImageBlock(image=image):
                     images.append(image)
                 case ToolResultBlock(tool_use_id=call_id):
                     text, pictures = result_content(block.content)
@@ -110,11 +110,10 @@ class SystemMessage(Model):
     content: Annotated[list[SystemBlock], BeforeValidator(as_blocks)]
 
 
-Message = tagged(
-    {"user": UserMessage, "assistant": AssistantMessage, "system": SystemMessage},
-    refused("{param} {kind} is not 'user', 'assistant' or 'system'.", ".role", key="role"),
-    key="role",
-)
+Message = Annotated[
+    Annotated[UserMessage, tag("user")] | Annotated[AssistantMessage, tag("assistant")] | Annotated[SystemMessage, tag("system")],
+    kinds("{param} {kind} is not 'user', 'assistant' or 'system'.", field="role"),
+]
 
 
 def _some_messages(messages: list[Any]) -> list[Any]:
@@ -192,25 +191,24 @@ class AdaptiveThinking(_Thinking):
 
 class EnabledThinking(_Thinking):
     on: ClassVar[bool] = True
-    budget_tokens: integer(minimum=0) | None = None
+    budget_tokens: Annotated[int, WHOLE, bounds(0)] | None = None
 
     @property
     def budget(self) -> int | None:
         return self.budget_tokens
 
 
-def _other_thinking(value: Any) -> ThinkingOff:
+def _thinking_kind(value: Any) -> Any:
     if not isinstance(value, dict):
-        raise Refusal("{param} must be an object.")
-    if value:
-        raise Refusal(f"{{param}} {value.get('type')!r} is not 'enabled', 'adaptive', 'disabled' or 'between_tools'.", ".type")
-    return ThinkingOff()
+        return None
+    return "disabled" if not value else value.get("type")  # {}: off
 
 
-Thinking = tagged(
-    {"enabled": EnabledThinking, "adaptive": AdaptiveThinking, "disabled": ThinkingOff, "between_tools": ThinkingOff},
-    Annotated[ThinkingOff, PlainValidator(_other_thinking)],
-)
+Thinking = Annotated[
+    Annotated[EnabledThinking, tag("enabled")] | Annotated[AdaptiveThinking, tag("adaptive")]
+    | Annotated[ThinkingOff, tag("disabled")] | Annotated[ThinkingOff, tag("between_tools")],
+    kinds("{param} {kind} is not 'enabled', 'adaptive', 'disabled' or 'between_tools'.", tag_of=_thinking_kind),
+]
 
 
 class OutputConfig(Model):
@@ -225,8 +223,6 @@ class OutputConfig(Model):
 
 # ------------------------------------------------------------------------------------------------ the body
 
-Count = integer(minimum=1)
-Fraction = number(0, 1)
 
 
 class CountTokensBody(Model):
@@ -239,7 +235,7 @@ class CountTokensBody(Model):
     max_tokens: Count | None = None
     temperature: Fraction | None = None
     top_p: Fraction | None = None
-    top_k: integer(minimum=0) | None = None
+    top_k: Annotated[int, WHOLE, bounds(0)] | None = None
     tools: list[Tool] | None = None
     tool_choice: ToolChoiceBody | None = None
     stop_sequences: StopSequences = ()

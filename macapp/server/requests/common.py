@@ -11,12 +11,12 @@ import binascii
 import json
 import math
 import re
-from typing import Annotated, Any, Callable, Union
+from typing import Annotated, Any, Callable
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, PlainValidator, Tag
 
 from macapp.core.sampling import SamplingParams, preset
-from macapp.core.serving.requests import ImagePart
+from macapp.core.picture_data import ImagePart
 from macapp.server.errors import ApiError, invalid
 from macapp.server.fields import MAX_DEPTH, check_structure
 
@@ -41,39 +41,45 @@ class Refusal(ValueError):
         self.suffix = suffix
 
 
-def tagged(members: dict[str, Any], other: Any, key: str | Callable[[Any], Any] = "type", default: str | None = None) -> Any:
-    """A union chosen by `value[key]` (`default` when the key is absent; or by `key(value)`): the member of that
-    name, else `other` (another name, a name that is not a string, a value that is not an object)."""
-
-    def tag_of(value: Any) -> str:
-        if callable(key):
-            name = key(value)
-        else:
-            name = value.get(key, default) if isinstance(value, dict) else None
-        return TAG_MARK + name if isinstance(name, str) and name in members else TAG_MARK
-
-    choices = [Annotated[kind, Tag(TAG_MARK + name)] for name, kind in members.items()]
-    return Annotated[Union[tuple([*choices, Annotated[other, Tag(TAG_MARK)]])], Discriminator(tag_of)]
+UNSUPPORTED = "unsupported_kind:"  # + the field: a union given a kind it has no member for (reading.refusal_of)
 
 
-def refused(template: str, suffix: str = ".type", key: str = "type") -> Any:
-    """A union's `other`: an object is refused with `template` ({kind}: its `key` as sent), anything else as not
-    an object."""
+def tag(name: str) -> Tag:
+    """A union member's name (marked: see TAG_MARK)."""
+    return Tag(TAG_MARK + name)
 
-    def refuse(value: Any) -> Any:
-        if not isinstance(value, dict):
-            raise Refusal("{param} must be an object.")
-        raise Refusal(template.replace("{kind}", repr(value.get(key))), suffix)
 
-    return Annotated[Any, PlainValidator(refuse)]
+def kinds(refusal: str, field: str = "type", default: str | None = None, tag_of: Callable[[Any], Any] | None = None) -> Discriminator:
+    """Chooses a union's member by `value[field]` (`default` when absent), or by `tag_of(value)`: the member tagged
+    with that name. Any other kind is refused with `refusal` ({param}: `field`'s name, {kind}: its value as sent);
+    a value that is not an object, as not an object."""
+
+    def chosen(value: Any) -> str | None:
+        name = tag_of(value) if tag_of is not None else value.get(field, default) if isinstance(value, dict) else None
+        return TAG_MARK + name if isinstance(name, str) else None
+
+    # No custom_error_context: a dict in it makes the annotation unhashable (`X | None` hashes it).
+    return Discriminator(chosen, custom_error_type=UNSUPPORTED + field, custom_error_message=refusal)
+
+
+def refuse(template: str, suffix: str = ".type") -> PlainValidator:
+    """A union member that takes no value: `template` ({param}, {at}) says why."""
+
+    def refusing(value: Any) -> Any:
+        raise Refusal(template, suffix)
+
+    return PlainValidator(refusing)
 
 
 def _whole(value: Any) -> Any:
     return int(value) if isinstance(value, float) and value.is_integer() else value  # False for NaN and infinities
 
 
-def integer(minimum: int | None = None, maximum: int | None = None) -> Any:
-    """An integer (5.0 too, as JSON writers may send it) within the bounds given."""
+WHOLE = BeforeValidator(_whole)  # an integer: 5.0 too, as JSON writers may send it
+
+
+def bounds(minimum: int | None = None, maximum: int | None = None) -> AfterValidator:
+    """An integer from `minimum` to `maximum` (None: no bound)."""
 
     def in_range(value: int) -> int:
         if minimum is not None and value < minimum:
@@ -82,11 +88,11 @@ def integer(minimum: int | None = None, maximum: int | None = None) -> Any:
             raise Refusal(f"{{param}} must be at most {maximum}, not {value}.")
         return value
 
-    return Annotated[int, BeforeValidator(_whole), AfterValidator(in_range)]
+    return AfterValidator(in_range)
 
 
-def number(low: float, high: float) -> Any:
-    """A finite number from `low` to `high` (an integer too), as a float."""
+def within(low: float, high: float) -> PlainValidator:
+    """A finite number (an integer too) from `low` to `high`, as a float."""
 
     def check(value: Any) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or (isinstance(value, float) and not math.isfinite(value)):
@@ -95,10 +101,12 @@ def number(low: float, high: float) -> Any:
             raise Refusal(f"{{param}} must be between {low:g} and {high:g}, not {value}.")
         return float(value)
 
-    return Annotated[float, PlainValidator(check)]
+    return PlainValidator(check)
 
 
-Seed = integer(0, MAX_SEED)  # a sampling seed: what MLX's generator takes
+Seed = Annotated[int, WHOLE, bounds(0, MAX_SEED)]  # a sampling seed: what MLX's generator takes
+Count = Annotated[int, WHOLE, bounds(1)]  # max_tokens and the like
+Fraction = Annotated[float, within(0, 1)]  # top_p, min_p, Anthropic's temperature
 
 
 def _stop(value: Any) -> tuple[str, ...]:

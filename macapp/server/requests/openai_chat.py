@@ -15,10 +15,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator, PlainValidator, model_validator
 
+from macapp.core.picture_data import ImagePart
 from macapp.core.serving.requests import (
     ChatMessage,
     CompletionRequest,
-    ImagePart,
     Role,
     ToolCall,
     ToolChoice,
@@ -27,18 +27,21 @@ from macapp.core.serving.requests import (
 )
 from macapp.server.errors import invalid
 from macapp.server.requests.common import (
+    WHOLE,
     Arguments,
+    Count,
+    Fraction,
     LogitBias,
     Model,
     Refusal,
     Seed,
     StopSequences,
+    bounds,
     data_url_image,
-    integer,
-    number,
-    refused,
+    kinds,
     sampling_for,
-    tagged,
+    tag,
+    within,
 )
 
 
@@ -65,10 +68,10 @@ class ImageUrlPart(Model):
     image_url: Annotated[ImagePart, PlainValidator(_image_url)]
 
 
-Part = tagged(
-    {"text": TextPart, "input_text": TextPart, "image_url": ImageUrlPart},
-    refused("{param} {kind} is not supported (use 'text' or 'image_url')."),
-)
+Part = Annotated[
+    Annotated[TextPart, tag("text")] | Annotated[TextPart, tag("input_text")] | Annotated[ImageUrlPart, tag("image_url")],
+    kinds("{param} {kind} is not supported (use 'text' or 'image_url')."),
+]
 
 
 def _as_parts(value: Any) -> Any:
@@ -84,11 +87,11 @@ def _as_parts(value: Any) -> Any:
 Content = Annotated[list[Part], BeforeValidator(_as_parts)]  # a string, null, or content parts
 
 
-def _text(parts: list[Any]) -> str:
+def _text(parts: list[Part]) -> str:
     return "".join(p.text for p in parts if isinstance(p, TextPart))
 
 
-def _images(parts: list[Any]) -> tuple[ImagePart, ...]:
+def _images(parts: list[Part]) -> tuple[ImagePart, ...]:
     return tuple(p.image_url for p in parts if isinstance(p, ImageUrlPart))
 
 
@@ -131,10 +134,15 @@ class ToolCallItem(Model):
         return ToolCall(self.id or f"call_{uuid.uuid4().hex[:24]}", self.function.name, self.function.arguments)
 
 
+def _none_if_empty(value: Any) -> Any:
+    """Clients send `tool_calls: {}`, "" or false for none: taken as none, as the API always has."""
+    return value if value else None
+
+
 class AssistantMessage(_Message):
     reasoning_content: str | None = None
     reasoning: str | None = None  # what some clients (opencode's) send back instead
-    tool_calls: list[ToolCallItem] | None = None
+    tool_calls: Annotated[list[ToolCallItem] | None, BeforeValidator(_none_if_empty)] = None
 
     @model_validator(mode="after")
     def _text_only(self) -> AssistantMessage:
@@ -155,14 +163,11 @@ class ToolMessage(_Message):
         return ChatMessage(Role.TOOL, text, tool_call_id=self.tool_call_id, name=self.name, images=images)
 
 
-Message = tagged(
-    {
-        "system": SystemMessage, "developer": SystemMessage, "user": UserMessage, "assistant": AssistantMessage,
-        "tool": ToolMessage,
-    },
-    refused("{param} {kind} is not one of 'system', 'developer', 'user', 'assistant', 'tool'.", ".role", key="role"),
-    key="role",
-)
+Message = Annotated[
+    Annotated[SystemMessage, tag("system")] | Annotated[SystemMessage, tag("developer")] | Annotated[UserMessage, tag("user")]
+    | Annotated[AssistantMessage, tag("assistant")] | Annotated[ToolMessage, tag("tool")],
+    kinds("{param} {kind} is not one of 'system', 'developer', 'user', 'assistant', 'tool'.", field="role"),
+]
 
 
 # ------------------------------------------------------------------------------------------------ tools
@@ -217,20 +222,14 @@ def _choice_kind(value: Any) -> Any:
     return value.get("type", "function") if isinstance(value, dict) else None
 
 
-def _refuse_choice(value: Any) -> Any:
-    if not isinstance(value, dict):
-        raise Refusal("{param} must be an object.")
-    raise Refusal(f"{{param}} type {value.get('type')!r} is not supported (only 'function' and 'allowed_tools').", ".type")
+ToolChoiceValue = Annotated[
+    Annotated[ToolChoiceMode, PlainValidator(_mode), tag("mode")] | Annotated[NamedFunction, tag("function")]
+    | Annotated[AllowedToolsChoice, tag("allowed_tools")],
+    kinds("{at} type {kind} is not supported (only 'function' and 'allowed_tools').", tag_of=_choice_kind),
+]
 
 
-ToolChoiceValue = tagged(
-    {"mode": Annotated[ToolChoiceMode, PlainValidator(_mode)], "function": NamedFunction, "allowed_tools": AllowedToolsChoice},
-    Annotated[Any, PlainValidator(_refuse_choice)],
-    key=_choice_kind,
-)
-
-
-def _tool_choice(value: Any, tools: tuple[ToolSpec, ...]) -> ToolChoice:
+def _tool_choice(value: ToolChoiceValue | None, tools: tuple[ToolSpec, ...]) -> ToolChoice:
     names = {t.name for t in tools}
     match value:
         case None:
@@ -248,7 +247,7 @@ def _tool_choice(value: Any, tools: tuple[ToolSpec, ...]) -> ToolChoice:
                 raise invalid(f"tool_choice.allowed_tools names {', '.join(map(repr, unknown))}, not in tools.", param="tool_choice.allowed_tools.tools")
             mode = ToolChoiceMode.AUTO if allowed.mode == "auto" else ToolChoiceMode.REQUIRED
             return ToolChoice(mode, allowed=tuple(chosen))
-    raise TypeError(f"not a tool choice: {value!r}")
+    raise TypeError(f"not a tool choice: {value!r}")  # unreachable: the union has no other member
 
 
 # ------------------------------------------------------------------------------------------------ the body
@@ -299,12 +298,10 @@ def _some_messages(messages: list[Any]) -> list[Any]:
     return messages
 
 
-Count = integer(minimum=1)
-TopK = integer(minimum=-1)  # vLLM's -1 means "off"
-Temperature = number(0, 2)
-Fraction = number(0, 1)
-Penalty = number(-2, 2)
-RepetitionPenalty = number(0.01, 10)  # vLLM's extra
+TopK = Annotated[int, WHOLE, bounds(-1)]  # vLLM's -1 means "off"
+Temperature = Annotated[float, within(0, 2)]
+Penalty = Annotated[float, within(-2, 2)]
+RepetitionPenalty = Annotated[float, within(0.01, 10)]  # vLLM's extra
 
 
 class ChatCompletionBody(Model):

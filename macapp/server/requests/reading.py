@@ -10,7 +10,7 @@ from pydantic_core import ErrorDetails
 
 from macapp.server.errors import ApiError, invalid
 from macapp.server.fields import note_ignored
-from macapp.server.requests.common import TAG_MARK, Model, Refusal
+from macapp.server.requests.common import TAG_MARK, UNSUPPORTED, Model, Refusal
 
 M = TypeVar("M", bound=Model)
 
@@ -41,9 +41,23 @@ def refusal_of(error: ErrorDetails) -> ApiError:
     param = param_of(error["loc"])
     cause = (error.get("ctx") or {}).get("error")
     if isinstance(cause, Refusal):
-        at, param = param, param + cause.suffix
-        return invalid(cause.template.replace("{at}", at or "The body").replace("{param}", param or "The body"), param=param or None)
+        return _refused(cause.template, param, cause.suffix)
+    if error["type"].startswith(UNSUPPORTED):
+        return _unsupported(error, param)
     return invalid(_message(error, param or "The body"), param=param or None)
+
+
+def _refused(template: str, at: str, suffix: str = "") -> ApiError:
+    param = at + suffix
+    return invalid(template.replace("{at}", at or "The body").replace("{param}", param or "The body"), param=param or None)
+
+
+def _unsupported(error: ErrorDetails, at: str) -> ApiError:
+    """A union given a kind it has no member for (common.kinds): its refusal names the kind."""
+    value, field = error.get("input"), error["type"].removeprefix(UNSUPPORTED)
+    if not isinstance(value, dict):
+        return _refused("{param} must be an object.", at)
+    return _refused(error["msg"].replace("{kind}", repr(value.get(field))), at, f".{field}")
 
 
 def param_of(loc: tuple[int | str, ...]) -> str:

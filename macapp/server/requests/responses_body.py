@@ -17,7 +17,7 @@ from pydantic import AfterValidator, PlainValidator, PrivateAttr, model_validato
 
 from macapp.core.serving.requests import ChatMessage, CompletionRequest, Role, ToolChoice, ToolChoiceMode, ToolSpec
 from macapp.server.errors import invalid
-from macapp.server.requests.common import Model, Refusal, integer, number, sampling_for, tagged
+from macapp.server.requests.common import Count, Fraction, Model, Refusal, kinds, sampling_for, tag, within
 from macapp.server.requests.responses_input import Input, conversation
 
 # reasoning.effort: none / minimal are thinking off; the others on, with a thinking budget (None: the engine's own).
@@ -63,13 +63,10 @@ def _tool_kind(value: Any) -> Any:
     return "function" if kind == "function" else "left_out" if isinstance(kind, str) else None
 
 
-def _refuse_tool(value: Any) -> Any:
-    if not isinstance(value, dict):
-        raise Refusal("{param} must be an object.")
-    raise Refusal("{param} must be a string.", ".type")
-
-
-Tool = tagged({"function": FunctionTool, "left_out": LeftOutTool}, Annotated[Any, PlainValidator(_refuse_tool)], key=_tool_kind)
+Tool = Annotated[
+    Annotated[FunctionTool, tag("function")] | Annotated[LeftOutTool, tag("left_out")],
+    kinds("{param} must be a string.", tag_of=_tool_kind),
+]
 
 
 def _mode(value: Any) -> ToolChoiceMode:
@@ -82,13 +79,16 @@ class NamedTool(Model):
     name: str
 
 
-def _other_allowed(value: Any) -> None:
+def _allowed_kind(value: Any) -> Any:
     if not isinstance(value, dict):
-        raise Refusal("{param} must be an object.")
-    return None  # a hosted tool: left out, as in tools
+        return None
+    return "function" if value.get("type", "function") == "function" else "left_out"
 
 
-AllowedTool = tagged({"function": NamedTool}, Annotated[None, PlainValidator(_other_allowed)], default="function")
+AllowedTool = Annotated[
+    Annotated[NamedTool, tag("function")] | Annotated[LeftOutTool, tag("left_out")],  # a hosted one: left out, as in tools
+    kinds("{param} must be an object.", tag_of=_allowed_kind),
+]
 
 
 class AllowedTools(Model):
@@ -107,20 +107,14 @@ def _choice_kind(value: Any) -> Any:
     return "hosted" if isinstance(kind, str) and kind in _HOSTED_CHOICES else kind
 
 
-def _refuse_choice(value: Any) -> Any:
-    if not isinstance(value, dict):
-        raise Refusal("{param} must be an object.")
-    raise Refusal(f"{{param}} {value.get('type')!r} is not supported ('function', 'allowed_tools' or a string).", ".type")
+ToolChoiceValue = Annotated[
+    Annotated[ToolChoiceMode, PlainValidator(_mode), tag("mode")] | Annotated[NamedTool, tag("function")]
+    | Annotated[AllowedTools, tag("allowed_tools")] | Annotated[HostedChoice, tag("hosted")],
+    kinds("{param} {kind} is not supported ('function', 'allowed_tools' or a string).", tag_of=_choice_kind),
+]
 
 
-ToolChoiceValue = tagged(
-    {"mode": Annotated[ToolChoiceMode, PlainValidator(_mode)], "function": NamedTool, "allowed_tools": AllowedTools, "hosted": HostedChoice},
-    Annotated[Any, PlainValidator(_refuse_choice)],
-    key=_choice_kind,
-)
-
-
-def _tool_choice(value: Any, tools: tuple[ToolSpec, ...]) -> ToolChoice:
+def _tool_choice(value: ToolChoiceValue | None, tools: tuple[ToolSpec, ...]) -> ToolChoice:
     names = {t.name for t in tools}
     match value:
         case ToolChoiceMode():
@@ -130,7 +124,7 @@ def _tool_choice(value: Any, tools: tuple[ToolSpec, ...]) -> ToolChoice:
                 raise invalid(f"tool_choice names {name!r}, which is not in tools.", param="tool_choice.name")
             return ToolChoice(ToolChoiceMode.FUNCTION, name)
         case AllowedTools(mode=mode, tools=allowed):
-            chosen = [t.name for t in allowed if t is not None]
+            chosen = [t.name for t in allowed if isinstance(t, NamedTool)]
             unknown = sorted(set(chosen) - names)
             if unknown:
                 raise invalid(f"tool_choice.tools names {', '.join(map(repr, unknown))}, not in tools.", param="tool_choice.tools")
@@ -197,9 +191,7 @@ def _metadata(value: Any) -> dict[str, str] | None:
 
 # ------------------------------------------------------------------------------------------------ the body
 
-Count = integer(minimum=1)
-Temperature = number(0, 2)
-Fraction = number(0, 1)
+Temperature = Annotated[float, within(0, 2)]
 
 
 class ResponsesBody(Model):
@@ -230,7 +222,7 @@ class ResponsesBody(Model):
     @model_validator(mode="wrap")
     @classmethod
     def _keep_sent(cls, value: Any, handler: Any) -> ResponsesBody:
-        body = handler(value)
+        body: ResponsesBody = handler(value)
         if isinstance(value, dict):
             body._sent = {"tools": value.get("tools") or [], "tool_choice": value.get("tool_choice")}
         return body

@@ -15,8 +15,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, PlainValidator
 
-from macapp.core.serving.requests import ChatMessage, ImagePart, Role, ToolCall
-from macapp.server.requests.common import Arguments, Model, Refusal, data_url_image, refused, tagged
+from macapp.core.picture_data import ImagePart
+from macapp.core.serving.requests import ChatMessage, Role, ToolCall
+from macapp.server.requests.common import Arguments, Model, Refusal, data_url_image, kinds, refuse, tag
 
 ROLES = {"system": Role.SYSTEM, "developer": Role.SYSTEM, "user": Role.USER, "assistant": Role.ASSISTANT}
 # Output items of tools that run elsewhere (OpenAI's servers, the client's shell): nothing here can replay them.
@@ -50,14 +51,12 @@ class InputImagePart(Model):
     image_url: Annotated[ImagePart, PlainValidator(_input_image)] = Field(default=None, validate_default=True)
 
 
-Part = tagged(
-    {
-        "input_text": TextPart, "output_text": TextPart, "text": TextPart, "refusal": RefusalPart,
-        "input_image": InputImagePart,
-        "input_file": refused("{at}: input_file is not supported: send the file's text as input_text."),
-    },
-    refused("{param} {kind} is not supported (input_text, output_text, input_image)."),
-)
+Part = Annotated[
+    Annotated[TextPart, tag("input_text")] | Annotated[TextPart, tag("output_text")] | Annotated[TextPart, tag("text")]
+    | Annotated[RefusalPart, tag("refusal")] | Annotated[InputImagePart, tag("input_image")]
+    | Annotated[None, refuse("{at}: input_file is not supported: send the file's text as input_text."), tag("input_file")],
+    kinds("{param} {kind} is not supported (input_text, output_text, input_image)."),
+]
 
 
 def _as_parts(value: Any) -> Any:
@@ -73,7 +72,7 @@ def _as_parts(value: Any) -> Any:
 Content = Annotated[list[Part], BeforeValidator(_as_parts)]  # a message's (or a tool output's): a string or parts
 
 
-def text_and_images(parts: list[Any]) -> tuple[str, tuple[ImagePart, ...]]:
+def text_and_images(parts: list[Part]) -> tuple[str, tuple[ImagePart, ...]]:
     texts, images = [], []
     for part in parts:
         match part:
@@ -140,8 +139,8 @@ class ReasoningItem(Model):
     def text(self) -> str:
         """Its reasoning_text content when sent, else its summary (what this server writes); "" for
         encrypted_content only (another server's, unreadable here)."""
-        for parts, kinds in ((self.content, ("reasoning_text", "text")), (self.summary, ("summary_text",))):
-            texts = [p.text or "" for p in parts or () if p.type in kinds]
+        for parts, types in ((self.content, ("reasoning_text", "text")), (self.summary, ("summary_text",))):
+            texts = [p.text or "" for p in parts or () if p.type in types]
             if texts:
                 return "\n".join(texts)
         return ""
@@ -151,18 +150,19 @@ class SkippedItem(Model):
     pass
 
 
-Item = tagged(
-    {
-        "message": Annotated[MessageItem, AfterValidator(_pictures_from_users)],
-        "function_call": FunctionCallItem, "custom_tool_call": CustomToolCallItem,
-        "function_call_output": OutputItem, "custom_tool_call_output": OutputItem,
-        "reasoning": ReasoningItem,
-        "item_reference": refused("{at}: item_reference is not supported: send the items themselves, or previous_response_id."),
-        **{kind: SkippedItem for kind in SKIPPED_ITEMS},
-    },
-    refused("{param} {kind} is not a supported input item."),
-    default="message",
-)
+def _item_kind(value: Any) -> Any:
+    kind = value.get("type", "message") if isinstance(value, dict) else None
+    return "skipped" if isinstance(kind, str) and kind in SKIPPED_ITEMS else kind
+
+
+Item = Annotated[
+    Annotated[MessageItem, AfterValidator(_pictures_from_users), tag("message")]
+    | Annotated[FunctionCallItem, tag("function_call")] | Annotated[CustomToolCallItem, tag("custom_tool_call")]
+    | Annotated[OutputItem, tag("function_call_output")] | Annotated[OutputItem, tag("custom_tool_call_output")]
+    | Annotated[ReasoningItem, tag("reasoning")] | Annotated[SkippedItem, tag("skipped")]
+    | Annotated[None, refuse("{at}: item_reference is not supported: send the items themselves, or previous_response_id."), tag("item_reference")],
+    kinds("{param} {kind} is not a supported input item.", tag_of=_item_kind),
+]
 
 
 def _as_items(value: Any) -> Any:
@@ -209,7 +209,7 @@ class Turns:
         else:
             self.add(ChatMessage(Role.ASSISTANT, "", tool_calls=(call,)))
 
-    def read(self, item: Any) -> None:
+    def read(self, item: Item) -> None:
         match item:
             case MessageItem():
                 self._add_message(item.to_message())
@@ -231,7 +231,7 @@ class Turns:
             self.add(message)
 
 
-def conversation(items: list[Any], previous: tuple[ChatMessage, ...] = ()) -> tuple[ChatMessage, ...]:
+def conversation(items: list[Item], previous: tuple[ChatMessage, ...] = ()) -> tuple[ChatMessage, ...]:
     """The items after the previous response's conversation (if any)."""
     turns = Turns(messages=list(previous), call_names={c.id: c.name for m in previous for c in m.tool_calls})
     for item in items:
