@@ -13,6 +13,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import tempfile  # noqa: E402
 
+import mlx.core as mx  # noqa: E402
+
+# Compiled here, not in the processes the tests start (they inherit MLX_DISABLE_COMPILE=1 and start fast): the
+# tiny models' DeltaNet reads a prompt one step per token, and mlx-lm's compiled step is ~2.5x faster on the CPU.
+mx.enable_compile()
+
 # huggingface_hub freezes HF_HOME/HF_HUB_OFFLINE at import: point its defaults at a throwaway folder, never the
 # user's real cache, and import it now so no test's monkeypatched environment gets frozen in by accident.
 os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="qwen-desk-tests-hf-")
