@@ -24,7 +24,10 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    import mlx.core as mx
 
 YARN_FACTORS = (2, 4)
 CARD_NATIVE = 262_144
@@ -160,18 +163,24 @@ def query_block(heads: int, queries: int, keys: int, limit: int = SCORES_BLOCK_B
     return max(1, limit // per_row)
 
 
-def blocked_attention(queries, keys, values, cache, scale: float, mask, sinks=None, limit: int | None = None):
+def blocked_attention(
+    queries: mx.array, keys: Any, values: Any, cache: Any, scale: float, mask: mx.array | str | None,
+    sinks: mx.array | None = None, limit: int | None = None,
+) -> mx.array:
     """mlx-lm's scaled_dot_product_attention, reading the queries of a long prefill chunk in blocks so that the
     materialised scores stay under SCORES_BLOCK_BYTES; short inputs go straight through."""
     import mlx.core as mx
-    from mlx_lm.models.base import scaled_dot_product_attention as whole
+    from mlx_lm.models import base
+
+    # mlx-lm annotates `mask` as an array, yet its own attention layers pass "causal", which it handles
+    whole: Callable[..., mx.array] = base.scaled_dot_product_attention
 
     n_queries = queries.shape[2]
     n_keys = (keys[0] if isinstance(keys, (tuple, list)) else keys).shape[-2]  # quantized: (packed, scales, biases)
     block = query_block(queries.shape[1], n_queries, n_keys, SCORES_BLOCK_BYTES if limit is None else limit)
     if n_queries <= 8 or block >= n_queries or (mask is not None and not isinstance(mask, (str, mx.array))):
         return whole(queries, keys, values, cache, scale, mask, sinks)
-    parts = []
+    parts: list[mx.array] = []
     for start in range(0, n_queries, block):
         end = min(start + block, n_queries)
         q = queries[:, :, start:end]
@@ -188,7 +197,8 @@ def blocked_attention(queries, keys, values, cache, scale: float, mask, sinks=No
     return mx.concatenate(parts, axis=2)
 
 
-def _upto(kv, n: int):
+def _upto(kv: Any, n: int) -> Any:
+    """The first `n` positions of a KV buffer (an array, or a quantized layer's (packed, scales, biases))."""
     if isinstance(kv, (tuple, list)):
         return tuple(part[..., :n, :] for part in kv)
     return kv[..., :n, :]

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from macapp.core.engine.clock import STATS_INTERVAL_S, TurnClock
 from macapp.core.engine.reply import StreamedReply, close_text_for, deliver, leading_space
-from macapp.core.events import PromptProgress, Reply, StatsUpdate
+from macapp.core.events import GenerationStats, PromptProgress, Reply, StatsUpdate
 from macapp.core.sampling import SamplingParams
 from macapp.core.thinking import ThinkingSplitter
 
@@ -134,7 +134,8 @@ class SequenceReply:
 
     def _flush_detokenizer(self) -> str:
         self.detokenizer.finalize()
-        return self.detokenizer.last_segment
+        segment: str = self.detokenizer.last_segment
+        return segment
 
     def _text(self, text: str) -> None:
         if not text:
@@ -144,7 +145,7 @@ class SequenceReply:
             text = leading_space(self.model.tokenizer, self.generated[self.stream_start :], text)
         deliver(self.emit, self.splitter.feed(text))
 
-    def _stats(self, now: float, finish: str | None):
+    def _stats(self, now: float, finish: str | None) -> GenerationStats:
         return self.clock.stats(
             last_token_at=self.last_token_at or now, now=now, generated=len(self.generated), reasoning=self.reasoning,
             forced=self.forced, context=self.cached + len(self.added), finish=finish,

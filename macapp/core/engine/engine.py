@@ -10,6 +10,7 @@ from macapp.core import events as ev
 from macapp.core.engine import model_folder
 from macapp.core.engine.batch import BatchLoop
 from macapp.core.engine.jobs import Job
+from macapp.core.engine.messages import ChatMessage
 from macapp.core.engine.model_folder import LoadedModel
 from macapp.core.engine.model_proxy import close_proxy
 from macapp.core.engine.options import SessionOptions
@@ -40,7 +41,7 @@ class Engine:
         self._jobs: weakref.WeakSet[Job] = weakref.WeakSet()
         self._batch: BatchLoop | None = None
         self._batch_for: LoadedModel | None = None
-        self._servers: weakref.WeakSet = weakref.WeakSet()  # the local API servers on this engine (serve_from)
+        self._servers: weakref.WeakSet[object] = weakref.WeakSet()  # the local API servers on this engine (serve_from)
 
     def submit(self, kind: str, work: Callable[[Job], None]) -> Job:
         """Run `work(job)` on the worker thread (for engine extensions and tests)."""
@@ -127,7 +128,7 @@ class Engine:
         self._model = None
 
     # -- model -----------------------------------------------------------------------------------------
-    def load(self, spec: str | os.PathLike, context: int | None = None) -> Job:
+    def load(self, spec: str | os.PathLike[str], context: int | None = None) -> Job:
         """Load a model folder or a downloaded repo; the Loaded event reports load time and memory. A `context`
         past the model's native length loads it in long-context mode (YaRN; model_folder.load_model)."""
 
@@ -181,7 +182,7 @@ class Engine:
     def new_session(
         self,
         system_prompt: str | None = None,
-        messages: list[dict] | None = None,
+        messages: list[ChatMessage] | None = None,
         options: SessionOptions | None = None,
     ) -> ChatSession:
         """A conversation; `messages` (role/content[/reasoning] dicts) reopens a saved one."""

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from macapp.core.cache_layers import CacheLayers
+
 
 class ModelProxy:
     """A loaded model as the runtime calls it, run elsewhere or otherwise. Subclasses implement the calls."""
@@ -24,7 +26,7 @@ class ModelProxy:
         """The model the calls end up in (this process's part of it)."""
         raise NotImplementedError
 
-    def make_cache(self) -> list:
+    def make_cache(self) -> CacheLayers:
         raise NotImplementedError
 
     def __call__(self, inputs: Any, cache: Any = None, input_embeddings: Any = None) -> Any:

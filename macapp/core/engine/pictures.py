@@ -14,13 +14,18 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 from macapp.core import events as ev
 from macapp.core.engine.errors import EngineError
+from macapp.core.engine.messages import ChatMessage
 from macapp.core.engine.model_proxy import pictures_refusal
 from macapp.core.vision.capability import folder_support, text_only_message
 from macapp.core.vision.images import ImageError, PreparedImage, image_from_bytes, open_image
+
+if TYPE_CHECKING:
+    from macapp.core.engine.model_folder import LoadedModel
+    from macapp.core.vision.runner import VisionModel
 
 Picture = str | Path | bytes | PreparedImage
 
@@ -44,7 +49,7 @@ def open_pictures(items: Iterable[Picture] | None, max_pixels: int | None = None
     return tuple(out)
 
 
-def vision_for(model: Any) -> Any:
+def vision_for(model: LoadedModel) -> VisionModel:
     """The VisionModel of a LoadedModel, attached into its tower slot on first use (reads only the tower's tensors)."""
     refusal = pictures_refusal(model.model)  # how the model is run (a proxy) decides first
     if refusal is not None:
@@ -67,12 +72,12 @@ def vision_for(model: Any) -> Any:
     return vision
 
 
-def attached_bytes(model: Any) -> int:
+def attached_bytes(model: LoadedModel) -> int:
     """The tower's bytes when it is attached to this model (it stays in memory for the model's lifetime), else 0."""
     return model.tower.attached_bytes
 
 
-def content_of(message: dict) -> Any:
+def content_of(message: ChatMessage) -> str | list[dict[str, str]]:
     """A message's content for the chat template: with pictures, one image part per picture, then the text."""
     images = message.get("images") or ()
     text = message.get("content") or ""
@@ -81,12 +86,12 @@ def content_of(message: dict) -> Any:
     return [{"type": "image"} for _ in images] + [{"type": "text", "text": text}]
 
 
-def pictures_in(messages: Sequence[dict]) -> list[PreparedImage]:
+def pictures_in(messages: Sequence[ChatMessage]) -> list[PreparedImage]:
     """Every picture of these messages, in order (what a prompt templated from them holds)."""
     return [image for message in messages for image in (message.get("images") or ())]
 
 
-def check_room(vision: Any, images: Sequence[PreparedImage], prompt_tokens: int, limit: int) -> None:
+def check_room(vision: VisionModel, images: Sequence[PreparedImage], prompt_tokens: int, limit: int) -> None:
     """EngineError(CONTEXT_LIMIT) when the pictures' image tokens cannot fit the context, before the tower runs."""
     counts = [vision.image_token_count(image) for image in images]
     total = prompt_tokens - len(images) + sum(counts)

@@ -5,30 +5,34 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Callable, Sequence
 
+from macapp.core.cache_layers import CacheLayers
 from macapp.core.engine.options import KVQuantization
 from macapp.core.sizing import DEFAULT_PREFILL_STEP
 
 if TYPE_CHECKING:
+    import mlx.core as mx
+
     from macapp.core.engine.model_folder import LoadedModel
 
 
-def wired_memory(model: "LoadedModel") -> AbstractContextManager:
+def wired_memory(model: "LoadedModel") -> AbstractContextManager[None]:
     """mlx-lm's wired_limit for this model: wrap one turn (its prefill and its reply stream) in it."""
     from mlx_lm.generate import generation_stream, wired_limit
 
-    return wired_limit(model.model, [generation_stream])
+    # mlx-lm's own generation_stream is a ThreadLocalStream, which its wired_limit annotates as a list of Stream
+    return wired_limit(model.model, [generation_stream])  # type: ignore[list-item]
 
 
 def prefill(
     model: "LoadedModel",
-    cache: list,
+    cache: CacheLayers,
     tokens: Sequence[int],
     *,
     step: int = DEFAULT_PREFILL_STEP,
     kv: KVQuantization = KVQuantization(),
     should_stop: Callable[[], bool] | None = None,
     on_progress: Callable[[int], None] | None = None,
-    embeddings=None,
+    embeddings: mx.array | None = None,
 ) -> int:
     """Read `tokens` into `cache` (a prompt cache of `model`, from mlx-lm's make_prompt_cache); return how many
     were read: all of them, unless `should_stop()` said yes before a chunk.
@@ -57,9 +61,9 @@ def prefill(
                 break
             n = min(step, total - done)
             if embeddings is None:
-                model.model(mx.array(tokens[done : done + n])[None], cache=cache)
+                model.model(mx.array(list(tokens[done : done + n]))[None], cache=cache)
             else:  # a turn with pictures: its embeddings hold the tower's features (vision.runner.EncodedTurn)
-                model.model(mx.array(tokens[done : done + n])[None], cache=cache, input_embeddings=embeddings[done : done + n][None])
+                model.model(mx.array(list(tokens[done : done + n]))[None], cache=cache, input_embeddings=embeddings[done : done + n][None])
             maybe_quantize_kv_cache(cache, **quantize)
             mx.eval([c.state for c in cache])
             done += n
