@@ -1,6 +1,6 @@
 """The base of every request model, the refusal a validator raises, and the field types the three APIs share.
 
-Models are strict (a string is not a number, 1 is not true, 5.0 is an integer only through `integer`) and ignore
+Models are strict (a string is not a number, 1 is not true, 5.0 is an integer only through WHOLE) and ignore
 fields they do not declare: agents send options a local model has no use for (reading.py logs them once).
 """
 
@@ -15,8 +15,8 @@ from typing import Annotated, Any, Callable
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, PlainValidator, Tag
 
-from macapp.core.sampling import SamplingParams, preset
 from macapp.core.picture_data import ImagePart
+from macapp.core.sampling import SamplingParams, preset
 from macapp.server.errors import ApiError, invalid
 from macapp.server.fields import MAX_DEPTH, check_structure
 
@@ -49,13 +49,13 @@ def tag(name: str) -> Tag:
     return Tag(TAG_MARK + name)
 
 
-def kinds(refusal: str, field: str = "type", default: str | None = None, tag_of: Callable[[Any], Any] | None = None) -> Discriminator:
-    """Chooses a union's member by `value[field]` (`default` when absent), or by `tag_of(value)`: the member tagged
-    with that name. Any other kind is refused with `refusal` ({param}: `field`'s name, {kind}: its value as sent);
-    a value that is not an object, as not an object."""
+def kinds(refusal: str, field: str = "type", tag_of: Callable[[Any], Any] | None = None) -> Discriminator:
+    """Chooses a union's member by `value[field]`, or by `tag_of(value)`: the member tagged with that name. Any
+    other kind is refused with `refusal` ({param}: `field`'s name, {kind}: its value as sent); a value that is not
+    an object, as not an object."""
 
     def chosen(value: Any) -> str | None:
-        name = tag_of(value) if tag_of is not None else value.get(field, default) if isinstance(value, dict) else None
+        name = tag_of(value) if tag_of is not None else value.get(field) if isinstance(value, dict) else None
         return TAG_MARK + name if isinstance(name, str) else None
 
     # No custom_error_context: a dict in it makes the annotation unhashable (`X | None` hashes it).
