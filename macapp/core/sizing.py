@@ -18,7 +18,7 @@ from macapp.core.context_limit import check_context
 from macapp.core.long_context import SCORE_BYTES, SCORES_BLOCK_BYTES, RopeInfo, factor_for, query_block
 from macapp.core.hardware import BANDWIDTH_EFFICIENCY, LAYER_COST_SCALE, MachineProfile
 from macapp.core.hub.mtp import MtpStatus, MtpWhere
-from macapp.core.vision.cost import VisionCost
+from macapp.core.fit.picture_cost import VisionCost
 
 KV_STEP = 256  # mlx-lm's KVCache grows in steps of 256 tokens
 DEFAULT_CONTEXT = 32768  # the context a fit is judged at unless the user picks one (CLI, window, downloads)

@@ -8,5 +8,7 @@ Modules:
   macapp.core.engine.prefill).
 - `cluster`: the same on several Macs: each host's share under a tensor or pipeline split (the split rule itself
   is macapp.core.cluster.split), the link's exchange time, how many Macs a build needs.
+- `picture_cost`: what pictures add: the vision tower's weight bytes and one picture's activations at the
+  processor's limits (ProcessorLimits, which the tower's runner also reads).
 - `advice`: the ways out of a too-big verdict, cheapest first (`advise`).
 """

@@ -25,7 +25,7 @@ from macapp.core.engine.prompt_cache import PromptCache
 from macapp.core.picture_data import ImagePart
 from macapp.core.serving.requests import INVALID_REQUEST
 from macapp.core.vision.dataurl import image_from_base64
-from macapp.core.vision.cost import ProcessorLimits
+from macapp.core.fit.picture_cost import ProcessorLimits
 from macapp.core.vision.images import DEFAULT_MAX_PIXELS, ImageError, PreparedImage
 
 

@@ -29,7 +29,7 @@ from macapp.core.hub.record import HubModelRecord, cached_record, refresh_record
 from macapp.core.hub.settings import hub_reachable, hub_settings
 from macapp.core.tensor_roles import TensorRole
 from macapp.core.vision.capability import folder_support, support_from_tensors
-from macapp.core.vision.cost import ProcessorLimits, VisionCost, vision_cost
+from macapp.core.fit.picture_cost import ProcessorLimits, VisionCost, vision_cost
 
 CATALOG_SEES = "every Qwen3.5 checkpoint sees; its own files confirm it on download or `qwen-desk models --refresh`"
 log = logging.getLogger(__name__)

@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # Pillow is imported on the first picture, not when the windo
 MAX_SOURCE_PIXELS = 40_000_000
 # Without a processor's own limit (Qwen3.5's preprocessor_config says 16,777,216 pixels).
 DEFAULT_MAX_PIXELS = 16_777_216
-# Qwen3.5's processor geometry (macapp/core/vision/cost.py ProcessorLimits): patch 16 x merge 2, at least 65,536 pixels.
+# Qwen3.5's processor geometry (macapp/core/fit/picture_cost.py ProcessorLimits): patch 16 x merge 2, at least 65,536 pixels.
 SIDE_FACTOR = 32
 MIN_PIXELS = 65_536
 ORIENTATION = 0x0112  # the EXIF tag

@@ -35,7 +35,7 @@ from mlx.utils import tree_flatten
 from macapp.core.cache_layers import CacheLayers
 from macapp.core.modelfiles import read_safetensors_header
 from macapp.core.vision.capability import is_tower_tensor
-from macapp.core.vision.cost import ProcessorLimits
+from macapp.core.fit.picture_cost import ProcessorLimits
 from macapp.core.vision.images import PreparedImage
 
 if TYPE_CHECKING:

@@ -1,11 +1,13 @@
-"""Vision sizing: the tower's bytes from vision_config match the real tensors; activations grow with the picture."""
+"""What pictures cost in memory (macapp.core.fit.picture_cost): the tower's bytes from vision_config match the real tensors; activations grow with the picture."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from macapp.core.vision import capability, cost
+from macapp.core.fit import picture_cost as cost
+from macapp.core.vision import capability
+from tests.fixtures.vision import tiny_vlm_path  # noqa: F401  (fixture)
 
 REFERENCE = Path(__file__).parents[1] / "recorded"  # copies of the published configs (shared/reference/configs)
 
