@@ -28,7 +28,7 @@ _DATA_URL = re.compile(r"^data:(?P<type>[\w.+-]+/[\w.+-]+)?(?:;[^,;]*)*;base64,(
 
 
 class Model(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore", frozen=True, arbitrary_types_allowed=True)
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
 
 
 class Refusal(ValueError):
