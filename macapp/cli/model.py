@@ -97,6 +97,6 @@ def mtp_notice(info: ev.Loaded, mode: str) -> str | None:
         return None
     return (
         f"qwen-desk: --mtp on: {info.name} has no usable MTP head here (its conversion dropped the mtp.* tensors and "
-        "none was fetched beside it, or the head does not fit the model); fetch it from the library "
-        "(\"MTP: ... MB to fetch\"). Replies are decoded without it."
+        f"none was fetched beside it, or the head does not fit the model); fetch it with `qwen-desk download {info.name} "
+        "--mtp` (the library says \"MTP: X MB to fetch\"). Replies are decoded without it."
     )

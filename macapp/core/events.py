@@ -55,6 +55,7 @@ class GenerationStats:
     mtp_accepted: int = 0  # of those, kept
     mtp_acceptance: float = 0.0  # mtp_accepted / mtp_drafted
     mtp_tokens_per_step: float = 0.0  # tokens each verify pass gave (kept drafts + the model's own)
+    mtp_passes: int = 0  # the main model's forward passes for the reply (plain decoding: one per token)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -25,6 +25,8 @@ def stats_summary(stats: Any) -> str:
         parts.append(f"{tokens:,} token{'' if tokens == 1 else 's'}")
     if stats.generation_tps:
         parts.append(f"{stats.generation_tps:.1f} tok/s")
+    if getattr(stats, "mtp_steps", 0):  # speculative decoding with the MTP head ran (engine.mtp_decode)
+        parts.append(f"MTP {stats.mtp_acceptance:.0%} accepted, {stats.mtp_tokens_per_step:.1f}/step")
     if stats.prompt_tps:
         label = f"prompt {prompt_tokens:,} tokens at " if prompt_tokens else "prompt at "
         pictures = getattr(stats, "image_tokens", None)

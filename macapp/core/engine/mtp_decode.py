@@ -107,6 +107,7 @@ class _Decoder:
             else:
                 logits = self.lm.lm_head(hidden)
         self.length += len(tokens)
+        self.counts.passes += 1
         return hidden, logits[0]
 
     def _read(self, tokens: list[int]) -> None:
@@ -222,6 +223,7 @@ class _Decoder:
         steps = generate_step(mx.array([b]), self.m.model, max_tokens=most, sampler=self.sampler, logits_processors=processors, prompt_cache=self.cache)
         try:
             for token, _ in steps:
+                self.counts.passes += 1
                 yield int(token)
         finally:
             steps.close()

@@ -18,13 +18,26 @@ from dataclasses import dataclass, field
 from macapp.core.engine.options import MTPMode
 
 MAX_DEPTH = 6
-MIN_ROUNDS = 3  # rounds measured before "auto" may turn MTP off
-PLAIN_PROBES = 2  # plain steps timed at the start of a conversation (the baseline MTP must beat)
-_EMA = 0.3  # weight of the newest measurement
+MIN_ROUNDS = 2  # rounds measured before "auto" may turn MTP off
+PLAIN_PROBES = 3  # plain steps timed at the start of a conversation (the baseline MTP must beat)
+_RECENT = 5  # timings are the median of the last few: one slow step (a new shape, a busy machine) is not the rule
 
 
-def _ema(old: float | None, new: float) -> float:
-    return new if old is None else old + _EMA * (new - old)
+class Timing:
+    """The median of the last few measurements of one thing (None until measured)."""
+
+    def __init__(self) -> None:
+        self.values: list[float] = []
+
+    def add(self, seconds: float) -> None:
+        self.values = [*self.values[-(_RECENT - 1):], seconds]
+
+    @property
+    def value(self) -> float | None:
+        if not self.values:
+            return None
+        ordered = sorted(self.values)
+        return ordered[len(ordered) // 2]
 
 
 @dataclass
@@ -35,6 +48,7 @@ class MTPCounts:
     drafted: int = 0  # drafted tokens the walk looked at
     accepted: int = 0  # of those, kept
     tokens: int = 0  # tokens the verify passes produced (kept drafts + the target's own token)
+    passes: int = 0  # the main model's forward passes (verify, re-read, plain steps, and plain decoding after auto)
 
     @property
     def acceptance_rate(self) -> float:
@@ -52,14 +66,23 @@ class DepthPolicy:
     mode: MTPMode = MTPMode.AUTO
     off: bool = False  # auto found that MTP does not pay here: plain decoding for the rest of the conversation
     off_reason: str = ""
-    plain_s: float | None = None  # one plain step
-    draft_s: float | None = None  # one drafted token
-    verify_s: dict[int, float] = field(default_factory=dict)  # one verify pass, by its width (k+1)
-    reread_s: float | None = None  # re-reading the kept tokens after a rejection, per pass
+    plain: Timing = field(default_factory=Timing)  # one plain step
+    draft: Timing = field(default_factory=Timing)  # one drafted token (the head's work per draft)
+    verify: dict[int, Timing] = field(default_factory=dict)  # one verify pass, by its width (k+1)
+    reread: Timing = field(default_factory=Timing)  # re-reading the kept tokens after a rejection
     looked: int = 0  # drafts the walk looked at (all replies)
     kept: int = 0
     rounds: int = 0
     plain_steps: int = 0
+    streak: int = 0  # rounds in a row that kept every draft (exploration goes deeper while they do)
+
+    @property
+    def plain_s(self) -> float | None:
+        return self.plain.value
+
+    @property
+    def verify_s(self) -> dict[int, float]:
+        return {w: t.value for w, t in self.verify.items() if t.value is not None}
 
     @property
     def acceptance(self) -> float:
@@ -74,16 +97,22 @@ class DepthPolicy:
         """The depth for the next round (0: a plain step), at most `most` drafts."""
         if self.off or most <= 0 or self.wants_plain_probe():
             return 0
-        best, mtp_rate = self._best(min(most, MAX_DEPTH))
+        most = min(most, MAX_DEPTH)
+        best, mtp_rate = self._best(most)
+        if self.rounds < MIN_ROUNDS:  # exploring: deeper while every draft is kept, so acceptance is measured
+            return min(max(best, 1 + self.streak), most)
         if best == 0 and self.mode is MTPMode.ON:
             return 1
-        if best == 0 and self.rounds >= MIN_ROUNDS:
+        if best == 0:
             self.off = True
             self.off_reason = f"acceptance {self.acceptance:.0%}: {mtp_rate:.1f} tok/s with MTP at best, {1 / self._plain():.1f} plain"
-        return max(best, 1) if self.rounds < MIN_ROUNDS else best
+        return best
 
     def _plain(self) -> float:
         return self.plain_s if self.plain_s is not None else min(self.verify_s.values(), default=1.0)
+
+    def _draft(self) -> float:
+        return self.draft.value if self.draft.value is not None else 0.1 * self._plain()
 
     def _verify(self, width: int) -> float:
         if width in self.verify_s:
@@ -99,11 +128,11 @@ class DepthPolicy:
         """(depth maximising expected tokens/s over 0..most, the best expected tokens/s of a depth >= 1)."""
         a = min(self.acceptance, 0.999)
         plain = self._plain()
-        draft = self.draft_s if self.draft_s is not None else 0.1 * plain
+        draft = self._draft()
         rates = {}
         for k in range(1, most + 1):
             tokens = (1 - a ** (k + 1)) / (1 - a)
-            reread = self.reread_s if self.reread_s is not None else self._verify(max(1, round(tokens - 1)))
+            reread = self.reread.value if self.reread.value is not None else self._verify(max(1, round(tokens - 1)))
             rates[k] = tokens / (k * draft + self._verify(k + 1) + (1 - a**k) * reread)
         k_best = max(rates, key=rates.get)
         return (k_best if rates[k_best] > 1 / plain else 0), rates[k_best]
@@ -111,13 +140,14 @@ class DepthPolicy:
     # -- measurements ----------------------------------------------------------------------------------
     def plain_step(self, seconds: float) -> None:
         self.plain_steps += 1
-        self.plain_s = _ema(self.plain_s, seconds)
+        self.plain.add(seconds)
 
     def round(self, *, depth: int, looked: int, kept: int, draft_s: float, verify_s: float, reread_s: float | None) -> None:
         self.rounds += 1
         self.looked += looked
         self.kept += kept
-        self.draft_s = _ema(self.draft_s, draft_s / max(depth, 1))
-        self.verify_s[depth + 1] = _ema(self.verify_s.get(depth + 1), verify_s)
+        self.streak = self.streak + 1 if kept == depth else 0
+        self.draft.add(draft_s / max(depth, 1))
+        self.verify.setdefault(depth + 1, Timing()).add(verify_s)
         if reread_s is not None:
-            self.reread_s = _ema(self.reread_s, reread_s)
+            self.reread.add(reread_s)

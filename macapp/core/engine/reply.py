@@ -157,6 +157,7 @@ def with_mtp(stats, counts: MTPCounts):
     if counts.steps:
         stats.mtp_steps, stats.mtp_drafted, stats.mtp_accepted = counts.steps, counts.drafted, counts.accepted
         stats.mtp_acceptance, stats.mtp_tokens_per_step = counts.acceptance_rate, counts.tokens_per_step
+        stats.mtp_passes = counts.passes
     return stats
 
 

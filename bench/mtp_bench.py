@@ -1,0 +1,167 @@
+"""MTP benchmark (run by hand): plain decoding vs speculative decoding with the model's own MTP head, one run.
+
+    .venv/bin/python bench/mtp_bench.py [--hidden 512] [--layers 16] [--tokens 128] [--repeat 3]
+    .venv/bin/python bench/mtp_bench.py --model PATH [--tokens 256]     # a real build with its head (a Mac)
+
+Without --model it builds two tiny dense Qwen3.5 models of the real architecture (macapp/devtools/tiny_model.py):
+one whose MTP head is always right (the upper bound: the model's greedy next token is the successor of the
+token before it, and the head is built to draft that successor), one with a random head (the worst case).
+The default size (hidden 512, 16 layers) is where a decode step costs the weights' reading, as on a real
+model; at the tests' 64 x 4 a step is fixed per-call cost and the head's one layer is a quarter of the model.
+
+Each reply goes through the engine's own stream_reply (greedy, thinking on, eos banned so every reply runs
+to --tokens) in a fresh cache after the same prompt; plain (MTP off), auto and on are interleaved round by
+round, so they see the same machine load. Per mode: decode tok/s (the engine's generation_tps: from the first
+token to the last), the main model's forward passes per generated token, acceptance and tokens per verify
+step, and whether auto turned MTP off. Every MTP reply is checked token for token against the plain one.
+Targets on this machine: always-right head >= 1.6x plain; random head >= 0.95x plain (auto turns it off).
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+MODES = ("off", "auto", "on")
+PROMPT = "Tell me about the local model cache and why a small model reads fast on apple silicon."
+
+
+@dataclass
+class Runs:
+    tps: list[float] = field(default_factory=list)
+    passes: list[float] = field(default_factory=list)
+    acceptance: list[float] = field(default_factory=list)
+    per_step: list[float] = field(default_factory=list)
+    turned_off: int = 0
+    tokens: list[int] | None = None
+
+
+def one_reply(m, mode: str, tokens: int):
+    """One greedy reply after PROMPT through stream_reply; (stats, token ids, MTPCounts, policy)."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from macapp.core.engine.clock import TurnClock
+    from macapp.core.engine.mtp_policy import DepthPolicy
+    from macapp.core.engine.options import MTPMode
+    from macapp.core.engine.prefill import prefill, wired_memory
+    from macapp.core.engine.reply import stream_reply
+    from macapp.core.sampling import greedy
+
+    vocab = m.tokenizer.get_vocab()
+    params = greedy(tokens, logit_bias={vocab["<|im_end|>"]: -1e9, vocab["<|endoftext|>"]: -1e9})
+    ids = list(m.tokenizer.apply_chat_template([{"role": "user", "content": PROMPT}], add_generation_prompt=True, enable_thinking=True))
+    cache = make_prompt_cache(m.model)
+    policy = DepthPolicy(MTPMode(mode))
+    clock = TurnClock()
+    with wired_memory(m):
+        clock.reading(len(ids))
+        prefill(m, cache, ids[:-1])
+        streamed = stream_reply(
+            m, cache, ids[-1:], cached=len(ids) - 1, limit=len(ids) + tokens + 8, params=params, thinking=True,
+            emit=lambda _e: None, clock=clock, mtp=MTPMode(mode), mtp_policy=policy,
+        )
+    return streamed.reply, policy
+
+
+def bench(models: dict[str, object], tokens: int, repeat: int) -> dict[tuple[str, str], Runs]:
+    runs = {(name, mode): Runs() for name in models for mode in MODES}
+    for name, m in models.items():  # warm-up: MLX's first calls of each shape
+        for mode in MODES:
+            one_reply(m, mode, 8)
+    for _ in range(repeat):
+        for name, m in models.items():
+            for mode in MODES:
+                reply, policy = one_reply(m, mode, tokens)
+                r = runs[(name, mode)]
+                st = reply.stats
+                r.tps.append(st.generation_tps)
+                steps = st.mtp_steps
+                r.passes.append(_passes(reply) / max(st.generation_tokens, 1))
+                r.acceptance.append(st.mtp_acceptance if steps else 0.0)
+                r.per_step.append(st.mtp_tokens_per_step if steps else 0.0)
+                r.turned_off += int(policy.off)
+                if r.tokens is None:
+                    r.tokens = reply.token_ids
+                plain = runs[(name, "off")].tokens
+                if plain is not None and reply.token_ids != plain:
+                    raise SystemExit(f"{name} {mode}: the reply differs from plain decoding")
+    return runs
+
+
+def _passes(reply) -> int:
+    """The main model's forward passes for this reply (plain decoding reads one token per pass)."""
+    return reply.stats.mtp_passes if reply.stats.mtp_steps else reply.stats.generation_tokens
+
+
+def build_models(hidden: int, layers: int, folder: Path) -> dict[str, object]:
+    from macapp.core.engine.model_folder import check_model_folder, load_model
+    from macapp.devtools.tiny_model import make_tiny_model
+
+    out = {}
+    for head in ("right", "random"):
+        path = make_tiny_model(folder / f"dense-{hidden}x{layers}-{head}", "dense", hidden_size=hidden, num_layers=layers, mtp=head)
+        out[f"{head} head"] = load_model(path, check_model_folder(path))
+    return out
+
+
+def table(runs: dict[tuple[str, str], Runs], names: list[str]) -> str:
+    lines = [
+        "| model | mode | decode tok/s (median) | vs plain | passes / token | acceptance | tokens / step | auto turned off |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name in names:
+        base = statistics.median(runs[(name, "off")].tps)
+        for mode in MODES:
+            r = runs[(name, mode)]
+            tps = statistics.median(r.tps)
+            lines.append(
+                f"| {name} | {mode} | {tps:.1f} | {tps / base:.2f}x | {statistics.median(r.passes):.2f} | "
+                f"{statistics.median(r.acceptance):.0%} | {statistics.median(r.per_step):.2f} | "
+                f"{r.turned_off}/{len(r.tps) if mode == 'auto' else 0} |"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", help="a real build with an MTP head (default: the two tiny scripted models)")
+    parser.add_argument("--hidden", type=int, default=512)
+    parser.add_argument("--layers", type=int, default=16)
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args(argv)
+
+    import mlx.core as mx
+
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.model:
+            from macapp.core.engine.model_folder import check_model_folder, load_model, locate_model
+
+            path = locate_model(args.model)
+            m = load_model(path, check_model_folder(path))
+            if m.mtp_head is None:
+                print(f"{path.name}: no usable MTP head ({m.mtp_problem or 'none in the build or beside it'})", file=sys.stderr)
+                return 1
+            models = {path.name: m}
+        else:
+            models = build_models(args.hidden, args.layers, Path(tmp))
+        runs = bench(models, args.tokens, args.repeat)
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    size = args.model or f"tiny dense {args.hidden} x {args.layers} layers, float32"
+    print(f"MTP bench {when} · {platform.machine()} {platform.system()} · mlx {mx.__version__} · {mx.default_device()} · {size} · "
+          f"{args.tokens} tokens x {args.repeat} (greedy, interleaved)\n")
+    print(table(runs, list(models)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
