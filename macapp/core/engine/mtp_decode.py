@@ -129,7 +129,7 @@ class _Decoder:
         hidden, logits = self._forward(segment)
         self.history.extend(segment)
         token = self.acceptor.first(logits[-1])
-        if self.policy.wants_plain_probe():
+        if self.policy.wants_plain_probe() and len(segment) == 1:  # a plain step's work: one token read
             self.policy.plain_step(time.perf_counter() - start)
         self.base, self.fed, self.given = None, [], [token]
         last_hidden = hidden[:, -1:, :]
