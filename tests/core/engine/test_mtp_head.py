@@ -85,3 +85,27 @@ def test_the_shards_win_over_the_side_file(tiny_mtp, tmp_path):
     shutil.copytree(tiny_mtp("dense", "right"), folder)
     mtp_side_file(folder).write_bytes(b"not read")
     assert mtp_files(folder) == [folder / "model.safetensors"]
+
+
+@pytest.mark.parametrize("kind", ["dense", "moe"])
+def test_a_head_quantized_by_the_fetch_loads_from_the_side_file(tiny_mtp, load_tiny, tmp_path, kind):
+    """The contract with the fetch (macapp.core.hub.mtp_quant): the original names and zero-centred norms,
+    quantized as mlx-lm would (only `.weight` tensors: the fused experts of the original stay as they are)."""
+    import shutil
+
+    from macapp.core.engine.model_folder import check_model_folder, load_model
+    from macapp.core.hub.mtp_quant import QuantRule
+
+    source = tiny_mtp(kind, "right")  # its head, in the original layout (the fused experts unquantized)
+    folder = tmp_path / "build"
+    shutil.copytree(source, folder)
+    shard = folder / "model.safetensors"
+    weights = mx.load(str(source / "model.safetensors"))  # not the copy: it is written over below
+    head = {k: v for k, v in weights.items() if k.startswith("mtp.")}
+    mx.save_safetensors(str(shard), {k: v for k, v in weights.items() if not k.startswith("mtp.")}, metadata={"format": "mlx"})
+    quantized = QuantRule(bits=4, group_size=64, dtype="F32", moe=kind == "moe").quantize(head)
+    mx.save_safetensors(str(mtp_side_file(folder)), quantized)
+    m = load_model(folder, check_model_folder(folder))
+    assert m.mtp_head is not None and m.mtp_head.source == mtp_side_file(folder)
+    assert m.mtp_head.drafter.layers[0].self_attn.q_proj.bits == 4
+    assert agreement(m, m.mtp_head) == 1.0
