@@ -17,7 +17,7 @@ from typing import NamedTuple
 from macapp.core.fit import prefill_time
 from macapp.core.catalog import resolve_model
 from macapp.core.hardware import BANDWIDTH_EFFICIENCY, GiB, MachineProfile, what_if_machine
-from macapp.core.sizing import decode_tps, estimate, prefill_estimate, prefill_workload
+from macapp.core.fit.estimate import decode_tps, estimate, prefill_estimate, prefill_workload
 
 SPEED = [  # (model, bits, chip, RAM GiB, measured tok/s, source)
     ("Qwen3.5-35B-A3B", 8, "M3 Ultra", 512, 80.6, "seed article"),

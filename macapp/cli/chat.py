@@ -19,7 +19,7 @@ from typing import Any, TextIO
 from macapp.cli import UsageError
 from macapp.cli.model import add_cache_arguments, add_model_argument, add_mtp_argument, check_cache_arguments, load_model, mtp_mode, mtp_notice
 from macapp.core import events as ev
-from macapp.core.sizing import DEFAULT_PREFILL_STEP
+from macapp.core.fit.estimate import DEFAULT_PREFILL_STEP
 
 DIM, RESET = "\033[2m", "\033[0m"
 HELP = (

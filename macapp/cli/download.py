@@ -173,7 +173,7 @@ def _mtp_dry_run(args: argparse.Namespace, repo: str, plan: dl.DownloadPlan) -> 
 
 
 def _mtp_line(status) -> str:
-    from macapp.core.sizing import mtp_words
+    from macapp.core.fit.estimate import mtp_words
 
     return mtp_words(status)
 

@@ -9,11 +9,11 @@ import sys
 
 from macapp.cli import UsageError
 from macapp.cli.cluster import VERDICT_WORDS
-from macapp.core import catalog, hardware, long_context, sizing
-from macapp.core.fit import advice, prefill_time
+from macapp.core import catalog, hardware, long_context
+from macapp.core.fit import advice, estimate, prefill_time
 from macapp.core.download import downloaded_repos
 
-DEFAULT_CONTEXT = sizing.DEFAULT_CONTEXT
+DEFAULT_CONTEXT = estimate.DEFAULT_CONTEXT
 IMAGES_WORDS = {True: "yes", False: "text only", None: "?"}
 
 
@@ -108,7 +108,7 @@ def run_fit(args: argparse.Namespace) -> int:
     if args.hosts is not None:
         return run_cluster_fit(args, model, machine)
     try:
-        result = sizing.estimate(model, args.context, machine, kv_bits=args.kv_bits, **vision_args(model, args.images), mtp=mtp_status(model))
+        result = estimate.estimate(model, args.context, machine, kv_bits=args.kv_bits, **vision_args(model, args.images), mtp=mtp_status(model))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     ways_out = advice.advise(model, result, machine, catalog_refs())
@@ -122,7 +122,7 @@ def run_fit(args: argparse.Namespace) -> int:
 
 
 def vision_args(model: catalog.ModelRef, images: bool) -> dict:
-    """What sizing.estimate needs to count (or just report) a build's pictures."""
+    """What estimate.estimate needs to count (or just report) a build's pictures."""
     from macapp.core.vision.builds import build_vision
 
     seen = build_vision(model)
@@ -146,7 +146,7 @@ def _gb(n: int) -> str:
     return f"{n / 1e9:.1f} GB"
 
 
-def describe(e: sizing.Estimate, machine: hardware.MachineProfile) -> str:
+def describe(e: estimate.Estimate, machine: hardware.MachineProfile) -> str:
     """The short human breakdown."""
     bits = f"{e.bits}-bit" if e.bits else "bf16"
     kv = "bf16" if e.kv_bits is None else f"{e.kv_bits}-bit"
@@ -174,7 +174,7 @@ def describe(e: sizing.Estimate, machine: hardware.MachineProfile) -> str:
     return "\n".join(lines)
 
 
-def images_words(e: sizing.Estimate) -> str:
+def images_words(e: estimate.Estimate) -> str:
     if e.accepts_images is False:
         return "images: this build is text-only"
     if not e.vision_bytes and e.accepts_images:
@@ -186,14 +186,14 @@ def images_words(e: sizing.Estimate) -> str:
     return f"images{maybe}: vision tower {_gb(e.vision_bytes)} + one picture at full size {_gb(e.image_activation_bytes or 0)}, {counted}"
 
 
-def sessions_words(e: sizing.Estimate) -> str:
+def sessions_words(e: estimate.Estimate) -> str:
     """How many agent sessions `qwen-desk serve` answers at once at this context (its batch limit)."""
     if e.parallel_sessions < 2:
         return ""
     return f"; {e.parallel_sessions:,} agent sessions at once at {e.context:,} tokens each (qwen-desk serve)"
 
 
-def reading_words(e: sizing.Estimate) -> str:
+def reading_words(e: estimate.Estimate) -> str:
     """'reading a 20,000-token prompt: ~12 s (~1,650 tok/s)' — the time to first token for a full `--context` prompt."""
     if e.ttft_estimate_s is None:
         return "reading a prompt: no estimate (not an Apple Silicon Mac)"
@@ -218,7 +218,7 @@ def run_models(args: argparse.Namespace) -> int:
     for model in refs:
         # A model with a shorter maximum is judged at its maximum (the row says which context it used).
         context = min(args.context, model.arch.max_position_embeddings)
-        e = sizing.estimate(model, context, machine, kv_bits=args.kv_bits, **vision_args(model, args.images), mtp=mtp_status(model))
+        e = estimate.estimate(model, context, machine, kv_bits=args.kv_bits, **vision_args(model, args.images), mtp=mtp_status(model))
         row = e.to_json()
         row["downloaded"] = (model.repo or "").lower() in downloaded
         row["advice"] = advice.advise(model, e, machine, refs).to_json()

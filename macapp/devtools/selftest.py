@@ -235,7 +235,8 @@ def check_data_folders() -> str:
 
 
 def check_fit() -> str:
-    from macapp.core import catalog, hardware, sizing
+    from macapp.core import catalog, hardware
+    from macapp.core.fit import estimate
 
     entries = catalog.load_catalog()
     if not entries:
@@ -244,7 +245,7 @@ def check_fit() -> str:
     name = FIT_MODEL if FIT_MODEL in names else names[0]
     model = catalog.resolve_model(name, bits=FIT_BITS)
     machine = hardware.detect_machine()
-    est = sizing.estimate(model, context=FIT_CONTEXT, machine=machine)
+    est = estimate.estimate(model, context=FIT_CONTEXT, machine=machine)
     if est.verdict not in ("fits", "tight", "too_big") or est.total_bytes <= est.weights_bytes:
         raise SelfTestFailure(f"implausible estimate for {name}: {est.verdict}, {est.total_bytes} bytes")
     return (

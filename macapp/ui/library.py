@@ -22,7 +22,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from macapp.core import catalog, hardware, sizing
+from macapp.core import catalog, hardware
+from macapp.core.fit import estimate
 from macapp.core.memory import format_bytes
 from macapp.core.settings import Settings
 from macapp.ui.library_model import FIT_COL, BadgeDelegate, LibraryModel, Row, short_context
@@ -245,7 +246,7 @@ class LibraryPage(QWidget):
         for ref in self._refs():
             # A model with a shorter maximum context is sized at its maximum; pictures are reported, not counted.
             seen = self._sees(ref)
-            est = sizing.estimate(
+            est = estimate.estimate(
                 ref, min(self.context, ref.arch.max_position_embeddings), self.machine, kv_bits=self.kv_bits,
                 vision=seen.cost, accepts_images=seen.accepts_images,
             )

@@ -27,7 +27,7 @@ def short_context(tokens: int) -> str:
 @dataclass
 class Row:
     ref: Any  # catalog.ModelRef
-    estimate: Any  # sizing.Estimate
+    estimate: Any  # estimate.Estimate
     downloaded: bool = False
     local_path: Path | None = None
     advice: Any = None  # advice.Advice, filled on demand by LibraryModel.advice_for

@@ -201,14 +201,14 @@ def test_fit_wired_limit_needs_a_mac(capsys):
 
 def test_models_lists_the_wired_limit_commands(capsys):
     from macapp.cli.fit import _print_wired_limit_notes, catalog_refs
-    from macapp.core import hardware, sizing
-    from macapp.core.fit import advice
+    from macapp.core import hardware
+    from macapp.core.fit import advice, estimate
 
     machine = hardware.what_if_machine("M4 Pro", 24 * 1024**3)
     refs = catalog_refs()
     rows = []
     for ref in refs:
-        e = sizing.estimate(ref, 8192, machine)
+        e = estimate.estimate(ref, 8192, machine)
         rows.append({**e.to_json(), "advice": advice.advise(ref, e, machine, refs).to_json()})
     _print_wired_limit_notes(rows)
     out = capsys.readouterr().out

@@ -8,7 +8,8 @@ import pytest
 
 from macapp.cli import main
 from macapp.core import events as ev
-from macapp.core import long_context, sizing
+from macapp.core import long_context
+from macapp.core.fit import estimate
 from macapp.core.catalog import Arch
 from macapp.core.engine import Engine, EngineError, SessionOptions
 from macapp.core.events import PromptProgress
@@ -99,7 +100,7 @@ def test_a_long_prompt_past_native_loads_reads_answers_and_fits_as_estimated(sho
         used = mx.get_peak_memory() - before
         arch = engine.model.arch
         tokens = session.context_tokens
-        fit = sizing.kv_cache_bytes(arch, tokens) + sizing.state_bytes(arch) + sizing.prefill_bytes(arch, tokens, 256)
+        fit = estimate.kv_cache_bytes(arch, tokens) + estimate.state_bytes(arch) + estimate.prefill_bytes(arch, tokens, 256)
         # MLX's CPU DeltaNet (no Metal kernel) keeps the float32 state of every position of a chunk; the Metal kernel
         # does not, so the fit leaves it out. At real sizes it is small beside the weights; here it dominates.
         cpu_scan = 256 * arch.linear_num_value_heads * arch.linear_key_head_dim * arch.linear_value_head_dim * 4
@@ -114,9 +115,9 @@ def test_the_fit_names_long_context_mode_and_searches_past_native():
                 head_dim=64, full_attention_interval=4, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=64,
                 linear_value_head_dim=64, linear_conv_kernel_dim=4, vocab_size=512, max_position_embeddings=986,
                 tie_word_embeddings=False, intermediate_size=128, native_context=NATIVE)
-    assert sizing.yarn_factor(arch, NATIVE) is None and sizing.yarn_factor(arch, 300) == 2 and sizing.yarn_factor(arch, CONTEXT) == 4
+    assert estimate.yarn_factor(arch, NATIVE) is None and estimate.yarn_factor(arch, 300) == 2 and estimate.yarn_factor(arch, CONTEXT) == 4
     # the scores of a chunk against the whole context grow with it; past the block limit they stop growing
-    assert sizing.attention_scores_bytes(arch, 2048) > sizing.attention_scores_bytes(arch, 1024)
+    assert estimate.attention_scores_bytes(arch, 2048) > estimate.attention_scores_bytes(arch, 1024)
 
 
 def test_reading_a_prompt_past_native_can_be_stopped_chat_and_api(short_native_bf16):

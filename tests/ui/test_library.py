@@ -4,7 +4,8 @@ import sys
 from pathlib import Path
 
 
-from macapp.core import catalog, hardware, sizing
+from macapp.core import catalog, hardware
+from macapp.core.fit import estimate
 from macapp.ui.library_model import FIT_COL
 from tests.ui.helpers import answer_next_box
 
@@ -20,7 +21,7 @@ def test_every_catalog_build_has_a_row_with_the_one_sizing_number(library):
     assert len(library.model.rows) == sum(len(e.builds) for e in entries)
     machine = hardware.what_if_machine("M4 Pro", 24 * 1024**3)
     for r in library.model.rows:
-        expected = sizing.estimate(r.ref, library.context, machine, kv_bits=library.kv_bits)
+        expected = estimate.estimate(r.ref, library.context, machine, kv_bits=library.kv_bits)
         assert r.estimate.total_bytes == expected.total_bytes
         assert r.estimate.verdict == expected.verdict
 

@@ -27,7 +27,7 @@ class DownloadPlan:
     disk_free: int
     disk_margin: int
     from_cache_only: bool = False  # the hub was not asked (offline) or could not be reached
-    fit: Any = None  # macapp.core.sizing.Estimate when the sizing model could run
+    fit: Any = None  # macapp.core.fit.estimate.Estimate when the sizing model could run
     fit_note: str = ""  # why there is no fit verdict
     all_files: tuple[RemoteFile, ...] = field(default=(), repr=False)  # the whole listing (stored for huggingface_hub)
     made_at: float = field(default_factory=time.time, compare=False)
@@ -89,14 +89,15 @@ def _fit(model: Any, weights_bytes: int, context: int | None) -> tuple[Any, str]
     if model is None:
         return None, "no catalog entry or config for this model"
     try:
-        from macapp.core import hardware, sizing
+        from macapp.core import hardware
+        from macapp.core.fit import estimate
     except ImportError as exc:
         return None, f"sizing model unavailable ({exc})"
     try:
         if weights_bytes and hasattr(model, "weights_bytes"):
             model = dataclasses.replace(model, weights_bytes=weights_bytes)
-        ctx = context or sizing.DEFAULT_CONTEXT  # the same default as `qwen-desk fit` and the window
-        return sizing.estimate(model, ctx, hardware.detect_machine()), ""
+        ctx = context or estimate.DEFAULT_CONTEXT  # the same default as `qwen-desk fit` and the window
+        return estimate.estimate(model, ctx, hardware.detect_machine()), ""
     except Exception as exc:  # a verdict is advice: never let it stop a download
         return None, f"sizing failed: {type(exc).__name__}: {exc}"
 

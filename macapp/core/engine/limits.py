@@ -55,13 +55,13 @@ def context_limit(m: "LoadedModel", options: SessionOptions, prompt_len: int, ca
 
 
 def memory_needed(m: "LoadedModel", options: SessionOptions, prompt_len: int, context: int) -> int:
-    """Bytes the model needs to read a `prompt_len`-token prompt into a `context`-token cache (macapp.core.sizing)."""
-    from macapp.core import sizing
+    """Bytes the model needs to read a `prompt_len`-token prompt into a `context`-token cache (macapp.core.fit.estimate)."""
+    from macapp.core.fit import estimate
 
     return (
         m.weights_bytes
-        + sizing.kv_cache_bytes(m.arch, context, options.kv_bits)
-        + sizing.state_bytes(m.arch)
-        + sizing.prefill_bytes(m.arch, prompt_len, options.prefill_step_size)
-        + sizing.runtime_bytes(m.weights_bytes)
+        + estimate.kv_cache_bytes(m.arch, context, options.kv_bits)
+        + estimate.state_bytes(m.arch)
+        + estimate.prefill_bytes(m.arch, prompt_len, options.prefill_step_size)
+        + estimate.runtime_bytes(m.weights_bytes)
     )

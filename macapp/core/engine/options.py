@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
-from macapp.core.sizing import DEFAULT_PREFILL_STEP
+from macapp.core.fit.estimate import DEFAULT_PREFILL_STEP
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from macapp.core.cache_layers import CacheLayers
 from macapp.core.engine.options import KVQuantization
-from macapp.core.sizing import DEFAULT_PREFILL_STEP
+from macapp.core.fit.estimate import DEFAULT_PREFILL_STEP
 
 if TYPE_CHECKING:
     import mlx.core as mx

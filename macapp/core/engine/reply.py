@@ -16,7 +16,7 @@ from macapp.core.engine.mtp_policy import DepthPolicy, MTPCounts
 from macapp.core.engine.options import KVQuantization, MTPMode
 from macapp.core.events import AnswerDelta, PromptProgress, ReasoningDelta, Reply, StatsUpdate
 from macapp.core.sampling import SamplingParams, make_sampler_and_processors
-from macapp.core.sizing import DEFAULT_PREFILL_STEP
+from macapp.core.fit.estimate import DEFAULT_PREFILL_STEP
 from macapp.core.thinking import ANSWER, ThinkingSplitter
 
 if TYPE_CHECKING:

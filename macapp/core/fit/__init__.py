@@ -4,6 +4,8 @@ Arithmetic on a build's config and a machine's profile (macapp.core.hardware): n
 front end shows these figures (library badge, details pane, load guardrail, `qwen-desk fit`, the API's pool size).
 Modules:
 
+- `estimate`: the one-Mac figure every screen shows (`estimate()`): weights, KV cache, DeltaNet state, overhead,
+  the decode speed, the largest context and how many agent sessions fit; mlx-lm's prefill step (DEFAULT_PREFILL_STEP).
 - `prefill_time`: how long reading a prompt takes (the prefill model behind `ttft_estimate_s`; the reading itself is
   macapp.core.engine.prefill).
 - `cluster`: the same on several Macs: each host's share under a tensor or pipeline split (the split rule itself

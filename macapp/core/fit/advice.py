@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Iterable
 
-from macapp.core import sizing
+from macapp.core.fit import estimate
 from macapp.core.catalog import ModelRef
 from macapp.core.hardware import GiB, MachineProfile, max_safe_wired_limit
 
@@ -72,11 +72,11 @@ def wired_limit_step(need_bytes: int, machine: MachineProfile, what: str = "it")
     ceiling = max_safe_wired_limit(machine.memory_bytes)
     if not machine.is_apple_silicon or need_bytes <= machine.budget_bytes or need_bytes > ceiling:
         return None
-    wanted = min(max(need_bytes / sizing.FITS_SHARE, need_bytes + 256 * MiB), ceiling)
+    wanted = min(max(need_bytes / estimate.FITS_SHARE, need_bytes + 256 * MiB), ceiling)
     mb = min(math.ceil(wanted / GiB) * 1024, ceiling // MiB)
     leaves = machine.memory_bytes - mb * MiB
     command = f"sudo sysctl iogpu.wired_limit_mb={mb}"
-    wording = f"{what} fits" if sizing.verdict_for(need_bytes, mb * MiB) == "fits" else f"{what} just fits (tight)"
+    wording = f"{what} fits" if estimate.verdict_for(need_bytes, mb * MiB) == "fits" else f"{what} just fits (tight)"
     text = (
         f"let macOS wire more memory for the GPU: run `{command}` in Terminal. The GPU may then use {_gb(mb * MiB)} "
         f"instead of {_gb(machine.budget_bytes)} and {wording}; that leaves {_gb(leaves)} for macOS and your other apps. "
@@ -87,7 +87,7 @@ def wired_limit_step(need_bytes: int, machine: MachineProfile, what: str = "it")
     return Step(Remedy.WIRED_LIMIT, text, command=command, wired_limit_mb=mb, leaves_bytes=leaves)
 
 
-def _shorter_context(est: sizing.Estimate) -> Step | None:
+def _shorter_context(est: estimate.Estimate) -> Step | None:
     if not est.max_context or est.max_context >= est.context:
         return None
     return Step(
@@ -98,11 +98,11 @@ def _shorter_context(est: sizing.Estimate) -> Step | None:
     )
 
 
-def _kv_cache(model: ModelRef, est: sizing.Estimate, machine: MachineProfile) -> Step | None:
+def _kv_cache(model: ModelRef, est: estimate.Estimate, machine: MachineProfile) -> Step | None:
     for bits in (8, 4):
         if est.kv_bits is not None and bits >= est.kv_bits:
             continue
-        other = sizing.estimate(model, est.context, machine, kv_bits=bits)
+        other = estimate.estimate(model, est.context, machine, kv_bits=bits)
         if other.verdict != "too_big":
             return Step(
                 Remedy.KV_CACHE,
@@ -114,7 +114,7 @@ def _kv_cache(model: ModelRef, est: sizing.Estimate, machine: MachineProfile) ->
     return None
 
 
-def _better_step_down(model: ModelRef, new: tuple[sizing.Estimate, ModelRef], old: tuple[sizing.Estimate, ModelRef]) -> bool:
+def _better_step_down(model: ModelRef, new: tuple[estimate.Estimate, ModelRef], old: tuple[estimate.Estimate, ModelRef]) -> bool:
     """The same model at fewer bits first (a smaller dense model is slower than a 4-bit MoE), then the biggest build."""
     same_new, same_old = new[1].name == model.name, old[1].name == model.name
     if same_new != same_old:
@@ -122,14 +122,14 @@ def _better_step_down(model: ModelRef, new: tuple[sizing.Estimate, ModelRef], ol
     return new[0].weights_bytes > old[0].weights_bytes
 
 
-def _smaller_build(model: ModelRef, est: sizing.Estimate, machine: MachineProfile, candidates: Iterable[ModelRef]) -> Step | None:
-    best: tuple[sizing.Estimate, ModelRef] | None = None
+def _smaller_build(model: ModelRef, est: estimate.Estimate, machine: MachineProfile, candidates: Iterable[ModelRef]) -> Step | None:
+    best: tuple[estimate.Estimate, ModelRef] | None = None
     for other in candidates:
         if (other.repo, other.local_path, other.bits) == (model.repo, model.local_path, model.bits):
             continue
         context = min(est.context, other.arch.max_position_embeddings)
         try:
-            e = sizing.estimate(other, context, machine, kv_bits=est.kv_bits)
+            e = estimate.estimate(other, context, machine, kv_bits=est.kv_bits)
         except ValueError:
             continue
         if e.verdict != "too_big" and e.weights_bytes < est.weights_bytes and (best is None or _better_step_down(model, (e, other), best)):
@@ -148,7 +148,7 @@ def _smaller_build(model: ModelRef, est: sizing.Estimate, machine: MachineProfil
     )
 
 
-def _headline(model: ModelRef, est: sizing.Estimate) -> str:
+def _headline(model: ModelRef, est: estimate.Estimate) -> str:
     if est.verdict != "too_big":
         return ""
     if not est.max_context:
@@ -159,7 +159,7 @@ def _headline(model: ModelRef, est: sizing.Estimate) -> str:
     return f"{_build_name(model)} needs {_gb(est.total_bytes)} at {est.context:,} tokens, more than the {_gb(est.budget_bytes)} GPU budget."
 
 
-def advise(model: ModelRef, est: sizing.Estimate, machine: MachineProfile, candidates: Iterable[ModelRef] = ()) -> Advice:
+def advise(model: ModelRef, est: estimate.Estimate, machine: MachineProfile, candidates: Iterable[ModelRef] = ()) -> Advice:
     """The ways out for `model` (estimated as `est` on `machine`), cheapest first; no steps when it fits or is tight.
 
     `candidates` are the other builds to look through for one that fits (the catalog, the library's rows)."""

@@ -1,4 +1,4 @@
-"""Will a build fit on N Macs, and how fast: the one-Mac sizing model (macapp.core.sizing) split per host.
+"""Will a build fit on N Macs, and how fast: the one-Mac sizing model (macapp.core.fit.estimate) split per host.
 
 Each host is the same machine. The split follows mlx-lm's Qwen3.5 code exactly:
 - tensor (`model.shard`): every layer's projections, experts and shared expert are cut N ways; the KV heads
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from macapp.core import sizing
+from macapp.core.fit import estimate
 from macapp.core.catalog import Arch, ModelRef
 from macapp.core.cluster.split import Shard, SplitRefused, choose_split
 from macapp.core.hardware import MachineProfile
@@ -69,7 +69,7 @@ class ClusterEstimate:
     exchange_ms_per_token: float
     decode_tps_estimate: float | None
     decode_tps_at_context: float | None
-    single: sizing.Estimate
+    single: estimate.Estimate
     derivation: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
@@ -125,7 +125,7 @@ def is_full_attention(arch: Arch, layer: int) -> bool:
 
 @dataclass(frozen=True)
 class _WeightParts:
-    """The computed weight bytes (as macapp.core.sizing counts them) sorted by how a split treats them."""
+    """The computed weight bytes (as macapp.core.fit.estimate counts them) sorted by how a split treats them."""
 
     linear_layer: int  # one DeltaNet layer's projections
     full_kv: int  # one full-attention layer's k_proj + v_proj
@@ -149,13 +149,13 @@ class _WeightParts:
 
 
 def _weight_parts(arch: Arch, bits: int | None, group: int) -> _WeightParts:
-    q = sizing._quantized_bytes  # the one quantization policy
-    shapes = sizing._layer_tensors(arch)
-    main, router = sizing._mlp_tensors(arch, active_only=False)
+    q = estimate._quantized_bytes  # the one quantization policy
+    shapes = estimate._layer_tensors(arch)
+    main, router = estimate._mlp_tensors(arch, active_only=False)
     router_bits = 8 if bits is not None else None
     full = shapes["full"]  # q_proj, k_proj, v_proj, o_proj
     embed = q(arch.vocab_size, arch.hidden_size, bits, group)
-    bf16, fp32 = sizing._small_params(arch)
+    bf16, fp32 = estimate._small_params(arch)
     return _WeightParts(
         linear_layer=sum(q(o, i, bits, group) for o, i in shapes["linear"]),
         full_kv=sum(q(o, i, bits, group) for o, i in full[1:3]),
@@ -164,7 +164,7 @@ def _weight_parts(arch: Arch, bits: int | None, group: int) -> _WeightParts:
         router=sum(q(o, i, router_bits, group) for o, i in router),
         embed=embed,
         head=0 if arch.tie_word_embeddings else embed,
-        small=bf16 * sizing.ACT_BYTES + fp32 * sizing.STATE_BYTES,
+        small=bf16 * estimate.ACT_BYTES + fp32 * estimate.STATE_BYTES,
     )
 
 
@@ -197,8 +197,8 @@ def _layout(model: ModelRef, shard: Shard, hosts: int) -> _Layout:
     arch = model.arch
     parts = _weight_parts(arch, model.bits, model.group_size)
     computed = parts.total(arch)
-    exact = sizing._weights_of(model)[0]
-    h2 = arch.hidden_size * sizing.ACT_BYTES  # one token's hidden state
+    exact = estimate._weights_of(model)[0]
+    h2 = arch.hidden_size * estimate.ACT_BYTES  # one token's hidden state
     if shard is Shard.TENSOR:
         kv = arch.num_key_value_heads
         kv_held = max(1, kv // hosts)  # heads per host after mlx-lm repeats them
@@ -216,7 +216,7 @@ def _layout(model: ModelRef, shard: Shard, hosts: int) -> _Layout:
         shares = [s + dup_exact // hosts for s in _split(split_exact, [1] * hosts)]
         exchange = [("all_sum", h2, 2 * arch.num_hidden_layers)]  # mixer and MLP outputs, every layer
         if not arch.tie_word_embeddings:
-            exchange.append(("all_gather", arch.vocab_size * sizing.ACT_BYTES, 1))  # the output head's vocabulary slices
+            exchange.append(("all_gather", arch.vocab_size * estimate.ACT_BYTES, 1))  # the output head's vocabulary slices
         return _Layout(shares, exact - split_exact, [kv_held] * hosts, kv, [1] * hosts, [(0, arch.num_hidden_layers)] * hosts, dup_exact, exchange)
     layers = pipeline_layers(arch.num_hidden_layers, hosts)
     per_layer = [
@@ -237,9 +237,9 @@ def _layout(model: ModelRef, shard: Shard, hosts: int) -> _Layout:
 
 def _hosts(model: ModelRef, layout: _Layout, context: int, kv_bits: int | None, prefill_step: int) -> list[HostShare]:
     arch = model.arch
-    kv = sizing.kv_cache_bytes(arch, context, kv_bits)
-    state = sizing.state_bytes(arch)
-    prefill = sizing.prefill_bytes(arch, context, prefill_step)  # each host holds a whole chunk's hidden states
+    kv = estimate.kv_cache_bytes(arch, context, kv_bits)
+    state = estimate.state_bytes(arch)
+    prefill = estimate.prefill_bytes(arch, context, prefill_step)  # each host holds a whole chunk's hidden states
     if sum(layout.kv_weights) == layout.kv_denominator:
         kv_parts = _split(kv, layout.kv_weights)
     else:  # repeated KV heads: each host keeps its own copy
@@ -248,7 +248,7 @@ def _hosts(model: ModelRef, layout: _Layout, context: int, kv_bits: int | None, 
     out = []
     for rank, share in enumerate(layout.shares):
         weights = share + layout.whole
-        overhead = prefill + sizing.runtime_bytes(weights)
+        overhead = prefill + estimate.runtime_bytes(weights)
         total = weights + kv_parts[rank] + state_parts[rank] + overhead
         out.append(HostShare(rank, layout.layers[rank], share, layout.whole, kv_parts[rank], state_parts[rank], overhead, total))
     return out
@@ -274,19 +274,19 @@ def _decode_tps(model: ModelRef, machine: MachineProfile, layout: _Layout, shard
     if not machine.bandwidth_gbs or not machine.family:
         return None
     arch = model.arch
-    active = sizing.active_weights_bytes(arch, model.bits, model.group_size)
-    single_read = active + 2 * sizing.state_bytes(arch) + sizing.kv_cache_bytes(arch, context, kv_bits)
+    active = estimate.active_weights_bytes(arch, model.bits, model.group_size)
+    single_read = active + 2 * estimate.state_bytes(arch) + estimate.kv_cache_bytes(arch, context, kv_bits)
     hosts = len(layout.shares)
     if shard is Shard.TENSOR:
         # Every host runs every layer on its 1/N of the heads and experts, all at once.
         parts = _weight_parts(arch, model.bits, model.group_size)
         whole = arch.num_hidden_layers * parts.router + (parts.embed if arch.tie_word_embeddings else 0)
         kv_share = layout.kv_weights[0] / layout.kv_denominator
-        read = whole + (active - whole) / hosts + 2 * sizing.state_bytes(arch) / hosts + sizing.kv_cache_bytes(arch, context, kv_bits) * kv_share
-        step = sizing.decode_step_ms(arch, machine, read, arch.num_hidden_layers)
+        read = whole + (active - whole) / hosts + 2 * estimate.state_bytes(arch) / hosts + estimate.kv_cache_bytes(arch, context, kv_bits) * kv_share
+        step = estimate.decode_step_ms(arch, machine, read, arch.num_hidden_layers)
     else:
         # One token passes the stages in turn: the same bytes as one Mac, in N pieces, plus the exchanges.
-        step = sizing.decode_step_ms(arch, machine, single_read, arch.num_hidden_layers)
+        step = estimate.decode_step_ms(arch, machine, single_read, arch.num_hidden_layers)
     return round(1000.0 / (step + exchange_ms), 1)
 
 
@@ -298,7 +298,7 @@ def cluster_estimate(
     shard: Shard | None = None,
     kv_bits: int | None = None,
     link: str = DEFAULT_LINK,
-    prefill_step: int = sizing.DEFAULT_PREFILL_STEP,
+    prefill_step: int = estimate.DEFAULT_PREFILL_STEP,
 ) -> ClusterEstimate:
     """Memory per host, verdict and largest context per host, and speed for `model` on `hosts` copies of `machine`.
     Tensor parallelism asked for but impossible is reported in `tensor_problems` and the pipeline split sized instead."""
@@ -306,7 +306,7 @@ def cluster_estimate(
         raise ValueError(f"hosts must be between 1 and {MAX_HOSTS}, not {hosts}")
     if link not in LINKS:
         raise ValueError(f"link must be one of {', '.join(LINKS)}, not {link!r}")
-    single = sizing.estimate(model, context, machine, kv_bits=kv_bits, prefill_step=prefill_step)
+    single = estimate.estimate(model, context, machine, kv_bits=kv_bits, prefill_step=prefill_step)
     arch = model.arch
     split = choose_split(arch, hosts, model.bits, model.group_size, asked=shard, fall_back=True, name=model.name)
     chosen, problems = split.shard, list(split.tensor_problems)
@@ -318,10 +318,10 @@ def cluster_estimate(
     def busiest_total(tokens: int) -> int:
         return max(h.total for h in _hosts(model, layout, tokens, kv_bits, prefill_step))
 
-    largest = sizing.largest_context(busiest_total, budget, arch.max_position_embeddings)
+    largest = estimate.largest_context(busiest_total, budget, arch.max_position_embeddings)
     the_link = LINKS[link]
     exchange = _exchange_ms(layout, hosts, the_link) if hosts > 1 else 0.0
-    early = _decode_tps(model, machine, layout, chosen, min(context, sizing.EARLY_CONTEXT), kv_bits, exchange)
+    early = _decode_tps(model, machine, layout, chosen, min(context, estimate.EARLY_CONTEXT), kv_bits, exchange)
     late = _decode_tps(model, machine, layout, chosen, context, kv_bits, exchange)
     kv_dup = sum(h.kv_cache for h in per_host) - single.kv_cache_bytes
     gb = 1e9
@@ -348,7 +348,7 @@ def cluster_estimate(
         per_host=per_host,
         busiest=busiest,
         duplicated_bytes=layout.duplicated_weights + max(0, kv_dup),
-        verdict=sizing.verdict_for(busiest.total, budget),
+        verdict=estimate.verdict_for(busiest.total, budget),
         max_context=largest,
         link=the_link,
         exchange_ms_per_token=exchange,

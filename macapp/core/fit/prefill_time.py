@@ -18,7 +18,7 @@ dominated by the per-chunk costs, long ones by attention, whose cost per token g
 
 The constants (`FITTED`) are fitted to public Apple measurements listed with their URLs in
 `bench/fit_accuracy.py` (`python bench/fit_accuracy.py --fit` refits them and prints the leave-one-out error by
-chip and prompt length; README, "How the numbers are made"). `sizing.estimate` calls `estimate_prefill`, so there
+chip and prompt length; README, "How the numbers are made"). `estimate.estimate` calls `estimate_prefill`, so there
 is still one function producing the figure every screen shows.
 """
 
@@ -77,7 +77,7 @@ SCAN_EFF = FITTED.scan_eff
 
 @dataclass(frozen=True)
 class Workload:
-    """The work one prompt token costs a model, independent of the machine (built by sizing.prefill_workload)."""
+    """The work one prompt token costs a model, independent of the machine (built by estimate.prefill_workload)."""
 
     dense_flops: float  # per token: 2 × the projection parameters (attention, DeltaNet, shared expert, router)
     expert_flops: float  # per token: 2 × the routed experts' parameters (0 for a dense model)

@@ -50,7 +50,7 @@ class ServingOptions:
     session: SessionOptions = field(default_factory=SessionOptions)  # context limit, KV quantization, prefill step, budget
     queue_limit: int = 8  # requests that may wait beyond the batch; beyond it submit raises QueueFull
     pool_bytes: int | None = None  # None: POOL_SHARE of the memory budget the weights leave (at least MIN_POOL_BYTES)
-    parallel: int | None = None  # at most this many sequences in the batch (None: as many as fit, sizing.parallel_sequences)
+    parallel: int | None = None  # at most this many sequences in the batch (None: as many as fit, estimate.parallel_sequences)
     batching: bool = True  # False: every request one at a time (several Macs: the lockstep layer runs one call at a time)
 
 
@@ -116,13 +116,13 @@ class ServingEngine:
         return self.engine.batch_loop() if self.options.batching else None
 
     def _fitting(self, m: LoadedModel) -> int:
-        from macapp.core import sizing
+        from macapp.core.fit import estimate
 
         opts = self.options.session
         budget = opts.memory_budget_bytes or self.engine.memory_budget_bytes()
         most = DEFAULT_LIMIT
         if budget and m.arch is not None:
-            most = sizing.parallel_sequences(
+            most = estimate.parallel_sequences(
                 m.arch, m.weights_bytes, budget, self.context_limit, opts.kv_bits, opts.prefill_step_size,
                 reserved=self.options.pool_bytes or 0,
             )

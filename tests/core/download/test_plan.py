@@ -36,14 +36,14 @@ def test_plan_with_a_catalog_model_carries_the_fit_verdict(hub_server):
 
 
 def test_without_a_context_the_fit_is_judged_at_the_apps_one_default_context(hub_server):
-    from macapp.core import sizing
+    from macapp.core.fit import estimate
     from macapp.core.catalog import resolve_model
 
     model = resolve_model("Qwen3.5-0.8B", 4)
     hub_server.add_repo(model.repo, random_repo_files())
     plan = dl.plan_download(model.repo, model=model)
     assert plan.fit is not None, plan.fit_note
-    assert plan.fit.context == sizing.DEFAULT_CONTEXT  # what `qwen-desk fit` and the window use
+    assert plan.fit.context == estimate.DEFAULT_CONTEXT  # what `qwen-desk fit` and the window use
 
 
 def test_not_enough_disk_is_refused_before_any_byte_is_fetched(hub_server):

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from macapp.core import sizing
+from macapp.core.fit import estimate
 from macapp.core.engine import KVQuantization, SessionOptions
 
 
 def test_the_prefill_step_is_the_one_sizing_estimates_with():
-    assert SessionOptions().prefill_step_size == sizing.DEFAULT_PREFILL_STEP
+    assert SessionOptions().prefill_step_size == estimate.DEFAULT_PREFILL_STEP
 
 
 def test_kv_settings_reach_mlx_lm_under_its_own_names():

@@ -2,8 +2,8 @@
 
 import pytest
 
-from macapp.core import catalog, sizing
-from macapp.core.fit import advice
+from macapp.core import catalog
+from macapp.core.fit import advice, estimate
 from macapp.core.fit.advice import Remedy
 from macapp.core.hardware import GiB, max_safe_wired_limit, profile_from_facts, what_if_machine, with_wired_limit
 
@@ -14,7 +14,7 @@ CATALOG = [catalog.model_ref(e, e.build(b)) for e in catalog.load_catalog() for 
 
 def _advise(name, bits, machine, context, kv_bits=None, candidates=CATALOG):
     model = catalog.resolve_model(name, bits)
-    est = sizing.estimate(model, context, machine, kv_bits=kv_bits)
+    est = estimate.estimate(model, context, machine, kv_bits=kv_bits)
     return est, advice.advise(model, est, machine, candidates)
 
 
@@ -38,7 +38,7 @@ def test_context_too_long_names_the_shorter_context_then_the_kv_cache_then_a_sma
     assert remedies[0] is Remedy.SHORTER_CONTEXT and ways.steps[0].context == est.max_context
     assert f"{est.max_context:,} tokens" in ways.steps[0].text
     kv = next(s for s in ways.steps if s.remedy is Remedy.KV_CACHE)
-    assert sizing.estimate(catalog.resolve_model("Qwen3.5-27B", 4), 120000, M4_PRO_24, kv_bits=kv.kv_bits).verdict != "too_big"
+    assert estimate.estimate(catalog.resolve_model("Qwen3.5-27B", 4), 120000, M4_PRO_24, kv_bits=kv.kv_bits).verdict != "too_big"
     assert Remedy.WIRED_LIMIT not in remedies  # 24.7 GB is more than macOS can safely give on 24 GB
     assert _in_cost_order(ways.steps)
     assert ways.lines()[0] == ways.headline and ways.lines()[1].startswith("1. use a shorter context")
@@ -58,7 +58,7 @@ def test_no_context_fits_but_a_raised_wired_limit_would_gives_the_exact_command(
         assert words in step.text
     # The command really makes it fit: the same estimate on the raised budget is no longer too big.
     raised = with_wired_limit(machine, step.wired_limit_mb * MiB)
-    assert sizing.estimate(catalog.resolve_model("Qwen3.5-35B-A3B", 4), 8192, raised).verdict != "too_big"
+    assert estimate.estimate(catalog.resolve_model("Qwen3.5-35B-A3B", 4), 8192, raised).verdict != "too_big"
     assert _in_cost_order(ways.steps)
 
 
@@ -78,7 +78,7 @@ def test_an_8bit_build_can_step_down_to_the_same_model_at_4bit():
     smaller = next(s for s in ways.steps if s.remedy is Remedy.SMALLER_BUILD)
     assert smaller.model == "Qwen3.5-9B 4-bit" and smaller.repo == "mlx-community/Qwen3.5-9B-4bit"
     built = catalog.resolve_model(smaller.repo)
-    assert sizing.estimate(built, smaller.context, what_if_machine("M4", 16 * GiB)).verdict != "too_big"
+    assert estimate.estimate(built, smaller.context, what_if_machine("M4", 16 * GiB)).verdict != "too_big"
     assert _in_cost_order(ways.steps)
 
 
@@ -114,7 +114,7 @@ def test_the_same_model_at_4bit_comes_before_a_bigger_other_build():
     machine = what_if_machine("M4 Pro", 48 * GiB)
     est, ways = _advise("Qwen3.5-35B-A3B", 8, machine, 131072)
     assert est.verdict == "too_big"
-    other = sizing.estimate(catalog.resolve_model("Qwen3.5-27B", 8), 131072, machine)
-    assert other.verdict != "too_big" and other.weights_bytes > sizing.estimate(catalog.resolve_model("Qwen3.5-35B-A3B", 4), 131072, machine).weights_bytes
+    other = estimate.estimate(catalog.resolve_model("Qwen3.5-27B", 8), 131072, machine)
+    assert other.verdict != "too_big" and other.weights_bytes > estimate.estimate(catalog.resolve_model("Qwen3.5-35B-A3B", 4), 131072, machine).weights_bytes
     smaller = next(s for s in ways.steps if s.remedy is Remedy.SMALLER_BUILD)
     assert smaller.model == "Qwen3.5-35B-A3B 4-bit"

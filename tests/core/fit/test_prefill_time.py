@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from macapp.core import long_context, sizing
-from macapp.core.fit import prefill_time
+from macapp.core import long_context
+from macapp.core.fit import estimate, prefill_time
 from macapp.core.catalog import resolve_model
 from macapp.core.hardware import BANDWIDTH_EFFICIENCY, GiB, profile_from_facts, what_if_machine
 
@@ -76,7 +76,7 @@ def test_qwen3_workload_counts_the_published_parameters():
 
 def test_moe_work_counts_routed_and_shared_experts_only():
     arch = resolve_model("Qwen3.5-35B-A3B").arch
-    work = sizing.prefill_workload(resolve_model("Qwen3.5-35B-A3B", 4))
+    work = estimate.prefill_workload(resolve_model("Qwen3.5-35B-A3B", 4))
     routed = arch.num_hidden_layers * 3 * 8 * arch.moe_intermediate_size * arch.hidden_size
     assert work.expert_flops == 2 * routed
     # active parameters without the embedding and output head: ~2.5B of the "A3B"
@@ -86,39 +86,39 @@ def test_moe_work_counts_routed_and_shared_experts_only():
 def test_short_prompts_pay_per_chunk_costs_and_long_ones_pay_attention():
     model = resolve_model("Qwen3.5-35B-A3B", 4)
     machine = what_if_machine("M4 Max", 128 * GiB)
-    tps = {n: sizing.prefill_estimate(model, machine, n).tps for n in (500, 2048, 20000, 131072)}
+    tps = {n: estimate.prefill_estimate(model, machine, n).tps for n in (500, 2048, 20000, 131072)}
     assert tps[500] < tps[2048]  # a short prompt's chunk has few rows per matrix and still reads every weight
     assert tps[20000] < tps[2048] and tps[131072] < 0.5 * tps[20000]  # attention grows with the context
-    long = sizing.prefill_estimate(model, machine, 131072)
+    long = estimate.prefill_estimate(model, machine, 131072)
     assert long.attention_s > long.matmul_s
-    short = sizing.prefill_estimate(model, machine, 500)
+    short = estimate.prefill_estimate(model, machine, 500)
     assert short.attention_s < 0.05 * short.seconds
 
 
 def test_time_to_first_token_grows_with_the_prompt_and_smaller_chunks_are_slower():
     model = resolve_model("Qwen3.5-9B", 4)
     machine = what_if_machine("M4 Pro", 48 * GiB)
-    times = [sizing.prefill_estimate(model, machine, n).seconds for n in (500, 2048, 8192, 32768, 131072)]
+    times = [estimate.prefill_estimate(model, machine, n).seconds for n in (500, 2048, 8192, 32768, 131072)]
     assert times == sorted(times)
-    assert sizing.prefill_estimate(model, machine, 8192, prefill_step=512).seconds > times[2]
+    assert estimate.prefill_estimate(model, machine, 8192, prefill_step=512).seconds > times[2]
 
 
 def test_moe_reads_short_prompts_less_efficiently_than_long_ones():
-    work = sizing.prefill_workload(resolve_model("Qwen3.5-35B-A3B", 4))
+    work = estimate.prefill_workload(resolve_model("Qwen3.5-35B-A3B", 4))
     assert prefill_time.expert_efficiency(work, 512) < prefill_time.expert_efficiency(work, 2048) < prefill_time.EXPERT_EFF
     assert prefill_time.dense_efficiency(512) < prefill_time.dense_efficiency(2048) < prefill_time.DENSE_EFF
 
 
 def test_m5_neural_accelerators_change_prompt_reading_not_decode():
     model = resolve_model("Qwen3.5-27B", 4)
-    m4 = sizing.estimate(model, 20000, what_if_machine("M4 Max", 128 * GiB, 40))
-    m5 = sizing.estimate(model, 20000, what_if_machine("M5 Max", 128 * GiB, 40))
+    m4 = estimate.estimate(model, 20000, what_if_machine("M4 Max", 128 * GiB, 40))
+    m5 = estimate.estimate(model, 20000, what_if_machine("M5 Max", 128 * GiB, 40))
     assert m5.prefill_tps_estimate > 2.5 * m4.prefill_tps_estimate
     assert m5.decode_tps_estimate < 1.3 * m4.decode_tps_estimate
 
 
 def test_estimate_carries_the_reading_figures_and_explains_them():
-    e = sizing.estimate(resolve_model("Qwen3.5-35B-A3B", 4), 20000, what_if_machine("M4 Pro", 48 * GiB))
+    e = estimate.estimate(resolve_model("Qwen3.5-35B-A3B", 4), 20000, what_if_machine("M4 Pro", 48 * GiB))
     assert e.ttft_estimate_s == pytest.approx(20000 / e.prefill_tps_estimate, rel=0.01)
     assert e.to_json()["ttft_estimate_s"] == e.ttft_estimate_s
     line = next(line for line in e.derivation if line.startswith("reading a 20,000-token prompt"))
@@ -128,7 +128,7 @@ def test_estimate_carries_the_reading_figures_and_explains_them():
 
 def test_no_reading_estimate_off_apple_silicon():
     linux = profile_from_facts("AMD EPYC", 64 * GiB, None, None, None)
-    e = sizing.estimate(resolve_model("Qwen3.5-9B", 4), 4096, linux)
+    e = estimate.estimate(resolve_model("Qwen3.5-9B", 4), 4096, linux)
     assert e.prefill_tps_estimate is None and e.ttft_estimate_s is None
     assert not any(line.startswith("reading a") for line in e.derivation)
 
@@ -144,22 +144,22 @@ def test_format_duration(seconds, text):
 def test_m1_and_m2_read_prompts_slower_than_their_cores_suggest():
     """No native bfloat16: the M2 Max runs read ~0.58 of what its per-core FLOPS give the later generations."""
     model = resolve_model("Qwen3.5-9B", 4)
-    m2 = sizing.prefill_estimate(model, what_if_machine("M2 Max", 32 * GiB, 38), 2048)
-    m3 = sizing.prefill_estimate(model, what_if_machine("M3 Max", 36 * GiB, 30), 2048)
+    m2 = estimate.prefill_estimate(model, what_if_machine("M2 Max", 32 * GiB, 38), 2048)
+    m3 = estimate.prefill_estimate(model, what_if_machine("M3 Max", 36 * GiB, 30), 2048)
     assert m2.tflops > m3.tflops and m2.tps < m3.tps
-    line = prefill_time.describe(m2, sizing.prefill_workload(model), what_if_machine("M2 Max", 32 * GiB, 38), 2048)
+    line = prefill_time.describe(m2, estimate.prefill_workload(model), what_if_machine("M2 Max", 32 * GiB, 38), 2048)
     assert "bfloat16" in line
 
 
 def test_small_builds_pay_the_fixed_per_layer_cost():
     machine = what_if_machine("M4", 16 * GiB)
-    small = sizing.prefill_estimate(resolve_model("Qwen3.5-0.8B", 4), machine, 2048)
-    big = sizing.prefill_estimate(resolve_model("Qwen3.5-27B", 4), what_if_machine("M4 Max", 128 * GiB), 2048)
+    small = estimate.prefill_estimate(resolve_model("Qwen3.5-0.8B", 4), machine, 2048)
+    big = estimate.prefill_estimate(resolve_model("Qwen3.5-27B", 4), what_if_machine("M4 Max", 128 * GiB), 2048)
     assert small.fixed_s / small.seconds > 3 * big.fixed_s / big.seconds
 
 
 def test_unfused_attention_pays_for_its_scores_and_the_blocked_re_reads():
-    work = sizing.prefill_workload(resolve_model("Qwen3.5-35B-A3B", 4))
+    work = estimate.prefill_workload(resolve_model("Qwen3.5-35B-A3B", 4))
     m4 = what_if_machine("M4 Max", 128 * GiB)
     tflops = m4.gpu_cores * 0.420
     flops_only = work.attention_flops * 2048 * (500_000 + 1024.5) / (tflops * 1e12 * prefill_time.FITTED.attention_eff_unfused)

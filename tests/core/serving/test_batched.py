@@ -151,14 +151,14 @@ def test_a_turn_that_cannot_join_waits_only_for_the_batch_in_flight_not_for_requ
 
 
 def test_the_batch_limit_comes_from_the_memory_that_is_left_and_parallel_lowers_it(moe):
-    from macapp.core import sizing
+    from macapp.core.fit import estimate
 
     roomy = ServingEngine(moe, ServingOptions(pool_bytes=0))
     assert roomy.batch_limit == 32  # a tiny model: the cap, mlx-lm's server default
     assert ServingEngine(moe, ServingOptions(pool_bytes=0, parallel=3)).batch_limit == 3
     m = moe.model
-    per = sizing.kv_cache_bytes(m.arch, roomy.context_limit) + sizing.state_bytes(m.arch)
-    fixed = m.weights_bytes + sizing.runtime_bytes(m.weights_bytes) + sizing.prefill_bytes(m.arch, roomy.context_limit)
+    per = estimate.kv_cache_bytes(m.arch, roomy.context_limit) + estimate.state_bytes(m.arch)
+    fixed = m.weights_bytes + estimate.runtime_bytes(m.weights_bytes) + estimate.prefill_bytes(m.arch, roomy.context_limit)
     from macapp.core.engine import SessionOptions
 
     tight = ServingEngine(moe, ServingOptions(pool_bytes=0, session=SessionOptions(memory_budget_bytes=fixed + 5 * per + 1)))
