@@ -28,11 +28,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from macapp.core.catalog import Arch
 from macapp.core.cluster.fingerprint import Fingerprint, fingerprint
 from macapp.core.cluster.hostfile import Hostfile, read_hostfile
 from macapp.core.cluster.rank import DONE, ENV, FOLLOWER_LOST, MODEL_DIFFERS, READY, RankSpec
 from macapp.core.cluster.split import Shard, SplitRefused, choose_split
 from macapp.core.cluster.watchdog import GAVE_UP
+from macapp.core.engine import EngineError, check_model_folder, locate_model
 
 CONNECT_TIMEOUT_S = 60.0
 SSH_TIMEOUT_S = 15.0
@@ -69,7 +71,7 @@ def mlx_launch() -> str:
 # --- before starting ---
 
 
-def choose_shard(arch, hosts: int, bits: int | None, group: int, asked: Shard | None) -> tuple[Shard, tuple[str, ...]]:
+def choose_shard(arch: Arch, hosts: int, bits: int | None, group: int, asked: Shard | None) -> tuple[Shard, tuple[str, ...]]:
     """The split to launch (split.choose_split, no fall-back: a tensor split asked for runs or is refused) and
     why tensor parallelism is impossible; ShardError when the split cannot run."""
     try:
@@ -81,9 +83,6 @@ def choose_shard(arch, hosts: int, bits: int | None, group: int, asked: Shard | 
 
 def prepare(hostfile_path: str | Path, backend: str | None, model_spec: str, shard: Shard | None, check_remote: bool = True) -> Plan:
     """Everything checked before a process starts; ClusterError (or HostfileError, a ValueError) says what is wrong."""
-    from macapp.core.catalog import Arch
-    from macapp.core.engine import EngineError, check_model_folder, locate_model
-
     hostfile = read_hostfile(hostfile_path)
     backend = backend or hostfile.backend or "ring"
     hostfile.check_backend(backend)
@@ -127,7 +126,7 @@ def resolve(name: str, timeout: float = RESOLVE_TIMEOUT_S) -> str | None:
         pool.shutdown(wait=False)
 
 
-def ssh(host: str, command: list[str], timeout: float = SSH_TIMEOUT_S) -> subprocess.CompletedProcess:
+def ssh(host: str, command: list[str], timeout: float = SSH_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
     """Run a command on `host` without prompting (keys only); TimeoutExpired past `timeout`."""
     import shlex
 
@@ -199,7 +198,7 @@ def free_base_port(n: int) -> int:
     for _ in range(50):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
+            base: int = s.getsockname()[1]
         if base + n >= 65535:
             continue
         socks = []
@@ -239,7 +238,7 @@ class ClusterRun:
         self.rank0_done = False
         self.rank0_gave_up = False  # rank 0's watchdog ended it: the others did not answer (it said so)
         self.fault: str | None = None
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
         self._control = tempfile.mkdtemp(prefix="qwen-desk-cluster-")
         self._stop_by: float | None = None  # after stop(): when the whole group is ended regardless

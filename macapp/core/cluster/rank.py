@@ -15,8 +15,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from macapp.core import events as ev
+from macapp.core.cluster.fingerprint import fingerprint
+from macapp.core.cluster.lockstep import Follower, LockstepModel, RankLost
 from macapp.core.cluster.split import Shard
-from macapp.core.engine import Engine
+from macapp.core.cluster.watchdog import Wait, Watchdog
+from macapp.core.engine import Engine, EngineError, check_model_folder, locate_model
+from macapp.core.engine.model_folder import ModelReader, configured_for, long_context_mode
 
 ENV = "QWEN_DESK_CLUSTER"
 READY = "qwen-desk-cluster: rank {rank} of {size} joined"  # on stderr, for the launcher's start-up watch
@@ -83,12 +88,13 @@ def start_rank0(spec: RankSpec) -> Any:
     return join(spec)
 
 
-def read_shard(path: Path, group: Any, shard: Shard) -> tuple[Any, Any, dict]:
+def read_shard(path: Path, group: Any, shard: Shard) -> tuple[Any, Any, dict[str, Any]]:
     """This rank's part of the model in `path` (mlx-lm's sharded_load), its tokenizer and config."""
     from mlx_lm.utils import sharded_load
 
     groups = {"tensor_group": group} if shard is Shard.TENSOR else {"pipeline_group": group}
-    return sharded_load(str(path), return_config=True, **groups)
+    model, tokenizer, config = sharded_load(str(path), return_config=True, **groups)
+    return model, tokenizer, config
 
 
 def ranks_with_other_files(group: Any, path: Path) -> list[int]:
@@ -96,30 +102,24 @@ def ranks_with_other_files(group: Any, path: Path) -> list[int]:
     group at once; every rank calls it at the same point, before reading its shard. RankLost if a peer is gone."""
     import mlx.core as mx
 
-    from macapp.core.cluster.fingerprint import fingerprint
-    from macapp.core.cluster.lockstep import RankLost
-
     mine = mx.array(list(bytes.fromhex(fingerprint(path).digest)), dtype=mx.int32)[None]
     try:
-        rows = mx.distributed.all_gather(mine, group=group, stream=mx.cpu)
-        mx.eval(rows)  # the wait, with the GIL released (rank 0's watchdog thread must run meanwhile)
-        rows = rows.tolist()
+        gathered = mx.distributed.all_gather(mine, group=group, stream=mx.cpu)
+        mx.eval(gathered)  # the wait, with the GIL released (rank 0's watchdog thread must run meanwhile)
+        rows = gathered.tolist()
     except RuntimeError as exc:
         raise RankLost(str(exc)) from exc
+    if not isinstance(rows, list):  # one row per rank: a 2-D array's tolist() is a list
+        raise TypeError(f"all_gather gave {type(rows).__name__}, not one row per rank")
     return [r for r, row in enumerate(rows) if row != rows[0]]
 
 
-def reader_for_rank0(group: Any, shard: Shard, watchdog: Any = None):
+def reader_for_rank0(group: Any, shard: Shard, watchdog: Watchdog | None = None) -> ModelReader:
     """The engine's model reader on rank 0: the shard, wrapped so that every call is mirrored on the followers.
     Every wait for the others, loading included, is bounded by `watchdog` (a rank stuck while loading ends the run)."""
-    from macapp.core import events as ev
-    from macapp.core.cluster.lockstep import LockstepModel
-    from macapp.core.cluster.watchdog import Wait, Watchdog
-    from macapp.core.engine import EngineError
-
     dog = watchdog or Watchdog()
 
-    def read(path: Path) -> tuple[Any, Any, dict]:
+    def read(path: Path) -> tuple[Any, Any, dict[str, Any]]:
         with dog.waiting(Wait.FILES):
             differ = ranks_with_other_files(group, path)
         if differ:
@@ -144,8 +144,6 @@ class Rank0Engine(Engine):
 
 def engine_for_rank0(spec: RankSpec, group: Any | None = None) -> Rank0Engine:
     """Rank 0's engine, on `group` (default: join the launched run's)."""
-    from macapp.core.cluster.watchdog import Watchdog
-
     dog = Watchdog(spec.stall_limit_s, spec.load_limit_s)
     return Rank0Engine(read_model=reader_for_rank0(group or start_rank0(spec), spec.shard, dog))
 
@@ -154,10 +152,6 @@ def follow(spec: RankSpec, model_spec: str, group: Any | None = None, context: i
     """A follower rank's whole life: join (unless `group` is given), load the same folder (in long-context mode when
     `context`, the command's --context, is past its native length, as rank 0 does), follow rank 0 until it shuts
     us down; the exit status (0, 1 for a model that cannot load, MODEL_DIFFERS, FOLLOWER_LOST)."""
-    from macapp.core.cluster.lockstep import Follower, RankLost
-    from macapp.core.engine import EngineError, check_model_folder, locate_model
-    from macapp.core.engine.model_folder import configured_for, long_context_mode
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is rank 0's (it stops the reply)
     sys.stdout = sys.stderr  # rank 0 owns stdout
     group = group or join(spec)
