@@ -18,10 +18,13 @@ onto a newer KV block (by the pool), restored into a fresh cache.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from macapp.core.cache_layers import CacheLayers
 from macapp.core.engine.snapshots import CacheMirror, ObservedCache
+
+if TYPE_CHECKING:  # where a picture's tokens sit in a cache (vision.runner imports MLX: for the type only)
+    from macapp.core.vision.runner import PictureSpan
 
 Key = tuple[int | str, ...]  # token ids; a picture's image tokens are its digest (macapp.core.serving.pictures)
 
@@ -60,25 +63,13 @@ class RecurrentState:
 Layer = KVLayer | RecurrentState
 
 
-class Span(Protocol):
-    """Where a picture's tokens sit in a cache and how far they moved later positions (vision.runner.PictureSpan)."""
-
-    @property
-    def start(self) -> int: ...
-    @property
-    def end(self) -> int: ...
-    @property
-    def delta(self) -> int: ...
-    def until(self, end: int) -> "Span": ...
-
-
 @dataclass(frozen=True)
 class Checkpoint:
     tokens: Key
     layers: tuple[Layer, ...]  # the cache's layers in order
     kv: KVBlock
     state_bytes: int  # the DeltaNet arrays this checkpoint alone keeps
-    spans: tuple[Span, ...] = field(default=(), compare=False)  # the pictures among `tokens` (prompt_cache.py)
+    spans: tuple[PictureSpan, ...] = field(default=(), compare=False)  # the pictures among `tokens` (prompt_cache.py)
     mirror: CacheMirror | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -101,7 +92,7 @@ def _arrays(x: Any) -> list[Any]:
     return list(x) if isinstance(x, (tuple, list)) else [x]
 
 
-def snapshot(cache: CacheLayers, tokens: Sequence[int | str], spans: Sequence[Span] = ()) -> Checkpoint:
+def snapshot(cache: CacheLayers, tokens: Sequence[int | str], spans: Sequence[PictureSpan] = ()) -> Checkpoint:
     """A checkpoint of a live prompt cache that holds exactly `tokens` (a Key) and the pictures `spans` among them."""
     import mlx.core as mx
     from mlx_lm.models.cache import ArraysCache, KVCache, QuantizedKVCache

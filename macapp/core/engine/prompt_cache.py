@@ -19,20 +19,21 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Sequence
 
 from macapp.core.cache_layers import CacheLayers
-from macapp.core.engine.checkpoints import Checkpoint, Span, restore, snapshot
+from macapp.core.engine.checkpoints import Checkpoint, restore, snapshot
 from macapp.core.engine.snapshots import CacheSnapshot, restore_snapshot, take_snapshot
 
 if TYPE_CHECKING:
     from macapp.core.engine.model_folder import LoadedModel
+    from macapp.core.vision.runner import PictureSpan
 
 
 class PromptCache:
     """A sequence's cache layers, the tokens they hold and the pictures among them (see the module docstring)."""
 
-    def __init__(self, layers: CacheLayers, tokens: Sequence[Any] = (), spans: list[Span] | None = None):
+    def __init__(self, layers: CacheLayers, tokens: Sequence[Any] = (), spans: list[PictureSpan] | None = None):
         self.layers = layers
         self.tokens: list[Any] = list(tokens)
-        self.spans: list[Span] = spans if spans is not None else []  # vision.runner's PictureSpans, by start
+        self.spans: list[PictureSpan] = spans if spans is not None else []  # vision.runner's PictureSpans, by start
 
     @classmethod
     def new(cls, model: "LoadedModel") -> "PromptCache":
