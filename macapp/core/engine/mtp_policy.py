@@ -98,15 +98,19 @@ class DepthPolicy:
         if self.off or most <= 0 or self.wants_plain_probe():
             return 0
         most = min(most, MAX_DEPTH)
-        best, mtp_rate = self._best(most)
+        best, _ = self._best(most, self.acceptance)
         if self.rounds < MIN_ROUNDS:  # exploring: deeper while every draft is kept, so acceptance is measured
             return min(max(best, 1 + self.streak), most)
-        if best == 0 and self.mode is MTPMode.ON:
+        if best > 0 or self.mode is MTPMode.ON:
+            return max(best, 1)
+        # Off only if MTP loses even at the hopeful end of what was measured (few rounds say little: a head
+        # that kept every draft so far must not be turned off by one slow verify pass on a busy machine).
+        hopeful, rate = self._best(most, (self.kept + 1) / (self.looked + 1))
+        if hopeful > 0:
             return 1
-        if best == 0:
-            self.off = True
-            self.off_reason = f"acceptance {self.acceptance:.0%}: {mtp_rate:.1f} tok/s with MTP at best, {1 / self._plain():.1f} plain"
-        return best
+        self.off = True
+        self.off_reason = f"acceptance {self.acceptance:.0%}: {rate:.1f} tok/s with MTP at best, {1 / self._plain():.1f} plain"
+        return 0
 
     def _plain(self) -> float:
         return self.plain_s if self.plain_s is not None else min(self.verify_s.values(), default=1.0)
@@ -124,9 +128,10 @@ class DepthPolicy:
         w0, t0 = min(known, key=lambda kv: abs(kv[0] - width))
         return max(t0 * (1 + 0.1 * (width - w0)), plain * 0.5)
 
-    def _best(self, most: int) -> tuple[int, float]:
-        """(depth maximising expected tokens/s over 0..most, the best expected tokens/s of a depth >= 1)."""
-        a = min(self.acceptance, 0.999)
+    def _best(self, most: int, acceptance: float) -> tuple[int, float]:
+        """(depth maximising expected tokens/s over 0..most at this per-draft acceptance, the best expected
+        tokens/s of a depth >= 1)."""
+        a = min(acceptance, 0.999)
         plain = self._plain()
         draft = self._draft()
         rates = {}
