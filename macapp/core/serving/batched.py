@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from macapp.core.cache_layers import CacheLayers
 from macapp.core.engine import Job, LoadedModel, StreamedReply, TurnClock
 from macapp.core.engine.batch import Sequence
 from macapp.core.engine.batch_reply import Limits, SequenceReply
@@ -51,10 +52,10 @@ def start(serving: "ServingEngine", job: Job, prepared: PreparedRequest, m: Load
         thinking=rendered.thinking, budget=budget, should_stop=text.should_stop, emit=text.emit, clock=clock,
     )
 
-    def on_segment(at: int, layers: list) -> None:
+    def on_segment(at: int, layers: CacheLayers) -> None:
         pool.add(PromptCache(layers, key[:at]))
 
-    def on_done(streamed: StreamedReply | None, _cache: list | None) -> None:
+    def on_done(streamed: StreamedReply | None, _cache: CacheLayers | None) -> None:
         serving.measured(time.perf_counter() - submitted)
         job.emit(cancelled(m, usage) if streamed is None else completed(m, text, streamed, usage))
 

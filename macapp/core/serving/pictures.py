@@ -16,7 +16,7 @@ import functools
 import hashlib
 import io
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from macapp.core import events as ev
 from macapp.core.engine import EngineError
@@ -28,15 +28,20 @@ from macapp.core.vision.dataurl import image_from_base64
 from macapp.core.fit.picture_cost import ProcessorLimits
 from macapp.core.vision.images import DEFAULT_MAX_PIXELS, ImageError, PreparedImage
 
+if TYPE_CHECKING:  # vision.runner imports MLX
+    from macapp.core.engine.checkpoints import Key
+    from macapp.core.engine.model_folder import LoadedModel
+    from macapp.core.vision.runner import EncodedTurn, VisionModel
+
 
 @dataclasses.dataclass
 class PictureRequest:
     """A prompt with pictures laid out, before the tower runs."""
 
-    vision: Any  # vision.runner.VisionModel
-    model: Any  # the LoadedModel view whose `model` reads pictures (vision.runner.PositionedLM)
+    vision: VisionModel
+    model: LoadedModel  # the view whose `model` reads pictures (vision.runner.PositionedLM)
     tokens: list[int]  # the prompt with each placeholder widened to its picture's image tokens
-    key: tuple  # the checkpoint pool's key of `tokens`: each picture's image tokens are its digest
+    key: Key  # the checkpoint pool's key of `tokens`: each picture's image tokens are its digest
     boundaries: tuple[int, ...]  # the rendered prompt's checkpoint boundaries, as offsets into `tokens`
     pictures: list[PreparedImage]
     starts: list[int]  # each picture's first image token in `tokens`
@@ -91,7 +96,7 @@ def _image_processor(folder: str) -> Any:
     )
 
 
-def prepare(m: Any, tokens: list[int], boundaries: Sequence[int], images: Sequence[ImagePart], limit: int) -> PictureRequest:
+def prepare(m: LoadedModel, tokens: list[int], boundaries: Sequence[int], images: Sequence[ImagePart], limit: int) -> PictureRequest:
     """A rendered prompt (one placeholder per picture) laid out with its pictures' image tokens; no tower run."""
     pictures = decode_pictures(images)
     try:
@@ -120,7 +125,7 @@ def prepare(m: Any, tokens: list[int], boundaries: Sequence[int], images: Sequen
     return PictureRequest(vision, dataclasses.replace(m, model=vision.lm), widened, tuple(key), tuple(moved), pictures, starts, counts)
 
 
-def begin(request: PictureRequest, cache: PromptCache) -> Any:
+def begin(request: PictureRequest, cache: PromptCache) -> EncodedTurn | None:
     """Set the positioned model up to read the rest of `request.tokens` into `cache` (which holds the first ones and
     the pictures among them); the tower runs on the pictures after. The EncodedTurn of those tokens (its embeddings
     hold the tower's features), or None when they hold no picture (plain token embeddings)."""

@@ -89,7 +89,8 @@ def check_vocabulary(m: "LoadedModel", request: CompletionRequest) -> None:
 def vocabulary_size(m: "LoadedModel") -> int:
     """The size of the model's output layer (token ids are below it)."""
     config = m.config if isinstance(m.config, dict) else {}
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    nested = config.get("text_config")
+    text = nested if isinstance(nested, dict) else config
     size = text.get("vocab_size") or config.get("vocab_size")
     return int(size) if size else len(m.tokenizer.get_vocab())
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
+from macapp.core.picture_data import ImagePart
 from macapp.core.serving.requests import ChatMessage, CompletionRequest, Role, ToolChoiceMode, ToolSpec
 from macapp.core.serving.toolcalls import OPEN, tool_dicts
 
@@ -46,7 +47,7 @@ class RenderedPrompt:
     prefill: str  # reply text the prompt already wrote (a forced call's opening), "" usually
     tools: tuple[ToolSpec, ...]  # the tools offered to the model (none with ToolChoiceMode.NONE)
     text: str  # the prompt as text (for logs and tests)
-    images: tuple = ()  # the pictures (ImagePart) the prompt's image placeholders stand for, in order
+    images: tuple[ImagePart, ...] = ()  # the pictures the prompt's image placeholders stand for, in order
 
 
 def template_message(message: ChatMessage) -> dict[str, Any]:

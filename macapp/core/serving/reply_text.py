@@ -11,7 +11,7 @@ from macapp.core.events import AnswerDelta, ReasoningDelta
 from macapp.core.serving.render import RenderedPrompt
 from macapp.core.serving.requests import Completed, CompletionRequest, FinishReason, ToolCall, ToolCallFinished, ToolCallStarted, Usage
 from macapp.core.serving.stops import StopMatcher
-from macapp.core.serving.toolcalls import ToolCallParser
+from macapp.core.serving.toolcalls import Piece, ToolCallParser
 
 
 def cancelled(m: LoadedModel, usage: Usage) -> Completed:
@@ -72,7 +72,7 @@ class ReplyText:
             return FinishReason.LENGTH
         return FinishReason.TOOL_CALLS if self.calls else FinishReason.STOP
 
-    def _pieces(self, pieces: list) -> None:
+    def _pieces(self, pieces: list[Piece]) -> None:
         for piece in pieces:
             if self.stops.matched is not None:
                 return

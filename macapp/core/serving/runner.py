@@ -24,7 +24,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from macapp.core import events as ev
 from macapp.core.engine import Engine, EngineError, Job, LoadedModel, SessionOptions, TurnClock, prefill, stream_reply, wired_memory
@@ -32,12 +32,17 @@ from macapp.core.engine.batch import DEFAULT_LIMIT, BatchLoop
 from macapp.core.engine.limits import context_limit
 from macapp.core.events import PromptProgress
 from macapp.core.serving import batched
+from macapp.core.serving import pictures as request_pictures
+from macapp.core.engine.checkpoints import Key
 from macapp.core.engine.prompt_cache import PromptCache
 from macapp.core.serving.pool import CheckpointPool
 from macapp.core.serving.prepared import PreparedRequest, RunSettings, prepare, prompt_length, render_for, run_settings
 from macapp.core.serving.render import RenderedPrompt
 from macapp.core.serving.reply_text import ReplyText, cancelled, completed
 from macapp.core.serving.requests import CompletionRequest, RequestStarted, Usage
+
+if TYPE_CHECKING:
+    import mlx.core as mx
 
 MIN_POOL_BYTES = 256 * 1024**2
 FALLBACK_POOL_BYTES = 2 * 1024**3  # when the memory budget is unknown
@@ -302,19 +307,15 @@ class ServingEngine:
         mx.clear_cache()
         job.emit(completed(m, text, streamed, usage))
 
-    def _pictures(self, m: LoadedModel, rendered: RenderedPrompt):
-        from macapp.core.serving import pictures as request_pictures
-
+    def _pictures(self, m: LoadedModel, rendered: RenderedPrompt) -> request_pictures.PictureRequest:
         opts = self.options.session
         most = min(opts.context_limit or m.info.max_context, m.info.max_context)
         return request_pictures.prepare(m, rendered.tokens, rendered.boundaries, rendered.images, most)
 
     @staticmethod
-    def _begin_pictures(pictures, cache: PromptCache, clock: TurnClock):
+    def _begin_pictures(pictures: request_pictures.PictureRequest, cache: PromptCache, clock: TurnClock) -> mx.array | None:
         """The positioned model set to go on from the cache (restored from a checkpoint with its pictures, or new);
         the tower run on the pictures after it."""
-        from macapp.core.serving import pictures as request_pictures
-
         encoded = request_pictures.begin(pictures, cache)
         clock.image_tokens = encoded.image_tokens if encoded is not None else 0
         return encoded.embeddings if encoded is not None else None
@@ -346,11 +347,11 @@ class _Prompt:
     the embeddings of the tokens after the checkpoint when they hold pictures."""
 
     tokens: list[int]
-    key: tuple
+    key: Key
     boundaries: tuple[int, ...]
-    embeddings: Any = None
+    embeddings: mx.array | None = None
 
     @classmethod
-    def of(cls, pictures) -> "_Prompt":
+    def of(cls, pictures: request_pictures.PictureRequest) -> "_Prompt":
         return cls(pictures.tokens, pictures.key, pictures.boundaries)
 

@@ -63,8 +63,8 @@ def _plain_type(schema: Any) -> Any:
         kinds = {k for k in kind if k != _NULL}
     elif "$ref" in schema:
         return "object"
-    elif isinstance(schema.get("anyOf") or schema.get("oneOf"), list):
-        kinds = {_plain_type(s) for s in schema.get("anyOf") or schema.get("oneOf")} - {_NULL}
+    elif isinstance(alternatives := schema.get("anyOf") or schema.get("oneOf"), list):
+        kinds = {_plain_type(s) for s in alternatives} - {_NULL}
     elif isinstance(schema.get("enum"), list) and schema["enum"] and all(isinstance(v, str) for v in schema["enum"]):
         return "string"
     else:
