@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from macapp.core.engine.options import MTPMode
 
 MAX_DEPTH = 6
-MIN_ROUNDS = 2  # rounds measured before "auto" may turn MTP off
+MIN_ROUNDS = 2  # rounds measured before "auto" may turn MTP off (more while every draft is kept)
+EXPLORE_DEPTH = 3  # the deepest draft while exploring
 PLAIN_PROBES = 3  # plain steps timed at the start of a conversation (the baseline MTP must beat)
 _RECENT = 5  # timings are the median of the last few: one slow step (a new shape, a busy machine) is not the rule
 
@@ -99,8 +100,10 @@ class DepthPolicy:
             return 0
         most = min(most, MAX_DEPTH)
         best, _ = self._best(most, self.acceptance)
-        if self.rounds < MIN_ROUNDS:  # exploring: deeper while every draft is kept, so acceptance is measured
-            return min(max(best, 1 + self.streak), most)
+        if self.rounds < MIN_ROUNDS + min(self.streak, EXPLORE_DEPTH + 1):
+            # exploring: deeper while every draft is kept (up to EXPLORE_DEPTH), and longer, so that a head that is
+            # right is judged on several timings of the same pass, not on one
+            return min(max(best, 1 + min(self.streak, EXPLORE_DEPTH - 1)), most)
         if best > 0 or self.mode is MTPMode.ON:
             return max(best, 1)
         # Off only if MTP loses even at the hopeful end of what was measured (few rounds say little: a head
