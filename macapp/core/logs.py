@@ -9,6 +9,7 @@ import platform
 import sys
 import threading
 from pathlib import Path
+from types import TracebackType
 
 from macapp import __version__
 from macapp.core import paths
@@ -77,18 +78,16 @@ def _install_excepthooks() -> None:
     if getattr(previous_hook, "_qwen_desk", False):
         return
 
-    def log_uncaught(exc_type, exc, tb):
+    def log_uncaught(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
         if not issubclass(exc_type, KeyboardInterrupt):
             logging.getLogger("macapp").critical("Uncaught exception", exc_info=(exc_type, exc, tb))
         previous_hook(exc_type, exc, tb)
 
-    def log_uncaught_in_thread(args):
+    def log_uncaught_in_thread(args: threading.ExceptHookArgs) -> None:
         if not issubclass(args.exc_type, SystemExit):
-            logging.getLogger("macapp").critical(
-                "Uncaught exception in thread %s",
-                getattr(args.thread, "name", "?"),
-                exc_info=(args.exc_type, args.exc_value, args.exc_traceback),
-            )
+            # exc_value is None only for an exception type raised without an instance, which Python never hands here
+            exc_info = (args.exc_type, args.exc_value, args.exc_traceback) if args.exc_value is not None else True
+            logging.getLogger("macapp").critical("Uncaught exception in thread %s", getattr(args.thread, "name", "?"), exc_info=exc_info)
         previous_thread_hook(args)
 
     log_uncaught._qwen_desk = True  # type: ignore[attr-defined]

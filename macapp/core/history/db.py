@@ -53,7 +53,8 @@ def connect(path: Path, busy_timeout_s: float, *, read_only: bool = False, funct
 
 
 def user_version(conn: sqlite3.Connection) -> int:
-    return conn.execute("PRAGMA user_version").fetchone()[0]
+    version: int = conn.execute("PRAGMA user_version").fetchone()[0]
+    return version
 
 
 def read_only_probe(path: Path, busy_timeout_s: float, functions: Functions | None = None) -> sqlite3.Connection | None:
@@ -192,7 +193,7 @@ class Database:
         with self.lock:
             return user_version(self.conn)
 
-    def query(self, sql: str, params: tuple | list = ()) -> list[sqlite3.Row]:
+    def query(self, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> list[sqlite3.Row]:
         """All rows of one statement (read outside any transaction)."""
         with self.lock:
             return self.conn.execute(sql, params).fetchall()

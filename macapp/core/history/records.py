@@ -8,6 +8,8 @@ from typing import Any, Callable, get_args, get_type_hints
 
 from macapp.core.events import format_stats
 from macapp.core.picture_data import ImageRef
+from macapp.core.vision.images import PreparedImage
+from macapp.core.vision.pictures import load_pictures  # Pillow itself waits for a picture to open
 
 TITLE_LIMIT = 60
 
@@ -135,9 +137,7 @@ class Conversation:
         return out
 
 
-def _pictures(refs: tuple[ImageRef, ...]) -> list[Any]:
-    from macapp.core.vision.pictures import load_pictures  # PIL only once a conversation has pictures
-
+def _pictures(refs: tuple[ImageRef, ...]) -> list[PreparedImage]:
     return list(load_pictures(refs))
 
 

@@ -22,7 +22,9 @@ def search_terms(query: str) -> list[str]:
 
 def contains(haystack: str | None, needle: str | None) -> int:
     """1 if `needle` is in `haystack`, case-insensitive (also registered in SQL as qd_contains for the scan)."""
-    return int(bool(needle) and needle.casefold() in (haystack or "").casefold())
+    if not needle:
+        return 0
+    return int(needle.casefold() in (haystack or "").casefold())
 
 
 SQL_FUNCTIONS = {"qd_contains": (2, contains)}

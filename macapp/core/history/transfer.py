@@ -11,6 +11,9 @@ from typing import Any
 from macapp import __version__
 from macapp.core.history.errors import ImportFormatError
 from macapp.core.history.records import ROLES, Conversation, Message, MessageState, ReplyStats, Role, title_from_text
+from macapp.core.picture_data import ImageRef
+from macapp.core.vision.images import ImageError
+from macapp.core.vision.pictures import data_url, import_data_url
 
 EXPORT_FORMAT = "qwen-desk.conversation"
 EXPORT_FORMAT_VERSION = 1
@@ -114,22 +117,17 @@ def _message_from_document(i: int, raw: Any, now: float) -> Message:
     )
 
 
-def _export_pictures(refs) -> list[dict[str, Any]]:
+def _export_pictures(refs: tuple[ImageRef, ...]) -> list[dict[str, Any]]:
     """Each picture with its bytes as a data: URL, so an exported conversation carries its pictures."""
-    from macapp.core.vision.pictures import data_url
-
     return [{"name": ref.name, "width": ref.width, "height": ref.height, "data_url": data_url(ref)} for ref in refs]
 
 
-def _import_pictures(i: int, raw: Any) -> tuple:
+def _import_pictures(i: int, raw: Any) -> tuple[ImageRef, ...]:
     """Pictures of an imported message, stored into the pictures folder; a bad one fails the import, by name."""
     if not raw:
         return ()
     if not isinstance(raw, list):
         raise ImportFormatError(f"Message {i + 1}: \"images\" must be a list of pictures.")
-    from macapp.core.vision.images import ImageError
-    from macapp.core.vision.pictures import import_data_url
-
     refs = []
     for n, item in enumerate(raw):
         name = str(item.get("name") or f"picture {n + 1}") if isinstance(item, dict) else f"picture {n + 1}"
@@ -159,7 +157,8 @@ def conversation_from_document(data: dict[str, Any] | str | bytes) -> Conversati
     messages = [_message_from_document(i, raw, now) for i, raw in enumerate(data["messages"])]
     first_user = next((m.content for m in messages if m.role is Role.USER), "")
     title = data.get("title") if isinstance(data.get("title"), str) else ""
-    settings = data.get("settings") if isinstance(data.get("settings"), dict) else {}
+    settings_field = data.get("settings")
+    settings: dict[str, Any] = settings_field if isinstance(settings_field, dict) else {}
     system_prompt = data.get("system_prompt") if isinstance(data.get("system_prompt"), str) else None
     return Conversation(
         id=0, title=title or title_from_text(first_user), model=str(data.get("model") or ""),
