@@ -6,6 +6,7 @@ Issue 18's target: batching must not slow a single client (>= 0.97x of the path 
 kept in the runner (`ServingOptions(batching=False)` is the one-at-a-time path, mlx-lm's stream_generate), so
 they are compared in one process, interleaved, greedy, end-of-turn tokens banned so every reply is `--tokens`
 long. Decode tok/s is the engine's own figure (tokens after the first over the time after the first).
+A request alone in the batch runs outside mlx-lm's generator (core/engine/solo.py) until another arrives.
 """
 
 from __future__ import annotations
@@ -61,7 +62,9 @@ def main() -> int:
     print("## One request alone: the batch vs the one-at-a-time path (bench/batch_solo.py)\n")
     print(f"Machine: {platform.system()} {platform.machine()}, {os.cpu_count()} CPUs. Date: {datetime.now(timezone.utc):%Y-%m-%d}. "
           f"Model: {args.model or 'tiny random Qwen3.5, dense, 16 layers'}. {args.tokens} tokens, greedy, medians of {args.repeat} interleaved runs.\n")
+    pairs = statistics.median(b / a for b, a in zip(speeds["batch"], speeds["one at a time"]))
     print(f"- decode tok/s: batch {batch:.1f}, one at a time {alone:.1f}: ratio {batch / alone:.3f} (target >= 0.97)")
+    print(f"- median of the ratios of back-to-back pairs (cancels a machine whose load drifts): {pairs:.3f}")
     print(f"- every run, batch: {', '.join(f'{v:.0f}' for v in speeds['batch'])}; one at a time: {', '.join(f'{v:.0f}' for v in speeds['one at a time'])}")
     return 0
 
