@@ -14,6 +14,7 @@ hosts than KV heads, the repeated KV heads, reported as `duplicated`).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from macapp.core.fit import estimate
 from macapp.core.catalog import Arch, ModelRef
@@ -72,7 +73,7 @@ class ClusterEstimate:
     single: estimate.Estimate
     derivation: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """The one-Mac fit JSON with `verdict`, `max_context` and the speeds judged per host, plus the cluster fields."""
         data = self.single.to_json()
         data.update(
@@ -96,7 +97,7 @@ class ClusterEstimate:
         return data
 
 
-def _share_json(h: HostShare) -> dict:
+def _share_json(h: HostShare) -> dict[str, Any]:
     data = asdict(h)
     data["layers"] = list(h.layers)
     return data

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from macapp.core.fit import prefill_time
 from macapp.core.catalog import Arch, ModelRef
@@ -84,7 +84,7 @@ class Estimate:
     mtp_fetch_bytes: int = 0  # to download from `mtp_source_repo` (to_fetch)
     mtp_source_repo: str | None = None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -258,7 +258,10 @@ def decode_tps(model: ModelRef, machine: MachineProfile, context: int, kv_bits: 
 
 def decode_step_ms(arch: Arch, machine: MachineProfile, bytes_per_token: float, layers: int) -> float:
     """Milliseconds one machine spends on a generated token: streaming `bytes_per_token` from memory plus a
-    fixed cost for each of the `layers` it runs (also used per host by macapp.core.cluster)."""
+    fixed cost for each of the `layers` it runs (also used per host by macapp.core.cluster). ValueError for a
+    machine without a speed estimate (its callers ask first)."""
+    if machine.bandwidth_gbs is None or machine.family is None:
+        raise ValueError("this machine has no speed estimate (no known memory bandwidth)")
     stream_ms = bytes_per_token / (machine.bandwidth_gbs * 1e9 * BANDWIDTH_EFFICIENCY) * 1e3
     return stream_ms + layers * LAYER_COST_MS["moe" if arch.is_moe else "dense"] * LAYER_COST_SCALE.get(machine.family, 1.0)
 
@@ -394,8 +397,8 @@ def estimate(
     state = state_bytes(arch)
     prefill = prefill_bytes(arch, context, prefill_step)
     runtime = runtime_bytes(weights)
-    with_images = images and accepts_images is not False and vision is not None
-    extra = vision.total_bytes if with_images else 0
+    with_images = bool(images and accepts_images is not False and vision is not None)
+    extra = vision.total_bytes if with_images and vision is not None else 0
     head = mtp.head_bytes if mtp is not None and mtp.usable else 0
     extra += head
     total = weights + kv + state + prefill + runtime + extra
