@@ -125,7 +125,7 @@ class Arch:
         return cls(**values)
 
 
-def _positive(source: dict, key: str, default: int | None = None) -> int:
+def _positive(source: dict[str, Any], key: str, default: int | None = None) -> int:
     value = source.get(key, default)
     if value is None:
         raise ConfigError(f"config field {key!r} is missing")
@@ -134,14 +134,14 @@ def _positive(source: dict, key: str, default: int | None = None) -> int:
     return int(value)
 
 
-def _longest_context(config: dict) -> int:
+def _longest_context(config: dict[str, Any]) -> int:
     try:
         return longest_context(config)
     except ContextError as exc:
         raise ConfigError(str(exc)) from None
 
 
-def _non_negative(source: dict, key: str) -> int:
+def _non_negative(source: dict[str, Any], key: str) -> int:
     value = source.get(key) or 0
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or value < 0:
         raise ConfigError(f"config field {key!r} must be a whole number ≥ 0, not {value!r}")

@@ -14,6 +14,7 @@ import enum
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from macapp.core.hub.record import HubModelRecord, cached_record, readme_base_model
 from macapp.core.hub.mtp_quant import QuantRule
@@ -55,12 +56,12 @@ class MtpStatus:
             return f"MTP: {format_bytes(self.fetch_bytes)} to fetch"
         return "MTP: none" if self.where is MtpWhere.NONE else "MTP: not known yet"
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"where": str(self.where), "head_bytes": self.head_bytes, "fetch_bytes": self.fetch_bytes,
                 "source_repo": self.source_repo, "note": self.note}
 
 
-def model_has_mtp(config: dict) -> bool | None:
+def model_has_mtp(config: dict[str, Any]) -> bool | None:
     """What the config says: True/False from ``mtp_num_hidden_layers``, None when it does not say."""
     value = text_config(config).get("mtp_num_hidden_layers", config.get("mtp_num_hidden_layers"))
     return None if value is None else bool(value)
@@ -91,14 +92,14 @@ def side_file_bytes(folder: Path) -> int:
     return header.data_bytes
 
 
-def build_quantization(config: dict) -> tuple[int | None, int]:
+def build_quantization(config: dict[str, Any]) -> tuple[int | None, int]:
     quant = config.get("quantization") or config.get("quantization_config") or {}
     if not isinstance(quant, dict):
         return None, 64
     return quant.get("bits"), int(quant.get("group_size", 64) or 64)
 
 
-def build_dtype(config: dict, dtypes: list[str]) -> str:
+def build_dtype(config: dict[str, Any], dtypes: list[str]) -> str:
     """The build's float dtype (safetensors name): its scales' or norms' dtype, else the config's, else BF16."""
     for dtype in dtypes:
         if dtype in ("BF16", "F16", "F32"):

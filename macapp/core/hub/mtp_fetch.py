@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from math import prod
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from macapp.core.download.errors import RESUME_HINT, DownloadCancelled, DownloadError, DownloadErrorKind, is_disk_full
 from macapp.core.download.hfcache import free_bytes
@@ -37,6 +37,9 @@ from macapp.core.hub.remote import RangeReader, response_etag
 from macapp.core.memory import format_bytes
 from macapp.core.modelfiles import mtp_side_file
 from macapp.core.tensor_roles import TensorRole
+
+if TYPE_CHECKING:
+    import mlx.core as mx
 
 DISK_MARGIN = 64 * 1024**2
 FSYNC_EVERY = 8 * 1024**2
@@ -80,7 +83,7 @@ class MtpFetchPlan:
     def state_path(self) -> Path:
         return self.side_file.with_name(self.side_file.name + ".part.json")
 
-    def state(self) -> dict:
+    def state(self) -> dict[str, Any]:
         return {"source_repo": self.source_repo, "commit": self.commit, "ranges": [[r.file, r.start, r.end, r.etag] for r in self.ranges]}
 
 
@@ -95,7 +98,7 @@ class MtpFetchResult:
     resumed_bytes: int  # found in the .part from an earlier run
     head_bytes: int  # the side file's tensor bytes (quantized)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"side_file": str(self.side_file), "source_repo": self.source_repo, "commit": self.commit, "tensors": self.tensors,
                 "bytes_total": self.bytes_total, "bytes_fetched_this_run": self.bytes_fetched_this_run,
                 "resumed_bytes": self.resumed_bytes, "head_bytes": self.head_bytes}
@@ -111,7 +114,7 @@ def merged_ranges(tensors: list[HubTensor], etags: dict[str, str]) -> tuple[Byte
     return tuple(out)
 
 
-def _read_state(path: Path) -> dict | None:
+def _read_state(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -300,14 +303,14 @@ def fetch_mtp_head(plan: MtpFetchPlan, *, on_progress: Callable[[int, int], None
 
 
 # --- assembling and writing ------------------------------------------------------------------------------------------
-def _source_tensors(plan: MtpFetchPlan) -> tuple[dict, dict[str, str]]:
+def _source_tensors(plan: MtpFetchPlan) -> tuple[dict[str, mx.array], dict[str, str]]:
     """The fetched tensors as MLX arrays (their source dtype), and the sha256 of each one's bytes."""
     import mlx.core as mx
 
     data = plan.part_path.read_bytes()
     if len(data) != plan.fetch_bytes:
         raise DownloadError(DownloadErrorKind.INTEGRITY, f"the fetched MTP bytes are {len(data)}, not {plan.fetch_bytes}", repo=plan.source_repo)
-    header: dict = {}
+    header: dict[str, Any] = {}
     digests: dict[str, str] = {}
     pos = 0
     for t in plan.tensors:
@@ -324,6 +327,8 @@ def _source_tensors(plan: MtpFetchPlan) -> tuple[dict, dict[str, str]]:
     staging.write_bytes(len(raw).to_bytes(8, "little") + raw + data)
     try:
         arrays = mx.load(str(staging))
+        if not isinstance(arrays, dict):  # a .safetensors file loads as {name: array}
+            raise DownloadError(DownloadErrorKind.INTEGRITY, "the fetched MTP tensors did not load as named tensors", repo=plan.source_repo)
         mx.eval(list(arrays.values()))
     finally:
         staging.unlink(missing_ok=True)

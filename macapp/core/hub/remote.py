@@ -11,7 +11,7 @@ import re
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 from macapp.core.download import hubapi
 from macapp.core.download.errors import DownloadError, DownloadErrorKind
@@ -35,6 +35,15 @@ def response_etag(response: Any) -> str:
     return value.strip().removeprefix("W/").strip('"')
 
 
+T = TypeVar("T")
+
+
+def _sleep_on(seconds: float) -> bool:
+    """The default wait between attempts: sleep, and never give up early (False)."""
+    time.sleep(seconds)
+    return False
+
+
 class RangeReader:
     """One HTTP client for the range reads of one repo at one commit; use as a context manager."""
 
@@ -47,7 +56,7 @@ class RangeReader:
         self.token = token if token is not None else hubapi.token()
         self.attempts = max(1, attempts)
         self.backoff_s = backoff_s
-        self._sleep = sleep or (lambda s: time.sleep(s) or False)
+        self._sleep = sleep or _sleep_on
         self._headers = hubapi.auth_headers(self.token)
         self._base = hubapi.endpoint()
         self.client = httpx2.Client(follow_redirects=True, timeout=httpx2.Timeout(timeout, read=timeout))
@@ -66,7 +75,7 @@ class RangeReader:
             return True, DownloadError(DownloadErrorKind.NETWORK, str(exc), repo=self.repo)
         return hubapi.classify(exc, self.repo, self.commit, has_token=bool(self.token))
 
-    def retrying(self, what: Callable[[], Any]) -> Any:
+    def retrying(self, what: Callable[[], T]) -> T:
         """`what()`, retried on transient errors (doubling delay); the last error raised as a DownloadError."""
         for attempt in range(1, self.attempts + 1):
             try:

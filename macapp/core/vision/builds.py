@@ -23,8 +23,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Iterable
 
-from macapp.core import paths
-from macapp.core.catalog import ModelRef
+from macapp.core import catalog, paths
+from macapp.core.catalog import CatalogEntry, ModelRef
 from macapp.core.hub.record import HubModelRecord, cached_record, refresh_records
 from macapp.core.hub.settings import hub_reachable, hub_settings
 from macapp.core.tensor_roles import TensorRole
@@ -87,7 +87,7 @@ def from_record(record: HubModelRecord) -> BuildVision:
 
 
 @functools.cache
-def _catalog_rows() -> dict[str, tuple[dict, Any]]:
+def _catalog_rows() -> dict[str, tuple[dict[str, Any], Any]]:
     """repo → (the model's row, its build's `vision` flag) from resources/catalog.json."""
     data = json.loads((paths.resources_dir() / "catalog.json").read_text())
     rows = {}
@@ -111,8 +111,6 @@ def _from_catalog(repo: str | None) -> BuildVision:
 def seeing_alternative(build: str) -> str | None:
     """A catalog build that accepts pictures, to name in a text-only build's message: another build of the same
     model first (`build`: a repo id or a folder name holding the model's name), else the smallest one that sees."""
-    from macapp.core import catalog
-
     entries = catalog.builtin_catalog()
     same = [e for e in entries if e.name in build or any(b.repo == build for b in e.builds.values())]
     for entry in same + entries:
@@ -139,11 +137,9 @@ def downloaded_folder(repo: str | None) -> Path | None:
 # --- hub refresh ---
 
 
-def refresh_catalog_and_pictures(entries: list | None = None) -> dict[str, str]:
+def refresh_catalog_and_pictures(entries: list[CatalogEntry] | None = None) -> dict[str, str]:
     """`catalog.refresh_catalog()`: one hub record per build gives both its sizes and its pictures (returns repo →
     error). A build whose safetensors headers could not be read is logged and its pictures stay "not known" ("?")."""
-    from macapp.core import catalog
-
     entries = entries or catalog.builtin_catalog()
     errors = catalog.refresh_catalog(entries)
     lacking_mtp = []
