@@ -6,6 +6,8 @@ Modules:
 
 - `estimate`: the one-Mac figure every screen shows (`estimate()`): weights, KV cache, DeltaNet state, overhead,
   the decode speed, the largest context and how many agent sessions fit; mlx-lm's prefill step (DEFAULT_PREFILL_STEP).
+- `weights`: a build's weight bytes (as mlx-lm loads them, quantized as MLX quantizes) and parameters, from its
+  architecture: the one count estimate and cluster share.
 - `prefill_time`: how long reading a prompt takes (the prefill model behind `ttft_estimate_s`; the reading itself is
   macapp.core.engine.prefill).
 - `cluster`: the same on several Macs: each host's share under a tensor or pipeline split (the split rule itself

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from macapp.core.fit import estimate
+from macapp.core.fit import estimate, weights
 from macapp.core.catalog import Arch, ModelRef
 from macapp.core.cluster.split import Shard, SplitRefused, choose_split
 from macapp.core.hardware import MachineProfile
@@ -150,13 +150,13 @@ class _WeightParts:
 
 
 def _weight_parts(arch: Arch, bits: int | None, group: int) -> _WeightParts:
-    q = estimate._quantized_bytes  # the one quantization policy
-    shapes = estimate._layer_tensors(arch)
-    main, router = estimate._mlp_tensors(arch, active_only=False)
+    q = weights.quantized_bytes  # the one quantization policy
+    shapes = weights.layer_tensors(arch)
+    main, router = weights.mlp_tensors(arch, active_only=False)
     router_bits = 8 if bits is not None else None
     full = shapes["full"]  # q_proj, k_proj, v_proj, o_proj
     embed = q(arch.vocab_size, arch.hidden_size, bits, group)
-    bf16, fp32 = estimate._small_params(arch)
+    bf16, fp32 = weights.small_params(arch)
     return _WeightParts(
         linear_layer=sum(q(o, i, bits, group) for o, i in shapes["linear"]),
         full_kv=sum(q(o, i, bits, group) for o, i in full[1:3]),
@@ -165,7 +165,7 @@ def _weight_parts(arch: Arch, bits: int | None, group: int) -> _WeightParts:
         router=sum(q(o, i, router_bits, group) for o, i in router),
         embed=embed,
         head=0 if arch.tie_word_embeddings else embed,
-        small=bf16 * estimate.ACT_BYTES + fp32 * estimate.STATE_BYTES,
+        small=bf16 * weights.ACT_BYTES + fp32 * weights.STATE_BYTES,
     )
 
 
@@ -198,8 +198,8 @@ def _layout(model: ModelRef, shard: Shard, hosts: int) -> _Layout:
     arch = model.arch
     parts = _weight_parts(arch, model.bits, model.group_size)
     computed = parts.total(arch)
-    exact = estimate._weights_of(model)[0]
-    h2 = arch.hidden_size * estimate.ACT_BYTES  # one token's hidden state
+    exact = weights.weights_of(model)[0]
+    h2 = arch.hidden_size * weights.ACT_BYTES  # one token's hidden state
     if shard is Shard.TENSOR:
         kv = arch.num_key_value_heads
         kv_held = max(1, kv // hosts)  # heads per host after mlx-lm repeats them
@@ -217,7 +217,7 @@ def _layout(model: ModelRef, shard: Shard, hosts: int) -> _Layout:
         shares = [s + dup_exact // hosts for s in _split(split_exact, [1] * hosts)]
         exchange = [("all_sum", h2, 2 * arch.num_hidden_layers)]  # mixer and MLP outputs, every layer
         if not arch.tie_word_embeddings:
-            exchange.append(("all_gather", arch.vocab_size * estimate.ACT_BYTES, 1))  # the output head's vocabulary slices
+            exchange.append(("all_gather", arch.vocab_size * weights.ACT_BYTES, 1))  # the output head's vocabulary slices
         return _Layout(shares, exact - split_exact, [kv_held] * hosts, kv, [1] * hosts, [(0, arch.num_hidden_layers)] * hosts, dup_exact, exchange)
     layers = pipeline_layers(arch.num_hidden_layers, hosts)
     per_layer = [
@@ -275,7 +275,7 @@ def _decode_tps(model: ModelRef, machine: MachineProfile, layout: _Layout, shard
     if not machine.bandwidth_gbs or not machine.family:
         return None
     arch = model.arch
-    active = estimate.active_weights_bytes(arch, model.bits, model.group_size)
+    active = weights.active_weights_bytes(arch, model.bits, model.group_size)
     single_read = active + 2 * estimate.state_bytes(arch) + estimate.kv_cache_bytes(arch, context, kv_bits)
     hosts = len(layout.shares)
     if shard is Shard.TENSOR:

@@ -19,13 +19,12 @@ from macapp.core.long_context import SCORE_BYTES, SCORES_BLOCK_BYTES, RopeInfo, 
 from macapp.core.hardware import BANDWIDTH_EFFICIENCY, LAYER_COST_SCALE, MachineProfile
 from macapp.core.hub.mtp import MtpStatus, MtpWhere
 from macapp.core.fit.picture_cost import VisionCost
+from macapp.core.fit.weights import ACT_BYTES, STATE_BYTES, active_weights_bytes, layer_tensors, mlp_tensors, weights_of
 
 KV_STEP = 256  # mlx-lm's KVCache grows in steps of 256 tokens
 DEFAULT_CONTEXT = 32768  # the context a fit is judged at unless the user picks one (CLI, window, downloads)
 DEFAULT_PREFILL_STEP = 2048  # mlx-lm's prefill_step_size
 DEFAULT_KV_GROUP = 64
-ACT_BYTES = 2  # bf16 activations, KV cache and unquantized weights
-STATE_BYTES = 4  # the DeltaNet recurrent state is float32 (mamba_ssm_dtype)
 
 RUNTIME_FIXED_BYTES = int(0.4 * 1024**3)  # MLX, Metal and Python runtime
 RUNTIME_WEIGHT_SHARE = 0.015  # allocator slack that grows with the model
@@ -89,91 +88,6 @@ class Estimate:
 
 
 # --- memory ---
-
-
-def _quantized_bytes(n_out: int, n_in: int, bits: int | None, group: int) -> int:
-    """Bytes of one linear/embedding weight: packed values plus a bf16 scale and bias per group."""
-    if bits is None or n_in % group:
-        return n_out * n_in * ACT_BYTES  # MLX leaves layers whose input is not a multiple of the group unquantized
-    return n_out * n_in * bits // 8 + n_out * (n_in // group) * 2 * ACT_BYTES
-
-
-def _layer_tensors(arch: Arch) -> dict[str, list[tuple[int, int]]]:
-    """(out, in) shapes of the quantizable matrices per layer kind, following mlx-lm's qwen3_5 model."""
-    h = arch.hidden_size
-    key_dim = arch.linear_num_key_heads * arch.linear_key_head_dim
-    value_dim = arch.linear_num_value_heads * arch.linear_value_head_dim
-    linear = [
-        (2 * key_dim + value_dim, h),  # in_proj_qkv
-        (value_dim, h),  # in_proj_z
-        (arch.linear_num_value_heads, h),  # in_proj_b
-        (arch.linear_num_value_heads, h),  # in_proj_a
-        (h, value_dim),  # out_proj
-    ]
-    q = arch.num_attention_heads * arch.head_dim
-    kv = arch.num_key_value_heads * arch.head_dim
-    full = [(2 * q, h), (kv, h), (kv, h), (h, q)]  # q_proj carries the output gate
-    return {"linear": linear, "full": full}
-
-
-def _mlp_tensors(arch: Arch, active_only: bool) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-    """(weights at the model's bits, weights MLX keeps at 8 bits) for one layer's MLP."""
-    h = arch.hidden_size
-    if not arch.is_moe:
-        i = arch.intermediate_size
-        return [(i, h), (i, h), (h, i)], []
-    experts = arch.num_experts_per_tok if active_only else arch.num_experts
-    m, s = arch.moe_intermediate_size, arch.shared_expert_intermediate_size
-    main = [(m, h)] * (2 * experts) + [(h, m)] * experts
-    if s:
-        main += [(s, h), (s, h), (h, s)]
-    router = [(arch.num_experts, h), (1, h)]  # mlp.gate and shared_expert_gate stay 8-bit
-    return main, router
-
-
-def _small_params(arch: Arch) -> tuple[int, int]:
-    """(bf16 parameters, float32 parameters) that are never quantized: norms, conv kernels, dt_bias, A_log."""
-    h = arch.hidden_size
-    key_dim = arch.linear_num_key_heads * arch.linear_key_head_dim
-    conv_dim = 2 * key_dim + arch.linear_num_value_heads * arch.linear_value_head_dim
-    per_linear = conv_dim * arch.linear_conv_kernel_dim + arch.linear_num_value_heads + arch.linear_value_head_dim
-    per_full = 2 * arch.head_dim
-    bf16 = h + arch.num_hidden_layers * 2 * h + arch.linear_layers * per_linear + arch.full_attention_layers * per_full
-    return bf16, arch.linear_layers * arch.linear_num_value_heads
-
-
-def _weights(arch: Arch, bits: int | None, group: int, active_only: bool) -> int:
-    shapes = _layer_tensors(arch)
-    total = arch.linear_layers * sum(_quantized_bytes(o, i, bits, group) for o, i in shapes["linear"])
-    total += arch.full_attention_layers * sum(_quantized_bytes(o, i, bits, group) for o, i in shapes["full"])
-    main, router = _mlp_tensors(arch, active_only)
-    router_bits = 8 if bits is not None else None
-    total += arch.num_hidden_layers * (
-        sum(_quantized_bytes(o, i, bits, group) for o, i in main)
-        + sum(_quantized_bytes(o, i, router_bits, group) for o, i in router)
-    )
-    embed = _quantized_bytes(arch.vocab_size, arch.hidden_size, bits, group)
-    if active_only:
-        total += embed  # the output projection reads the whole matrix each token (tied or not)
-    else:
-        total += embed if arch.tie_word_embeddings else 2 * embed
-    bf16, fp32 = _small_params(arch)
-    return total + bf16 * ACT_BYTES + fp32 * STATE_BYTES
-
-
-def computed_weights_bytes(arch: Arch, bits: int | None, group_size: int = 64) -> int:
-    """Weight bytes of an MLX build computed from the architecture (text model only, as mlx-lm loads it)."""
-    return _weights(arch, bits, group_size, active_only=False)
-
-
-def active_weights_bytes(arch: Arch, bits: int | None, group_size: int = 64) -> int:
-    """Weight bytes read to generate one token: every layer's attention, the routed + shared experts, the output head."""
-    return _weights(arch, bits, group_size, active_only=True)
-
-
-def parameter_count(arch: Arch, active_only: bool = False) -> int:
-    """Text-model parameters (bf16 bytes / 2), for the 'B' in the name."""
-    return _weights(arch, None, 64, active_only) // ACT_BYTES
 
 
 def kv_bytes_per_token(arch: Arch, kv_bits: int | None = None, kv_group_size: int = DEFAULT_KV_GROUP, all_layers: bool = False) -> float:
@@ -258,7 +172,7 @@ def decode_tps(model: ModelRef, machine: MachineProfile, context: int, kv_bits: 
 
 def decode_step_ms(arch: Arch, machine: MachineProfile, bytes_per_token: float, layers: int) -> float:
     """Milliseconds one machine spends on a generated token: streaming `bytes_per_token` from memory plus a
-    fixed cost for each of the `layers` it runs (also used per host by macapp.core.cluster). ValueError for a
+    fixed cost for each of the `layers` it runs (also used per host by macapp.core.fit.cluster). ValueError for a
     machine without a speed estimate (its callers ask first)."""
     if machine.bandwidth_gbs is None or machine.family is None:
         raise ValueError("this machine has no speed estimate (no known memory bandwidth)")
@@ -269,10 +183,10 @@ def decode_step_ms(arch: Arch, machine: MachineProfile, bytes_per_token: float, 
 def _matmul_params(arch: Arch) -> tuple[int, int]:
     """(projection, routed-expert) parameters one prompt token multiplies; the output head is left out because
     mlx-lm computes logits for the last prompt position only."""
-    shapes = _layer_tensors(arch)
+    shapes = layer_tensors(arch)
     dense = arch.linear_layers * sum(o * i for o, i in shapes["linear"])
     dense += arch.full_attention_layers * sum(o * i for o, i in shapes["full"])
-    main, router = _mlp_tensors(arch, active_only=True)
+    main, router = mlp_tensors(arch, active_only=True)
     if not arch.is_moe:
         return dense + arch.num_hidden_layers * sum(o * i for o, i in main), 0
     routed = 3 * arch.num_experts_per_tok * arch.moe_intermediate_size * arch.hidden_size
@@ -291,7 +205,7 @@ def prefill_workload(model: ModelRef) -> prefill_time.Workload:
         attention_flops=4.0 * arch.num_attention_heads * arch.head_dim * arch.full_attention_layers,
         # per state element: decay, k·S, the delta update and q·S (2 FLOPs each)
         scan_flops=8.0 * state * arch.linear_layers,
-        weights_bytes=_weights_of(model)[0],
+        weights_bytes=weights_of(model)[0],
         expert_rows_share=arch.num_experts_per_tok / arch.num_experts if arch.is_moe else 0.0,
         layers=arch.num_hidden_layers,
         heads=arch.num_attention_heads,
@@ -313,12 +227,6 @@ def prefill_estimate(
 # --- the one number ---
 
 
-def _weights_of(model: ModelRef) -> tuple[int, bool]:
-    if model.weights_bytes:
-        return int(model.weights_bytes), True
-    return computed_weights_bytes(model.arch, model.bits, model.group_size), False
-
-
 def _total(model: ModelRef, weights: int, context: int, kv_bits: int | None, prefill_step: int) -> int:
     arch = model.arch
     return (
@@ -332,7 +240,7 @@ def _total(model: ModelRef, weights: int, context: int, kv_bits: int | None, pre
 
 def max_context(model: ModelRef, budget_bytes: int, kv_bits: int | None = None, prefill_step: int = DEFAULT_PREFILL_STEP) -> int:
     """The largest context (a multiple of 256, up to the model's maximum) whose total stays within the budget; 0 if none."""
-    weights, _ = _weights_of(model)
+    weights, _ = weights_of(model)
     return largest_context(
         lambda tokens: _total(model, weights, tokens, kv_bits, prefill_step), budget_bytes, model.arch.max_position_embeddings
     )
@@ -391,7 +299,7 @@ def estimate(
     if kv_bits not in (None, 4, 8):
         raise ValueError(f"kv_bits must be 4 or 8 (or none for a bf16 cache), not {kv_bits}")
     arch = model.arch
-    weights, exact = _weights_of(model)
+    weights, exact = weights_of(model)
     kv = kv_cache_bytes(arch, context, kv_bits)
     kv_all = kv_cache_bytes(arch, context, kv_bits, all_layers=True)
     state = state_bytes(arch)

@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from macapp.core import catalog, hardware
-from macapp.core.fit import estimate
+from macapp.core.fit import weights
 from macapp.core.cluster.split import Shard, default_shard, tensor_split_problems
 from macapp.core.fit.cluster import cluster_estimate, hosts_needed, pipeline_layers
 
@@ -48,7 +48,7 @@ def test_every_host_keeps_the_embedding_whole_and_pipeline_hosts_the_head_too():
     model = ref("Qwen3.5-122B-A10B", 8)
     tensor = cluster_estimate(model, 32768, ULTRA, 2, shard=Shard.TENSOR)
     pipe = cluster_estimate(model, 32768, ULTRA, 2, shard=Shard.PIPELINE)
-    embed = estimate._quantized_bytes(model.arch.vocab_size, model.arch.hidden_size, 8, 64)
+    embed = weights.quantized_bytes(model.arch.vocab_size, model.arch.hidden_size, 8, 64)
     assert tensor.busiest.whole_weights > embed * 0.9  # the embedding (the untied head is split)
     assert pipe.busiest.whole_weights > 2 * embed * 0.9  # embedding and head on every stage
     assert pipe.busiest.weights_share < tensor.busiest.weights_share  # fewer whole parts shared out in tensor mode
