@@ -4,14 +4,22 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Protocol
 
 from macapp.core.download.hfcache import RemoteFile
 
 READ_CHUNK = 4 * 1024 * 1024
 
 
-def new_hasher(remote: RemoteFile):
+class Hasher(Protocol):
+    """A running hash (hashlib's sha256 or sha1 object)."""
+
+    def update(self, data: bytes, /) -> None: ...
+
+    def hexdigest(self) -> str: ...
+
+
+def new_hasher(remote: RemoteFile) -> Hasher:
     """A hashlib object that, fed the file's bytes, ends with the digest the listing gives."""
     if remote.sha256:
         return hashlib.sha256()
@@ -24,7 +32,7 @@ def expected_digest(remote: RemoteFile) -> str:
     return (remote.sha256 or remote.blob_id).lower()
 
 
-def hash_prefix(path: Path, hasher, limit: int | None = None, on_bytes: Callable[[int], None] | None = None,
+def hash_prefix(path: Path, hasher: Hasher, limit: int | None = None, on_bytes: Callable[[int], None] | None = None,
                 cancelled: Callable[[], bool] | None = None) -> int:
     """Feed the first `limit` bytes of `path` (all when None) into `hasher`; returns bytes read."""
     read = 0
@@ -52,4 +60,4 @@ def file_matches(path: Path, remote: RemoteFile, on_bytes: Callable[[int], None]
     read = hash_prefix(path, hasher, on_bytes=on_bytes, cancelled=cancelled)
     if read != remote.size:
         return None if cancelled is not None and cancelled() else False
-    return hasher.hexdigest() == expected_digest(remote)
+    return bool(hasher.hexdigest() == expected_digest(remote))

@@ -99,7 +99,7 @@ class _Tracker:
     lock: threading.Lock = field(default_factory=threading.Lock)
     bytes_this_run: int = 0
     last_byte_at: float = field(default_factory=time.monotonic)
-    samples: deque = field(default_factory=deque)
+    samples: deque[tuple[float, int]] = field(default_factory=deque)  # (when, bytes this run then)
     sockets: dict[str, socket.socket] = field(default_factory=dict)
     changed: bool = True
     refetched: list[str] = field(default_factory=list)
@@ -161,6 +161,9 @@ class _Tracker:
         return ev.Progress(done, total, this_run, speed, eta, stalled, files)
 
 
+Emit = Callable[[ev.DownloadEvent], None]
+
+
 # --- the download -------------------------------------------------------------------------------------------------
 def download(target: str | DownloadPlan, *, revision: str = "main", model: Any = None, context: int | None = None,
              on_event: Callable[[ev.DownloadEvent], None] | None = None, cancel: CancelToken | None = None,
@@ -186,8 +189,8 @@ def download(target: str | DownloadPlan, *, revision: str = "main", model: Any =
         raise
 
 
-def _download(target, revision, model, context, emit, cancel: CancelToken, settings: DownloadSettings, token,
-              started: float) -> DownloadResult:
+def _download(target: str | DownloadPlan, revision: str, model: Any, context: int | None, emit: Emit, cancel: CancelToken,
+              settings: DownloadSettings, token: str | None, started: float) -> DownloadResult:
     tok = token if token is not None else hubapi.token()
     if isinstance(target, DownloadPlan):
         plan = target
@@ -246,7 +249,7 @@ def _download(target, revision, model, context, emit, cancel: CancelToken, setti
     return final
 
 
-def _run_files(repo: str, plan: DownloadPlan, files: list[LocalFile], emit, cancel: CancelToken,
+def _run_files(repo: str, plan: DownloadPlan, files: list[LocalFile], emit: Emit, cancel: CancelToken,
                settings: DownloadSettings, tok: str | None) -> tuple[int, list[str]]:
     """Run the per-file work on a pool; returns (bytes received this run, files re-fetched after a bad hash)."""
     import httpx2
@@ -256,7 +259,7 @@ def _run_files(repo: str, plan: DownloadPlan, files: list[LocalFile], emit, canc
                                                   FileState.READY if f.state == OnDisk.READY else FileState.PENDING) for f in files},
                        window_s=settings.speed_window_s)
     stop = threading.Event()
-    messages: queue.Queue = queue.Queue()
+    messages: queue.Queue[ev.DownloadEvent] = queue.Queue()
     headers = hubapi.auth_headers(tok)
     base = hubapi.endpoint()
     client = httpx2.Client(
@@ -271,7 +274,7 @@ def _run_files(repo: str, plan: DownloadPlan, files: list[LocalFile], emit, canc
             hfcache.link_snapshot(rdir, plan.commit, f.remote.path, f.remote.etag)
     emit(tracker.snapshot(settings.stall_report_s))
     pool = ThreadPoolExecutor(max_workers=max(1, settings.max_workers), thread_name_prefix="qwen-desk-download")
-    futures: set[Future] = {pool.submit(ctx.run_file, f) for f in work}
+    futures: set[Future[None]] = {pool.submit(ctx.run_file, f) for f in work}
     error: BaseException | None = None
     last_emit = 0.0
     stall_reported = False
@@ -338,7 +341,7 @@ def _run_files(repo: str, plan: DownloadPlan, files: list[LocalFile], emit, canc
     return final.bytes_this_run, list(tracker.refetched)
 
 
-def _join(futures: set[Future], tracker: _Tracker, grace_s: float) -> set[Future]:
+def _join(futures: set[Future[None]], tracker: _Tracker, grace_s: float) -> set[Future[None]]:
     """Wait up to `grace_s` for the workers (the repeated socket shutdown also wakes one whose response arrived after
     the stop); returns those still waiting for a server's first answer."""
     pending = set(futures)
@@ -356,7 +359,7 @@ class _Worker:
     rdir: Path
     tracker: _Tracker
     stop: threading.Event
-    messages: queue.Queue
+    messages: queue.Queue[ev.DownloadEvent]
     client: Any
     headers: dict[str, str]
     base: str
@@ -393,7 +396,7 @@ class _Worker:
         if self.plan.from_cache_only:
             offline = hubapi.is_offline()
             self.tracker.set(remote.path, FileState.FAILED)
-            raise DownloadError(DownloadErrorKind.OFFLINE if offline else "network",
+            raise DownloadError(DownloadErrorKind.OFFLINE if offline else DownloadErrorKind.NETWORK,
                                 f"{remote.path} of {self.repo} needs fetching again (missing or damaged) but "
                                 + ("HF_HUB_OFFLINE is set" if offline else f"{self.base} cannot be reached")
                                 + f"; {RESUME_HINT} once online", repo=self.repo, path=remote.path)

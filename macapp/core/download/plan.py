@@ -154,6 +154,8 @@ def plan_download(repo: str, revision: str = "main", *, model: Any = None, conte
                 raise DownloadError(DownloadErrorKind.OFFLINE, f"{repo} is not in the local cache and HF_HUB_OFFLINE is set: "
                                     "unset it (or set HF_HUB_OFFLINE=0) to download it", repo=repo)
             raise DownloadError(unreachable.kind, f"{unreachable}; {repo} is not in the local cache", repo=repo)
+    if listing is None or commit is None:  # every path above found both, or raised
+        raise RuntimeError(f"{repo}: neither the hub nor the cache gave a file listing at a commit")
     needed = hfcache.needed_files(listing)
     if not hfcache.has_weights(needed):
         raise DownloadError(DownloadErrorKind.NOT_FOUND, f"{repo} has no MLX weight files (model*.safetensors): is it an MLX build?",

@@ -8,16 +8,20 @@ bytes after it.
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import re
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from macapp.core.download.errors import DownloadError, DownloadErrorKind, is_disk_full
 from macapp.core.download.hfcache import RemoteFile
-from macapp.core.download.integrity import expected_digest, hash_prefix, new_hasher
+from macapp.core.download.integrity import Hasher, expected_digest, hash_prefix, new_hasher
+
+if TYPE_CHECKING:  # httpx2 is imported by whoever makes the client
+    import httpx2
 
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 
@@ -33,7 +37,7 @@ class PartialFile:
     remote: RemoteFile
     path: Path
     done: int = 0
-    hasher: object = field(default=None, repr=False)
+    hasher: Hasher = field(default_factory=hashlib.sha256, repr=False)  # new_hasher(remote): open() and restart() set it
 
     @classmethod
     def open(cls, remote: RemoteFile, path: Path, cancelled: Callable[[], bool] | None = None) -> "PartialFile":
@@ -64,7 +68,7 @@ class PartialFile:
         return self.complete and self.hasher.hexdigest() == expected_digest(self.remote)
 
 
-def _socket_of(response) -> socket.socket | None:
+def _socket_of(response: httpx2.Response) -> socket.socket | None:
     stream = response.extensions.get("network_stream")
     try:
         return stream.get_extra_info("socket") if stream is not None else None
@@ -79,7 +83,7 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[n:]
 
 
-def fetch_into(client, url: str, headers: dict[str, str], part: PartialFile, *, cancelled: Callable[[], bool],
+def fetch_into(client: httpx2.Client, url: str, headers: dict[str, str], part: PartialFile, *, cancelled: Callable[[], bool],
                on_bytes: Callable[[int], None], on_socket: Callable[[socket.socket | None], None],
                on_restart: Callable[[], None] | None = None) -> None:
     """One request for the rest of `part`. Returns when complete or cancelled; raises on errors (httpx2 transport
@@ -145,7 +149,7 @@ def fetch_into(client, url: str, headers: dict[str, str], part: PartialFile, *, 
         raise ConnectionDropped(f"the connection closed after {part.done} of {remote.size} bytes of {remote.path}")
 
 
-def _total_size(response) -> int | None:
+def _total_size(response: httpx2.Response) -> int | None:
     if response.headers.get("Content-Encoding", "identity").lower() not in ("identity", ""):
         return None
     m = _CONTENT_RANGE.match(response.headers.get("Content-Range", ""))
