@@ -39,12 +39,22 @@ import httpx2  # noqa: E402
 import openai  # noqa: E402
 
 TOOLS = [
-    {"type": "function", "function": {
-        "name": "get_weather", "description": "The weather forecast for a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city"]}}},
-    {"type": "function", "function": {
-        "name": "read_file", "description": "Read a file of the project.",
-        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The weather forecast for a city.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city"]},
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "description": "Read a file of the project.",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+        },
+    },
 ]
 NO_THINK = {"chat_template_kwargs": {"enable_thinking": False}}
 
@@ -97,13 +107,40 @@ def start(model: Path) -> list[Target]:
     qd_port, ml_port = free_port(), free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     quiet = subprocess.DEVNULL
-    qd = subprocess.Popen([sys.executable, "-m", "macapp", "serve", "--model", str(model), "--port", str(qd_port), "--no-think"],
-                          cwd=ROOT, env=env, stdout=quiet, stderr=subprocess.PIPE, text=True)
-    ml = subprocess.Popen([sys.executable, "-m", "mlx_lm.server", "--model", str(model), "--port", str(ml_port), "--temp", "0",
-                           "--chat-template-args", json.dumps({"enable_thinking": False}), "--log-level", "WARNING"],
-                          cwd=ROOT, env=env, stdout=quiet, stderr=subprocess.PIPE, text=True)
-    targets = [Target("qwen-desk serve", f"http://127.0.0.1:{qd_port}", qd, model=str(model)),
-               Target("mlx_lm.server", f"http://127.0.0.1:{ml_port}", ml, model=str(model))]
+    qd = subprocess.Popen(
+        [sys.executable, "-m", "macapp", "serve", "--model", str(model), "--port", str(qd_port), "--no-think"],
+        cwd=ROOT,
+        env=env,
+        stdout=quiet,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    ml = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mlx_lm.server",
+            "--model",
+            str(model),
+            "--port",
+            str(ml_port),
+            "--temp",
+            "0",
+            "--chat-template-args",
+            json.dumps({"enable_thinking": False}),
+            "--log-level",
+            "WARNING",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=quiet,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    targets = [
+        Target("qwen-desk serve", f"http://127.0.0.1:{qd_port}", qd, model=str(model)),
+        Target("mlx_lm.server", f"http://127.0.0.1:{ml_port}", ml, model=str(model)),
+    ]
     for t in targets:
         wait_ready(t)
     return targets
@@ -115,8 +152,16 @@ def ask(target: Target, max_tokens: int) -> dict:
     started = time.perf_counter()
     first = last = None
     content, calls, usage = "", {}, None
-    stream = client.chat.completions.create(model=target.model, messages=target.messages, tools=TOOLS, max_tokens=max_tokens, temperature=0,
-                                            stream=True, stream_options={"include_usage": True}, extra_body=NO_THINK)
+    stream = client.chat.completions.create(
+        model=target.model,
+        messages=target.messages,
+        tools=TOOLS,
+        max_tokens=max_tokens,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body=NO_THINK,
+    )
     for chunk in stream:
         usage = chunk.usage or usage
         for choice in chunk.choices:
@@ -133,8 +178,15 @@ def ask(target: Target, max_tokens: int) -> dict:
                     entry["arguments"] += tc.function.arguments or ""
     cached = (usage.prompt_tokens_details.cached_tokens or 0) if usage.prompt_tokens_details else 0
     decode_s = (last - first) if first and last and last > first else 0.0
-    target.samples.append(Sample(usage.prompt_tokens, cached, usage.completion_tokens, (first or time.perf_counter()) - started,
-                                 (usage.completion_tokens - 1) / decode_s if decode_s else 0.0))
+    target.samples.append(
+        Sample(
+            usage.prompt_tokens,
+            cached,
+            usage.completion_tokens,
+            (first or time.perf_counter()) - started,
+            (usage.completion_tokens - 1) / decode_s if decode_s else 0.0,
+        )
+    )
     message: dict = {"role": "assistant", "content": content}
     if calls:
         message["tool_calls"] = [{"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}} for c in calls.values()]
@@ -146,8 +198,16 @@ def decode_tps(target: Target, tokens: int, banned: dict[str, float]) -> float:
     client = openai.OpenAI(base_url=f"{target.url}/v1", api_key="bench", max_retries=0, timeout=600)
     first = last = None
     n = 0
-    stream = client.chat.completions.create(model=target.model, messages=[{"role": "user", "content": "Write at length."}], max_tokens=tokens,
-                                            temperature=0, logit_bias=banned, stream=True, stream_options={"include_usage": True}, extra_body=NO_THINK)
+    stream = client.chat.completions.create(
+        model=target.model,
+        messages=[{"role": "user", "content": "Write at length."}],
+        max_tokens=tokens,
+        temperature=0,
+        logit_bias=banned,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body=NO_THINK,
+    )
     for chunk in stream:
         n = chunk.usage.completion_tokens if chunk.usage else n
         if any(c.delta.content for c in chunk.choices):
@@ -165,8 +225,13 @@ def eos_bias(model: Path) -> dict[str, float]:
 
 
 def system_prompt(words: int, session: int) -> str:
-    rules = ["Read the files before you change them.", "Keep functions small and named for what they do.",
-             "Run the tests you touched.", "Explain what you changed and why.", "Never invent an API: check the source."]
+    rules = [
+        "Read the files before you change them.",
+        "Keep functions small and named for what they do.",
+        "Run the tests you touched.",
+        "Explain what you changed and why.",
+        "Never invent an API: check the source.",
+    ]
     return f"Session {session}. You are a coding agent working in a user's repository. " + " ".join(rules[i % len(rules)] for i in range(words // 8))
 
 
@@ -178,7 +243,9 @@ def run_loop(targets: list[Target], rounds: int, words: int, max_tokens: int, se
             message = ask(t, max_tokens)
             if not message.get("tool_calls"):
                 t.injected += 1
-                message["tool_calls"] = [{"id": f"call_{round_}", "type": "function", "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris", "days": 3})}}]
+                message["tool_calls"] = [
+                    {"id": f"call_{round_}", "type": "function", "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris", "days": 3})}}
+                ]
             t.messages.append(message)
             for call in message["tool_calls"]:
                 t.messages.append({"role": "tool", "tool_call_id": call["id"], "content": f"Day {round_ + 1}: sunny, {18 + round_} C."})
@@ -189,20 +256,30 @@ def run_loop(targets: list[Target], rounds: int, words: int, max_tokens: int, se
 
 def median_samples(runs: list[list[Sample]]) -> list[Sample]:
     """Per request, the median over the repeats (each repeat has its own system prompt, so each starts cold)."""
-    return [Sample(int(statistics.median(s.prompt for s in col)), int(statistics.median(s.cached for s in col)),
-                   int(statistics.median(s.completion for s in col)), statistics.median(s.ttft_s for s in col), 0.0)
-            for col in zip(*runs)]
+    return [
+        Sample(
+            int(statistics.median(s.prompt for s in col)),
+            int(statistics.median(s.cached for s in col)),
+            int(statistics.median(s.completion for s in col)),
+            statistics.median(s.ttft_s for s in col),
+            0.0,
+        )
+        for col in zip(*runs)
+    ]
 
 
-def report(names: list[str], runs: dict[str, list[list[Sample]]], decode: dict[str, list[float]], injected: dict[str, int],
-           model: str, args: argparse.Namespace) -> str:
+def report(
+    names: list[str], runs: dict[str, list[list[Sample]]], decode: dict[str, list[float]], injected: dict[str, int], model: str, args: argparse.Namespace
+) -> str:
     qd_name, ml_name = names
     qd, ml = median_samples(runs[qd_name]), median_samples(runs[ml_name])
     lines = [
-        "## Local API: agent loop, qwen-desk serve vs mlx_lm.server (bench/api_bench.py)", "",
+        "## Local API: agent loop, qwen-desk serve vs mlx_lm.server (bench/api_bench.py)",
+        "",
         f"Machine: {platform.system()} {platform.machine()}, {os.cpu_count()} CPUs (MLX {'Metal' if sys.platform == 'darwin' else 'CPU'}). "
         f"Date: {datetime.now(timezone.utc):%Y-%m-%d}. Model: {model}. Rounds: {args.rounds}, system prompt ~{args.system_words} words, "
-        f"greedy, thinking off; medians of {args.repeat} runs (each with its own system prompt).", "",
+        f"greedy, thinking off; medians of {args.repeat} runs (each with its own system prompt).",
+        "",
         "| request | prompt tokens | fresh qwen-desk | fresh mlx_lm | TTFT qwen-desk s | TTFT mlx_lm s |",
         "|---|---|---|---|---|---|",
     ]
@@ -249,9 +326,11 @@ def clients_bench(args: argparse.Namespace, tmp: Path) -> str:
         for t in targets:
             t.process.terminate()
             t.process.wait(20)
-    header = (f"Machine: {platform.system()} {platform.machine()}, {os.cpu_count()} CPUs (MLX {'Metal' if sys.platform == 'darwin' else 'CPU'}). "
-              f"Date: {datetime.now(timezone.utc):%Y-%m-%d}. Model: {args.model or 'tiny random Qwen3.5, dense, 16 layers, hidden 64'}. "
-              f"{args.tokens} tokens a client, greedy, thinking off; medians of {args.repeat} interleaved runs.")
+    header = (
+        f"Machine: {platform.system()} {platform.machine()}, {os.cpu_count()} CPUs (MLX {'Metal' if sys.platform == 'darwin' else 'CPU'}). "
+        f"Date: {datetime.now(timezone.utc):%Y-%m-%d}. Model: {args.model or 'tiny random Qwen3.5, dense, 16 layers, hidden 64'}. "
+        f"{args.tokens} tokens a client, greedy, thinking off; medians of {args.repeat} interleaved runs."
+    )
     return concurrency.report(figures, counts, header)
 
 

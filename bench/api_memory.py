@@ -96,13 +96,17 @@ def main() -> int:
     peak = max(rss for _, rss in samples)
     mb = lambda b: f"{b / 1024**2:.0f} MB"  # noqa: E731
     print("## Local API: memory under 300 mixed requests (bench/api_memory.py)\n")
-    print(f"Machine: {platform.system()} {platform.machine()}, {os.cpu_count()} CPUs. Date: {datetime.now(timezone.utc):%Y-%m-%d}. "
-          f"Tiny random Qwen3.5, dense, 16 layers; {done[0]} requests from {args.workers} workers; checkpoint pool {args.pool_mb} MB.\n")
+    print(
+        f"Machine: {platform.system()} {platform.machine()}, {os.cpu_count()} CPUs. Date: {datetime.now(timezone.utc):%Y-%m-%d}. "
+        f"Tiny random Qwen3.5, dense, 16 layers; {done[0]} requests from {args.workers} workers; checkpoint pool {args.pool_mb} MB.\n"
+    )
     print("| requests | RSS |\n|---|---|")
     for n, rss in samples:
         print(f"| {n} | {mb(rss)} |")
-    print(f"\n- baseline after warm-up {mb(baseline)}, peak {mb(peak)}, end {mb(end)}: growth {mb(peak - baseline)} "
-          f"against a pool of {args.pool_mb} MB (holding {mb(pool_bytes)} at the end, {evicted} checkpoints evicted)")
+    print(
+        f"\n- baseline after warm-up {mb(baseline)}, peak {mb(peak)}, end {mb(end)}: growth {mb(peak - baseline)} "
+        f"against a pool of {args.pool_mb} MB (holding {mb(pool_bytes)} at the end, {evicted} checkpoints evicted)"
+    )
     return 0
 
 

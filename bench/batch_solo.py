@@ -43,7 +43,8 @@ def main() -> int:
         tok = engine.model.tokenizer
         banned = {i: -1e9 for i in {*tok.eos_token_ids, engine.model.im_end_id} if i is not None}
         request = CompletionRequest(
-            messages=(ChatMessage(Role.USER, "Write at length about rivers."),), sampling=greedy(args.tokens, logit_bias=banned),
+            messages=(ChatMessage(Role.USER, "Write at length about rivers."),),
+            sampling=greedy(args.tokens, logit_bias=banned),
         )
         paths = {
             "batch": ServingEngine(engine, ServingOptions(pool_bytes=0)),
@@ -60,8 +61,10 @@ def main() -> int:
         engine.close()
     batch, alone = statistics.median(speeds["batch"]), statistics.median(speeds["one at a time"])
     print("## One request alone: the batch vs the one-at-a-time path (bench/batch_solo.py)\n")
-    print(f"Machine: {platform.system()} {platform.machine()}, {os.cpu_count()} CPUs. Date: {datetime.now(timezone.utc):%Y-%m-%d}. "
-          f"Model: {args.model or 'tiny random Qwen3.5, dense, 16 layers'}. {args.tokens} tokens, greedy, medians of {args.repeat} interleaved runs.\n")
+    print(
+        f"Machine: {platform.system()} {platform.machine()}, {os.cpu_count()} CPUs. Date: {datetime.now(timezone.utc):%Y-%m-%d}. "
+        f"Model: {args.model or 'tiny random Qwen3.5, dense, 16 layers'}. {args.tokens} tokens, greedy, medians of {args.repeat} interleaved runs.\n"
+    )
     pairs = statistics.median(b / a for b, a in zip(speeds["batch"], speeds["one at a time"]))
     print(f"- decode tok/s: batch {batch:.1f}, one at a time {alone:.1f}: ratio {batch / alone:.3f} (target >= 0.97)")
     print(f"- median of the ratios of back-to-back pairs (cancels a machine whose load drifts): {pairs:.3f}")

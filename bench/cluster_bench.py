@@ -84,7 +84,9 @@ def all_sum_ms(hostfile: Path) -> float:
 
     done = subprocess.run(
         [mlx_launch(), "--hostfile", str(hostfile), "--backend", "ring", "--", sys.executable, str(Path(__file__).resolve()), "--latency"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     return float(done.stdout.strip().splitlines()[-1])
 

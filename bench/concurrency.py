@@ -50,8 +50,14 @@ def _stream(url: str, model: str, content: str, tokens: int, banned: dict[str, f
     first = last = None
     n = 0
     stream = client.chat.completions.create(
-        model=model, messages=[{"role": "user", "content": content}], max_tokens=tokens, temperature=0, logit_bias=banned,
-        stream=True, stream_options={"include_usage": True}, extra_body=NO_THINK,
+        model=model,
+        messages=[{"role": "user", "content": content}],
+        max_tokens=tokens,
+        temperature=0,
+        logit_bias=banned,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body=NO_THINK,
     )
     for chunk in stream:
         n = chunk.usage.completion_tokens if chunk.usage else n
@@ -100,7 +106,10 @@ def run(targets: list, counts: list[int], tokens: int, long_tokens: int, repeat:
 def report(figures: dict[str, Figures], counts: list[int], header: str) -> str:
     (qd_name, qd), (ml_name, ml) = figures.items()
     lines = [
-        "## Local API: many clients at once, qwen-desk serve vs mlx_lm.server (bench/api_bench.py --clients)", "", header, "",
+        "## Local API: many clients at once, qwen-desk serve vs mlx_lm.server (bench/api_bench.py --clients)",
+        "",
+        header,
+        "",
         "| clients | qwen-desk tok/s | scaling | mlx_lm tok/s | scaling | TTFT median qd / ml s | TTFT max qd / ml s |",
         "|---|---|---|---|---|---|---|",
     ]

@@ -85,16 +85,14 @@ def resume_cost(hub: HubStandIn, code: str, part_glob: str, others: list[str]) -
         parts = list(blobs.glob(part_glob)) if blobs.is_dir() else []
         # huggingface_hub writes in 10 MB chunks: wait for the last whole chunk before the stall, and for the
         # other shards to be complete, so both tools are killed in the same state.
-        if parts and max(p.stat().st_size for p in parts) >= (half // (10 * MB)) * 10 * MB \
-                and all((blobs / name).exists() for name in others):
+        if parts and max(p.stat().st_size for p in parts) >= (half // (10 * MB)) * 10 * MB and all((blobs / name).exists() for name in others):
             break
         time.sleep(0.05)
     proc.kill()
     proc.wait()
     hub.clear_faults()
     before = hub.bytes_served()
-    subprocess.run([sys.executable, "-c", code], env=env, check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     fetched = hub.bytes_served() - before
     shutil.rmtree(home)
     return fetched
@@ -115,13 +113,14 @@ def main() -> None:
     print(f"fresh, snapshot_download:                  {b:6.2f} s  {total / MB / b:7.1f} MB/s")
     print(f"ratio ours/snapshot_download time: {a / b:.2f}\n")
     ours_code = f"from macapp.core.download import download; download({REPO!r})"
-    hf_code = (f"import os; from huggingface_hub import snapshot_download; "
-               f"snapshot_download({REPO!r}, endpoint=os.environ['HF_ENDPOINT'], "
-               f"cache_dir=os.path.join(os.environ['HF_HOME'], 'hub'))")
+    hf_code = (
+        f"import os; from huggingface_hub import snapshot_download; "
+        f"snapshot_download({REPO!r}, endpoint=os.environ['HF_ENDPOINT'], "
+        f"cache_dir=os.path.join(os.environ['HF_HOME'], 'hub'))"
+    )
     import hashlib
 
-    others = [hashlib.sha256(data).hexdigest() for name, data in files.items()
-              if name.endswith(".safetensors") and not name.startswith("model-00001")]
+    others = [hashlib.sha256(data).hexdigest() for name, data in files.items() if name.endswith(".safetensors") and not name.startswith("model-00001")]
     ours_again = resume_cost(hub, ours_code, "*.incomplete", others)
     hf_again = resume_cost(hub, hf_code, "*.incomplete", others)
     print("after kill -9 at half of shard 1 (24 MB on disk), the next run fetched:")

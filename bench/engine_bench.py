@@ -213,7 +213,9 @@ def user_message(turn: int) -> str:
 def multi_turn(engine: Engine, turns: int, reply_tokens: int, reps: int) -> tuple[list[str], dict]:
     params = banned_eos(engine, reply_tokens)
     per_turn: dict[int, list[tuple[int, float, int]]] = {t: [] for t in range(1, turns + 1)}
-    extra: dict[str, list[float]] = {k: [] for k in ("reread_ttft", "reread_tokens", "regen_ttft", "regen_tokens", "edit_ttft", "edit_tokens", "snapshot_bytes")}
+    extra: dict[str, list[float]] = {
+        k: [] for k in ("reread_ttft", "reread_tokens", "regen_ttft", "regen_tokens", "edit_ttft", "edit_tokens", "snapshot_bytes")
+    }
     engine.new_session().send("warm up", thinking=False, sampling=params).result()
     for _ in range(reps):
         s = engine.new_session(system_prompt="You are a careful assistant.")

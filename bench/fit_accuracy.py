@@ -67,31 +67,222 @@ PREFILL = [
     Run("Qwen3-0.6B", 4, "M4 Max", 64, 40, 2048, 10278.8, None, "mlx-lm PR #406", f"{MLX_LM}/pull/406"),
     Run("Qwen3-0.6B", 4, "M4 Max", 64, 40, 512, 9520.4, None, "mlx-lm PR #406", f"{MLX_LM}/pull/406"),
     Run("Qwen3-4B", 4, "M3 Pro", 18, 18, 2048, 615.3, None, "mlx-lm PR #1569, mlx_lm.benchmark (cores assumed)", f"{MLX_LM}/pull/1569"),
-    Run("Qwen3.5-35B-A3B", 4, "M4 Max", 64, 40, 512, 1518.2, 101.6, "claude-code-local #31, mlx_lm.benchmark, Qwen3.6", "https://github.com/nicedreamzapp/claude-code-local/issues/31"),
-    Run("Qwen3.5-35B-A3B", 4, "M4 Max", 64, 40, 1024, 1777.4, 101.4, "claude-code-local #31, mlx_lm.benchmark, Qwen3.6", "https://github.com/nicedreamzapp/claude-code-local/issues/31"),
+    Run(
+        "Qwen3.5-35B-A3B",
+        4,
+        "M4 Max",
+        64,
+        40,
+        512,
+        1518.2,
+        101.6,
+        "claude-code-local #31, mlx_lm.benchmark, Qwen3.6",
+        "https://github.com/nicedreamzapp/claude-code-local/issues/31",
+    ),
+    Run(
+        "Qwen3.5-35B-A3B",
+        4,
+        "M4 Max",
+        64,
+        40,
+        1024,
+        1777.4,
+        101.4,
+        "claude-code-local #31, mlx_lm.benchmark, Qwen3.6",
+        "https://github.com/nicedreamzapp/claude-code-local/issues/31",
+    ),
     *(
         Run("Qwen3.5-35B-A3B", 4, "M5 Max", 128, 40, tokens, tps, None, "mlx-lm #1480, Qwen3.6, mlx-lm 0.31.3", f"{MLX_LM}/issues/1480")
         for tokens, tps in ((8192, 3909.0), (32768, 3316.0), (65536, 2388.0), (100000, 1758.0), (130000, 1390.0))
     ),
-    Run("Qwen3.5-35B-A3B", 4, "M5 Max", 128, 40, 1479, 2756.6, 133.5, "Mac-MLX #24, mlx-swift-lm", "https://github.com/magicnight/Mac-MLX/issues/24", fitted=False),
-    Run("Qwen3.5-27B", 4, "M5 Max", 128, 40, 2349, 598.0, 28.6, "ollama #17884, Qwen3.6-27B nvfp4", "https://github.com/ollama/ollama/issues/17884", fitted=False),
-    Run("Qwen3.5-122B-A10B", 4, "M2 Ultra", 128, 60, 131072, 131072 / 1158, None, "openclawradar Apr 2026, MLX 5-bit, 128K TTFT 19.3 min", "https://openclawradar.com/article/mlx-inference-performance-update-april-2026-benchmarks"),
-    Run("Qwen3.5-27B", 4, "M2 Max", 32, 30, 2726, 140.0, None, "Rapid-MLX #3157, Qwen3.8-27B, stock mlx-lm", "https://github.com/raullenchai/Rapid-MLX/issues/3157"),
+    Run(
+        "Qwen3.5-35B-A3B",
+        4,
+        "M5 Max",
+        128,
+        40,
+        1479,
+        2756.6,
+        133.5,
+        "Mac-MLX #24, mlx-swift-lm",
+        "https://github.com/magicnight/Mac-MLX/issues/24",
+        fitted=False,
+    ),
+    Run(
+        "Qwen3.5-27B",
+        4,
+        "M5 Max",
+        128,
+        40,
+        2349,
+        598.0,
+        28.6,
+        "ollama #17884, Qwen3.6-27B nvfp4",
+        "https://github.com/ollama/ollama/issues/17884",
+        fitted=False,
+    ),
+    Run(
+        "Qwen3.5-122B-A10B",
+        4,
+        "M2 Ultra",
+        128,
+        60,
+        131072,
+        131072 / 1158,
+        None,
+        "openclawradar Apr 2026, MLX 5-bit, 128K TTFT 19.3 min",
+        "https://openclawradar.com/article/mlx-inference-performance-update-april-2026-benchmarks",
+    ),
+    Run(
+        "Qwen3.5-27B",
+        4,
+        "M2 Max",
+        32,
+        30,
+        2726,
+        140.0,
+        None,
+        "Rapid-MLX #3157, Qwen3.8-27B, stock mlx-lm",
+        "https://github.com/raullenchai/Rapid-MLX/issues/3157",
+    ),
     Run("Qwen3.5-27B", 8, "M5 Max", 128, 40, 22400, 675.0, None, "splash #37, Qwen3.8-27B, MLX server", "https://github.com/incoai/splash/issues/37"),
     # --- added for issue #24: base/Pro chips, M2/M3 generations, small builds, long prompts off the M5 ---
     # Rapid-MLX community benchmark submissions (mlx 0.32.0 unless noted; GPU cores as the payload reports them)
-    Run("Qwen3.5-9B", 4, "M2 Max", 32, 38, 535, 378.3, 63.5, "Rapid-MLX bench, M2 Max 38-core", RAPID + "20260709-apple-m2-max-qwen3-5-9b-4bit-426cc891c0a3.json"),
-    Run("Qwen3.5-9B", 4, "M2 Max", 32, 38, 2152, 396.9, 62.0, "Rapid-MLX bench, M2 Max 38-core", RAPID + "20260709-apple-m2-max-qwen3-5-9b-4bit-426cc891c0a3.json"),
-    Run("Qwen3.5-35B-A3B", 4, "M2 Max", 32, 38, 535, 619.0, 84.2, "Rapid-MLX bench, M2 Max 38-core, Qwen3.6", RAPID + "20260709-apple-m2-max-qwen3-6-35b-4bit-96c1152b8cfe.json"),
-    Run("Qwen3.5-35B-A3B", 4, "M2 Max", 32, 38, 2152, 753.2, 80.2, "Rapid-MLX bench, M2 Max 38-core, Qwen3.6", RAPID + "20260709-apple-m2-max-qwen3-6-35b-4bit-96c1152b8cfe.json"),
-    Run("Qwen3.5-35B-A3B", 4, "M2 Max", 64, 30, 535, 516.1, 79.7, "Rapid-MLX bench, M2 Max 30-core, Qwen3.6", RAPID + "20260709-apple-m2-max-qwen3-6-35b-4bit-030c4de4afdb.json"),
-    Run("Qwen3.5-35B-A3B", 4, "M2 Max", 64, 30, 2152, 517.9, 69.2, "Rapid-MLX bench, M2 Max 30-core, Qwen3.6", RAPID + "20260709-apple-m2-max-qwen3-6-35b-4bit-030c4de4afdb.json"),
-    Run("Qwen3.5-4B", 4, "M5", 16, 8, 535, 931.5, 46.9, "Rapid-MLX bench, M5 MacBook Air 8-core", RAPID + "20260717-apple-m5-qwen3-5-4b-4bit-2635d2d546e9.json"),
-    Run("Qwen3.5-4B", 4, "M5", 16, 8, 2152, 1018.2, 45.9, "Rapid-MLX bench, M5 MacBook Air 8-core", RAPID + "20260717-apple-m5-qwen3-5-4b-4bit-2635d2d546e9.json"),
-    Run("Qwen3-0.6B", 4, "M3 Ultra", 256, 60, 531, 8853.7, None, "Rapid-MLX bench, M3 Ultra 60-core, mlx 0.31.2", RAPID + "20260617-apple-m3-ultra-qwen3-0-6b-4bit-eb0f689d7b51.json"),
-    Run("Qwen3-0.6B", 4, "M3 Ultra", 256, 60, 2159, 9353.2, None, "Rapid-MLX bench, M3 Ultra 60-core, mlx 0.31.2", RAPID + "20260617-apple-m3-ultra-qwen3-0-6b-4bit-eb0f689d7b51.json"),
-    Run("Qwen3-8B", 4, "M3 Ultra", 256, 60, 531, 1069.2, None, "Rapid-MLX bench, M3 Ultra 60-core, mlx 0.31.2", RAPID + "20260617-apple-m3-ultra-qwen3-8b-4bit-e912922f4600.json"),
-    Run("Qwen3-8B", 4, "M3 Ultra", 256, 60, 2159, 1093.5, None, "Rapid-MLX bench, M3 Ultra 60-core, mlx 0.31.2", RAPID + "20260617-apple-m3-ultra-qwen3-8b-4bit-e912922f4600.json"),
+    Run(
+        "Qwen3.5-9B",
+        4,
+        "M2 Max",
+        32,
+        38,
+        535,
+        378.3,
+        63.5,
+        "Rapid-MLX bench, M2 Max 38-core",
+        RAPID + "20260709-apple-m2-max-qwen3-5-9b-4bit-426cc891c0a3.json",
+    ),
+    Run(
+        "Qwen3.5-9B",
+        4,
+        "M2 Max",
+        32,
+        38,
+        2152,
+        396.9,
+        62.0,
+        "Rapid-MLX bench, M2 Max 38-core",
+        RAPID + "20260709-apple-m2-max-qwen3-5-9b-4bit-426cc891c0a3.json",
+    ),
+    Run(
+        "Qwen3.5-35B-A3B",
+        4,
+        "M2 Max",
+        32,
+        38,
+        535,
+        619.0,
+        84.2,
+        "Rapid-MLX bench, M2 Max 38-core, Qwen3.6",
+        RAPID + "20260709-apple-m2-max-qwen3-6-35b-4bit-96c1152b8cfe.json",
+    ),
+    Run(
+        "Qwen3.5-35B-A3B",
+        4,
+        "M2 Max",
+        32,
+        38,
+        2152,
+        753.2,
+        80.2,
+        "Rapid-MLX bench, M2 Max 38-core, Qwen3.6",
+        RAPID + "20260709-apple-m2-max-qwen3-6-35b-4bit-96c1152b8cfe.json",
+    ),
+    Run(
+        "Qwen3.5-35B-A3B",
+        4,
+        "M2 Max",
+        64,
+        30,
+        535,
+        516.1,
+        79.7,
+        "Rapid-MLX bench, M2 Max 30-core, Qwen3.6",
+        RAPID + "20260709-apple-m2-max-qwen3-6-35b-4bit-030c4de4afdb.json",
+    ),
+    Run(
+        "Qwen3.5-35B-A3B",
+        4,
+        "M2 Max",
+        64,
+        30,
+        2152,
+        517.9,
+        69.2,
+        "Rapid-MLX bench, M2 Max 30-core, Qwen3.6",
+        RAPID + "20260709-apple-m2-max-qwen3-6-35b-4bit-030c4de4afdb.json",
+    ),
+    Run(
+        "Qwen3.5-4B", 4, "M5", 16, 8, 535, 931.5, 46.9, "Rapid-MLX bench, M5 MacBook Air 8-core", RAPID + "20260717-apple-m5-qwen3-5-4b-4bit-2635d2d546e9.json"
+    ),
+    Run(
+        "Qwen3.5-4B",
+        4,
+        "M5",
+        16,
+        8,
+        2152,
+        1018.2,
+        45.9,
+        "Rapid-MLX bench, M5 MacBook Air 8-core",
+        RAPID + "20260717-apple-m5-qwen3-5-4b-4bit-2635d2d546e9.json",
+    ),
+    Run(
+        "Qwen3-0.6B",
+        4,
+        "M3 Ultra",
+        256,
+        60,
+        531,
+        8853.7,
+        None,
+        "Rapid-MLX bench, M3 Ultra 60-core, mlx 0.31.2",
+        RAPID + "20260617-apple-m3-ultra-qwen3-0-6b-4bit-eb0f689d7b51.json",
+    ),
+    Run(
+        "Qwen3-0.6B",
+        4,
+        "M3 Ultra",
+        256,
+        60,
+        2159,
+        9353.2,
+        None,
+        "Rapid-MLX bench, M3 Ultra 60-core, mlx 0.31.2",
+        RAPID + "20260617-apple-m3-ultra-qwen3-0-6b-4bit-eb0f689d7b51.json",
+    ),
+    Run(
+        "Qwen3-8B",
+        4,
+        "M3 Ultra",
+        256,
+        60,
+        531,
+        1069.2,
+        None,
+        "Rapid-MLX bench, M3 Ultra 60-core, mlx 0.31.2",
+        RAPID + "20260617-apple-m3-ultra-qwen3-8b-4bit-e912922f4600.json",
+    ),
+    Run(
+        "Qwen3-8B",
+        4,
+        "M3 Ultra",
+        256,
+        60,
+        2159,
+        1093.5,
+        None,
+        "Rapid-MLX bench, M3 Ultra 60-core, mlx 0.31.2",
+        RAPID + "20260617-apple-m3-ultra-qwen3-8b-4bit-e912922f4600.json",
+    ),
     # Rapid-MLX's M4 Pro 48 GB record (12 CPU / 16 GPU cores, mlx 0.32.2, mlx-lm 0.31.3): TTFT only, so prompt_tps =
     # the same 535 / 2,152 tokens ÷ TTFT (0.75/2.95 s, 1.37/5.59 s, 4.87/19.25 s); the 27B row is Qwen3.6-27B
     *(
@@ -111,7 +302,19 @@ PREFILL = [
     ),
     # mlx-serve #120: the same checkpoint on an M5 Max 128 GB, mlx-serve 26.8.1 (its own engine: shown)
     *(
-        Run("Qwen3.5-27B", 4, "M5 Max", 128, 40, tokens, tps, None, "mlx-serve #120, mlx-serve engine", "https://github.com/ddalcu/mlx-serve/issues/120", fitted=False)
+        Run(
+            "Qwen3.5-27B",
+            4,
+            "M5 Max",
+            128,
+            40,
+            tokens,
+            tps,
+            None,
+            "mlx-serve #120, mlx-serve engine",
+            "https://github.com/ddalcu/mlx-serve/issues/120",
+            fitted=False,
+        )
         for tokens, tps in ((512, 669.6), (2048, 630.8), (8192, 627.0), (32768, 516.7))
     ),
     # mlx-lm #92: M3 Max, MLX 0.25.1 / mlx-lm 0.24 (April 2025, before lm_head-on-last-token and later MoE kernels),
@@ -167,12 +370,30 @@ def prefill_tps(name: str, bits: int, machine: MachineProfile, tokens: int, cal:
 
 # --- refitting the prompt-reading constants (python bench/fit_accuracy.py --fit) ---
 
-FREE = ("dense_eff", "dense_rows_half", "expert_eff", "expert_rows_half", "accel_dense", "accel_expert",
-        "attention_eff", "attention_eff_unfused", "no_bf16", "scan_eff", "layer_chunk_ms")
+FREE = (
+    "dense_eff",
+    "dense_rows_half",
+    "expert_eff",
+    "expert_rows_half",
+    "accel_dense",
+    "accel_expert",
+    "attention_eff",
+    "attention_eff_unfused",
+    "no_bf16",
+    "scan_eff",
+    "layer_chunk_ms",
+)
 BOUNDS = {  # physically sensible ranges: an efficiency is at most 1, a gain at most the M5's ×3.4 (llama.cpp)
-    "dense_eff": (0.2, 1.0), "dense_rows_half": (1.0, 2000.0), "expert_eff": (0.1, 1.0), "accel_dense": (1.0, 3.4),
-    "accel_expert": (1.0, 3.4), "attention_eff": (0.05, 1.0), "attention_eff_unfused": (0.05, 1.0),
-    "expert_rows_half": (0.1, 2000.0), "no_bf16": (0.2, 1.0), "scan_eff": (0.005, 1.0),
+    "dense_eff": (0.2, 1.0),
+    "dense_rows_half": (1.0, 2000.0),
+    "expert_eff": (0.1, 1.0),
+    "accel_dense": (1.0, 3.4),
+    "accel_expert": (1.0, 3.4),
+    "attention_eff": (0.05, 1.0),
+    "attention_eff_unfused": (0.05, 1.0),
+    "expert_rows_half": (0.1, 2000.0),
+    "no_bf16": (0.2, 1.0),
+    "scan_eff": (0.005, 1.0),
     "layer_chunk_ms": (0.0, 20.0),
 }
 
@@ -183,17 +404,13 @@ def _cases(runs: list[Run]) -> list[tuple[Run, prefill_time.Workload, MachinePro
         machine = what_if_machine(run.chip, run.ram_gib * GiB, run.gpu_cores)
         model = None if run.model in QWEN3 else resolve_model(run.model, run.bits)
         work, _ = prefill_case(run.model, run.bits, machine)
-        first = work.weights_bytes / (machine.bandwidth_gbs * 1e9 * BANDWIDTH_EFFICIENCY) if model is None else (
-            1.0 / decode_tps(model, machine, run.tokens))
+        first = work.weights_bytes / (machine.bandwidth_gbs * 1e9 * BANDWIDTH_EFFICIENCY) if model is None else (1.0 / decode_tps(model, machine, run.tokens))
         cases.append((run, work, machine, first))
     return cases
 
 
 def _log_ratios(cases, cal: prefill_time.Calibration) -> list[float]:
-    return [
-        math.log(prefill_time.estimate_prefill(work, machine, run.tokens, 2048, first, cal).tps / run.prompt_tps)
-        for run, work, machine, first in cases
-    ]
+    return [math.log(prefill_time.estimate_prefill(work, machine, run.tokens, 2048, first, cal).tps / run.prompt_tps) for run, work, machine, first in cases]
 
 
 def fit(runs: list[Run], start: prefill_time.Calibration = prefill_time.FITTED) -> prefill_time.Calibration:
@@ -222,7 +439,7 @@ def leave_one_out(runs: list[Run], cal: prefill_time.Calibration) -> list[float]
     """Estimate / measured for each run predicted by constants fitted without it."""
     out = []
     for i, run in enumerate(runs):
-        held_out = fit(runs[:i] + runs[i + 1:], cal)
+        held_out = fit(runs[:i] + runs[i + 1 :], cal)
         out.append(math.exp(_log_ratios(_cases([run]), held_out)[0]))
     return out
 
@@ -237,8 +454,7 @@ def band(tokens: int) -> str:
 def _summary(label: str, ratios: list[float]) -> str:
     logs = [math.log(r) for r in ratios]
     rms = math.sqrt(sum(x * x for x in logs) / len(logs))
-    return (f"{label:<14}{len(ratios):>4}{math.exp(sum(logs) / len(logs)):>8.2f}{min(ratios):>7.2f}{max(ratios):>7.2f}"
-            f"{math.exp(rms) - 1:>9.0%}")
+    return f"{label:<14}{len(ratios):>4}{math.exp(sum(logs) / len(logs)):>8.2f}{min(ratios):>7.2f}{max(ratios):>7.2f}{math.exp(rms) - 1:>9.0%}"
 
 
 def print_fit(loo: bool = True) -> None:
@@ -255,8 +471,7 @@ def print_fit(loo: bool = True) -> None:
     print()
     print("leave-one-out estimate/measured (each run predicted by constants fitted without it)")
     head = f"{'':<14}{'runs':>4}{'geomean':>8}{'min':>7}{'max':>7}{'rms err':>9}"
-    for title, key in (("by chip", lambda r: r.chip), ("by family", lambda r: r.chip.split()[0]),
-                       ("by prompt length", lambda r: band(r.tokens))):
+    for title, key in (("by chip", lambda r: r.chip), ("by family", lambda r: r.chip.split()[0]), ("by prompt length", lambda r: band(r.tokens))):
         print(f"{title}:\n{head}")
         groups: dict[str, list[float]] = {}
         for run, ratio in zip(runs, held):
@@ -289,10 +504,7 @@ def print_prefill() -> None:
             f"{run.model:<20}{run.bits:>5}{run.chip:>10}{run.tokens:>8}{ours:>10.1f}{run.prompt_tps:>10.1f}"
             f"{ours / run.prompt_tps:>7.2f}{decode_ratio:>14}  {source}"
         )
-    print(
-        f"prompt reading, {len(ratios)} fitted runs: mean ratio {sum(ratios) / len(ratios):.2f}, "
-        f"worst {max(ratios, key=lambda r: abs(r - 1)):.2f}"
-    )
+    print(f"prompt reading, {len(ratios)} fitted runs: mean ratio {sum(ratios) / len(ratios):.2f}, worst {max(ratios, key=lambda r: abs(r - 1)):.2f}")
 
 
 if __name__ == "__main__":

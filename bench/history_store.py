@@ -67,8 +67,9 @@ def main() -> None:
                 s.add_message(conv.id, "user" if m % 2 == 0 else "assistant", text_of(600, c * per_conv + m))
         fill = time.perf_counter() - start
     size = path.stat().st_size + sum(p.stat().st_size for p in tmp.glob("big.sqlite3-*"))
-    print(f"filled {n_conv * per_conv} messages in {fill:.1f} s ({fill / (n_conv * per_conv) * 1e3:.2f} ms per committed message); "
-          f"{size / 1e6:.0f} MB with index")
+    print(
+        f"filled {n_conv * per_conv} messages in {fill:.1f} s ({fill / (n_conv * per_conv) * 1e3:.2f} ms per committed message); {size / 1e6:.0f} MB with index"
+    )
     open_s = timed(lambda: Store.open(path).close(), 3)
     print(f"open (quick_check + schema) of that history: {open_s * 1e3:.0f} ms")
     with Store.open(path) as s:

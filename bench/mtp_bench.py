@@ -69,8 +69,17 @@ def one_reply(m, mode: str, tokens: int):
         clock.reading(len(ids))
         prefill(m, cache, ids[:-1])
         streamed = stream_reply(
-            m, cache, ids[-1:], cached=len(ids) - 1, limit=len(ids) + tokens + 8, params=params, thinking=True,
-            emit=lambda _e: None, clock=clock, mtp=MTPMode(mode), mtp_policy=policy,
+            m,
+            cache,
+            ids[-1:],
+            cached=len(ids) - 1,
+            limit=len(ids) + tokens + 8,
+            params=params,
+            thinking=True,
+            emit=lambda _e: None,
+            clock=clock,
+            mtp=MTPMode(mode),
+            mtp_policy=policy,
         )
     return streamed.reply, policy
 
@@ -160,8 +169,10 @@ def main(argv: list[str] | None = None) -> int:
         runs = bench(models, args.tokens, args.repeat)
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     size = args.model or f"tiny dense {args.hidden} x {args.layers} layers, float32"
-    print(f"MTP bench {when} · {platform.machine()} {platform.system()} · mlx {mx.__version__} · {mx.default_device()} · {size} · "
-          f"{args.tokens} tokens x {args.repeat} (greedy, interleaved)\n")
+    print(
+        f"MTP bench {when} · {platform.machine()} {platform.system()} · mlx {mx.__version__} · {mx.default_device()} · {size} · "
+        f"{args.tokens} tokens x {args.repeat} (greedy, interleaved)\n"
+    )
     print(table(runs, list(models)))
     return 0
 

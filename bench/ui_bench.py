@@ -46,13 +46,15 @@ def raw_run(model, tokenizer, bias, tokens: int) -> float:
     from mlx_lm.generate import stream_generate
     from mlx_lm.sample_utils import make_logits_processors, make_sampler
 
-    prompt = tokenizer.apply_chat_template(
-        [{"role": "user", "content": PROMPT}], add_generation_prompt=True, enable_thinking=False
-    )
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": PROMPT}], add_generation_prompt=True, enable_thinking=False)
     last = None
     first_t = 0.0
     for last in stream_generate(
-        model, tokenizer, prompt, max_tokens=tokens, sampler=make_sampler(temp=0.0),
+        model,
+        tokenizer,
+        prompt,
+        max_tokens=tokens,
+        sampler=make_sampler(temp=0.0),
         logits_processors=make_logits_processors(logit_bias=bias),
     ):
         if not first_t:
@@ -132,8 +134,13 @@ def app_run(app, window, bias, tokens: int, interval_ms: int, probe: bool = True
     chat.new_chat()
     chat.composer.thinking.setChecked(False)
     chat.controller.sampling_overrides = {
-        "temperature": 0.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "presence_penalty": 0.0,
-        "max_tokens": tokens, "logit_bias": bias,
+        "temperature": 0.0,
+        "top_p": 1.0,
+        "top_k": 0,
+        "min_p": 0.0,
+        "presence_penalty": 0.0,
+        "max_tokens": tokens,
+        "logit_bias": bias,
     }
     lateness: list[float] = []
     clock = QElapsedTimer()
@@ -243,8 +250,7 @@ def main() -> int:
         mine.update({k: probed[k] for k in ("p50", "p99", "max")})
     device = "Metal GPU" if mx.metal.is_available() else "CPU"
     lines = [
-        f"ui bench — {platform.system()} {platform.machine()} ({device}) — {date.today()} — {label}, "
-        f"{args.tokens} tokens x {args.runs} runs (medians)",
+        f"ui bench — {platform.system()} {platform.machine()} ({device}) — {date.today()} — {label}, {args.tokens} tokens x {args.runs} runs (medians)",
         "tok/s = (tokens - 1) / wall time from first to last token, timed on the generating thread",
         f"raw mlx_lm.stream_generate          {raw_tps:8.1f} tok/s",
         f"engine, no window                   {eng_tps:8.1f} tok/s  ratio {eng_tps / raw_tps:.3f}",
@@ -256,8 +262,7 @@ def main() -> int:
         f"(vs engine {u['tps'] / eng_tps:.3f})  "
         f"loop lateness p50 {u['p50']:.2f} / p99 {u['p99']:.2f} / max {u['max']:.2f} ms  repaints {u['renders']:.0f}  "
         f"GUI thread CPU {100 * u['gui_cpu']:.1f}%",
-        f"targets: p99 <= 16 ms -> {'met' if t['p99'] <= 16 else 'NOT met'}; "
-        f"app >= 0.99 x raw -> {'met' if t['tps'] >= 0.99 * raw_tps else 'NOT met'}",
+        f"targets: p99 <= 16 ms -> {'met' if t['p99'] <= 16 else 'NOT met'}; app >= 0.99 x raw -> {'met' if t['tps'] >= 0.99 * raw_tps else 'NOT met'}",
     ]
     spread = lambda xs: f"{min(xs):.0f}–{max(xs):.0f}"  # noqa: E731
     lines.append(

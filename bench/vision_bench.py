@@ -79,7 +79,9 @@ def _picture_turn(vision, tokenizer, image):
     """(templated text, EncodedTurn, a fresh cache with the turn queued) for one question about `image`."""
     text = tokenizer.apply_chat_template(
         [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is in this picture?"}]}],
-        add_generation_prompt=True, enable_thinking=False, tokenize=False,
+        add_generation_prompt=True,
+        enable_thinking=False,
+        tokenize=False,
     )
     turn = vision.encode(tokenizer.encode(text, add_special_tokens=False), [image])
     cache = vision.lm.make_cache()
@@ -102,7 +104,10 @@ def picture_turns(path: Path, sizes) -> tuple[list, dict]:
     # follow-up on the kept cache vs afresh
     image = _picture(sizes[-1], vision.limits.max_pixels)
     text, turn, cache = _picture_turn(vision, tokenizer, image)
-    reply = [r.token for r in mlx_lm.stream_generate(vision.lm, tokenizer, mx.array(turn.tokens), max_tokens=16, prompt_cache=cache, input_embeddings=turn.embeddings)]
+    reply = [
+        r.token
+        for r in mlx_lm.stream_generate(vision.lm, tokenizer, mx.array(turn.tokens), max_tokens=16, prompt_cache=cache, input_embeddings=turn.embeddings)
+    ]
     follow = tokenizer.encode("\n", add_special_tokens=False) + tokenizer.apply_chat_template(
         [{"role": "user", "content": "And what colour is it mostly?"}], add_generation_prompt=True, enable_thinking=False
     )
@@ -157,7 +162,9 @@ def main() -> int:
                 f"afresh (picture encoded again, {follow['fresh_tokens']} tokens) {follow['fresh_s'] * 1000:.1f} ms "
                 f"({follow['fresh_s'] / follow['kept_s']:.1f}x)."
             )
-            print(f"- Attaching the tower added {follow['grew'] / 1e6:.2f} MB of active memory; the tower's weights are {follow['tower'] / 1e6:.2f} MB (text weights shared, not copied).")
+            print(
+                f"- Attaching the tower added {follow['grew'] / 1e6:.2f} MB of active memory; the tower's weights are {follow['tower'] / 1e6:.2f} MB (text weights shared, not copied)."
+            )
     print(f"\n- `import mlx_vlm.models.qwen3_5, mlx_vlm.utils` in a fresh process: {import_time():.2f} s (paid on the first picture only).")
     return 0
 

@@ -197,9 +197,7 @@ def transformers_model_excludes(models_dir: Path | None = None) -> list[str]:
         return []
     keep = set(TRANSFORMERS_MODEL_PACKAGES) | set(TRANSFORMERS_SUPPORT_PACKAGES)
     return sorted(
-        f"transformers.models.{path.name}"
-        for path in models_dir.iterdir()
-        if path.is_dir() and not path.name.startswith("_") and path.name not in keep
+        f"transformers.models.{path.name}" for path in models_dir.iterdir() if path.is_dir() and not path.name.startswith("_") and path.name not in keep
     )
 
 
@@ -323,10 +321,7 @@ def build_app(dist: Path, work: Path, identity: str | None = None, entitlements:
 
 def build_dmg(dist: Path, version: str, identity: str | None = None, notary_profile: str | None = None) -> Path:
     if sys.platform != "darwin":
-        raise BuildError(
-            f"a DMG needs macOS (hdiutil, codesign); on {sys.platform}, `make app` builds the "
-            f"one-folder bundle {bundle_path(dist)}/ instead"
-        )
+        raise BuildError(f"a DMG needs macOS (hdiutil, codesign); on {sys.platform}, `make app` builds the one-folder bundle {bundle_path(dist)}/ instead")
     app = bundle_path(dist)
     dmg = dmg_path(dist, version)
     with tempfile.TemporaryDirectory(prefix="qwen-desk-dmg-") as tmp:

@@ -86,9 +86,7 @@ def draw_icon() -> Image.Image:
     canvas.paste(gradient, (0, 0), tile)
 
     bubble = _bubble_mask(big)
-    bubble_shadow = ImageChops.offset(bubble.filter(ImageFilter.GaussianBlur(_s(10))), 0, _s(10)).point(
-        lambda v: v * 0.25
-    )
+    bubble_shadow = ImageChops.offset(bubble.filter(ImageFilter.GaussianBlur(_s(10))), 0, _s(10)).point(lambda v: v * 0.25)
     canvas.paste((0, 0, 40, 255), (0, 0), ImageChops.multiply(bubble_shadow, tile))
     canvas.paste(BUBBLE_COLOUR, (0, 0), bubble)
     canvas.paste(INK_COLOUR, (0, 0), ImageChops.multiply(_q_mask(big), bubble))

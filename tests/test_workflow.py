@@ -20,9 +20,7 @@ RELEASED_TAG = re.compile(r"^[\w.-]+/[\w.-]+@v\d+\.\d+\.\d+$")  # owner/action@v
 def check_jsonschema(path: Path) -> subprocess.CompletedProcess:
     exe = shutil.which("check-jsonschema", path=str(Path(sys.executable).parent)) or shutil.which("check-jsonschema")
     assert exe, "check-jsonschema is in the test extra (pip install -e '.[test]')"
-    return subprocess.run(
-        [exe, "--builtin-schema", "vendor.github-workflows", str(path)], capture_output=True, text=True, timeout=120
-    )
+    return subprocess.run([exe, "--builtin-schema", "vendor.github-workflows", str(path)], capture_output=True, text=True, timeout=120)
 
 
 @pytest.fixture(scope="module")

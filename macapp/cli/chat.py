@@ -35,8 +35,7 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "chat",
         help="chat with a model in the terminal, or run scripted turns (--prompt, --json)",
-        description="Chat with a local Qwen3.5 model. Each --prompt is one user turn of the same conversation; "
-        "without --prompt, an interactive chat.",
+        description="Chat with a local Qwen3.5 model. Each --prompt is one user turn of the same conversation; without --prompt, an interactive chat.",
     )
     add_model_argument(parser)
     mode = parser.add_mutually_exclusive_group()
@@ -58,7 +57,10 @@ def register(subparsers) -> None:
     add_cache_arguments(parser)
     add_mtp_argument(parser)
     parser.add_argument(
-        "--prefill-step-size", type=int, default=DEFAULT_PREFILL_STEP, metavar="N",
+        "--prefill-step-size",
+        type=int,
+        default=DEFAULT_PREFILL_STEP,
+        metavar="N",
         help=f"prompt tokens read per step (default {DEFAULT_PREFILL_STEP})",
     )
     parser.add_argument("--resume", type=int, metavar="ID", help="continue a saved conversation (see `qwen-desk history`)")
@@ -74,8 +76,15 @@ def _sampling(args: argparse.Namespace, thinking: bool):
 
     try:
         params = preset(
-            thinking, args.preset, temperature=args.temp, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
-            presence_penalty=args.presence_penalty, max_tokens=args.max_tokens, seed=args.seed,
+            thinking,
+            args.preset,
+            temperature=args.temp,
+            top_p=args.top_p,
+            top_k=args.top_k,
+            min_p=args.min_p,
+            presence_penalty=args.presence_penalty,
+            max_tokens=args.max_tokens,
+            seed=args.seed,
         )
         params.validate()
     except ValueError as exc:
@@ -174,9 +183,7 @@ class Chat:
         self.history = history
         self.system = system
         self.options = options  # the session's SessionOptions, for a session re-opened from the history
-        self.conversation = ConversationModel(
-            self._new_session, history.recorder, system_prompt=system, session=session, system_wins=True
-        )
+        self.conversation = ConversationModel(self._new_session, history.recorder, system_prompt=system, session=session, system_wins=True)
 
     @property
     def session(self) -> Any:
@@ -185,8 +192,9 @@ class Chat:
     def _new_session(self, system: str | None, messages: list[dict] | None) -> Any:
         return self.engine.new_session(system_prompt=system, messages=messages, options=self.options)
 
-    def turn(self, kind: Any, text: str, thinking: bool, sampling: Any, budget: int | None, out: TextIO,
-             color: bool = False, show: bool = True, images: tuple = ()) -> Any:
+    def turn(
+        self, kind: Any, text: str, thinking: bool, sampling: Any, budget: int | None, out: TextIO, color: bool = False, show: bool = True, images: tuple = ()
+    ) -> Any:
         """Run one turn (TurnKind), printing its text as it streams (when `show`) and recording it; return
         its terminal event. `images`: pictures (vision.images.PreparedImage) for a send."""
         turn = self.conversation.start(kind, text, thinking=thinking, sampling=sampling, thinking_budget=budget, images=images)

@@ -31,11 +31,13 @@ def _hosts(text: str) -> int:
 def add_fit_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hosts", type=_hosts, metavar="N", help="size it across N such Macs (MLX distributed)")
     parser.add_argument(
-        "--shard", choices=[s.value for s in Shard],
+        "--shard",
+        choices=[s.value for s in Shard],
         help="with --hosts: tensor parallelism (default where the head counts allow it) or pipeline stages",
     )
     parser.add_argument(
-        "--link", choices=sorted(LINKS),
+        "--link",
+        choices=sorted(LINKS),
         help=f"with --hosts: the network the speed estimate assumes (default {DEFAULT_LINK})",
     )
 
@@ -98,8 +100,12 @@ def describe_cluster(e: ClusterEstimate, machine: hardware.MachineProfile) -> st
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """--hostfile, --shard, --backend for `chat` and `serve`."""
     group = parser.add_argument_group("several Macs (MLX distributed)")
-    group.add_argument("--hostfile", metavar="FILE", help="run across the Macs in this MLX hostfile (JSON list of {\"ssh\": host, \"ips\": [...]}); the first is rank 0")
-    group.add_argument("--shard", choices=[s.value for s in Shard], help="with --hostfile: tensor parallelism (default where the head counts allow it) or pipeline stages")
+    group.add_argument(
+        "--hostfile", metavar="FILE", help='run across the Macs in this MLX hostfile (JSON list of {"ssh": host, "ips": [...]}); the first is rank 0'
+    )
+    group.add_argument(
+        "--shard", choices=[s.value for s in Shard], help="with --hostfile: tensor parallelism (default where the head counts allow it) or pipeline stages"
+    )
     group.add_argument("--backend", choices=("ring", "jaccl"), help="with --hostfile: ring (TCP, default) or jaccl (RDMA over Thunderbolt 5, macOS 26.2+)")
 
 

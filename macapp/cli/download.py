@@ -19,9 +19,11 @@ from macapp.core.memory import format_bytes  # decimal units (GB = 1e9), like `q
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "download", help="download a model into the Hugging Face cache (resumable, verified)",
+        "download",
+        help="download a model into the Hugging Face cache (resumable, verified)",
         description="Download an MLX build into the Hugging Face cache (HF_HOME). Interrupted downloads resume "
-                    "where they stopped; every file is checked against the hub's sha256 before the model is ready.")
+        "where they stopped; every file is checked against the hub's sha256 before the model is ready.",
+    )
     parser.add_argument("model", nargs="?", help="catalog name (Qwen3.5-35B-A3B), hub repo id, or local folder")
     parser.add_argument("--bits", type=int, choices=(4, 8), help="MLX build (default 4 for catalog names)")
     parser.add_argument("--revision", default="main", help="branch, tag or commit (default main)")
@@ -29,11 +31,15 @@ def register(subparsers) -> None:
     parser.add_argument("--dry-run", action="store_true", help="show what would be fetched and whether it fits, then stop")
     parser.add_argument("--list", action="store_true", help="list the models in the Hugging Face cache with their sizes")
     parser.add_argument("--delete", action="store_true", help="remove MODEL from the Hugging Face cache")
-    parser.add_argument("--mtp", action="store_true",
-                        help="also get the MTP head (for speculative decoding) when the build lacks it: only its tensors, "
-                             "by range requests on the original repo, quantized like the build")
-    parser.add_argument("--mtp-from", metavar="REPO", help="the original repo to take the MTP head from (default: the catalog's, "
-                                                           "or the build card's base_model)")
+    parser.add_argument(
+        "--mtp",
+        action="store_true",
+        help="also get the MTP head (for speculative decoding) when the build lacks it: only its tensors, "
+        "by range requests on the original repo, quantized like the build",
+    )
+    parser.add_argument(
+        "--mtp-from", metavar="REPO", help="the original repo to take the MTP head from (default: the catalog's, or the build card's base_model)"
+    )
     parser.set_defaults(func=run)
 
 
@@ -48,8 +54,19 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"{args.model} is a local folder, not a download; delete it yourself if you mean to")
         _say(args, f"{args.model} is a local folder: nothing to download")
         if args.json:
-            print(json.dumps({"repo": None, "path": str(model.local_path), "bytes_total": model.weights_bytes or 0,
-                              "bytes_downloaded_this_run": 0, "files": [], "verified": False}, indent=2))
+            print(
+                json.dumps(
+                    {
+                        "repo": None,
+                        "path": str(model.local_path),
+                        "bytes_total": model.weights_bytes or 0,
+                        "bytes_downloaded_this_run": 0,
+                        "files": [],
+                        "verified": False,
+                    },
+                    indent=2,
+                )
+            )
         return 0
     if args.delete:
         return _delete(args, repo)
@@ -92,16 +109,17 @@ def _download(args: argparse.Namespace, repo: str, model) -> int:
     except dl.DownloadError as exc:
         view.close()
         _say(args, f"qwen-desk: {exc}")
-        if exc.kind in (dl.DownloadErrorKind.NETWORK, dl.DownloadErrorKind.SERVER, dl.DownloadErrorKind.DISK_FULL) \
-                and exc.bytes_kept:
+        if exc.kind in (dl.DownloadErrorKind.NETWORK, dl.DownloadErrorKind.SERVER, dl.DownloadErrorKind.DISK_FULL) and exc.bytes_kept:
             _say(args, f"{format_bytes(exc.bytes_kept)} kept; `{command}` resumes from there.")
         if args.json:
             print(json.dumps({"repo": repo, "ready": False, "error": {"kind": exc.kind, "message": str(exc)}}, indent=2))
         return 1
     view.close()
     fetched = result.bytes_downloaded_this_run
-    _say(args, f"ready: {repo} ({format_bytes(result.bytes_total)}, {len(result.files)} files, hashes checked; "
-               f"{format_bytes(fetched)} fetched now) in {result.path}")
+    _say(
+        args,
+        f"ready: {repo} ({format_bytes(result.bytes_total)}, {len(result.files)} files, hashes checked; {format_bytes(fetched)} fetched now) in {result.path}",
+    )
     extra: dict = {}
     if args.mtp:
         try:
@@ -111,8 +129,7 @@ def _download(args: argparse.Namespace, repo: str, model) -> int:
             if exc.bytes_kept and exc.kind is not dl.DownloadErrorKind.CANCELLED:
                 _say(args, f"{format_bytes(exc.bytes_kept)} of the head kept; `{command} --mtp` resumes from there.")
             if args.json:
-                print(json.dumps({**result.to_json(), "ready": True, "mtp": {"ready": False, "error": {"kind": exc.kind, "message": str(exc)}}},
-                                 indent=2))
+                print(json.dumps({**result.to_json(), "ready": True, "mtp": {"ready": False, "error": {"kind": exc.kind, "message": str(exc)}}}, indent=2))
             return 130 if isinstance(exc, dl.DownloadCancelled) else 1
     if args.json:
         print(json.dumps({**result.to_json(), "ready": True, **extra}, indent=2))
@@ -126,23 +143,34 @@ def _fetch_mtp(args: argparse.Namespace, repo: str, folder) -> dict:
 
     status = folder_status(folder, repo)
     if status.usable:
-        _say(args, f"MTP head: {'in the build' if status.where is MtpWhere.IN_BUILD else 'fetched already'} "
-                   f"({format_bytes(status.head_bytes)}); nothing to fetch")
+        _say(
+            args,
+            f"MTP head: {'in the build' if status.where is MtpWhere.IN_BUILD else 'fetched already'} ({format_bytes(status.head_bytes)}); nothing to fetch",
+        )
         return {"ready": True, **status.to_json()}
     plan = plan_mtp_fetch(folder, repo, source_repo=args.mtp_from)
-    _say(args, f"MTP head: {format_bytes(plan.fetch_bytes)} to fetch from {plan.source_repo} @ {plan.commit[:10]} "
-               f"({len(plan.tensors)} mtp.* tensors in {len(plan.ranges)} byte ranges), about {format_bytes(plan.head_bytes)} "
-               f"once quantized like the build")
+    _say(
+        args,
+        f"MTP head: {format_bytes(plan.fetch_bytes)} to fetch from {plan.source_repo} @ {plan.commit[:10]} "
+        f"({len(plan.tensors)} mtp.* tensors in {len(plan.ranges)} byte ranges), about {format_bytes(plan.head_bytes)} "
+        f"once quantized like the build",
+    )
     progress = _MtpProgress(sys.stderr)
     try:
         fetched = fetch_mtp_head(plan, on_progress=progress.update)
     except KeyboardInterrupt:
-        raise dl.DownloadCancelled(f"MTP fetch of {plan.source_repo} interrupted; run it again to resume", repo=plan.source_repo,
-                                   bytes_kept=plan.part_path.stat().st_size if plan.part_path.exists() else 0) from None
+        raise dl.DownloadCancelled(
+            f"MTP fetch of {plan.source_repo} interrupted; run it again to resume",
+            repo=plan.source_repo,
+            bytes_kept=plan.part_path.stat().st_size if plan.part_path.exists() else 0,
+        ) from None
     finally:
         progress.close()
-    _say(args, f"MTP head ready: {fetched.tensors} tensors, {format_bytes(fetched.head_bytes)} in {fetched.side_file} "
-               f"({format_bytes(fetched.bytes_fetched_this_run)} fetched now)")
+    _say(
+        args,
+        f"MTP head ready: {fetched.tensors} tensors, {format_bytes(fetched.head_bytes)} in {fetched.side_file} "
+        f"({format_bytes(fetched.bytes_fetched_this_run)} fetched now)",
+    )
     return {"ready": True, "where": "fetched", **fetched.to_json()}
 
 
@@ -210,20 +238,20 @@ def _describe_plan(plan: dl.DownloadPlan) -> str:
     if plan.ready:
         lines.append("  already downloaded and verified")
     elif plan.complete:
-        lines.append("  already downloaded, not yet verified: a download checks the hashes of the files on disk; "
-                     "nothing is fetched")
+        lines.append("  already downloaded, not yet verified: a download checks the hashes of the files on disk; nothing is fetched")
     else:
         here = plan.bytes_on_disk
-        lines.append(f"  to fetch: {format_bytes(plan.bytes_to_fetch)}"
-                     + (f" ({format_bytes(here)} already here)" if here else "")
-                     + f"; free on disk: {format_bytes(plan.disk_free)}")
+        lines.append(
+            f"  to fetch: {format_bytes(plan.bytes_to_fetch)}"
+            + (f" ({format_bytes(here)} already here)" if here else "")
+            + f"; free on disk: {format_bytes(plan.disk_free)}"
+        )
         if not plan.disk_ok:
             lines.append("  " + plan.disk_message())
     if plan.fit is not None:
         fit = plan.fit
         verdict = {"fits": "fits", "tight": "tight", "too_big": "too big"}.get(fit.verdict, fit.verdict)
-        lines.append(f"  on this machine: {verdict} ({format_bytes(fit.total_bytes)} of a "
-                     f"{format_bytes(fit.budget_bytes)} budget at {fit.context} tokens)")
+        lines.append(f"  on this machine: {verdict} ({format_bytes(fit.total_bytes)} of a {format_bytes(fit.budget_bytes)} budget at {fit.context} tokens)")
     if plan.from_cache_only:
         lines.append("  (hub not asked: offline, or unreachable; using the cached listing)")
     return "\n".join(lines)
@@ -231,11 +259,17 @@ def _describe_plan(plan: dl.DownloadPlan) -> str:
 
 def _plan_json(plan: dl.DownloadPlan) -> dict:
     return {
-        "repo": plan.repo, "revision": plan.revision, "commit": plan.commit, "path": str(plan.snapshot_path),
-        "bytes_total": plan.bytes_total, "bytes_on_disk": plan.bytes_on_disk, "bytes_to_fetch": plan.bytes_to_fetch,
-        "disk_free": plan.disk_free, "disk_ok": plan.disk_ok, "ready": plan.ready,
-        "files": [{"path": f.remote.path, "size": f.remote.size, "sha256": f.remote.sha256, "state": f.state}
-                  for f in plan.files],
+        "repo": plan.repo,
+        "revision": plan.revision,
+        "commit": plan.commit,
+        "path": str(plan.snapshot_path),
+        "bytes_total": plan.bytes_total,
+        "bytes_on_disk": plan.bytes_on_disk,
+        "bytes_to_fetch": plan.bytes_to_fetch,
+        "disk_free": plan.disk_free,
+        "disk_ok": plan.disk_ok,
+        "ready": plan.ready,
+        "files": [{"path": f.remote.path, "size": f.remote.size, "sha256": f.remote.sha256, "state": f.state} for f in plan.files],
         "fit": plan.fit.verdict if plan.fit is not None else None,
     }
 
@@ -243,9 +277,23 @@ def _plan_json(plan: dl.DownloadPlan) -> dict:
 def _list(args: argparse.Namespace) -> int:
     models = dl.list_downloaded()
     if args.json:
-        print(json.dumps([{"repo": m.repo, "path": str(m.path) if m.path else None, "bytes_on_disk": m.bytes_on_disk,
-                           "bytes_total": m.bytes_total, "complete": m.complete, "verified": m.verified,
-                           "partial_bytes": m.partial_bytes} for m in models], indent=2))
+        print(
+            json.dumps(
+                [
+                    {
+                        "repo": m.repo,
+                        "path": str(m.path) if m.path else None,
+                        "bytes_on_disk": m.bytes_on_disk,
+                        "bytes_total": m.bytes_total,
+                        "complete": m.complete,
+                        "verified": m.verified,
+                        "partial_bytes": m.partial_bytes,
+                    }
+                    for m in models
+                ],
+                indent=2,
+            )
+        )
         return 0
     if not models:
         print(f"no models in {dl.hub_cache_dir()}")
@@ -296,22 +344,19 @@ class _ProgressView:
             case dl.Stalled(seconds=seconds):
                 self._line(f"stalled: no data for {seconds:.0f} s (the transfer is retried if it stays dead)")
             case dl.Retrying():
-                self._line(f"retrying {event.path} in {event.delay_s:.0f} s (attempt {event.attempt}/"
-                           f"{event.max_attempts}): {event.reason}")
+                self._line(f"retrying {event.path} in {event.delay_s:.0f} s (attempt {event.attempt}/{event.max_attempts}): {event.reason}")
             case dl.Notice(message=message):
                 self._line(message)
 
     def _progress(self, p: dl.Progress) -> None:
         for f in p.files:
-            if self.states.get(f.path) != f.state and f.state in (dl.FileState.READY, dl.FileState.FAILED) \
-                    and f.path in self.states:
+            if self.states.get(f.path) != f.state and f.state in (dl.FileState.READY, dl.FileState.FAILED) and f.path in self.states:
                 self._line(f"{f.state}: {f.path} ({format_bytes(f.size)})")
             self.states[f.path] = f.state
         ready = sum(1 for f in p.files if f.state == dl.FileState.READY)
         speed = "stalled" if p.stalled else f"{format_bytes(p.speed_bps):>8s}/s"
         eta = _clock(p.eta_s) if p.eta_s is not None and not p.stalled else "--:--"
-        text = (f"{p.fraction:4.0%} {format_bytes(p.bytes_done)} of {format_bytes(p.bytes_total)}  {speed}  ETA {eta}  "
-                f"{ready}/{len(p.files)} files")
+        text = f"{p.fraction:4.0%} {format_bytes(p.bytes_done)} of {format_bytes(p.bytes_total)}  {speed}  ETA {eta}  {ready}/{len(p.files)} files"
         if self.tty:
             width = 24
             fill = int(width * p.fraction)

@@ -26,7 +26,8 @@ def register(subparsers) -> None:
     fit.add_argument("--memory", help="what-if RAM, e.g. 512GB (default: this machine)")
     fit.add_argument("--gpu-cores", type=int, help="GPU core count, for binned chips (M3 Max 30/40, M4 Max 32/40)")
     fit.add_argument(
-        "--wired-limit", metavar="N[GB]",
+        "--wired-limit",
+        metavar="N[GB]",
         help="what if iogpu.wired_limit_mb were raised to N MB (or N GB): the GPU budget follows it; nothing is changed",
     )
     from macapp.cli.cluster import add_fit_arguments
@@ -41,7 +42,9 @@ def register(subparsers) -> None:
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--context", type=parse_context, default=DEFAULT_CONTEXT, help=f"context length in tokens, e.g. 32768 or 128k (default {DEFAULT_CONTEXT})")
+    parser.add_argument(
+        "--context", type=parse_context, default=DEFAULT_CONTEXT, help=f"context length in tokens, e.g. 32768 or 128k (default {DEFAULT_CONTEXT})"
+    )
     parser.add_argument("--kv-bits", type=int, choices=(4, 8), help="quantize the KV cache to 4 or 8 bits (default bf16)")
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--images", action="store_true", help="count pictures too: the vision tower and one picture at the processor's maximum")
@@ -69,7 +72,7 @@ def machine_from_args(args: argparse.Namespace) -> hardware.MachineProfile:
     try:
         if not machine.is_apple_silicon:
             hardware.parse_wired_limit(limit, NO_RAM_LIMIT)  # a value that cannot be read is named first
-            raise UsageError("--wired-limit is a macOS setting: give --chip too (e.g. --chip \"M4 Pro\") on this machine")
+            raise UsageError('--wired-limit is a macOS setting: give --chip too (e.g. --chip "M4 Pro") on this machine')
         return hardware.with_wired_limit(machine, hardware.parse_wired_limit(limit, machine.memory_bytes))
     except hardware.HardwareError as exc:
         raise UsageError(str(exc)) from None
@@ -84,7 +87,7 @@ def _base_machine(args: argparse.Namespace) -> hardware.MachineProfile:
         if chip is None or memory_bytes is None:
             here = hardware.detect_machine(use_mlx=False)
             if chip is None and not here.is_apple_silicon:
-                raise UsageError("this machine is not an Apple Silicon Mac: give --chip too (e.g. --chip \"M4 Pro\")")
+                raise UsageError('this machine is not an Apple Silicon Mac: give --chip too (e.g. --chip "M4 Pro")')
             chip = chip or here.chip
             memory_bytes = memory_bytes or here.memory_bytes
         return hardware.what_if_machine(chip, memory_bytes, cores)
@@ -227,7 +230,9 @@ def run_models(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=2))
         return 0
     print(f"{machine.chip}, {machine.memory_bytes / 1024**3:.0f} GB RAM, GPU budget {_gb(machine.budget_bytes)}; context {args.context:,} tokens")
-    print(f"{'model':<20} {'bits':>4} {'weights':>9} {'total':>9} {'verdict':<8} {'tok/s':>6} {'read prompt':>12} {'max context':>12} {'images':<9}  downloaded")
+    print(
+        f"{'model':<20} {'bits':>4} {'weights':>9} {'total':>9} {'verdict':<8} {'tok/s':>6} {'read prompt':>12} {'max context':>12} {'images':<9}  downloaded"
+    )
     for r in rows:
         tps = f"{r['decode_tps_estimate']:.0f}" if r["decode_tps_estimate"] else "—"
         ttft = prefill_time.format_duration(r["ttft_estimate_s"]) if r["ttft_estimate_s"] is not None else "—"

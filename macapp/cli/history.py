@@ -101,13 +101,19 @@ def _print_json(value: object) -> None:
 def _list(store: Store, args: argparse.Namespace) -> int:
     conversations = store.list_conversations(limit=args.limit)
     if args.json:
-        _print_json([
-            {
-                "id": c.id, "title": c.display_title, "model": c.model, "created": iso_time(c.created),
-                "updated": iso_time(c.updated), "messages": c.message_count,
-            }
-            for c in conversations
-        ])
+        _print_json(
+            [
+                {
+                    "id": c.id,
+                    "title": c.display_title,
+                    "model": c.model,
+                    "created": iso_time(c.created),
+                    "updated": iso_time(c.updated),
+                    "messages": c.message_count,
+                }
+                for c in conversations
+            ]
+        )
         return 0
     if not conversations:
         print(f"No saved conversations yet ({store.path}).")
@@ -163,14 +169,20 @@ def _search(store: Store, args: argparse.Namespace) -> int:
     query = " ".join(args.text)
     hits = store.search(query, limit=args.limit)
     if args.json:
-        _print_json([
-            {
-                "conversation_id": h.conversation_id, "title": h.conversation_title or "New chat",
-                "message_id": h.message_id, "position": h.position, "role": h.role, "snippet": h.snippet,
-                "updated": iso_time(h.updated),
-            }
-            for h in hits
-        ])
+        _print_json(
+            [
+                {
+                    "conversation_id": h.conversation_id,
+                    "title": h.conversation_title or "New chat",
+                    "message_id": h.message_id,
+                    "position": h.position,
+                    "role": h.role,
+                    "snippet": h.snippet,
+                    "updated": iso_time(h.updated),
+                }
+                for h in hits
+            ]
+        )
         return 0
     if not hits:
         print(f"No messages contain {query!r}.")

@@ -24,7 +24,12 @@ def add_model_argument(parser: argparse.ArgumentParser) -> None:
 
 def add_cache_arguments(parser: argparse.ArgumentParser) -> None:
     """--context and --kv-bits: how large the prompt cache may grow, and whether it is quantized."""
-    parser.add_argument("--context", type=parse_context, metavar="TOKENS", help="context limit, e.g. 32768, 128k or 1m (default: the model's native maximum; past it, YaRN long-context mode)")
+    parser.add_argument(
+        "--context",
+        type=parse_context,
+        metavar="TOKENS",
+        help="context limit, e.g. 32768, 128k or 1m (default: the model's native maximum; past it, YaRN long-context mode)",
+    )
     parser.add_argument("--kv-bits", type=int, choices=(4, 8), help="quantize the KV cache")
 
 
@@ -78,7 +83,9 @@ def load_model(engine: Any, spec: str, context: int | None = None) -> ev.Loaded 
 def add_mtp_argument(parser: argparse.ArgumentParser) -> None:
     """--mtp: speculative decoding with the build's own MTP head."""
     parser.add_argument(
-        "--mtp", choices=("auto", "on", "off"), default="auto",
+        "--mtp",
+        choices=("auto", "on", "off"),
+        default="auto",
         help="draft with the model's own MTP head and verify in one pass: auto (default: only while it pays), on, off",
     )
 
@@ -98,5 +105,5 @@ def mtp_notice(info: ev.Loaded, mode: str) -> str | None:
     return (
         f"qwen-desk: --mtp on: {info.name} has no usable MTP head here (its conversion dropped the mtp.* tensors and "
         f"none was fetched beside it, or the head does not fit the model); fetch it with `qwen-desk download {info.name} "
-        "--mtp` (the library says \"MTP: X MB to fetch\"). Replies are decoded without it."
+        '--mtp` (the library says "MTP: X MB to fetch"). Replies are decoded without it.'
     )

@@ -34,11 +34,15 @@ def register(subparsers) -> None:
     add_model_argument(parser)
     parser.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST}: this Mac only)")
     parser.add_argument(
-        "--port", type=int, default=DEFAULT_PORT, metavar="N",
+        "--port",
+        type=int,
+        default=DEFAULT_PORT,
+        metavar="N",
         help=f"port (default {DEFAULT_PORT}, clear of Ollama 11434, LM Studio 1234, llama.cpp/mlx-lm 8080)",
     )
     parser.add_argument(
-        "--api-key", metavar="KEY",
+        "--api-key",
+        metavar="KEY",
         help="require 'Authorization: Bearer KEY' or 'x-api-key: KEY' on every request. Other users of this Mac can "
         "see a flag in the process list (ps); set the QWEN_DESK_API_KEY environment variable instead to keep it private",
     )
@@ -49,13 +53,18 @@ def register(subparsers) -> None:
     mode.add_argument("--no-think", dest="think", action="store_false", help="answer directly when a request does not say")
     parser.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN", help="let web pages from ORIGIN use the server (CORS); repeatable")
     parser.add_argument(
-        "--allow-host", action="append", default=[], metavar="NAME",
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
         help="also answer requests whose Host header names NAME (a proxy, a DNS name); repeatable. Loopback names are "
         "always answered and, with --host beyond loopback, this Mac's own names and addresses (NAME.local too); "
         "other names are refused against DNS rebinding. '*' turns the check off",
     )
     parser.add_argument(
-        "--parallel", type=int, metavar="N",
+        "--parallel",
+        type=int,
+        metavar="N",
         help="answer at most N requests at once (default: as many as fit beside the model at --context, up to 32; "
         "more wait in a queue). With --hostfile requests are answered one at a time",
     )
@@ -75,8 +84,12 @@ def _config(args: argparse.Namespace) -> ServerConfig:
         raise UsageError("--api-key is empty: give a key, or leave the flag out")
     key = args.api_key or os.environ.get("QWEN_DESK_API_KEY") or None
     return ServerConfig(
-        host=args.host, port=args.port, api_key=key, allowed_origins=tuple(args.allow_origin),
-        allowed_hosts=tuple(args.allow_host), default_thinking=args.think,
+        host=args.host,
+        port=args.port,
+        api_key=key,
+        allowed_origins=tuple(args.allow_origin),
+        allowed_hosts=tuple(args.allow_host),
+        default_thinking=args.think,
     )
 
 
@@ -87,8 +100,7 @@ def request_line(record: RequestRecord) -> str:
         return f"qwen-desk: {record.client}: refused {record.status}: {record.error}"
     speed = f" at {record.tokens_per_s:.1f} tok/s" if record.tokens_per_s else ""
     end = record.state.value + (f": {record.error}" if record.error else "")
-    return (f"qwen-desk: {record.client}: {record.prompt_tokens} tokens in ({record.cached_tokens} reused), "
-            f"{record.completion_tokens} out{speed} - {end}")
+    return f"qwen-desk: {record.client}: {record.prompt_tokens} tokens in ({record.cached_tokens} reused), {record.completion_tokens} out{speed} - {end}"
 
 
 def _log_finished(record: RequestRecord) -> None:
@@ -152,7 +164,12 @@ def run(args: argparse.Namespace) -> int:
         if (notice := mtp_notice(info, args.mtp)) is not None:
             print(notice, file=sys.stderr)
         backend = serving_backend(
-            engine, context=args.context, kv_bits=args.kv_bits, queue_limit=config.queue_limit, parallel=args.parallel, mtp=mtp_mode(args),
+            engine,
+            context=args.context,
+            kv_bits=args.kv_bits,
+            queue_limit=config.queue_limit,
+            parallel=args.parallel,
+            mtp=mtp_mode(args),
         )
         server = LocalServer(backend, config)
         server.activity.add_observer(_log_finished)

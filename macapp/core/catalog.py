@@ -82,10 +82,7 @@ class Arch:
         text = text_config(config)
         model_type = str(text.get("model_type") or config.get("model_type") or "")
         if model_type not in SUPPORTED_MODEL_TYPES:
-            raise ConfigError(
-                f"model_type {model_type or '(missing)'!r} is not a Qwen3.5 model "
-                f"(expected one of {', '.join(sorted(SUPPORTED_MODEL_TYPES))})"
-            )
+            raise ConfigError(f"model_type {model_type or '(missing)'!r} is not a Qwen3.5 model (expected one of {', '.join(sorted(SUPPORTED_MODEL_TYPES))})")
         hidden = _positive(text, "hidden_size")
         heads = _positive(text, "num_attention_heads")
         head_dim = text.get("head_dim") or hidden // heads
@@ -398,8 +395,15 @@ def _hub_model(repo: str) -> ModelRef:
     except Exception as exc:
         raise UnknownModel(f"could not read {repo} from the hub ({type(exc).__name__}: {exc}); check the connection or HF_ENDPOINT") from None
     bits, group = quantization_of(record.config)
-    return ModelRef(name=repo.split("/")[-1], arch=Arch.from_config(record.config), bits=bits, group_size=group, repo=repo,
-                    weights_bytes=record.weights_bytes, origin=Origin.HUB)
+    return ModelRef(
+        name=repo.split("/")[-1],
+        arch=Arch.from_config(record.config),
+        bits=bits,
+        group_size=group,
+        repo=repo,
+        weights_bytes=record.weights_bytes,
+        origin=Origin.HUB,
+    )
 
 
 def resolve_model(spec: str, bits: int | None = None) -> ModelRef:

@@ -46,14 +46,10 @@ def check_context(context: int, longest: int, model_name: str, native: int | Non
     if context <= longest:
         return
     if no_yarn and native is not None and longest <= native:
-        raise ContextError(
-            f"context {context:,} is above {model_name}'s native {native:,} tokens, and long-context mode (YaRN) "
-            f"cannot extend it: {no_yarn}"
-        )
+        raise ContextError(f"context {context:,} is above {model_name}'s native {native:,} tokens, and long-context mode (YaRN) cannot extend it: {no_yarn}")
     if native is not None and longest > native:
         raise ContextError(
-            f"context {context:,} is above {model_name}'s maximum of {longest:,} tokens "
-            f"({native:,} native, {longest:,} with YaRN long-context mode)"
+            f"context {context:,} is above {model_name}'s maximum of {longest:,} tokens ({native:,} native, {longest:,} with YaRN long-context mode)"
         )
     raise ContextError(f"context {context:,} is above {model_name}'s maximum of {longest:,} tokens")
 

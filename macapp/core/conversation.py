@@ -303,9 +303,7 @@ class ConversationModel:
         serial = self._serial
         if recorder is not None:  # first: a send's message is saved now, even while the engine is busy with other work
             serial.put(lambda: self._begin(turn, recorder))
-        turn.job.add_listener(
-            lambda event: serial.put(lambda: self._record(turn, recorder, event), urgent=not isinstance(event, TEXT_PIECES))
-        )
+        turn.job.add_listener(lambda event: serial.put(lambda: self._record(turn, recorder, event), urgent=not isinstance(event, TEXT_PIECES)))
         return turn
 
     def _record(self, turn: Turn, recorder: ChatRecorder | None, event: Any) -> None:

@@ -295,9 +295,7 @@ def detect_machine(use_mlx: bool = True) -> MachineProfile:
         brand = _run(["sysctl", "-n", "machdep.cpu.brand_string"]).strip()
         memsize = _run(["sysctl", "-n", "hw.memsize"]).strip()
         memory = int(memsize) if memsize.isdigit() else memory
-        cores = parse_gpu_cores(_run(["ioreg", "-rc", "AGXAccelerator"])) or parse_gpu_cores(
-            _run(["system_profiler", "SPDisplaysDataType"])
-        )
+        cores = parse_gpu_cores(_run(["ioreg", "-rc", "AGXAccelerator"])) or parse_gpu_cores(_run(["system_profiler", "SPDisplaysDataType"]))
         wired = parse_wired_limit_mb(_run(["sysctl", "-n", "iogpu.wired_limit_mb"]))
         return profile_from_facts(brand, memory, cores, _mlx_budget() if use_mlx else None, wired)
     return profile_from_facts(_cpu_name(), memory, None, None, None)

@@ -148,8 +148,11 @@ def use_yarn(model: Any, config: dict[str, Any]) -> int:
         if attention is None or not hasattr(attention, "rope"):
             continue
         attention.rope = initialize_rope(
-            dims, base=params.get("rope_theta", 10_000_000), traditional=False,
-            scaling_config=params, max_position_embeddings=text["max_position_embeddings"],
+            dims,
+            base=params.get("rope_theta", 10_000_000),
+            traditional=False,
+            scaling_config=params,
+            max_position_embeddings=text["max_position_embeddings"],
         )
         changed += 1
     return changed
@@ -164,8 +167,14 @@ def query_block(heads: int, queries: int, keys: int, limit: int = SCORES_BLOCK_B
 
 
 def blocked_attention(
-    queries: mx.array, keys: Any, values: Any, cache: Any, scale: float, mask: mx.array | str | None,
-    sinks: mx.array | None = None, limit: int | None = None,
+    queries: mx.array,
+    keys: Any,
+    values: Any,
+    cache: Any,
+    scale: float,
+    mask: mx.array | str | None,
+    sinks: mx.array | None = None,
+    limit: int | None = None,
 ) -> mx.array:
     """mlx-lm's scaled_dot_product_attention, reading the queries of a long prefill chunk in blocks so that the
     materialised scores stay under SCORES_BLOCK_BYTES; short inputs go straight through."""

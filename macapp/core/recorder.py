@@ -139,6 +139,7 @@ class ChatRecorder:
 
     def agrees_with(self, messages: list[dict]) -> bool:
         """True when the history holds the same turns as `messages` (a session's, role/content/reasoning dicts)."""
+
         def key(m: dict) -> tuple[str, str, str]:
             return m["role"], m.get("content") or "", m.get("reasoning") or ""
 
@@ -252,9 +253,7 @@ class RecordedTurn:
                 if last_user is not None:
                     rec.store.truncate(rec.conversation_id, last_user.position)
                 rec.store.add_message(rec._ensure_conversation(), Role.USER, self.text)
-        self._writer = rec.store.begin_reply(
-            rec.conversation_id, thinking=self.thinking, model=rec.model or None, interval=rec.interval
-        )
+        self._writer = rec.store.begin_reply(rec.conversation_id, thinking=self.thinking, model=rec.model or None, interval=rec.interval)
         self._under_way = True
         return self._writer
 

@@ -73,12 +73,12 @@ def _ask_both_apis(url: str, done: list) -> threading.Thread:
     def run() -> None:
         no_thinking = {"chat_template_kwargs": {"enable_thinking": False}}
         oa = openai.OpenAI(base_url=f"{url}/v1", api_key="qwen-desk", max_retries=0, timeout=120)
-        oa.chat.completions.create(model="any", messages=[{"role": "user", "content": "Name three colours."}],
-                                   temperature=0, max_tokens=24, extra_body=no_thinking)
+        oa.chat.completions.create(
+            model="any", messages=[{"role": "user", "content": "Name three colours."}], temperature=0, max_tokens=24, extra_body=no_thinking
+        )
         done.append("openai")
         an = anthropic.Anthropic(base_url=url, api_key="qwen-desk", max_retries=0, timeout=120)
-        an.messages.create(model="any", max_tokens=24, messages=[{"role": "user", "content": "And three shapes?"}],
-                           thinking={"type": "disabled"})
+        an.messages.create(model="any", max_tokens=24, messages=[{"role": "user", "content": "And three shapes?"}], thinking={"type": "disabled"})
         done.append("anthropic")
 
     thread = threading.Thread(target=run, name="shots-clients", daemon=True)
@@ -182,8 +182,15 @@ def main(argv: list[str] | None = None) -> int:
     chat.composer.thinking.setChecked(False)
     chat.controller.sampling_overrides = {"logit_bias": {**NO_END["logit_bias"], **_no_broken_bytes(model)}}
     chat.send("Say it again, at length.")
-    _wait(app, lambda: chat.messages.current is not None and len(chat.messages.current.answer) > 45 and "tok/s" in chat.meter.text()
-          and (getattr(chat.messages.current.stats, "generation_tokens", 0) or 0) >= 20)
+    _wait(
+        app,
+        lambda: (
+            chat.messages.current is not None
+            and len(chat.messages.current.answer) > 45
+            and "tok/s" in chat.meter.text()
+            and (getattr(chat.messages.current.stats, "generation_tokens", 0) or 0) >= 20
+        ),
+    )
     chat.composer.input.setPlainText("")
     window.show_page(CHAT)
     _save(app, window, out / "chat.png")
@@ -198,8 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     _wait(app, lambda: window.server.running and server.toggle.text() == "Stop")
     done: list = []
     clients = _ask_both_apis(window.server.server.base_url, done)
-    _wait(app, lambda: not clients.is_alive() and server.table.rowCount() == 2
-          and all(server.table.item(r, 5).text() == "done" for r in range(2)), 120)
+    _wait(app, lambda: not clients.is_alive() and server.table.rowCount() == 2 and all(server.table.item(r, 5).text() == "done" for r in range(2)), 120)
     if len(done) != 2:
         raise RuntimeError("a request to the local server failed")
     _save(app, window, out / "server.png")

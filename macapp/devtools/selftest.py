@@ -293,9 +293,7 @@ def _chat_with_mlx_lm(model_path: Path) -> tuple[str, str, int]:
     from mlx_lm import load, stream_generate
 
     model, tokenizer = load(str(model_path))
-    prompt = tokenizer.apply_chat_template(
-        [{"role": "user", "content": "Say hello."}], add_generation_prompt=True, tokenize=False
-    )
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "Say hello."}], add_generation_prompt=True, tokenize=False)
     text, tokens = "", 0
     for response in stream_generate(model, tokenizer, prompt, max_tokens=CHAT_TOKENS):
         text += response.text
@@ -332,10 +330,16 @@ def check_picture(workdir: Path) -> str:
     engine = Engine()
     try:
         engine.load(str(path)).result(timeout=ENGINE_TIMEOUT_S)
-        reply = engine.new_session().send(
-            "What is in this picture?", thinking=False, sampling=SamplingParams(max_tokens=CHAT_TOKENS, seed=0),
-            images=[PreparedImage("self-test.png", picture, picture.size)],
-        ).result(timeout=ENGINE_TIMEOUT_S)
+        reply = (
+            engine.new_session()
+            .send(
+                "What is in this picture?",
+                thinking=False,
+                sampling=SamplingParams(max_tokens=CHAT_TOKENS, seed=0),
+                images=[PreparedImage("self-test.png", picture, picture.size)],
+            )
+            .result(timeout=ENGINE_TIMEOUT_S)
+        )
     finally:
         engine.close()
     if reply.stats.image_tokens < 1:

@@ -145,9 +145,7 @@ def _corpus(seed: int) -> list[str]:
         sep = rng.choice([". ", "? ", "!\n", ".\n\n", ", ", ":\n"])
         lines.append(" ".join(words) + sep)
     text = "".join(lines)
-    return [text[i : i + 400] for i in range(0, len(text), 400)] + [
-        "".join(SCRIPT_REASONING) + "\n\n" + "".join(SCRIPT_ANSWER) + "\n\n"
-    ] * 50
+    return [text[i : i + 400] for i in range(0, len(text), 400)] + ["".join(SCRIPT_REASONING) + "\n\n" + "".join(SCRIPT_ANSWER) + "\n\n"] * 50
 
 
 def _train_tokenizer(seed: int):
@@ -176,9 +174,7 @@ def _text_config(kind: str, hidden_size: int, num_layers: int) -> dict:
         "hidden_size": hidden_size,
         "num_hidden_layers": num_layers,
         "full_attention_interval": 4,
-        "layer_types": [
-            "full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(num_layers)
-        ],
+        "layer_types": ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(num_layers)],
         "num_attention_heads": heads,
         "num_key_value_heads": 1,
         "head_dim": 64,
@@ -224,9 +220,7 @@ def _text_config(kind: str, hidden_size: int, num_layers: int) -> dict:
 def _full_config(kind: str, text_config: dict, eos_ids: list[int]) -> dict:
     text_config = dict(text_config, eos_token_id=eos_ids[1])
     return {
-        "architectures": [
-            "Qwen3_5MoeForConditionalGeneration" if kind == "moe" else "Qwen3_5ForConditionalGeneration"
-        ],
+        "architectures": ["Qwen3_5MoeForConditionalGeneration" if kind == "moe" else "Qwen3_5ForConditionalGeneration"],
         "model_type": "qwen3_5_moe" if kind == "moe" else "qwen3_5",
         "text_config": text_config,
         "tie_word_embeddings": False,
@@ -355,8 +349,13 @@ def _hub_weights(weights: dict, kind: str, text_config: dict, head: dict | None 
 
 
 _ZERO_CENTRED = (
-    "input_layernorm.weight", "post_attention_layernorm.weight", "q_norm.weight", "k_norm.weight", "norm.weight",
-    "pre_fc_norm_embedding.weight", "pre_fc_norm_hidden.weight",
+    "input_layernorm.weight",
+    "post_attention_layernorm.weight",
+    "q_norm.weight",
+    "k_norm.weight",
+    "norm.weight",
+    "pre_fc_norm_embedding.weight",
+    "pre_fc_norm_hidden.weight",
 )
 
 
@@ -377,7 +376,12 @@ def _mtp_tensors(config: dict, head: str, bits: int | None) -> dict:
         drafter.update(tree_unflatten(updates))
     if bits is not None:  # as mlx-lm's quantize_model does it: the MoE router gates at 8 bits
         gates = ("mlp.gate", "shared_expert_gate")
-        nn.quantize(drafter, class_predicate=lambda p, m: hasattr(m, "to_quantized") and ({"group_size": 64, "bits": 8} if p.endswith(gates) else {"group_size": 64, "bits": bits}))
+        nn.quantize(
+            drafter,
+            class_predicate=lambda p, m: (
+                hasattr(m, "to_quantized") and ({"group_size": 64, "bits": 8} if p.endswith(gates) else {"group_size": 64, "bits": bits})
+            ),
+        )
     out = {}
     for path, value in tree_flatten(drafter.parameters()):
         if path.endswith(_ZERO_CENTRED) and value.ndim == 1:
@@ -435,9 +439,7 @@ def _write_tokenizer(dest: Path, tokenizer, eos_ids: list[int]) -> None:
         "chat_template": CHAT_TEMPLATE,
     }
     (dest / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
-    (dest / "special_tokens_map.json").write_text(
-        json.dumps({"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}, indent=2)
-    )
+    (dest / "special_tokens_map.json").write_text(json.dumps({"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}, indent=2))
     generation = {
         "bos_token_id": eos_ids[1],
         "do_sample": True,

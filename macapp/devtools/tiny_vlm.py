@@ -57,9 +57,7 @@ _RENDER_CONTENT = (
     "{%- elif item.type == 'text' %}{%- set parts.text = parts.text + item.text %}"
     "{%- endif %}{%- endfor %}{%- set content = parts.text %}{%- endif %}"
 )
-CHAT_TEMPLATE = tiny_model.CHAT_TEMPLATE.replace(
-    "{%- set content = message.content if message.content is string else '' %}", _RENDER_CONTENT
-)
+CHAT_TEMPLATE = tiny_model.CHAT_TEMPLATE.replace("{%- set content = message.content if message.content is string else '' %}", _RENDER_CONTENT)
 assert CHAT_TEMPLATE != tiny_model.CHAT_TEMPLATE  # the text template changed shape: update _RENDER_CONTENT's anchor
 
 
@@ -113,9 +111,7 @@ def vlm_config(text_folder_config: dict, ids: dict[str, int]) -> dict:
     """The full config.json: the text model's, a real-shaped `vision_config` and the vision token ids."""
     config = dict(text_folder_config)
     text = config["text_config"]
-    config["vision_config"] = dict(
-        VISION_CONFIG, model_type=config["model_type"], out_hidden_size=text["hidden_size"]
-    )
+    config["vision_config"] = dict(VISION_CONFIG, model_type=config["model_type"], out_hidden_size=text["hidden_size"])
     config.update(
         image_token_id=ids["<|image_pad|>"],
         video_token_id=ids["<|video_pad|>"],
@@ -139,9 +135,7 @@ def make_tiny_vlm(dest: Path, kind: str = "dense", *, seed: int = 0, hidden_size
     config = vlm_config(json.loads((dest / "config.json").read_text()), ids)
 
     model = _vlm_model(config, seed)
-    model.language_model.load_weights(
-        [(k.removeprefix("language_model."), v) for k, v in text_weights.items()], strict=True
-    )
+    model.language_model.load_weights([(k.removeprefix("language_model."), v) for k, v in text_weights.items()], strict=True)
     mx.eval(model.parameters())
     weights = dict(tree_flatten(model.parameters()))
     for old in dest.glob("model*.safetensors*"):

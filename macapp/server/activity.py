@@ -174,8 +174,12 @@ def _apply(record: RequestRecord, event: Any) -> RequestRecord:
         case Completed(usage=usage):
             state = RequestState.STOPPED if event.finish_reason is FinishReason.CANCELLED else RequestState.DONE
             return replace(
-                record, state=state, prompt_tokens=usage.prompt_tokens, cached_tokens=usage.cached_tokens,
-                completion_tokens=usage.completion_tokens, tokens_per_s=event.generation_tps,
+                record,
+                state=state,
+                prompt_tokens=usage.prompt_tokens,
+                cached_tokens=usage.cached_tokens,
+                completion_tokens=usage.completion_tokens,
+                tokens_per_s=event.generation_tps,
             )
         case Failed(message=message):
             return replace(record, state=RequestState.FAILED, error=message)

@@ -64,8 +64,14 @@ def message_body(done: Completed, message_id: str, model: str, show_thinking: bo
         content.append({"type": "text", "text": done.text})
     content.extend({"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in done.tool_calls)
     return {
-        "id": message_id, "type": "message", "role": "assistant", "model": done.model or model, "content": content,
-        "stop_reason": STOP_REASONS[done.finish_reason], "stop_sequence": done.stop_sequence, "usage": usage_body(done.usage),
+        "id": message_id,
+        "type": "message",
+        "role": "assistant",
+        "model": done.model or model,
+        "content": content,
+        "stop_reason": STOP_REASONS[done.finish_reason],
+        "stop_sequence": done.stop_sequence,
+        "usage": usage_body(done.usage),
     }
 
 
@@ -96,8 +102,13 @@ class EventWriter:
             return []
         self._started = True
         message = {
-            "id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": [],
-            "stop_reason": None, "stop_sequence": None,
+            "id": self.id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
             "usage": usage_body(usage or Usage(prompt_tokens=self.prompt_tokens)),
         }
         return [("message_start", {"type": "message_start", "message": message}), ("ping", {"type": "ping"})]

@@ -63,8 +63,13 @@ def downloaded_model_names() -> list[str]:
 def model_entry(name: str, loaded: str, created: int) -> dict[str, Any]:
     """One model as both SDKs read it: OpenAI's id/object/created/owned_by, Anthropic's type/display_name/created_at."""
     return {
-        "id": name, "object": "model", "created": created, "owned_by": "qwen-desk", "loaded": name == loaded,
-        "type": "model", "display_name": name.rsplit("/", 1)[-1],
+        "id": name,
+        "object": "model",
+        "created": created,
+        "owned_by": "qwen-desk",
+        "loaded": name == loaded,
+        "type": "model",
+        "display_name": name.rsplit("/", 1)[-1],
         "created_at": datetime.fromtimestamp(created, timezone.utc).isoformat().replace("+00:00", "Z"),
     }
 
@@ -100,7 +105,10 @@ class Routes:
         model = self.backend.model_name
         writer = openai_api.ChunkWriter(model, call.include_usage)
         return await self._complete(
-            request, call.request, call.stream, "openai",
+            request,
+            call.request,
+            call.stream,
+            "openai",
             reply=lambda done, _tokens: openai_api.completion_body(done, writer.id, writer.created, model),
             frames=lambda feed, _tokens: self._openai_frames(feed, writer),
         )
@@ -110,7 +118,10 @@ class Routes:
         call = anthropic_api.parse_messages_request(body, client_label(request, "anthropic"))
         model = self.backend.model_name
         return await self._complete(
-            request, call.request, call.stream, "anthropic",
+            request,
+            call.request,
+            call.stream,
+            "anthropic",
             reply=lambda done, _tokens: anthropic_api.message_body(done, anthropic_api.new_message_id(), model, call.show_thinking),
             frames=lambda feed, tokens: self._anthropic_frames(feed, anthropic_api.EventWriter(model, tokens, call.show_thinking)),
         )

@@ -113,8 +113,16 @@ async def raise_quick_refusal(feed: JobFeed, wait_s: float, activity: Activity) 
 
 
 async def complete(
-    request: Request, backend: Backend, activity: Activity, config: ServerConfig, completion: CompletionRequest, api: str, *,
-    stream: bool, reply: Callable[[Completed, int], dict[str, Any]], frames: Callable[[JobFeed, int], AsyncIterator[bytes]],
+    request: Request,
+    backend: Backend,
+    activity: Activity,
+    config: ServerConfig,
+    completion: CompletionRequest,
+    api: str,
+    *,
+    stream: bool,
+    reply: Callable[[Completed, int], dict[str, Any]],
+    frames: Callable[[JobFeed, int], AsyncIterator[bytes]],
 ) -> Response:
     """One completion, whatever its API: check the prompt fits, start it, and answer `reply(done, prompt_tokens)` as
     JSON, or the SSE stream of `frames(feed, prompt_tokens)` once no quick refusal came (that one still goes out as

@@ -51,8 +51,7 @@ def machine_names() -> frozenset[str]:
     try:
         import psutil
 
-        names.update(normal_host(a.address) for addrs in psutil.net_if_addrs().values() for a in addrs
-                     if a.family in (socket.AF_INET, socket.AF_INET6))
+        names.update(normal_host(a.address) for addrs in psutil.net_if_addrs().values() for a in addrs if a.family in (socket.AF_INET, socket.AF_INET6))
     except (ImportError, OSError):
         pass
     return frozenset(n for n in names if n)

@@ -10,15 +10,25 @@ from macapp.core.serving.runner import ServingEngine, ServingOptions
 
 
 def serving_backend(
-    engine: Any, context: int | None = None, kv_bits: int | None = None, queue_limit: int = 8, pool_bytes: int | None = None,
-    parallel: int | None = None, batching: bool | None = None, mtp: MTPMode = MTPMode.AUTO,
+    engine: Any,
+    context: int | None = None,
+    kv_bits: int | None = None,
+    queue_limit: int = 8,
+    pool_bytes: int | None = None,
+    parallel: int | None = None,
+    batching: bool | None = None,
+    mtp: MTPMode = MTPMode.AUTO,
 ) -> ServingEngine:
     """A ServingEngine for the model loaded in `engine` (its own prompt checkpoints; the chat keeps its session).
     `pool_bytes`: the checkpoints' size (None: from the memory budget; 0: none). `parallel`: at most this many
     requests decoding together (None: as many as fit); an engine that cannot batch (several Macs) serves one at a time."""
     session = SessionOptions(context_limit=context, kv_bits=kv_bits, mtp=mtp)  # MTP: one request at a time only
     options = ServingOptions(
-        session=session, queue_limit=queue_limit, pool_bytes=pool_bytes, parallel=parallel, batching=bool(getattr(engine, "batches", True)) if batching is None else batching,
+        session=session,
+        queue_limit=queue_limit,
+        pool_bytes=pool_bytes,
+        parallel=parallel,
+        batching=bool(getattr(engine, "batches", True)) if batching is None else batching,
     )
     return ServingEngine(engine, options)
 

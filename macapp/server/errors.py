@@ -84,8 +84,10 @@ def shutting_down(cut: bool = False) -> ApiError:
     """The 503 for a request the server will not finish because it is stopping; `cut`: a reply already begun."""
     what = "this reply was cut short and is not complete" if cut else "this request was not answered"
     return ApiError(
-        ErrorKind.OVERLOADED, f"The server is shutting down: {what}. Send it again once the server is back.",
-        code="server_shutting_down", headers={"Retry-After": str(RETRY_AFTER_RESTART_S)},
+        ErrorKind.OVERLOADED,
+        f"The server is shutting down: {what}. Send it again once the server is back.",
+        code="server_shutting_down",
+        headers={"Retry-After": str(RETRY_AFTER_RESTART_S)},
     )
 
 
@@ -96,9 +98,7 @@ def flavor_for_path(path: str) -> Flavor:
 def error_body(error: ApiError, flavor: Flavor) -> dict[str, Any]:
     if flavor is Flavor.ANTHROPIC:
         return {"type": "error", "error": {"type": _ANTHROPIC_TYPES[error.kind], "message": error.message}}
-    return {
-        "error": {"message": error.message, "type": _OPENAI_TYPES[error.kind], "param": error.param, "code": error.code}
-    }
+    return {"error": {"message": error.message, "type": _OPENAI_TYPES[error.kind], "param": error.param, "code": error.code}}
 
 
 def error_response(error: ApiError, flavor: Flavor) -> JSONResponse:

@@ -75,8 +75,15 @@ class LocalServer:
         self.activity.open()
         app = create_app(self.backend, self.config, self.activity)
         uv_config = uvicorn.Config(
-            app, loop="asyncio", http="h11", ws="none", lifespan="off", log_level="warning", access_log=False,
-            timeout_graceful_shutdown=GRACE_S, timeout_keep_alive=30,
+            app,
+            loop="asyncio",
+            http="h11",
+            ws="none",
+            lifespan="off",
+            log_level="warning",
+            access_log=False,
+            timeout_graceful_shutdown=GRACE_S,
+            timeout_keep_alive=30,
         )
         self._server = server = uvicorn.Server(uv_config)
         self._thread = threading.Thread(target=self._serve, args=(server, sock), name="qwen-desk-server", daemon=True)

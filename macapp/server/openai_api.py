@@ -84,7 +84,10 @@ class ChunkWriter:
 
     def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
         chunk = {
-            "id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}],
         }
         if self.include_usage:  # as OpenAI does: null on every chunk but the last

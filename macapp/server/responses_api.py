@@ -20,9 +20,7 @@ def read_body(body: dict[str, Any]) -> ResponsesBody:
     return read(ResponsesBody, body, API)
 
 
-def parse_responses_request(
-    body: dict[str, Any], default_thinking: bool, client: str = "", previous: tuple[ChatMessage, ...] = ()
-) -> ResponsesCall:
+def parse_responses_request(body: dict[str, Any], default_thinking: bool, client: str = "", previous: tuple[ChatMessage, ...] = ()) -> ResponsesCall:
     """The request; `previous` is the conversation of the response named by previous_response_id (the route looks
     it up), which this input continues."""
     return read_body(body).to_call(default_thinking, client, previous)

@@ -38,8 +38,7 @@ _STATUS = {
     FinishReason.CANCELLED: "cancelled",
 }
 STOPPED_MESSAGE = "The request was stopped before its reply was done (the server is stopping, or the client left)."
-_TERMINAL_EVENTS = {"completed": "response.completed", "incomplete": "response.incomplete", "failed": "response.failed",
-                    "cancelled": "response.failed"}
+_TERMINAL_EVENTS = {"completed": "response.completed", "incomplete": "response.incomplete", "failed": "response.failed", "cancelled": "response.failed"}
 
 
 def usage_body(usage: Usage) -> dict[str, Any]:
@@ -100,13 +99,20 @@ class ResponseShell:
     id: str = field(default_factory=lambda: new_id("resp"))
     created_at: int = field(default_factory=lambda: int(time.time()))
 
-    def body(self, status: str, output: list[dict[str, Any]], usage: dict[str, Any] | None = None,
-             error: dict[str, Any] | None = None) -> dict[str, Any]:
+    def body(self, status: str, output: list[dict[str, Any]], usage: dict[str, Any] | None = None, error: dict[str, Any] | None = None) -> dict[str, Any]:
         incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
         return {
-            "id": self.id, "object": "response", "created_at": self.created_at, "status": status,
-            "background": False, "error": error, "incomplete_details": incomplete, "model": self.model,
-            "output": output, "usage": usage, **self.echo,
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created_at,
+            "status": status,
+            "background": False,
+            "error": error,
+            "incomplete_details": incomplete,
+            "model": self.model,
+            "output": output,
+            "usage": usage,
+            **self.echo,
         }
 
 

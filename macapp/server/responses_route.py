@@ -49,7 +49,11 @@ class ResponsesEndpoint:
         response_id = request.path_params["response_id"]
         stored = self.store.get(response_id)
         if stored is None:
-            raise ApiError(ErrorKind.NOT_FOUND, f"No response {response_id!r} here (responses are kept in memory, the last few hundred, while the server runs).", param="response_id")
+            raise ApiError(
+                ErrorKind.NOT_FOUND,
+                f"No response {response_id!r} here (responses are kept in memory, the last few hundred, while the server runs).",
+                param="response_id",
+            )
         return JSONResponse(stored.body)
 
     def _previous(self, previous_id: str | None) -> tuple[ChatMessage, ...]:
@@ -60,7 +64,8 @@ class ResponsesEndpoint:
             raise invalid(
                 f"Previous response with id {previous_id!r} not found: this server keeps the last few hundred responses "
                 "stored (store: true) in memory while it runs; send the whole input instead.",
-                param="previous_response_id", code="previous_response_not_found",
+                param="previous_response_id",
+                code="previous_response_not_found",
             )
         return stored.conversation
 

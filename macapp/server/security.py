@@ -20,6 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from macapp.server.config import MAX_BODY_BYTES, ServerConfig, is_loopback, machine_names, normal_host
 from macapp.server.errors import ApiError, ErrorKind, error_response, flavor_for_path
 
+
 @dataclass(frozen=True)
 class SecurityPolicy:
     api_key: str | None = None
@@ -64,8 +65,11 @@ def check_request(policy: SecurityPolicy, path: str, method: str, headers: Heade
     """Why this request must be refused before it reaches a route, or None."""
     host = headers.get("host", "")
     if not policy.host_allowed(host_name(host)):
-        where = ("only http://127.0.0.1 or http://localhost while it is bound to this machine" if policy.loopback
-                 else "its loopback names and this machine's own names and addresses")
+        where = (
+            "only http://127.0.0.1 or http://localhost while it is bound to this machine"
+            if policy.loopback
+            else "its loopback names and this machine's own names and addresses"
+        )
         return ApiError(
             ErrorKind.PERMISSION,
             f"Host {host or '(none)'!r} is not a name of this server; it answers {where}. If {host_name(host) or 'it'!s} "
@@ -104,8 +108,11 @@ class Guard:
         self.policy = policy
         if policy.allowed_origins:
             app = CORSMiddleware(
-                app, allow_origins=list(policy.allowed_origins), allow_methods=["GET", "POST", "OPTIONS"],
-                allow_headers=["*"], expose_headers=["Retry-After"],
+                app,
+                allow_origins=list(policy.allowed_origins),
+                allow_methods=["GET", "POST", "OPTIONS"],
+                allow_headers=["*"],
+                expose_headers=["Retry-After"],
             )
         self.app = app
 

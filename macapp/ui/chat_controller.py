@@ -230,9 +230,7 @@ class ChatController(QObject):
                 if said:
                     self.status_text.emit(said[0].upper() + said[1:])
                 if ref.load.anyway:
-                    self.status_text.emit(
-                        "Loaded anyway: it may not fit the GPU budget — macOS may swap; replies can be slow or fail"
-                    )
+                    self.status_text.emit("Loaded anyway: it may not fit the GPU budget — macOS may swap; replies can be slow or fail")
                 self.model_ready.emit()
             case Failed(message=message):
                 self.load_job = None
@@ -413,4 +411,3 @@ class ChatController(QObject):
         if self.engine is not None:
             self.engine.close()
         self.history.close()
-

@@ -22,10 +22,7 @@ from macapp.core.history import Store, StoreError
 log = logging.getLogger(__name__)
 SEARCH_DELAY_MS = 200  # the search runs once typing pauses this long, not on every keystroke
 
-NOT_SAVED_READ_ONLY = (
-    "This chat is not being saved: the history is read-only (written by a newer Qwen Desk). "
-    "Update Qwen Desk to keep new chats."
-)
+NOT_SAVED_READ_ONLY = "This chat is not being saved: the history is read-only (written by a newer Qwen Desk). Update Qwen Desk to keep new chats."
 
 
 @dataclass(frozen=True)

@@ -149,9 +149,7 @@ class Composer(QFrame):
 
     def set_can_send(self, ok: bool, reason: str = "") -> None:
         self.can_send = ok
-        self.input.setPlaceholderText(
-            reason or "Message the model — Enter sends, Shift+Enter for a new line"
-        )
+        self.input.setPlaceholderText(reason or "Message the model — Enter sends, Shift+Enter for a new line")
         self._update_enabled()
 
     def _update_enabled(self) -> None:

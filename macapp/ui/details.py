@@ -59,6 +59,7 @@ def _unbroken(text: str) -> str:
 def advice_html(lines: list[str]) -> str:
     """The ways out as the label shows them: the headline, then one step a line, `commands` in a code
     font (the same lines as `qwen-desk fit` prints; plain spaces, so a selected command pastes into Terminal)."""
+
     def line_html(line: str) -> str:
         return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(line, quote=False))
 

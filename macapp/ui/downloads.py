@@ -97,9 +97,7 @@ class DownloadPanel(QFrame):
     def set_progress(self, p: Any) -> None:
         self.updates += 1
         self.setVisible(True)
-        self.headline.setText(
-            f"Downloading… {format_bytes(p.bytes_done)} of {format_bytes(p.bytes_total)} ({100 * p.fraction:.0f}%)"
-        )
+        self.headline.setText(f"Downloading… {format_bytes(p.bytes_done)} of {format_bytes(p.bytes_total)} ({100 * p.fraction:.0f}%)")
         self.headline.show()
         self.progress.show()
         self.progress.setValue(int(1000 * p.fraction))
@@ -261,11 +259,15 @@ class DownloadController(QObject):
 
             # A quick TCP check first: with the network down the client would retry for half a minute.
             if not hub_reachable():
-                bridge.feed(ev.DownloadFailed(error=DownloadError(
-                    DownloadErrorKind.OFFLINE,
-                    f"Cannot reach the hub to download {repo}: this Mac seems to be offline, or the hub is down.",
-                    repo=repo,
-                )))
+                bridge.feed(
+                    ev.DownloadFailed(
+                        error=DownloadError(
+                            DownloadErrorKind.OFFLINE,
+                            f"Cannot reach the hub to download {repo}: this Mac seems to be offline, or the hub is down.",
+                            repo=repo,
+                        )
+                    )
+                )
                 return
             try:
                 manager.download(repo, on_event=bridge.feed, cancel=token)

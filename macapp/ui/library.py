@@ -84,8 +84,7 @@ class LibraryPage(QWidget):
         self.remove_folder_button.setToolTip("Forget this folder here (its files stay where they are)")
         self.remove_folder_button.hide()
         self.demo_button = QPushButton("Try the Demo Model", self)
-        self.demo_button.setToolTip("A tiny model made on this Mac in a second, no download: it writes nonsense, "
-                                    "it only shows the app working")
+        self.demo_button.setToolTip("A tiny model made on this Mac in a second, no download: it writes nonsense, it only shows the app working")
 
         controls = QHBoxLayout()
         controls.setSpacing(8)
@@ -247,8 +246,12 @@ class LibraryPage(QWidget):
             # A model with a shorter maximum context is sized at its maximum; pictures are reported, not counted.
             seen = self._sees(ref)
             est = estimate.estimate(
-                ref, min(self.context, ref.arch.max_position_embeddings), self.machine, kv_bits=self.kv_bits,
-                vision=seen.cost, accepts_images=seen.accepts_images,
+                ref,
+                min(self.context, ref.arch.max_position_embeddings),
+                self.machine,
+                kv_bits=self.kv_bits,
+                vision=seen.cost,
+                accepts_images=seen.accepts_images,
             )
             path = ref.local_path or (self.downloads.local_path(ref) if self.downloads else None)
             rows.append(Row(ref=ref, estimate=est, downloaded=path is not None, local_path=path))
@@ -271,10 +274,7 @@ class LibraryPage(QWidget):
     def _update_summary(self, suggestion: Row | None) -> None:
         parts = []
         if suggestion is not None:
-            parts.append(
-                f"Best fit for this Mac at {short_context(self.context)} context: "
-                f"<b>{suggestion.title} {suggestion.ref.bits}-bit</b>"
-            )
+            parts.append(f"Best fit for this Mac at {short_context(self.context)} context: <b>{suggestion.title} {suggestion.ref.bits}-bit</b>")
         else:
             parts.append(f"No model fits this Mac at {short_context(self.context)} context: try a shorter context or a 4-bit KV cache")
         if catalog.hub_offline():

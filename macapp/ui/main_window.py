@@ -191,16 +191,22 @@ class MainWindow(QMainWindow):
         self.open_folder_action = self._action("Open Model Folder…", self.open_model_folder, QKeySequence.StandardKey.Open)
         self.demo_action = self._action("Try the Demo Model", self.try_demo_model)
         self.refresh_catalog_action = self._action("Refresh Catalog from Hub", self.refresh_catalog)
-        self.preferences_action = self._action(
-            "Preferences…", self.show_preferences, QKeySequence.StandardKey.Preferences, QAction.MenuRole.PreferencesRole
-        )
+        self.preferences_action = self._action("Preferences…", self.show_preferences, QKeySequence.StandardKey.Preferences, QAction.MenuRole.PreferencesRole)
         if self.preferences_action.shortcut().isEmpty():  # Linux has no standard Preferences key
             self.preferences_action.setShortcut(QKeySequence("Ctrl+,"))
         self.about_action = self._action(f"About {APP_NAME}", self.show_about, None, QAction.MenuRole.AboutRole)
         self.quit_action = self._action("Quit", self.close, QKeySequence.StandardKey.Quit, QAction.MenuRole.QuitRole)
-        for a in (self.new_chat_action, self.open_folder_action, self.demo_action, self.refresh_catalog_action, None,
-                  self.preferences_action, self.about_action,
-                  None, self.quit_action):
+        for a in (
+            self.new_chat_action,
+            self.open_folder_action,
+            self.demo_action,
+            self.refresh_catalog_action,
+            None,
+            self.preferences_action,
+            self.about_action,
+            None,
+            self.quit_action,
+        ):
             file_menu.addSeparator() if a is None else file_menu.addAction(a)
 
         chat_menu = bar.addMenu("&Chat")
@@ -254,8 +260,11 @@ class MainWindow(QMainWindow):
         title = self.chat.controller.store.get_conversation(key).display_title
         if confirm:
             answer = QMessageBox.question(
-                self, "Delete Conversation", f"Delete “{title}”? You can undo it for a few seconds.",
-                QMessageBox.StandardButton.Cancel | QMessageBox.StandardButton.Yes, QMessageBox.StandardButton.Cancel,
+                self,
+                "Delete Conversation",
+                f"Delete “{title}”? You can undo it for a few seconds.",
+                QMessageBox.StandardButton.Cancel | QMessageBox.StandardButton.Yes,
+                QMessageBox.StandardButton.Cancel,
             )
             if answer != QMessageBox.StandardButton.Yes:
                 return False

@@ -58,7 +58,7 @@ class ReasoningBlock(QFrame):
         """Add what arrived since the last render (no rebuild of the whole text while it streams)."""
         shown = self.body.source_text
         if self.text.startswith(shown):
-            self.body.append_plain(self.text[len(shown):] if shown else self.text.lstrip())
+            self.body.append_plain(self.text[len(shown) :] if shown else self.text.lstrip())
         else:
             self.body.set_plain(self.text.strip())
 

@@ -45,7 +45,6 @@ STATE_TEXT = {
 }
 
 
-
 PORT_IN_USE_ERRNOS = (48, 98)  # EADDRINUSE on macOS, Linux
 
 
@@ -55,6 +54,7 @@ def start_failure_text(exc: OSError, port: int) -> str:
     if cause.errno in PORT_IN_USE_ERRNOS:
         return f"Port {port} is already in use by another program: choose another port here and press Start again."
     return str(exc)
+
 
 class ServerController(QObject):
     """Starts and stops the local server on the engine the chat uses; says what it does through signals."""
@@ -158,7 +158,8 @@ class ServerPanel(QWidget):
         title.setObjectName("PageTitle")  # a page like Models and Chat
         note = QLabel(
             "Serve the loaded model to other tools: OpenAI-compatible (/v1/chat/completions) and "
-            "Anthropic-compatible (/v1/messages, for Claude Code). Only this Mac can reach it.", self,
+            "Anthropic-compatible (/v1/messages, for Claude Code). Only this Mac can reach it.",
+            self,
         )
         note.setWordWrap(True)
         note.setObjectName("Note")
@@ -296,8 +297,14 @@ class ServerPanel(QWidget):
             self.table.insertRow(row)
             self._rows[record.id] = row
         state = STATE_TEXT[record.state] + (f" {record.status}" if record.status else "") + (f": {record.error}" if record.error else "")
-        values = (record.client, record.prompt_tokens, record.cached_tokens, record.completion_tokens,
-                  f"{record.tokens_per_s:.1f}" if record.tokens_per_s else "", state)
+        values = (
+            record.client,
+            record.prompt_tokens,
+            record.cached_tokens,
+            record.completion_tokens,
+            f"{record.tokens_per_s:.1f}" if record.tokens_per_s else "",
+            state,
+        )
         for column, value in enumerate(values):
             item = QTableWidgetItem(str(value))
             if 0 < column < len(COLUMNS) - 1:  # the figures

@@ -125,9 +125,7 @@ class SettingsDialog(QDialog):
 
     def load_values(self) -> None:
         mode = "thinking" if self.thinking else "non-thinking"
-        self.mode_label.setText(
-            f"Sampling for <b>{mode}</b> mode (each mode keeps its own values; switch with the Thinking toggle)."
-        )
+        self.mode_label.setText(f"Sampling for <b>{mode}</b> mode (each mode keeps its own values; switch with the Thinking toggle).")
         self._show(sampling_for(self.settings, self.thinking))
         self.system_prompt.setPlainText(self.settings.get("chat.system_prompt", "") or "")
 

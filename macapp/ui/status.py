@@ -94,14 +94,11 @@ class StatusArea(QStatusBar):
     def refresh_memory(self) -> None:
         mem = app_memory()
         if mem.mlx_active_bytes:
-            self.app_label.setText(
-                f"Qwen Desk uses {format_bytes(mem.mlx_active_bytes)} (model + cache) · {format_bytes(mem.rss_bytes)} in all"
-            )
+            self.app_label.setText(f"Qwen Desk uses {format_bytes(mem.mlx_active_bytes)} (model + cache) · {format_bytes(mem.rss_bytes)} in all")
         else:
             self.app_label.setText(f"Qwen Desk uses {format_bytes(mem.rss_bytes)}")
         self.app_label.setToolTip(
-            "MLX buffers (weights and caches) and the whole process's resident memory; peak "
-            f"{format_bytes(mem.mlx_peak_bytes)}"
+            f"MLX buffers (weights and caches) and the whole process's resident memory; peak {format_bytes(mem.mlx_peak_bytes)}"
             if mem.mlx_peak_bytes
             else "The whole process's resident memory"
         )

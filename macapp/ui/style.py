@@ -55,11 +55,23 @@ def _mac_like_palette(dark: bool) -> QPalette:
         placeholder = "#6E6E73"
     role = QPalette.ColorRole
     for r, c in (
-        (role.Window, window), (role.Base, base), (role.AlternateBase, alt), (role.Text, text),
-        (role.WindowText, text), (role.ButtonText, text), (role.Button, base), (role.Mid, mid),
-        (role.Midlight, midlight), (role.Light, base), (role.Dark, mid), (role.PlaceholderText, placeholder),
-        (role.ToolTipBase, base), (role.ToolTipText, text), (role.Highlight, "#0A84FF" if dark else "#007AFF"),
-        (role.HighlightedText, "#FFFFFF"), (role.Link, "#0A84FF" if dark else "#0066CC"),
+        (role.Window, window),
+        (role.Base, base),
+        (role.AlternateBase, alt),
+        (role.Text, text),
+        (role.WindowText, text),
+        (role.ButtonText, text),
+        (role.Button, base),
+        (role.Mid, mid),
+        (role.Midlight, midlight),
+        (role.Light, base),
+        (role.Dark, mid),
+        (role.PlaceholderText, placeholder),
+        (role.ToolTipBase, base),
+        (role.ToolTipText, text),
+        (role.Highlight, "#0A84FF" if dark else "#007AFF"),
+        (role.HighlightedText, "#FFFFFF"),
+        (role.Link, "#0A84FF" if dark else "#0066CC"),
     ):
         p.setColor(r, QColor(c))
     p.setColor(QPalette.ColorGroup.Disabled, role.Text, QColor(placeholder))

@@ -169,10 +169,7 @@ class Badge(QLabel):
         self.verdict = verdict
         colour = badge_colour(verdict)
         self.setText(text or BADGE_TEXT.get(verdict, verdict))
-        self.setStyleSheet(
-            f"QLabel {{ color: white; background: {colour.name()}; border-radius: 9px; padding: 1px 9px;"
-            f" font-weight: 600; }}"
-        )
+        self.setStyleSheet(f"QLabel {{ color: white; background: {colour.name()}; border-radius: 9px; padding: 1px 9px; font-weight: 600; }}")
 
 
 def paint_pill(painter: QPainter, rect: QRectF, text: str, colour: QColor, font: QFont) -> None:

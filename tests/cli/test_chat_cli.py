@@ -15,8 +15,16 @@ from macapp.devtools.tiny_model import SCRIPT_ANSWER, SCRIPT_REASONING
 REASONING = "".join(SCRIPT_REASONING)
 ANSWER = "".join(SCRIPT_ANSWER)
 CONTRACT = {
-    "turn", "text", "reasoning", "prompt_tokens", "generation_tokens", "ttft_s", "prompt_tps",
-    "generation_tps", "peak_memory_bytes", "finish_reason",
+    "turn",
+    "text",
+    "reasoning",
+    "prompt_tokens",
+    "generation_tokens",
+    "ttft_s",
+    "prompt_tps",
+    "generation_tps",
+    "peak_memory_bytes",
+    "finish_reason",
 }
 
 
@@ -55,9 +63,7 @@ def test_conversations_are_saved_to_the_history_and_can_be_resumed(capsys, tiny_
     conv_id = turns[0]["conversation_id"]
     with Store.open() as store:
         conv = store.get_conversation(conv_id)
-        assert [(m.role, m.content) for m in conv.messages] == [
-            ("user", "first question"), ("assistant", ANSWER), ("user", "second"), ("assistant", ANSWER)
-        ]
+        assert [(m.role, m.content) for m in conv.messages] == [("user", "first question"), ("assistant", ANSWER), ("user", "second"), ("assistant", ANSWER)]
         assert conv.messages[1].reasoning == REASONING and conv.messages[1].stats.generation_tokens == 18
     (resumed,) = run_json(capsys, "--model", str(tiny_moe_path), "--resume", str(conv_id), "--prompt", "third", "--temp", "0")
     assert resumed["conversation_id"] == conv_id
@@ -89,9 +95,7 @@ def test_bad_input_exits_2_with_a_clear_message(capsys, tmp_path, tiny_moe_path,
 
 def _cli(*argv, stdin=None, home):
     env = dict(os.environ, QWEN_DESK_HOME=str(home), MLX_DISABLE_COMPILE="1")
-    return subprocess.run(
-        [sys.executable, "-m", "macapp", "chat", *argv], input=stdin, capture_output=True, text=True, timeout=120, env=env
-    )
+    return subprocess.run([sys.executable, "-m", "macapp", "chat", *argv], input=stdin, capture_output=True, text=True, timeout=120, env=env)
 
 
 def test_the_command_works_in_a_fresh_process(tiny_moe_path, tmp_path):
@@ -144,9 +148,10 @@ def test_a_kill_mid_reply_keeps_the_user_message_and_the_reply_so_far(tiny_moe_p
     home = tmp_path / "home"
     env = dict(os.environ, QWEN_DESK_HOME=str(home), MLX_DISABLE_COMPILE="1")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "macapp", "chat", "--model", str(model), "--prompt", "tell me everything",
-         "--temp", "0", "--max-tokens", "1000000"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+        [sys.executable, "-m", "macapp", "chat", "--model", str(model), "--prompt", "tell me everything", "--temp", "0", "--max-tokens", "1000000"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
     )
     try:
         assert proc.stdout.read(1)  # the reply has begun streaming
@@ -155,9 +160,7 @@ def test_a_kill_mid_reply_keeps_the_user_message_and_the_reply_so_far(tiny_moe_p
         while partial is None and time.monotonic() < deadline:  # the reply so far is committed within ~1 s
             time.sleep(0.1)
             with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
-                partial = conn.execute(
-                    "SELECT 1 FROM messages WHERE role = 'assistant' AND length(content) + length(reasoning) > 0"
-                ).fetchone()
+                partial = conn.execute("SELECT 1 FROM messages WHERE role = 'assistant' AND length(content) + length(reasoning) > 0").fetchone()
         assert proc.poll() is None, "the reply ended on its own: the test needs an endless one"
     finally:
         proc.send_signal(signal.SIGKILL)

@@ -48,11 +48,14 @@ def test_two_ranks_reply_as_one_process_and_save_the_history(tiny_moe_path, host
     assert history.returncode == 0 and "And again?" in history.stdout and two[1]["text"] in history.stdout
 
 
-@pytest.mark.parametrize("content,needle", [
-    ("[{\"ssh\": \"127.0.0.1\"", "is not valid JSON (line 1, column"),
-    ("[{\"ssh\": \"127.0.0.1\", \"ips\": [\"127.0.0.1\"]}]", "lists 1 host"),
-    ("[{\"ips\": [\"127.0.0.1\"]}, {\"ssh\": \"127.0.0.1\"}]", "host 0 has no \"ssh\""),
-])
+@pytest.mark.parametrize(
+    "content,needle",
+    [
+        ('[{"ssh": "127.0.0.1"', "is not valid JSON (line 1, column"),
+        ('[{"ssh": "127.0.0.1", "ips": ["127.0.0.1"]}]', "lists 1 host"),
+        ('[{"ips": ["127.0.0.1"]}, {"ssh": "127.0.0.1"}]', 'host 0 has no "ssh"'),
+    ],
+)
 def test_a_bad_hostfile_is_refused_before_anything_starts(tiny_moe_path, hostfile, content, needle):
     done = chat("-m", tiny_moe_path, "-p", "hi", "--hostfile", hostfile(content), timeout=60)
     assert done.returncode == 2 and needle in done.stderr and done.stdout == ""
@@ -80,9 +83,24 @@ def test_cluster_flags_need_a_hostfile(tiny_moe_path):
 
 def test_interactive_chat_reads_this_terminal_through_mlx_launch(tiny_moe_path, hostfile):
     done = subprocess.run(
-        [sys.executable, "-m", "macapp", "chat", "-m", str(tiny_moe_path), "--hostfile", str(hostfile([LOCAL, LOCAL])),
-         "--no-think", "--temp", "0", "--no-history"],
-        input="Hello\n", capture_output=True, text=True, timeout=180,
+        [
+            sys.executable,
+            "-m",
+            "macapp",
+            "chat",
+            "-m",
+            str(tiny_moe_path),
+            "--hostfile",
+            str(hostfile([LOCAL, LOCAL])),
+            "--no-think",
+            "--temp",
+            "0",
+            "--no-history",
+        ],
+        input="Hello\n",
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     # the end of this input becomes /quit for rank 0 (mlx.launch never closes the ranks' input)
     assert done.returncode == 0, done.stderr
@@ -100,7 +118,10 @@ def test_ctrl_c_reaches_rank_0(tiny_moe_path, hostfile):
     path = hostfile([LOCAL, LOCAL])
     proc = subprocess.Popen(
         [sys.executable, "-m", "macapp", "chat", "-m", str(tiny_moe_path), "--hostfile", str(path), "--no-think", "--temp", "0", "--no-history"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     out = bytearray()
     threading.Thread(target=lambda: [out.extend(chunk) for chunk in iter(lambda: proc.stdout.read1(4096), b"")], daemon=True).start()

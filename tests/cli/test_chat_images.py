@@ -48,7 +48,11 @@ def test_interactive_image_command_attaches_to_the_next_message(tiny_vlm_path, p
     env = dict(os.environ, QWEN_DESK_HOME=str(tmp_path / "home"), MLX_DISABLE_COMPILE="1")
     proc = subprocess.run(
         [sys.executable, "-m", "macapp", "chat", "--model", str(tiny_vlm_path), "--temp", "0", "--no-think", "--no-history"],
-        input=script, capture_output=True, text=True, timeout=120, env=env,
+        input=script,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
     )
     assert proc.returncode == 0, proc.stderr
     assert "missing.png: no such file" in proc.stderr
@@ -74,7 +78,9 @@ def test_pictures_are_saved_with_the_conversation_and_resume_with_it(capsys, tin
     assert ref.name == "receipt.png" and (ref.width, ref.height) == (96, 96)
     assert (paths.pictures_dir() / ref.file_name).is_file()
     # resumed: the conversation is read once with its picture (image tokens again), then appended
-    code = main(["chat", "--model", str(tiny_vlm_path), "--resume", str(first["conversation_id"]), "--prompt", "and the tax?", "--json", "--temp", "0", "--no-think"])
+    code = main(
+        ["chat", "--model", str(tiny_vlm_path), "--resume", str(first["conversation_id"]), "--prompt", "and the tax?", "--json", "--temp", "0", "--no-think"]
+    )
     resumed = json.loads(capsys.readouterr().out.splitlines()[0])
     assert code == 0 and resumed["image_tokens"] == 9 and resumed["prompt_tokens"] > first["prompt_tokens"]
 

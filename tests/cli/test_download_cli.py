@@ -54,8 +54,7 @@ def test_json_contract_then_a_second_run_fetches_nothing(hub_server, capsys):
 
 def test_plain_progress_lines_when_stderr_is_not_a_terminal(hub_server):
     hub_server.add_repo(REPO, random_repo_files())
-    out = subprocess.run([sys.executable, "-m", "macapp", "download", MODEL], capture_output=True, text=True,
-                         timeout=120, env=dict(os.environ))
+    out = subprocess.run([sys.executable, "-m", "macapp", "download", MODEL], capture_output=True, text=True, timeout=120, env=dict(os.environ))
     assert out.returncode == 0, out.stderr
     assert out.stdout == ""  # everything human goes to stderr
     assert "\r" not in out.stderr and "\x1b[" not in out.stderr
@@ -72,8 +71,7 @@ def test_a_progress_bar_redrawn_in_place_on_a_terminal(hub_server):
 
     screen = Terminal()
     view = _ProgressView(screen)
-    dl.download(REPO, on_event=view.on_event,
-                settings=dl.DownloadSettings(stall_report_s=0.3, progress_interval_s=0.05))
+    dl.download(REPO, on_event=view.on_event, settings=dl.DownloadSettings(stall_report_s=0.3, progress_interval_s=0.05))
     view.close()
     text = screen.getvalue()
     assert "\r[" in text and "\x1b[K" in text and "#" * 24 in text  # a full bar at the end
@@ -83,11 +81,11 @@ def test_a_progress_bar_redrawn_in_place_on_a_terminal(hub_server):
 def test_ctrl_c_stops_cleanly_says_how_to_resume_and_the_next_run_resumes(hub_server):
     repo = hub_server.add_repo(REPO, random_repo_files())
     hub_server.stall(SHARD1, after=800_000, seconds=30)
-    proc = subprocess.Popen([sys.executable, "-m", "macapp", "download", MODEL], stderr=subprocess.PIPE,
-                            stdout=subprocess.DEVNULL, text=True, env=dict(os.environ))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "macapp", "download", MODEL], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=dict(os.environ)
+    )
     partial = hfcache.partial_path(hfcache.repo_dir(REPO), repo.files[SHARD1].etag)
-    others = [hfcache.blob_path(hfcache.repo_dir(REPO), f.etag) for p, f in repo.files.items()
-              if p != SHARD1 and p.endswith((".safetensors", ".json"))]
+    others = [hfcache.blob_path(hfcache.repo_dir(REPO), f.etag) for p, f in repo.files.items() if p != SHARD1 and p.endswith((".safetensors", ".json"))]
 
     def mid_file() -> bool:
         return partial.exists() and partial.stat().st_size == 800_000 and all(b.exists() for b in others)
@@ -102,8 +100,7 @@ def test_ctrl_c_stops_cleanly_says_how_to_resume_and_the_next_run_resumes(hub_se
     assert f"Run `qwen-desk download {MODEL}` again to resume" in err and "Traceback" not in err
     assert partial.stat().st_size == 800_000
     hub_server.clear_faults()
-    again = subprocess.run([sys.executable, "-m", "macapp", "download", MODEL, "--json"], capture_output=True,
-                           text=True, timeout=120, env=dict(os.environ))
+    again = subprocess.run([sys.executable, "-m", "macapp", "download", MODEL, "--json"], capture_output=True, text=True, timeout=120, env=dict(os.environ))
     assert again.returncode == 0, again.stderr
     data = json.loads(again.stdout)
     assert hub_server.file_requests(SHARD1)[-1].range == "bytes=800000-"

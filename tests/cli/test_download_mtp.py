@@ -80,8 +80,9 @@ def test_kill_9_mid_fetch_keeps_what_arrived_and_the_next_run_fetches_only_the_r
     assert plan.ranges[first].size > 1000
     served.stall(shard, after=1000, seconds=30)
     served.reset_log()
-    proc = subprocess.Popen([sys.executable, "-m", "macapp", "download", BUILD, "--mtp"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "macapp", "download", BUILD, "--mtp"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=dict(os.environ)
+    )
 
     def mid_range() -> bool:
         return plan.part_path.exists() and plan.part_path.stat().st_size == kept + 1000

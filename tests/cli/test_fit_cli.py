@@ -9,9 +9,22 @@ import pytest
 from macapp.cli import main
 
 FIT_FIELDS = {
-    "model", "repo", "bits", "context", "weights_bytes", "kv_cache_bytes", "state_bytes", "overhead_bytes",
-    "total_bytes", "budget_bytes", "verdict", "max_context", "decode_tps_estimate", "prefill_tps_estimate",
-    "ttft_estimate_s", "advice",
+    "model",
+    "repo",
+    "bits",
+    "context",
+    "weights_bytes",
+    "kv_cache_bytes",
+    "state_bytes",
+    "overhead_bytes",
+    "total_bytes",
+    "budget_bytes",
+    "verdict",
+    "max_context",
+    "decode_tps_estimate",
+    "prefill_tps_estimate",
+    "ttft_estimate_s",
+    "advice",
 }
 
 
@@ -24,7 +37,9 @@ def run_cli(capsys, *argv):
 def test_fit_json_contract_from_a_real_process():
     result = subprocess.run(
         [sys.executable, "-m", "macapp", "fit", "Qwen3.5-35B-A3B", "--bits", "4", "--context", "262144", "--json"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)

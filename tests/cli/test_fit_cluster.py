@@ -42,12 +42,15 @@ def test_human_output_names_the_split_and_the_link(capsys):
         assert words in out, words
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["--hosts", "0"], "between 1"),
-    (["--hosts", "two"], "not a number"),
-    (["--hosts", "2", "--shard", "diagonal"], "invalid choice"),
-    (["--hosts", "2", "--link", "wifi"], "invalid choice"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["--hosts", "0"], "between 1"),
+        (["--hosts", "two"], "not a number"),
+        (["--hosts", "2", "--shard", "diagonal"], "invalid choice"),
+        (["--hosts", "2", "--link", "wifi"], "invalid choice"),
+    ],
+)
 def test_bad_flags(capsys, argv, needle):
     with pytest.raises(SystemExit) as exc:
         main(["fit", "Qwen3.5-0.8B", *argv])

@@ -81,8 +81,7 @@ def test_export_json_shape_and_import_back(saved, capsys, tmp_path, reasoning):
     assert doc["id"] == bread and doc["title"] == "How do I bake sourdough bread?"
     assert [{k: m[k] for k in ("role", "content", "reasoning")} for m in doc["messages"]] == [
         {"role": "user", "content": "How do I bake sourdough bread?", "reasoning": "" if reasoning else None},
-        {"role": "assistant", "content": "Mix, proof overnight, bake hot.",
-         "reasoning": "They want a recipe." if reasoning else None},
+        {"role": "assistant", "content": "Mix, proof overnight, bake hot.", "reasoning": "They want a recipe." if reasoning else None},
     ]
     target = tmp_path / "bread.json"
     code, out, err = _run(capsys, "export", str(bread), "--format", "json", "--output", str(target), *extra)

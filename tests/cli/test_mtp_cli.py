@@ -28,7 +28,12 @@ def test_mtp_on_gives_the_same_turns_with_its_figures_in_json(capsys, with_head)
     on, err = chat(capsys, "--model", str(with_head), *prompts, "--mtp", "on")
     assert "--mtp" not in err
     for a, b in zip(off, on, strict=True):
-        assert (b["text"], b["reasoning"], b["generation_tokens"], b["context_tokens"]) == (a["text"], a["reasoning"], a["generation_tokens"], a["context_tokens"])
+        assert (b["text"], b["reasoning"], b["generation_tokens"], b["context_tokens"]) == (
+            a["text"],
+            a["reasoning"],
+            a["generation_tokens"],
+            a["context_tokens"],
+        )
         assert a["mtp_steps"] == 0 and a["mtp_acceptance"] == 0 and a["mtp_tokens_per_step"] == 0
         # on the script nearly every draft is right (a turn's context can send the model off the head's script)
         assert b["mtp_steps"] > 0 and b["mtp_acceptance"] > 0.8 and b["mtp_tokens_per_step"] > 1

@@ -26,7 +26,10 @@ def start(model, *flags):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen(
         [sys.executable, "-m", "macapp", "serve", "--model", str(model), "--port", "0", *flags],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
 
 
@@ -65,8 +68,14 @@ def test_ready_line_answers_then_sigterm_ends_a_stream_in_flight_with_an_error(t
         url = ready(proc)
         reply = httpx2.post(f"{url}/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "temperature": 0}, timeout=30)
         assert reply.status_code == 200 and reply.json()["choices"][0]["message"]["content"] == "The answer is here!"
-        body = {"model": "m", "max_tokens": 100000, "stream": True, "temperature": 0,
-                "messages": [{"role": "user", "content": "go on"}], "logit_bias": {str(i): -100 for i in range(3)}}  # the tiny tokenizer's first specials: both eos and <|im_start|>
+        body = {
+            "model": "m",
+            "max_tokens": 100000,
+            "stream": True,
+            "temperature": 0,
+            "messages": [{"role": "user", "content": "go on"}],
+            "logit_bias": {str(i): -100 for i in range(3)},
+        }  # the tiny tokenizer's first specials: both eos and <|im_start|>
         events, signalled = [], False
         with httpx2.stream("POST", f"{url}/v1/messages", json=body, timeout=30) as response:
             for line in response.iter_lines():
@@ -94,8 +103,7 @@ def test_sigint_stops_an_idle_server_and_context_and_kv_bits_reach_it(tiny_dense
         long = {"messages": [{"role": "user", "content": "hello " * 400}], "max_tokens": 4}
         refused = httpx2.post(f"{url}/v1/chat/completions", json=long, timeout=30)
         assert refused.status_code == 400 and "256" in refused.json()["error"]["message"]  # --context is the limit
-        short = {"messages": [{"role": "user", "content": "hi"}], "temperature": 0, "max_tokens": 100_000,
-                 "chat_template_kwargs": {"enable_thinking": False}}
+        short = {"messages": [{"role": "user", "content": "hi"}], "temperature": 0, "max_tokens": 100_000, "chat_template_kwargs": {"enable_thinking": False}}
         reply = httpx2.post(f"{url}/v1/chat/completions", json=short, timeout=30).json()  # on an 8-bit KV cache
         assert reply["choices"][0]["message"]["content"] and reply["usage"]["total_tokens"] <= 256  # max_tokens clamped
     finally:

@@ -32,8 +32,10 @@ def agent_loop(client: openai.OpenAI, bias: dict[str, float]) -> list[tuple[str,
         text = reply.choices[0].message.content or ""
         out.append((text, reply.usage.prompt_tokens, reply.usage.prompt_tokens_details.cached_tokens))
         call = dict(CALL, id=f"call_{n}")
-        messages += [{"role": "assistant", "content": text, "tool_calls": [call]},
-                     {"role": "tool", "tool_call_id": call["id"], "content": f"Sunny, {20 + n} degrees."}]
+        messages += [
+            {"role": "assistant", "content": text, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": call["id"], "content": f"Sunny, {20 + n} degrees."},
+        ]
     other = [messages[0], {"role": "user", "content": "And in Oslo?"}]  # restores the system prompt's (moved) checkpoint
     reply = client.chat.completions.create(messages=other, **kw)
     out.append((reply.choices[0].message.content or "", reply.usage.prompt_tokens, reply.usage.prompt_tokens_details.cached_tokens))
@@ -74,7 +76,10 @@ def test_two_ranks_serve_an_agent_loop_from_checkpoints_and_sigterm_ends_them(ti
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "macapp", "serve", "--model", str(tiny_dense_path), "--port", "0", "--no-think", "--hostfile", str(hostfile)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     try:
         url = ready_url(proc)

@@ -24,7 +24,11 @@ def test_catalog_has_the_whole_family_in_4_and_8_bit():
 
 def test_builtin_rows_agree_with_the_published_configs():
     by_name = {e.name: e.arch for e in catalog.load_catalog()}
-    for name, filename in [("Qwen3.5-0.8B", "Qwen3.5-0.8B.config.json"), ("Qwen3.5-35B-A3B", "Qwen3.5-35B-A3B.config.json"), ("Qwen3.5-122B-A10B", "Qwen3.5-122B-A10B.text_config.json")]:
+    for name, filename in [
+        ("Qwen3.5-0.8B", "Qwen3.5-0.8B.config.json"),
+        ("Qwen3.5-35B-A3B", "Qwen3.5-35B-A3B.config.json"),
+        ("Qwen3.5-122B-A10B", "Qwen3.5-122B-A10B.text_config.json"),
+    ]:
         config = json.loads((REFERENCE / filename).read_text())
         config.setdefault("model_type", "qwen3_5_moe")
         assert Arch.from_config(config) == by_name[name]
@@ -111,8 +115,7 @@ def test_refreshed_sizes_and_config_override_builtin(tmp_path):
 
     repo = "mlx-community/Qwen3.5-9B-4bit"
     config = {"model_type": "qwen3_5", "text_config": {**catalog.builtin_catalog()[3].arch.__dict__, "max_position_embeddings": 131072}}
-    record = HubModelRecord(repo=repo, revision="0" * 40, config=config, files=(HubFile("model.safetensors", 5_100_000_000, "e"),),
-                            headers_error="not read")
+    record = HubModelRecord(repo=repo, revision="0" * 40, config=config, files=(HubFile("model.safetensors", 5_100_000_000, "e"),), headers_error="not read")
     store_records([record])
     ref = catalog.resolve_model("Qwen3.5-9B")
     assert ref.weights_bytes == 5_100_000_000

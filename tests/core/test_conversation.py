@@ -101,9 +101,7 @@ def test_a_failed_reply_sets_the_session_aside_and_the_next_one_reads_what_the_h
     conversation = model_for(engine, store)
     conversation.start(TurnKind.SEND, "first", thinking=False, sampling=greedy(16)).wait(TIMEOUT)
     session = conversation.session
-    prompt = engine.model.tokenizer.apply_chat_template(
-        [{"role": "user", "content": "this will fail"}], add_generation_prompt=True, enable_thinking=False
-    )
+    prompt = engine.model.tokenizer.apply_chat_template([{"role": "user", "content": "this will fail"}], add_generation_prompt=True, enable_thinking=False)
     # kv_group_size 128 cannot quantize the tiny model's 64-wide heads: mlx fails once the cache passes `start`
     start = session.context_tokens + len(prompt) + 2 + 4
     session.options = replace(session.options, kv_bits=4, kv_group_size=128, quantized_kv_start=start)
@@ -191,7 +189,8 @@ def test_a_saved_conversation_is_read_into_the_first_session_once(engine, store)
     saved = store.get_conversation(first.conversation_id)
     reopened = ConversationModel(
         lambda system, messages: engine.new_session(system, messages, SessionOptions()),
-        ChatRecorder(store, saved.id, model="tiny"), saved=saved,
+        ChatRecorder(store, saved.id, model="tiny"),
+        saved=saved,
     )
     assert reopened.session is None  # made by the next turn
     turn = reopened.start(TurnKind.SEND, "still there?", thinking=False, sampling=greedy(16))
@@ -240,6 +239,7 @@ def test_the_recording_thread_runs_work_in_order_survives_a_failure_and_ends_whe
             done.append(i)
             if i == 9:
                 finished.set()
+
         return run
 
     for i in range(10):

@@ -111,10 +111,25 @@ def test_a_long_prompt_past_native_loads_reads_answers_and_fits_as_estimated(sho
 
 
 def test_the_fit_names_long_context_mode_and_searches_past_native():
-    arch = Arch(model_type="qwen3_5_text", hidden_size=64, num_hidden_layers=4, num_attention_heads=2, num_key_value_heads=1,
-                head_dim=64, full_attention_interval=4, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=64,
-                linear_value_head_dim=64, linear_conv_kernel_dim=4, vocab_size=512, max_position_embeddings=986,
-                tie_word_embeddings=False, intermediate_size=128, native_context=NATIVE)
+    arch = Arch(
+        model_type="qwen3_5_text",
+        hidden_size=64,
+        num_hidden_layers=4,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=64,
+        full_attention_interval=4,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        linear_key_head_dim=64,
+        linear_value_head_dim=64,
+        linear_conv_kernel_dim=4,
+        vocab_size=512,
+        max_position_embeddings=986,
+        tie_word_embeddings=False,
+        intermediate_size=128,
+        native_context=NATIVE,
+    )
     assert estimate.yarn_factor(arch, NATIVE) is None and estimate.yarn_factor(arch, 300) == 2 and estimate.yarn_factor(arch, CONTEXT) == 4
     # the scores of a chunk against the whole context grow with it; past the block limit they stop growing
     assert estimate.attention_scores_bytes(arch, 2048) > estimate.attention_scores_bytes(arch, 1024)

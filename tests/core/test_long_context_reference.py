@@ -77,8 +77,15 @@ def test_yarn_frequencies_and_attention_factor_match_transformers_at_the_real_sh
     against transformers' _compute_yarn_parameters, no model needed."""
     from mlx_lm.models.rope_utils import initialize_rope
 
-    params = {"rope_type": "yarn", "rope_theta": 10_000_000, "partial_rotary_factor": 0.25, "factor": float(factor),
-              "original_max_position_embeddings": 262_144, "mrope_section": [11, 11, 10], "mrope_interleaved": True}
+    params = {
+        "rope_type": "yarn",
+        "rope_theta": 10_000_000,
+        "partial_rotary_factor": 0.25,
+        "factor": float(factor),
+        "original_max_position_embeddings": 262_144,
+        "mrope_section": [11, 11, 10],
+        "mrope_interleaved": True,
+    }
     theirs = _transformers(tmp_path, "yarn", str(factor))
     inv_freq, attention_factor = theirs["inv_freq"], float(theirs["attention_factor"])
     rope = initialize_rope(64, base=10_000_000, traditional=False, scaling_config=dict(params, type="yarn"), max_position_embeddings=262_144 * factor)
@@ -90,8 +97,14 @@ def test_yarn_frequencies_and_attention_factor_match_transformers_at_the_real_sh
 def test_a_stale_type_key_would_hide_yarn_from_mlx_lm_and_the_app_sets_both():
     from mlx_lm.models.qwen3_5 import TextModelArgs
 
-    text = {"model_type": "qwen3_5_text", "hidden_size": 64, "num_attention_heads": 2, "head_dim": 64, "max_position_embeddings": NATIVE,
-            "rope_parameters": {"type": "default", "rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25}}
+    text = {
+        "model_type": "qwen3_5_text",
+        "hidden_size": 64,
+        "num_attention_heads": 2,
+        "head_dim": 64,
+        "max_position_embeddings": NATIVE,
+        "rope_parameters": {"type": "default", "rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25},
+    }
     edited = dict(text, rope_parameters=dict(text["rope_parameters"], rope_type="yarn", factor=4.0, original_max_position_embeddings=NATIVE))
     assert TextModelArgs.from_dict(edited).rope_scaling["type"] == "default"  # a card-style edit is silently ignored
     ours = long_context.with_yarn({"text_config": text}, 4, NATIVE)["text_config"]

@@ -38,8 +38,7 @@ def _rows(store: Store):
 
 
 def _stats(**kw) -> GenerationStats:
-    base = dict(ttft_s=0.2, prompt_tokens=30, prompt_tps=300.0, generation_tokens=9, generation_tps=45.0,
-                reasoning_tokens=4, peak_memory_bytes=1_234_000_000)
+    base = dict(ttft_s=0.2, prompt_tokens=30, prompt_tps=300.0, generation_tokens=9, generation_tps=45.0, reasoning_tokens=4, peak_memory_bytes=1_234_000_000)
     return GenerationStats(**{**base, **kw})
 
 
@@ -48,8 +47,9 @@ def _turn(thinking=True, finish_reason="stop", kept=True):
     if thinking:
         events += [ReasoningDelta("Paris is "), ReasoningDelta("the capital.")]
     events += [AnswerDelta("It is "), StatsUpdate(_stats(generation_tokens=5)), AnswerDelta("Paris.")]
-    reply = Reply(text="It is Paris.", reasoning="Paris is the capital." if thinking else "", thinking=thinking,
-                  finish_reason=finish_reason, stats=_stats(), kept=kept)
+    reply = Reply(
+        text="It is Paris.", reasoning="Paris is the capital." if thinking else "", thinking=thinking, finish_reason=finish_reason, stats=_stats(), kept=kept
+    )
     return events + [Finished(reply)]
 
 
@@ -100,8 +100,10 @@ def test_stopped_length_and_rolled_back_turns(store):
     undone = _play(turn, [Finished(Reply(text="", finish_reason="stopped", kept=False))])  # stopped while reading
     messages = store.get_conversation(rec.conversation_id).messages
     assert [(m.role, m.state, m.finish_reason) for m in messages] == [
-        ("user", "complete", None), ("assistant", "stopped", "stopped"),
-        ("user", "complete", None), ("assistant", "complete", "length"),
+        ("user", "complete", None),
+        ("assistant", "stopped", "stopped"),
+        ("user", "complete", None),
+        ("assistant", "complete", "length"),
     ]  # the engine kept nothing of turn three: neither does the history (the session rolled it back too)
     assert messages[3].thinking is False and messages[3].reasoning == ""
     assert (undone.result, undone.give_back) == (TurnResult.UNDONE, "three")  # e.g. the window puts it back in the composer
@@ -166,7 +168,9 @@ def test_regenerate_and_edit_keep_the_old_turn_until_the_new_reply_is_under_way(
     regen = rec.begin(TurnKind.REGENERATE, thinking=False)
     regen.feed(PromptProgress(1, 1))
     assert [(m.role, m.content) for m in store.get_conversation(rec.conversation_id).messages] == [
-        ("user", "Tell me a joke"), ("assistant", "It is Paris.")]  # not replaced while the prompt is read
+        ("user", "Tell me a joke"),
+        ("assistant", "It is Paris."),
+    ]  # not replaced while the prompt is read
     regen.feed(AnswerDelta("A better"))  # the regenerated reply streams in as usual, replacing the old one
     messages = store.get_conversation(rec.conversation_id).messages
     assert [m.role for m in messages] == ["user", "assistant"] and messages[-1].state == "streaming"
@@ -183,8 +187,7 @@ def test_regenerate_and_edit_keep_the_old_turn_until_the_new_reply_is_under_way(
 @pytest.mark.parametrize("kind", [TurnKind.REGENERATE, TurnKind.EDIT])
 @pytest.mark.parametrize(
     "end",
-    [Failed("No room left in the context.", code="context_limit"), Failed("boom", code="error"),
-     Finished(Reply(finish_reason="stopped", kept=False))],
+    [Failed("No room left in the context.", code="context_limit"), Failed("boom", code="error"), Finished(Reply(finish_reason="stopped", kept=False))],
     ids=["refused", "failed", "stopped-while-reading"],
 )
 def test_a_regenerate_or_edit_that_never_gets_under_way_leaves_the_old_turn(store, kind, end):
@@ -221,8 +224,10 @@ def test_resume_continues_a_saved_conversation(store):
     assert conv.model == "Qwen3.5-9B"
     reply = {"reasoning": "", "thinking": False, "finish_reason": "stop"}
     assert conv.chat_messages() == [  # the shape engine.new_session(messages=...) takes back
-        {"role": "system", "content": "sys"}, {"role": "user", "content": "hello"},
-        {"role": "assistant", "content": "hi", **reply}, {"role": "user", "content": "again"},
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "hello"},
+        {"role": "assistant", "content": "hi", **reply},
+        {"role": "user", "content": "again"},
         {"role": "assistant", "content": "hello again", **reply},
     ]
     assert conv.chat_messages(include_system=False)[0] == {"role": "user", "content": "hello"}
@@ -237,7 +242,10 @@ def test_an_unfinished_reply_is_kept_when_the_next_turn_starts(store):
     rec.begin(TurnKind.SEND, "q2")
     messages = store.get_conversation(rec.conversation_id).messages
     assert [(m.content, m.state, m.finish_reason) for m in messages] == [
-        ("q1", "complete", None), ("dangling", "stopped", "abandoned"), ("q2", "complete", None)]
+        ("q1", "complete", None),
+        ("dangling", "stopped", "abandoned"),
+        ("q2", "complete", None),
+    ]
     assert dangling.outcome.result is TurnResult.STOPPED
     dangling.feed(Finished(Reply(text="too late")))  # its events, if any still come, change nothing
     assert store.get_conversation(rec.conversation_id).messages[1].content == "dangling"

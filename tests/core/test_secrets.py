@@ -151,7 +151,7 @@ def test_the_keychain_is_used_first_and_the_file_copy_removed(tmp_path):
     store = KeyStore(file, Keychain(security))
     assert store.save("s3cret-key") is Place.KEYCHAIN
     assert not file.path.exists()  # one copy only
-    (args, stdin), = security.calls
+    ((args, stdin),) = security.calls
     assert args == ["-i"] and "s3cret-key" in stdin  # the key goes in on stdin, never on the command line
     assert store.load() == "s3cret-key"
     assert security.calls[-1] == (["find-generic-password", "-s", SERVICE, "-a", ACCOUNT, "-w"], None)

@@ -53,8 +53,7 @@ def test_a_tied_lm_head_is_neither_loaded_nor_counted():
 
 
 def test_bytes_by_role_lists_every_role():
-    totals = bytes_by_role([("mtp.fc.weight", 10), ("vision_tower.x", 5), ("language_model.model.norm.weight", 2), ("lm_head.weight", 7)],
-                           tied_embeddings=True)
+    totals = bytes_by_role([("mtp.fc.weight", 10), ("vision_tower.x", 5), ("language_model.model.norm.weight", 2), ("lm_head.weight", 7)], tied_embeddings=True)
     assert totals == {TensorRole.LANGUAGE: 2, TensorRole.VISION: 5, TensorRole.MTP: 10, TensorRole.OTHER: 7}
 
 

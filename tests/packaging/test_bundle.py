@@ -299,9 +299,7 @@ def test_linux_bundle_passes_its_self_test_and_keeps_data_outside(linux_bundle, 
         "HF_HUB_OFFLINE": "1",
         "MLX_DISABLE_COMPILE": "1",
     }
-    result = subprocess.run(
-        [str(exe), "--self-test"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600
-    )
+    result = subprocess.run([str(exe), "--self-test"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
 
     report = result.stdout + result.stderr
     assert result.returncode == 0, report

@@ -12,11 +12,7 @@ from macapp.core import logs, paths
 
 
 def _file_handlers(path):
-    return [
-        h
-        for h in logging.getLogger().handlers
-        if isinstance(h, logging.handlers.RotatingFileHandler) and h.baseFilename == str(path)
-    ]
+    return [h for h in logging.getLogger().handlers if isinstance(h, logging.handlers.RotatingFileHandler) and h.baseFilename == str(path)]
 
 
 def test_log_file_lives_in_the_app_home_and_rotates(_isolated_home):

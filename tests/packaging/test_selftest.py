@@ -60,9 +60,7 @@ def _fake_app(tmp_path, version="0.1.0", metallib=True):
     contents = app / "Contents"
     (contents / "MacOS").mkdir(parents=True)
     (contents / "MacOS" / "qwen-desk").write_bytes(b"\xcf\xfa\xed\xfe")
-    (contents / "Info.plist").write_bytes(
-        plistlib.dumps({"CFBundleShortVersionString": version, "CFBundleExecutable": "qwen-desk"})
-    )
+    (contents / "Info.plist").write_bytes(plistlib.dumps({"CFBundleShortVersionString": version, "CFBundleExecutable": "qwen-desk"}))
     (contents / "Frameworks" / "mlx" / "lib").mkdir(parents=True)
     (contents / "Frameworks" / "mlx" / "lib" / "libmlx.dylib").write_bytes(b"lib")
     if metallib:

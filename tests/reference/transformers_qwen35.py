@@ -53,8 +53,15 @@ def yarn_parameters(factor: int, out: Path) -> None:
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
     from transformers.models.qwen3_5 import Qwen3_5TextConfig
 
-    params = {"rope_type": "yarn", "rope_theta": 10_000_000, "partial_rotary_factor": 0.25, "factor": float(factor),
-              "original_max_position_embeddings": 262_144, "mrope_section": [11, 11, 10], "mrope_interleaved": True}
+    params = {
+        "rope_type": "yarn",
+        "rope_theta": 10_000_000,
+        "partial_rotary_factor": 0.25,
+        "factor": float(factor),
+        "original_max_position_embeddings": 262_144,
+        "mrope_section": [11, 11, 10],
+        "mrope_interleaved": True,
+    }
     config = Qwen3_5TextConfig(head_dim=256, hidden_size=2048, num_attention_heads=16, max_position_embeddings=262_144, rope_parameters=params)
     inv_freq, attention_factor = ROPE_INIT_FUNCTIONS["yarn"](config)
     np.savez(out, inv_freq=inv_freq.numpy(), attention_factor=np.float64(attention_factor))

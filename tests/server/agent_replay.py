@@ -55,9 +55,9 @@ def _sse(lines: Iterator[str]) -> Iterator[tuple[str | None, Any]]:
     name: str | None = None
     for line in lines:
         if line.startswith("event:"):
-            name = line[len("event:"):].strip()
+            name = line[len("event:") :].strip()
         elif line.startswith("data:"):
-            data = line[len("data:"):].strip()
+            data = line[len("data:") :].strip()
             yield name, (data if data == "[DONE]" else json.loads(data))
         elif not line.strip():
             name = None

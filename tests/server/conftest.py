@@ -39,9 +39,7 @@ class Served:
 
 
 @contextlib.contextmanager
-def serve(
-    model_path: Path, context: int | None = None, parallel: int | None = None, batching: bool | None = None, **config: Any
-) -> Iterator[Served]:
+def serve(model_path: Path, context: int | None = None, parallel: int | None = None, batching: bool | None = None, **config: Any) -> Iterator[Served]:
     from macapp.core.engine import Engine
     from macapp.server.engine_backend import serving_backend
     from macapp.server.local_server import LocalServer

@@ -29,21 +29,31 @@ def parse(body, **kw):
 
 
 def test_system_blocks_tool_use_and_tool_result_are_rendered_as_chat_messages():
-    call = parse({
-        "system": [{"type": "text", "text": "You are a coder."}, {"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
-        "messages": [
-            {"role": "user", "content": "Weather in Paris?"},
-            {"role": "assistant", "content": [
-                {"type": "thinking", "thinking": "use the tool", "signature": "x"},
-                {"type": "text", "text": "Checking."},
-                {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]},
-            {"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "sunny"}]},
-                {"type": "text", "text": "And tomorrow?"}]},
-        ],
-        "tools": [TOOL],
-        "tool_choice": {"type": "any"},
-    })
+    call = parse(
+        {
+            "system": [{"type": "text", "text": "You are a coder."}, {"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
+            "messages": [
+                {"role": "user", "content": "Weather in Paris?"},
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "thinking", "thinking": "use the tool", "signature": "x"},
+                        {"type": "text", "text": "Checking."},
+                        {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}},
+                    ],
+                },
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "sunny"}]},
+                        {"type": "text", "text": "And tomorrow?"},
+                    ],
+                },
+            ],
+            "tools": [TOOL],
+            "tool_choice": {"type": "any"},
+        }
+    )
     m = call.request.messages
     assert [x.role for x in m] == [Role.SYSTEM, Role.USER, Role.ASSISTANT, Role.TOOL, Role.USER]
     assert m[0].content == "You are a coder.\n\nBe brief."
@@ -68,8 +78,9 @@ def test_thinking_is_off_unless_enabled_and_its_budget_goes_to_the_engine(thinki
 
 
 def test_sampling_and_stop_sequences():
-    request = parse({"messages": [{"role": "user", "content": "hi"}], "temperature": 0, "top_k": 5, "top_p": 0.9,
-                     "stop_sequences": ["END"], "stream": True}).request
+    request = parse(
+        {"messages": [{"role": "user", "content": "hi"}], "temperature": 0, "top_k": 5, "top_p": 0.9, "stop_sequences": ["END"], "stream": True}
+    ).request
     assert (request.sampling.temperature, request.sampling.top_k, request.sampling.top_p, request.sampling.max_tokens) == (0, 5, 0.9, 100)
     assert request.stop == ("END",)
 
@@ -100,19 +111,32 @@ def test_max_tokens_is_required_except_for_counting():
 
 
 def done(**kw) -> Completed:
-    values = dict(text="Hi", reasoning="", tool_calls=(), finish_reason=FinishReason.STOP,
-                  usage=Usage(prompt_tokens=100, cached_tokens=90, completion_tokens=4), model="tiny")
+    values = dict(
+        text="Hi",
+        reasoning="",
+        tool_calls=(),
+        finish_reason=FinishReason.STOP,
+        usage=Usage(prompt_tokens=100, cached_tokens=90, completion_tokens=4),
+        model="tiny",
+    )
     values.update(kw)
     return Completed(**values)
 
 
 @pytest.mark.parametrize(
     ("reason", "stop_reason"),
-    [(FinishReason.STOP, "end_turn"), (FinishReason.LENGTH, "max_tokens"), (FinishReason.STOP_SEQUENCE, "stop_sequence"), (FinishReason.TOOL_CALLS, "tool_use")],
+    [
+        (FinishReason.STOP, "end_turn"),
+        (FinishReason.LENGTH, "max_tokens"),
+        (FinishReason.STOP_SEQUENCE, "stop_sequence"),
+        (FinishReason.TOOL_CALLS, "tool_use"),
+    ],
 )
 def test_message_body_blocks_stop_reason_and_usage(reason, stop_reason):
     call = ToolCall("toolu_2", "get_weather", {"city": "Paris"})
-    body = message_body(done(reasoning="hm", tool_calls=(call,), finish_reason=reason, stop_sequence="END" if reason is FinishReason.STOP_SEQUENCE else None), "msg_1", "m")
+    body = message_body(
+        done(reasoning="hm", tool_calls=(call,), finish_reason=reason, stop_sequence="END" if reason is FinishReason.STOP_SEQUENCE else None), "msg_1", "m"
+    )
     assert [b["type"] for b in body["content"]] == ["thinking", "text", "tool_use"]
     assert body["content"][2] == {"type": "tool_use", "id": "toolu_2", "name": "get_weather", "input": {"city": "Paris"}}
     assert body["stop_reason"] == stop_reason
@@ -123,16 +147,32 @@ def test_message_body_blocks_stop_reason_and_usage(reason, stop_reason):
 def test_stream_event_sequence_opens_and_closes_each_block_in_order():
     writer = EventWriter("loaded", prompt_tokens=100)
     call = ToolCall("toolu_1", "get_weather", {"city": "Paris"})
-    events = [ReasoningDelta("a"), ReasoningDelta("b"), AnswerDelta("I will check."), ToolCallStarted(0, "toolu_1", "get_weather"),
-              ToolCallFinished(0, call), done(text="I will check.", tool_calls=(call,), finish_reason=FinishReason.TOOL_CALLS)]
+    events = [
+        ReasoningDelta("a"),
+        ReasoningDelta("b"),
+        AnswerDelta("I will check."),
+        ToolCallStarted(0, "toolu_1", "get_weather"),
+        ToolCallFinished(0, call),
+        done(text="I will check.", tool_calls=(call,), finish_reason=FinishReason.TOOL_CALLS),
+    ]
     out = writer.start() + [x for e in events for x in writer.events(e)]
     names = [n for n, _ in out]
     assert names == [
-        "message_start", "ping",
-        "content_block_start", "content_block_delta", "content_block_delta", "content_block_delta", "content_block_stop",
-        "content_block_start", "content_block_delta", "content_block_stop",
-        "content_block_start", "content_block_delta", "content_block_stop",
-        "message_delta", "message_stop",
+        "message_start",
+        "ping",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_delta",
+        "content_block_delta",
+        "content_block_stop",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
     ]
     assert all(data["type"] == name for name, data in out)
     deltas = [d["delta"] for n, d in out if n == "content_block_delta"]

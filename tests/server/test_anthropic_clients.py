@@ -17,8 +17,11 @@ REASONING = "".join(SCRIPT_REASONING)
 HELLO = [{"role": "user", "content": "Hello there"}]
 GREEDY = {"extra_body": {"temperature": 0.0, "top_p": 1.0}}
 EPHEMERAL = {"type": "ephemeral"}
-TOOL = {"name": WEATHER_TOOL["function"]["name"], "description": WEATHER_TOOL["function"]["description"],
-        "input_schema": WEATHER_TOOL["function"]["parameters"]}
+TOOL = {
+    "name": WEATHER_TOOL["function"]["name"],
+    "description": WEATHER_TOOL["function"]["description"],
+    "input_schema": WEATHER_TOOL["function"]["parameters"],
+}
 BIG_SCHEMA_TOOL = {  # the shape of Claude Code's own tools: $schema, anyOf, arrays of objects, enums, no extra keys
     "name": "Edit",
     "description": "Edit files.",
@@ -31,15 +34,23 @@ BIG_SCHEMA_TOOL = {  # the shape of Claude Code's own tools: $schema, anyOf, arr
             "file_path": {"type": "string", "description": "Absolute path"},
             "mode": {"type": "string", "enum": ["replace", "append"]},
             "timeout": {"anyOf": [{"type": "number"}, {"type": "null"}]},
-            "edits": {"type": "array", "items": {"type": "object", "properties": {
-                "old_string": {"type": "string"}, "new_string": {"type": "string"},
-                "replace_all": {"type": "boolean", "default": False}}, "required": ["old_string", "new_string"]}},
+            "edits": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {"old_string": {"type": "string"}, "new_string": {"type": "string"}, "replace_all": {"type": "boolean", "default": False}},
+                    "required": ["old_string", "new_string"],
+                },
+            },
         },
     },
     "cache_control": EPHEMERAL,
 }
-CLAUDE_CODE_HEADERS = {"anthropic-beta": "claude-code-20250219,interleaved-thinking-2025-05-14,fine-grained-tool-streaming-2025-05-14",
-                       "x-app": "cli", "anthropic-dangerous-direct-browser-access": "true"}
+CLAUDE_CODE_HEADERS = {
+    "anthropic-beta": "claude-code-20250219,interleaved-thinking-2025-05-14,fine-grained-tool-streaming-2025-05-14",
+    "x-app": "cli",
+    "anthropic-dangerous-direct-browser-access": "true",
+}
 
 
 def claude_code_body(**over):
@@ -47,10 +58,19 @@ def claude_code_body(**over):
     body = {
         "model": "claude-sonnet-4-5-20250929",
         "max_tokens": 32000,
-        "system": [{"type": "text", "text": "You are Claude Code, Anthropic's official CLI for Claude.", "cache_control": EPHEMERAL},
-                   {"type": "text", "text": "Be careful with files.", "cache_control": EPHEMERAL}],
-        "messages": [{"role": "user", "content": [{"type": "text", "text": "<system-reminder>ctx</system-reminder>"},
-                                                   {"type": "text", "text": "Weather in Paris?", "cache_control": EPHEMERAL}]}],
+        "system": [
+            {"type": "text", "text": "You are Claude Code, Anthropic's official CLI for Claude.", "cache_control": EPHEMERAL},
+            {"type": "text", "text": "Be careful with files.", "cache_control": EPHEMERAL},
+        ],
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "<system-reminder>ctx</system-reminder>"},
+                    {"type": "text", "text": "Weather in Paris?", "cache_control": EPHEMERAL},
+                ],
+            }
+        ],
         "tools": [{**TOOL, "cache_control": EPHEMERAL}, BIG_SCHEMA_TOOL],
         "metadata": {"user_id": "user_abc_account_123_session_456"},
         **GREEDY,  # this SDK has no sampling arguments any more
@@ -92,8 +112,7 @@ def test_claude_code_agent_loop_with_thinking_reads_only_the_new_tail(tool_serve
         use = final.content[-1]
         messages = messages + [
             {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in final.content]},
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": f"result {round_}",
-                                          "cache_control": EPHEMERAL}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": f"result {round_}", "cache_control": EPHEMERAL}]},
         ]
     assert usages[0].input_tokens > 500
     for usage in usages[1:]:
@@ -103,15 +122,22 @@ def test_claude_code_agent_loop_with_thinking_reads_only_the_new_tail(tool_serve
 def test_raw_beta_query_string_and_headers(tool_server):
     body = {**claude_code_body(), "temperature": 0.0, "output_config": {"effort": "high"}, "context_management": {"edits": []}}
     del body["extra_body"]
-    response = httpx2.post(f"{tool_server.url}/v1/messages?beta=true", json=body, timeout=60,
-                           headers={"anthropic-version": "2023-06-01", **CLAUDE_CODE_HEADERS})
+    response = httpx2.post(
+        f"{tool_server.url}/v1/messages?beta=true", json=body, timeout=60, headers={"anthropic-version": "2023-06-01", **CLAUDE_CODE_HEADERS}
+    )
     assert response.status_code == 200, response.text
     assert response.json()["stop_reason"] == "tool_use"
 
 
 def test_stream_final_message_with_thinking_then_text(tiny_server):
-    with tiny_server.anthropic().messages.stream(model="m", max_tokens=64, messages=HELLO, system=[{"type": "text", "text": "Hi", "cache_control": EPHEMERAL}],
-                                                 thinking={"type": "enabled", "budget_tokens": 1024}, **GREEDY) as stream:
+    with tiny_server.anthropic().messages.stream(
+        model="m",
+        max_tokens=64,
+        messages=HELLO,
+        system=[{"type": "text", "text": "Hi", "cache_control": EPHEMERAL}],
+        thinking={"type": "enabled", "budget_tokens": 1024},
+        **GREEDY,
+    ) as stream:
         final = stream.get_final_message()
     assert [b.type for b in final.content] == ["thinking", "text"]
     assert final.content[0].thinking.strip() == REASONING and final.content[0].signature  # Claude Code drops unsigned ones
@@ -123,8 +149,7 @@ def test_raw_stream_signs_each_thinking_block_before_it_stops(tiny_server):
     """The order Claude Code keeps: thinking_delta..., signature_delta, content_block_stop, then the text block."""
     import json
 
-    body = {"model": "m", "max_tokens": 64, "messages": HELLO, "stream": True, "temperature": 0.0,
-            "thinking": {"type": "enabled", "budget_tokens": 1024}}
+    body = {"model": "m", "max_tokens": 64, "messages": HELLO, "stream": True, "temperature": 0.0, "thinking": {"type": "enabled", "budget_tokens": 1024}}
     with httpx2.stream("POST", f"{tiny_server.url}/v1/messages?beta=true", json=body, timeout=60) as response:
         events = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: ")]
     kinds = [e["delta"]["type"] if e["type"] == "content_block_delta" else e["type"] for e in events]
@@ -135,8 +160,15 @@ def test_raw_stream_signs_each_thinking_block_before_it_stops(tiny_server):
     assert kinds.count("message_delta") == 1 and events[-2]["delta"]["stop_reason"] == "end_turn"
 
 
-@pytest.mark.parametrize("thinking", [{"type": "disabled"}, {"type": "adaptive"}, {"type": "adaptive", "display": "summarized"},
-                                      {"type": "enabled", "budget_tokens": 1024, "display": "summarized"}])
+@pytest.mark.parametrize(
+    "thinking",
+    [
+        {"type": "disabled"},
+        {"type": "adaptive"},
+        {"type": "adaptive", "display": "summarized"},
+        {"type": "enabled", "budget_tokens": 1024, "display": "summarized"},
+    ],
+)
 def test_thinking_variants_the_sdk_types_allow(tiny_server, thinking):
     message = tiny_server.anthropic().messages.create(model="m", max_tokens=64, messages=HELLO, thinking=thinking, **GREEDY)
     assert message.content[-1].text == ANSWER
@@ -148,27 +180,37 @@ def test_thinking_between_tools_is_thinking_off(tiny_server):
 
 
 def test_thinking_display_omitted_returns_the_block_without_its_text(tiny_server):
-    message = tiny_server.anthropic().messages.create(model="m", max_tokens=64, messages=HELLO, **GREEDY,
-                                                      thinking={"type": "enabled", "budget_tokens": 1024, "display": "omitted"})
+    message = tiny_server.anthropic().messages.create(
+        model="m", max_tokens=64, messages=HELLO, **GREEDY, thinking={"type": "enabled", "budget_tokens": 1024, "display": "omitted"}
+    )
     assert [b.type for b in message.content] == ["thinking", "text"]
     assert message.content[0].thinking == "" and message.content[1].text == ANSWER
 
 
 @pytest.mark.parametrize("choice", [{"type": "auto"}, {"type": "auto", "disable_parallel_tool_use": False}])
 def test_tool_choice_auto_shapes(tool_server, choice):
-    message = tool_server.anthropic().messages.create(model="m", max_tokens=96, messages=[{"role": "user", "content": "Weather?"}],
-                                                      tools=[TOOL, BIG_SCHEMA_TOOL], tool_choice=choice, **GREEDY)
+    message = tool_server.anthropic().messages.create(
+        model="m", max_tokens=96, messages=[{"role": "user", "content": "Weather?"}], tools=[TOOL, BIG_SCHEMA_TOOL], tool_choice=choice, **GREEDY
+    )
     assert message.stop_reason == "tool_use"
     assert next(b for b in message.content if b.type == "tool_use").input == TOOL_CALL_ARGUMENTS
 
 
-@pytest.mark.parametrize(("model", "choice"), [("scripted_forced_any_path", {"type": "any", "disable_parallel_tool_use": True}),
-                                               ("scripted_forced_named_path", {"type": "tool", "name": "get_weather"})])
+@pytest.mark.parametrize(
+    ("model", "choice"),
+    [("scripted_forced_any_path", {"type": "any", "disable_parallel_tool_use": True}), ("scripted_forced_named_path", {"type": "tool", "name": "get_weather"})],
+)
 def test_forced_tool_choice_any_or_named(request, model, choice):
     """The prompt opens the call; the model writes the rest (these scripted models write just that), streamed too."""
     with serve(request.getfixturevalue(model), default_thinking=False) as served:
-        args = {"model": "m", "max_tokens": 96, "messages": [{"role": "user", "content": "Weather?"}], "tools": [TOOL, BIG_SCHEMA_TOOL],
-                "tool_choice": choice, **GREEDY}
+        args = {
+            "model": "m",
+            "max_tokens": 96,
+            "messages": [{"role": "user", "content": "Weather?"}],
+            "tools": [TOOL, BIG_SCHEMA_TOOL],
+            "tool_choice": choice,
+            **GREEDY,
+        }
         message = served.anthropic().messages.create(**args)
         with served.anthropic().messages.stream(**args) as stream:
             final = stream.get_final_message()
@@ -179,16 +221,21 @@ def test_forced_tool_choice_any_or_named(request, model, choice):
 
 def test_call_values_typed_by_an_optional_schema(tool_server):
     """MCP servers' schemas come from pydantic: Optional[int] is anyOf integer / null; Claude Code checks the types."""
-    optional = {**TOOL, "input_schema": {"type": "object", "properties": {
-        "city": {"type": "string"}, "days": {"anyOf": [{"type": "integer"}, {"type": "null"}], "default": None}}}}
-    message = tool_server.anthropic().messages.create(model="m", max_tokens=96, messages=[{"role": "user", "content": "Weather?"}],
-                                                      tools=[optional], **GREEDY)
+    optional = {
+        **TOOL,
+        "input_schema": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "days": {"anyOf": [{"type": "integer"}, {"type": "null"}], "default": None}},
+        },
+    }
+    message = tool_server.anthropic().messages.create(model="m", max_tokens=96, messages=[{"role": "user", "content": "Weather?"}], tools=[optional], **GREEDY)
     assert message.content[-1].input == {"city": "Paris", "days": 3}
 
 
 def test_tool_choice_none_offers_no_tools(tool_server):
-    message = tool_server.anthropic().messages.create(model="m", max_tokens=96, messages=[{"role": "user", "content": "Weather?"}],
-                                                      tools=[TOOL], tool_choice={"type": "none"}, **GREEDY)
+    message = tool_server.anthropic().messages.create(
+        model="m", max_tokens=96, messages=[{"role": "user", "content": "Weather?"}], tools=[TOOL], tool_choice={"type": "none"}, **GREEDY
+    )
     assert all(b.type == "text" for b in message.content)
 
 
@@ -197,19 +244,30 @@ def test_history_as_claude_code_sends_it(tool_server):
     blocks, with is_error and cache_control; it renders and is answered."""
     messages = [
         {"role": "user", "content": [{"type": "text", "text": "Weather in Paris and Rome?"}]},
-        {"role": "assistant", "content": [
-            {"type": "thinking", "thinking": "I should call the tool.", "signature": "EqQBCkYIBxgCKkD"},
-            {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix"},
-            {"type": "text", "text": "Checking."},
-            {"type": "tool_use", "id": "toolu_01A", "name": "get_weather", "input": {"city": "Paris"}},
-            {"type": "tool_use", "id": "toolu_01B", "name": "get_weather", "input": {"city": "Rome"}, "cache_control": EPHEMERAL},
-        ]},
-        {"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": "toolu_01A", "content": "Sunny"},
-            {"type": "tool_result", "tool_use_id": "toolu_01B", "is_error": True, "cache_control": EPHEMERAL,
-             "content": [{"type": "text", "text": "<tool_use_error>Rome is down</tool_use_error>"}, {"type": "text", "text": "retry later"}]},
-            {"type": "text", "text": "Go on."},
-        ]},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": "I should call the tool.", "signature": "EqQBCkYIBxgCKkD"},
+                {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix"},
+                {"type": "text", "text": "Checking."},
+                {"type": "tool_use", "id": "toolu_01A", "name": "get_weather", "input": {"city": "Paris"}},
+                {"type": "tool_use", "id": "toolu_01B", "name": "get_weather", "input": {"city": "Rome"}, "cache_control": EPHEMERAL},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_01A", "content": "Sunny"},
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_01B",
+                    "is_error": True,
+                    "cache_control": EPHEMERAL,
+                    "content": [{"type": "text", "text": "<tool_use_error>Rome is down</tool_use_error>"}, {"type": "text", "text": "retry later"}],
+                },
+                {"type": "text", "text": "Go on."},
+            ],
+        },
     ]
     client = tool_server.anthropic()
     message = client.messages.create(model="m", max_tokens=96, messages=messages, tools=[TOOL], **GREEDY)
@@ -245,32 +303,43 @@ def test_tool_search_with_deferred_tools(tool_server):
     result holds `tool_reference` blocks; deferred tools are offered like the others, the reference is read as text."""
     search = {"name": "ToolSearch", "description": "Find tools.", "input_schema": {"type": "object", "properties": {"query": {"type": "string"}}}}
     tools = [search, {**TOOL, "defer_loading": True}]
-    messages = [{"role": "user", "content": "Weather?"},
-                {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_s", "name": "ToolSearch", "input": {"query": "weather"}}]},
-                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_s", "content": [{"type": "tool_reference", "tool_name": "get_weather"}]}]}]
+    messages = [
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_s", "name": "ToolSearch", "input": {"query": "weather"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_s", "content": [{"type": "tool_reference", "tool_name": "get_weather"}]}]},
+    ]
     client = tool_server.anthropic()
     message = client.messages.create(model="m", max_tokens=96, messages=messages, tools=tools, **GREEDY)
     assert message.content[-1].type == "tool_use" and message.content[-1].input == TOOL_CALL_ARGUMENTS
     plain = [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_s", "content": "Tool available: get_weather"}]}]
     assert client.messages.count_tokens(model="m", messages=messages[:2] + plain, tools=tools).input_tokens == (
-        message.usage.input_tokens + message.usage.cache_read_input_tokens)
+        message.usage.input_tokens + message.usage.cache_read_input_tokens
+    )
 
 
 def test_error_tool_result_is_marked_for_the_model(tool_server):
-    base = [{"role": "user", "content": "Weather?"},
-            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]}]
+    base = [
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]},
+    ]
     client = tool_server.anthropic()
 
     def count(result):
-        return client.messages.count_tokens(model="m", tools=[TOOL], messages=base + [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", **result}]}]).input_tokens
+        return client.messages.count_tokens(
+            model="m", tools=[TOOL], messages=base + [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", **result}]}]
+        ).input_tokens
 
     assert count({"content": "down", "is_error": True}) > count({"content": "down"})
 
 
 def test_text_document_is_read_and_a_pdf_is_a_clear_400(tiny_server):
     client = tiny_server.anthropic()
-    text_doc = {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "Notes: the sky is blue."},
-                "title": "notes.txt", "cache_control": EPHEMERAL}
+    text_doc = {
+        "type": "document",
+        "source": {"type": "text", "media_type": "text/plain", "data": "Notes: the sky is blue."},
+        "title": "notes.txt",
+        "cache_control": EPHEMERAL,
+    }
     plain = client.messages.count_tokens(model="m", messages=HELLO).input_tokens
     with_doc = client.messages.count_tokens(model="m", messages=[{"role": "user", "content": [text_doc, {"type": "text", "text": "Hello there"}]}])
     assert with_doc.input_tokens > plain
@@ -281,8 +350,13 @@ def test_text_document_is_read_and_a_pdf_is_a_clear_400(tiny_server):
 
 def test_count_tokens_with_tools_system_and_thinking(tool_server):
     client = tool_server.anthropic()
-    body = {"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "Weather?"}], "tools": [TOOL, BIG_SCHEMA_TOOL],
-            "system": [{"type": "text", "text": "You are a helper.", "cache_control": EPHEMERAL}], "tool_choice": {"type": "auto"}}
+    body = {
+        "model": "claude-sonnet-4-5",
+        "messages": [{"role": "user", "content": "Weather?"}],
+        "tools": [TOOL, BIG_SCHEMA_TOOL],
+        "system": [{"type": "text", "text": "You are a helper.", "cache_control": EPHEMERAL}],
+        "tool_choice": {"type": "auto"},
+    }
     counted = client.messages.count_tokens(**body, thinking={"type": "enabled", "budget_tokens": 2048})
     bare = client.messages.count_tokens(model="m", messages=body["messages"])
     assert counted.input_tokens > bare.input_tokens + 50  # the tools and the system prompt are in the prompt

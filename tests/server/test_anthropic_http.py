@@ -8,8 +8,11 @@ from tests.fixtures.scripted import TOOL_CALL_ARGUMENTS, TOOL_PREAMBLE, WEATHER_
 ANSWER = "".join(SCRIPT_ANSWER)
 REASONING = "".join(SCRIPT_REASONING)
 HELLO = [{"role": "user", "content": "Hello there"}]
-TOOL = {"name": WEATHER_TOOL["function"]["name"], "description": WEATHER_TOOL["function"]["description"],
-        "input_schema": WEATHER_TOOL["function"]["parameters"]}
+TOOL = {
+    "name": WEATHER_TOOL["function"]["name"],
+    "description": WEATHER_TOOL["function"]["description"],
+    "input_schema": WEATHER_TOOL["function"]["parameters"],
+}
 SAMPLING = {"extra_body": {"temperature": 0.0, "top_p": 1.0}}  # this SDK has no sampling arguments any more
 
 
@@ -24,7 +27,11 @@ def test_thinking_is_off_by_default(tiny_server):
 
 def test_thinking_enabled_comes_back_as_a_thinking_block(tiny_server):
     message = tiny_server.anthropic().messages.create(
-        model="claude-sonnet-4-5", max_tokens=64, messages=HELLO, thinking={"type": "enabled", "budget_tokens": 1024}, **SAMPLING,
+        model="claude-sonnet-4-5",
+        max_tokens=64,
+        messages=HELLO,
+        thinking={"type": "enabled", "budget_tokens": 1024},
+        **SAMPLING,
     )
     assert [b.type for b in message.content] == ["thinking", "text"]
     assert message.content[0].thinking.strip() == REASONING
@@ -84,7 +91,9 @@ def test_tool_use_out_and_tool_result_back_in(tool_server):
 
 
 def test_streamed_tool_use_input_json(tool_server):
-    with tool_server.anthropic().messages.stream(model="m", max_tokens=96, messages=[{"role": "user", "content": "Weather?"}], tools=[TOOL], **SAMPLING) as stream:
+    with tool_server.anthropic().messages.stream(
+        model="m", max_tokens=96, messages=[{"role": "user", "content": "Weather?"}], tools=[TOOL], **SAMPLING
+    ) as stream:
         deltas = [e.delta.type for e in stream if e.type == "content_block_delta"]
         final = stream.get_final_message()
     assert "input_json_delta" in deltas
@@ -101,7 +110,11 @@ def test_count_tokens_matches_the_prompt_read(tiny_server):
 
 def test_thinking_budget_tokens_is_the_engines_budget(tiny_server):
     message = tiny_server.anthropic().messages.create(
-        model="m", max_tokens=64, messages=HELLO, thinking={"type": "enabled", "budget_tokens": 2}, **SAMPLING,
+        model="m",
+        max_tokens=64,
+        messages=HELLO,
+        thinking={"type": "enabled", "budget_tokens": 2},
+        **SAMPLING,
     )
     thinking, text = message.content
     assert thinking.thinking.strip() == "".join(SCRIPT_REASONING[:2]).strip()

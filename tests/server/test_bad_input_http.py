@@ -47,8 +47,16 @@ def assert_alive(served):
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "1e400", "-1e400"])
 @pytest.mark.parametrize(
     ("path", "field"),
-    [(OPENAI, "max_tokens"), (OPENAI, "top_k"), (OPENAI, "n"), (OPENAI, "seed"), (OPENAI, "temperature"),
-     (ANTHROPIC, "max_tokens"), (ANTHROPIC, "top_k"), (COUNT, "top_k")],
+    [
+        (OPENAI, "max_tokens"),
+        (OPENAI, "top_k"),
+        (OPENAI, "n"),
+        (OPENAI, "seed"),
+        (OPENAI, "temperature"),
+        (ANTHROPIC, "max_tokens"),
+        (ANTHROPIC, "top_k"),
+        (COUNT, "top_k"),
+    ],
 )
 def test_non_finite_numbers_are_400(tiny_server, path, field, literal):
     raw = json.dumps(body_for(path, **{field: 1})).replace(f'"{field}": 1', f'"{field}": {literal}').encode()
@@ -73,9 +81,7 @@ def test_the_seed_range_ends_are_served(tiny_server, seed):
     assert response.status_code == 200, response.text
 
 
-@pytest.mark.parametrize(
-    "bias", [{"-1": 5}, {"²": 5}, {"1e3": 5}, {"9" * 5000: 5}, {"5": "HUGE"}, {"5": "NaN"}, {"5": 101}]
-)
+@pytest.mark.parametrize("bias", [{"-1": 5}, {"²": 5}, {"1e3": 5}, {"9" * 5000: 5}, {"5": "HUGE"}, {"5": "NaN"}, {"5": 101}])
 def test_logit_bias_keys_and_values_are_checked(tiny_server, bias):
     raw = json.dumps(body_for(OPENAI, logit_bias=bias)).replace('"HUGE"', "1e400").encode()
     param = None if b"1e400" in raw else "logit_bias"  # an infinite number is refused as the JSON is read
@@ -99,7 +105,7 @@ def test_a_lone_surrogate_is_400(tiny_server, path):
 
 
 def test_a_surrogate_pair_is_text(tiny_server):
-    raw = json.dumps(body_for(OPENAI, messages=[{"role": "user", "content": "\U0001F600"}]))  # escaped as a pair
+    raw = json.dumps(body_for(OPENAI, messages=[{"role": "user", "content": "\U0001f600"}]))  # escaped as a pair
     assert "\\ud83d\\ude00" in raw
     assert post(tiny_server, OPENAI, raw.encode()).status_code == 200
 
@@ -139,8 +145,9 @@ def test_nesting_agents_use_is_served(tiny_server):
 @pytest.mark.parametrize("path", [OPENAI, ANTHROPIC])
 def test_a_tool_schema_with_a_list_for_a_type_is_served(tool_server, path):
     schema = {"type": "object", "properties": {"city": {"type": [["x"]]}, "days": {"type": "integer"}}}
-    tool = ({"type": "function", "function": {"name": "get_weather", "parameters": schema}} if path == OPENAI
-            else {"name": "get_weather", "input_schema": schema})
+    tool = (
+        {"type": "function", "function": {"name": "get_weather", "parameters": schema}} if path == OPENAI else {"name": "get_weather", "input_schema": schema}
+    )
     response = post(tool_server, path, json.dumps(body_for(path, tools=[tool], max_tokens=64)).encode())
     assert response.status_code == 200, response.text
     assert_alive(tool_server)

@@ -13,16 +13,21 @@ from tests.server.conftest import GREEDY, no_eos_bias, serve
 
 TIMEOUT = 120
 ANTHROPIC_WEATHER = {
-    "name": WEATHER_TOOL["function"]["name"], "description": WEATHER_TOOL["function"]["description"],
+    "name": WEATHER_TOOL["function"]["name"],
+    "description": WEATHER_TOOL["function"]["description"],
     "input_schema": WEATHER_TOOL["function"]["parameters"],
 }
 
 
 def openai_stream(served, i: int, thinking: bool, tools: bool) -> tuple:
     stream = served.openai().chat.completions.create(
-        model="m", stream=True, stream_options={"include_usage": True}, max_tokens=40,
+        model="m",
+        stream=True,
+        stream_options={"include_usage": True},
+        max_tokens=40,
         messages=[{"role": "user", "content": f"Weather report number {i}, please."}],
-        tools=[WEATHER_TOOL] if tools else None, extra_body={**GREEDY, "chat_template_kwargs": {"enable_thinking": thinking}},
+        tools=[WEATHER_TOOL] if tools else None,
+        extra_body={**GREEDY, "chat_template_kwargs": {"enable_thinking": thinking}},
     )
     text, reasoning, calls, usage, finish = [], [], {}, None, None
     for chunk in stream:
@@ -41,9 +46,12 @@ def openai_stream(served, i: int, thinking: bool, tools: bool) -> tuple:
 def anthropic_stream(served, i: int, thinking: bool, tools: bool) -> tuple:
     kwargs = {"thinking": {"type": "enabled", "budget_tokens": 1024}} if thinking else {}
     with served.anthropic().messages.stream(
-        model="m", max_tokens=40, extra_body={"temperature": 0.0, "top_p": 1.0},
+        model="m",
+        max_tokens=40,
+        extra_body={"temperature": 0.0, "top_p": 1.0},
         messages=[{"role": "user", "content": f"Weather report number {i}, please."}],
-        tools=[ANTHROPIC_WEATHER] if tools else [], **kwargs,
+        tools=[ANTHROPIC_WEATHER] if tools else [],
+        **kwargs,
     ) as stream:
         message = stream.get_final_message()
     blocks = [(b.type, getattr(b, "text", None) or getattr(b, "thinking", None) or getattr(b, "input", None)) for b in message.content]
@@ -88,13 +96,20 @@ def test_a_client_that_hangs_up_leaves_the_batch_and_the_others_go_on(tiny_dense
 
         def long_reply(i: int) -> str:
             reply = served.openai().chat.completions.create(
-                model="m", max_tokens=150, messages=[{"role": "user", "content": f"Story {i}"}], extra_body=endless,
+                model="m",
+                max_tokens=150,
+                messages=[{"role": "user", "content": f"Story {i}"}],
+                extra_body=endless,
             )
             return reply.choices[0].message.content
 
         def hang_up() -> int:
             stream = served.openai().chat.completions.create(
-                model="m", max_tokens=5000, stream=True, messages=[{"role": "user", "content": "Endless"}], extra_body=endless,
+                model="m",
+                max_tokens=5000,
+                stream=True,
+                messages=[{"role": "user", "content": "Endless"}],
+                extra_body=endless,
             )
             seen = 0
             for chunk in stream:

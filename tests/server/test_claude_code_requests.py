@@ -58,8 +58,7 @@ def claude_turns(claude_server) -> dict:
     tool_request.json from another working folder, so it would be read whole again: it is checked parsed, above,
     and was answered 200 by the real run it was recorded from.)"""
     before = {r.id for r in claude_server.activity.records()}
-    turns = {name: anthropic_message(replay(claude_server, recorded(AGENT, name)))
-             for name in ("tool_request.json", "tool_followup.json")}
+    turns = {name: anthropic_message(replay(claude_server, recorded(AGENT, name))) for name in ("tool_request.json", "tool_followup.json")}
     wait_idle(claude_server)
     turns["records"] = [r for r in claude_server.activity.records() if r.id not in before]
     return turns

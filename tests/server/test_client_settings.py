@@ -20,6 +20,6 @@ def test_claude_code_env_block():
 def test_clipboard_text_has_openai_base_url_and_a_valid_settings_json():
     text = client_settings("http://127.0.0.1:8642", None, "m")
     assert "OPENAI_BASE_URL=http://127.0.0.1:8642/v1" in text
-    settings = json.loads(text[text.index("{"):])
+    settings = json.loads(text[text.index("{") :])
     assert settings["env"]["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:8642"  # no /v1: Claude Code adds it
     assert settings["env"]["CLAUDE_CODE_ATTRIBUTION_HEADER"] == "0"

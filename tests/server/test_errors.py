@@ -16,7 +16,9 @@ def test_flavor_follows_the_path():
 
 def test_openai_shape():
     error = ApiError(ErrorKind.INVALID_REQUEST, "bad", param="messages", code="context_length_exceeded")
-    assert error_body(error, Flavor.OPENAI) == {"error": {"message": "bad", "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}
+    assert error_body(error, Flavor.OPENAI) == {
+        "error": {"message": "bad", "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}
+    }
 
 
 def test_anthropic_shape():

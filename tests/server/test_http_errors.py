@@ -99,8 +99,7 @@ def test_prompt_over_the_context_is_400_before_any_work_and_max_tokens_is_clampe
         streamed = post(served, OPENAI, json={"messages": long, "stream": True})
         assert_openai_error(streamed, 400)  # refused before the stream starts
         assert [r.state.value for r in served.activity.records()] == ["refused"] * 3  # listed as refused, nothing started
-        reply = post(served, OPENAI, json={"messages": HELLO, "max_tokens": 10_000, "temperature": 0,
-                                           "logit_bias": no_eos_bias(served)})
+        reply = post(served, OPENAI, json={"messages": HELLO, "max_tokens": 10_000, "temperature": 0, "logit_bias": no_eos_bias(served)})
         assert reply.status_code == 200
         usage = reply.json()["usage"]
         assert usage["prompt_tokens"] + usage["completion_tokens"] <= 64
@@ -113,4 +112,3 @@ def test_the_server_keeps_serving_after_bad_requests(tiny_server):
         post(tiny_server, ANTHROPIC, content=body)
     reply = tiny_server.openai().chat.completions.create(model="x", messages=HELLO, max_tokens=64, temperature=0)
     assert reply.choices[0].message.content == "The answer is here!"
-

@@ -19,9 +19,15 @@ ANSWER = "".join(SCRIPT_ANSWER)
 
 def endless(served, **extra):
     """A request that would generate until the context is full (eos banned, greedy)."""
-    return {"model": "x", "messages": [{"role": "user", "content": "Tell me everything."}], "temperature": 0,
-            "max_tokens": 100_000, "logit_bias": no_eos_bias(served),
-            "chat_template_kwargs": {"enable_thinking": False}, **extra}
+    return {
+        "model": "x",
+        "messages": [{"role": "user", "content": "Tell me everything."}],
+        "temperature": 0,
+        "max_tokens": 100_000,
+        "logit_bias": no_eos_bias(served),
+        "chat_template_kwargs": {"enable_thinking": False},
+        **extra,
+    }
 
 
 def wait_for(predicate, timeout: float, what: str) -> float:
@@ -36,24 +42,35 @@ def wait_for(predicate, timeout: float, what: str) -> float:
 def test_four_concurrent_clients_all_complete_correctly(tiny_server):
     def ask_openai(i: int) -> str:
         reply = tiny_server.openai().chat.completions.create(
-            model="x", messages=[{"role": "user", "content": f"Question number {i}"}], max_tokens=64, temperature=0,
-            extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+            model="x",
+            messages=[{"role": "user", "content": f"Question number {i}"}],
+            max_tokens=64,
+            temperature=0,
+            extra_body={"chat_template_kwargs": {"enable_thinking": False}},
+        )
         return reply.choices[0].message.content
 
     def ask_anthropic(i: int) -> str:
-        message = tiny_server.anthropic().messages.create(model="m", max_tokens=64, extra_body={"temperature": 0},
-                                                          messages=[{"role": "user", "content": f"Question number {i}"}])
+        message = tiny_server.anthropic().messages.create(
+            model="m", max_tokens=64, extra_body={"temperature": 0}, messages=[{"role": "user", "content": f"Question number {i}"}]
+        )
         return message.content[0].text
 
     def stream_openai(i: int) -> str:
         stream = tiny_server.openai().chat.completions.create(
-            model="x", messages=[{"role": "user", "content": f"Question number {i}"}], max_tokens=64, temperature=0,
-            stream=True, extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+            model="x",
+            messages=[{"role": "user", "content": f"Question number {i}"}],
+            max_tokens=64,
+            temperature=0,
+            stream=True,
+            extra_body={"chat_template_kwargs": {"enable_thinking": False}},
+        )
         return "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
 
     def stream_anthropic(i: int) -> str:
-        with tiny_server.anthropic().messages.stream(model="m", max_tokens=64, extra_body={"temperature": 0},
-                                                     messages=[{"role": "user", "content": f"Question number {i}"}]) as stream:
+        with tiny_server.anthropic().messages.stream(
+            model="m", max_tokens=64, extra_body={"temperature": 0}, messages=[{"role": "user", "content": f"Question number {i}"}]
+        ) as stream:
             return stream.get_final_message().content[0].text
 
     clients = [ask_anthropic, ask_openai, stream_anthropic, stream_openai]
@@ -140,12 +157,14 @@ def test_quiet_streams_get_keepalives(tiny_dense_path):
         served.engine.submit("test-gate", lambda _job: (parked.set(), gate.wait(30)))
         assert parked.wait(10)
         try:
-            with httpx2.stream("POST", f"{served.url}/v1/chat/completions", timeout=30,
-                               json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "stream": True}) as response:
+            with httpx2.stream(
+                "POST", f"{served.url}/v1/chat/completions", timeout=30, json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "stream": True}
+            ) as response:
                 lines = response.iter_lines()
                 assert next(line for line in lines if line) == ": keepalive"
-            with httpx2.stream("POST", f"{served.url}/v1/messages", timeout=30,
-                               json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "stream": True}) as response:
+            with httpx2.stream(
+                "POST", f"{served.url}/v1/messages", timeout=30, json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "stream": True}
+            ) as response:
                 events, comments, lines = [], 0, response.iter_lines()
                 for line in lines:
                     if line.startswith("event: "):
@@ -172,8 +191,9 @@ def test_an_sdk_stream_that_waits_in_the_queue_reads_the_keepalives_then_the_rep
         finals = []
 
         def ask() -> None:
-            with served.anthropic().messages.stream(model="m", max_tokens=64, extra_body={"temperature": 0.0},
-                                                    messages=[{"role": "user", "content": "hi"}]) as stream:
+            with served.anthropic().messages.stream(
+                model="m", max_tokens=64, extra_body={"temperature": 0.0}, messages=[{"role": "user", "content": "hi"}]
+            ) as stream:
                 finals.append(stream.get_final_message())
 
         client = threading.Thread(target=ask)

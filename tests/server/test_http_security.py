@@ -54,22 +54,28 @@ def test_foreign_host_header_is_refused_dns_rebinding(tiny_server):
 
 
 def test_web_page_origins_are_refused_and_get_no_cors(tiny_server):
-    response = httpx2.post(f"{tiny_server.url}/v1/chat/completions", json={"messages": HELLO, "max_tokens": 2},
-                           headers={"Origin": "https://evil.example", "content-type": "text/plain"}, timeout=10)
+    response = httpx2.post(
+        f"{tiny_server.url}/v1/chat/completions",
+        json={"messages": HELLO, "max_tokens": 2},
+        headers={"Origin": "https://evil.example", "content-type": "text/plain"},
+        timeout=10,
+    )
     assert response.status_code == 403
     assert "access-control-allow-origin" not in response.headers
-    preflight = httpx2.options(f"{tiny_server.url}/v1/chat/completions", headers={
-        "Origin": "https://evil.example", "Access-Control-Request-Method": "POST"}, timeout=10)
+    preflight = httpx2.options(
+        f"{tiny_server.url}/v1/chat/completions", headers={"Origin": "https://evil.example", "Access-Control-Request-Method": "POST"}, timeout=10
+    )
     assert "access-control-allow-origin" not in preflight.headers
     assert tiny_server.activity.records() == [] or all("evil" not in r.client for r in tiny_server.activity.records())
 
 
 def test_a_configured_origin_gets_cors(keyed):
-    preflight = httpx2.options(f"{keyed.url}/v1/chat/completions", headers={
-        "Origin": "http://localhost:5173", "Access-Control-Request-Method": "POST",
-        "Access-Control-Request-Headers": "authorization,content-type"}, timeout=10)
+    preflight = httpx2.options(
+        f"{keyed.url}/v1/chat/completions",
+        headers={"Origin": "http://localhost:5173", "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization,content-type"},
+        timeout=10,
+    )
     assert preflight.status_code == 200
     assert preflight.headers["access-control-allow-origin"] == "http://localhost:5173"
-    other = httpx2.options(f"{keyed.url}/v1/chat/completions", headers={
-        "Origin": "http://localhost:9999", "Access-Control-Request-Method": "POST"}, timeout=10)
+    other = httpx2.options(f"{keyed.url}/v1/chat/completions", headers={"Origin": "http://localhost:9999", "Access-Control-Request-Method": "POST"}, timeout=10)
     assert other.status_code == 403

@@ -52,12 +52,19 @@ def test_the_api_answers_like_the_engines_own_session(vision_server):
     bias = {vocab["<|im_end|>"]: -100.0, vocab["<|endoftext|>"]: -100.0}  # long, context-dependent replies
     for seed in (2, 9):
         reply = vision_server.openai().chat.completions.create(
-            model="x", messages=_openai_message("describe it", _data_url((128, 96), seed=seed)), max_tokens=24,
-            logit_bias={str(k): v for k, v in bias.items()}, presence_penalty=0, extra_body=OFF, **GREEDY,
+            model="x",
+            messages=_openai_message("describe it", _data_url((128, 96), seed=seed)),
+            max_tokens=24,
+            logit_bias={str(k): v for k, v in bias.items()},
+            presence_penalty=0,
+            extra_body=OFF,
+            **GREEDY,
         )
-        own = engine.new_session().send(
-            "describe it", thinking=False, sampling=greedy(24, logit_bias=bias), images=[picture_bytes((128, 96), seed=seed)]
-        ).result(timeout=60)
+        own = (
+            engine.new_session()
+            .send("describe it", thinking=False, sampling=greedy(24, logit_bias=bias), images=[picture_bytes((128, 96), seed=seed)])
+            .result(timeout=60)
+        )
         assert own.stats.image_tokens == 12 and reply.usage.prompt_tokens == own.stats.prompt_tokens
         assert reply.choices[0].message.content == own.text
 
@@ -66,11 +73,19 @@ def test_anthropic_base64_image_blocks_reach_the_model(vision_server):
     client = vision_server.anthropic()
     data = base64.b64encode(picture_bytes((192, 128), "JPEG")).decode()
     message = client.messages.create(
-        model="x", max_tokens=8,
-        messages=[{"role": "user", "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": data}}, {"type": "text", "text": "what is it?"}]}],
+        model="x",
+        max_tokens=8,
+        messages=[
+            {
+                "role": "user",
+                "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": data}}, {"type": "text", "text": "what is it?"}],
+            }
+        ],
         extra_body={"thinking": {"type": "disabled"}},
     )
-    plain = client.messages.create(model="x", max_tokens=8, messages=[{"role": "user", "content": "what is it?"}], extra_body={"thinking": {"type": "disabled"}})
+    plain = client.messages.create(
+        model="x", max_tokens=8, messages=[{"role": "user", "content": "what is it?"}], extra_body={"thinking": {"type": "disabled"}}
+    )
     total = plain.usage.input_tokens + plain.usage.cache_read_input_tokens
     assert message.usage.cache_read_input_tokens == 0  # a picture not sent before (the PNG's pixels differ): read afresh
     assert message.usage.input_tokens == total + 24 + 2
@@ -82,7 +97,9 @@ def test_remote_image_urls_are_refused_with_a_clear_400(vision_server):
     assert "does not fetch images" in str(info.value)
     with pytest.raises(anthropic.BadRequestError) as info:
         vision_server.anthropic().messages.create(
-            model="x", max_tokens=4, messages=[{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "https://example.com/cat.png"}}]}],
+            model="x",
+            max_tokens=4,
+            messages=[{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "https://example.com/cat.png"}}]}],
         )
     assert "does not fetch images" in str(info.value)
 
@@ -113,7 +130,15 @@ def test_count_tokens_counts_the_pictures(vision_server):
     import httpx2 as httpx
 
     data = base64.b64encode(picture_bytes((192, 128))).decode()
-    body = {"model": "x", "messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}}, {"type": "text", "text": "what is it?"}]}]}
+    body = {
+        "model": "x",
+        "messages": [
+            {
+                "role": "user",
+                "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}}, {"type": "text", "text": "what is it?"}],
+            }
+        ],
+    }
     counted = httpx.post(f"{vision_server.url}/v1/messages/count_tokens", json=body, timeout=30).json()["input_tokens"]
     message = vision_server.anthropic().messages.create(max_tokens=2, extra_body={"thinking": {"type": "disabled"}}, **body)
     assert counted == message.usage.input_tokens + message.usage.cache_read_input_tokens
@@ -126,7 +151,10 @@ def _after_a_tool_call(client, result_content):
     """A conversation where the model called a tool and the client sends back its result (Claude Code's Read of a
     picture file, a screenshot tool)."""
     return client.messages.create(
-        model="x", max_tokens=4, tools=[SCREENSHOT_TOOL], extra_body={"thinking": {"type": "disabled"}},
+        model="x",
+        max_tokens=4,
+        tools=[SCREENSHOT_TOOL],
+        extra_body={"thinking": {"type": "disabled"}},
         messages=[
             {"role": "user", "content": "take a screenshot"},
             {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "screenshot", "input": {}}]},
@@ -175,9 +203,15 @@ def test_openai_pictures_in_a_tool_message_reach_the_model_and_elsewhere_are_a_4
 
     def ask(tool_content, first="take a screenshot"):
         return client.chat.completions.create(
-            model="x", max_tokens=4, extra_body=OFF, **GREEDY,
-            messages=[{"role": "user", "content": first}, {"role": "assistant", "content": None, "tool_calls": [call]},
-                      {"role": "tool", "tool_call_id": "call_1", "content": tool_content}],
+            model="x",
+            max_tokens=4,
+            extra_body=OFF,
+            **GREEDY,
+            messages=[
+                {"role": "user", "content": first},
+                {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "call_1", "content": tool_content},
+            ],
         )
 
     plain = ask([{"type": "text", "text": "here it is"}])
@@ -186,8 +220,9 @@ def test_openai_pictures_in_a_tool_message_reach_the_model_and_elsewhere_are_a_4
     for role in ("system", "assistant"):
         with pytest.raises(openai.BadRequestError) as info:
             client.chat.completions.create(
-                model="x", max_tokens=4, messages=[{"role": role, "content": [{"type": "image_url", "image_url": {"url": _data_url()}}]},
-                                                   {"role": "user", "content": "hi"}],
+                model="x",
+                max_tokens=4,
+                messages=[{"role": role, "content": [{"type": "image_url", "image_url": {"url": _data_url()}}]}, {"role": "user", "content": "hi"}],
             )
         assert f"not in a {role} message" in str(info.value)
 
@@ -196,7 +231,9 @@ def test_too_many_pictures_for_the_context_is_a_400_naming_them_and_the_server_g
     with serve(tiny_vlm_path, context=120, default_thinking=False) as small:
         client = small.openai()
         with pytest.raises(openai.BadRequestError) as info:
-            client.chat.completions.create(model="x", messages=_openai_message("all of these", *[_data_url((256, 256), seed=s) for s in range(3)]), max_tokens=4)
+            client.chat.completions.create(
+                model="x", messages=_openai_message("all of these", *[_data_url((256, 256), seed=s) for s in range(3)]), max_tokens=4
+            )
         assert "with its 3 pictures' image tokens" in str(info.value) and "send fewer or smaller pictures" in str(info.value)
         ok = client.chat.completions.create(model="x", messages=_openai_message("just one", _data_url((64, 64))), max_tokens=4, extra_body=OFF, **GREEDY)
         assert ok.usage.completion_tokens > 0

@@ -32,9 +32,7 @@ def _generation_prompt(served) -> int:
     """The tokens of the prompt's generation prompt (thinking off): a follow-up reuses all before it."""
     tokenizer = served.engine.model.tokenizer
     turn = [{"role": "user", "content": "x"}]
-    with_prompt, without = (
-        tokenizer.apply_chat_template(turn, add_generation_prompt=g, enable_thinking=False, tokenize=True) for g in (True, False)
-    )
+    with_prompt, without = (tokenizer.apply_chat_template(turn, add_generation_prompt=g, enable_thinking=False, tokenize=True) for g in (True, False))
     return len(with_prompt) - len(without)
 
 

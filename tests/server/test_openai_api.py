@@ -35,18 +35,24 @@ def refused(body) -> ApiError:
 
 
 def test_roles_content_parts_and_history_tool_calls_become_chat_messages():
-    call = parse({
-        "model": "gpt-4o",
-        "messages": [
-            {"role": "developer", "content": "Be brief."},
-            {"role": "user", "content": [{"type": "text", "text": "Weather "}, {"type": "text", "text": "in Paris?"}]},
-            {"role": "assistant", "content": None, "reasoning_content": "need a tool",
-             "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
-            {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
-        ],
-        "tools": [WEATHER],
-        "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
-    })
+    call = parse(
+        {
+            "model": "gpt-4o",
+            "messages": [
+                {"role": "developer", "content": "Be brief."},
+                {"role": "user", "content": [{"type": "text", "text": "Weather "}, {"type": "text", "text": "in Paris?"}]},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "reasoning_content": "need a tool",
+                    "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}],
+                },
+                {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+            ],
+            "tools": [WEATHER],
+            "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+        }
+    )
     m = call.request.messages
     assert [x.role for x in m] == [Role.SYSTEM, Role.USER, Role.ASSISTANT, Role.TOOL]
     assert m[1].content == "Weather in Paris?"
@@ -60,8 +66,16 @@ def test_roles_content_parts_and_history_tool_calls_become_chat_messages():
 
 def test_image_parts_are_decoded_from_data_urls_and_remote_urls_refused():
     png = "iVBORw0KGgo="
-    call = parse({"messages": [{"role": "user", "content": [
-        {"type": "text", "text": "what is this"}, {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{png}"}}]}]})
+    call = parse(
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [{"type": "text", "text": "what is this"}, {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{png}"}}],
+                }
+            ]
+        }
+    )
     image = call.request.messages[0].images[0]
     assert image.media_type == "image/png" and image.data.startswith(b"\x89PNG")
     error = refused({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}]}]})
@@ -88,9 +102,22 @@ def test_server_default_thinking_applies_when_the_request_is_silent():
 
 
 def test_sampling_fields_override_the_preset_and_stop_accepts_string_or_list():
-    call = parse({"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 77, "temperature": 0,
-                  "top_p": 0.5, "top_k": -1, "min_p": 0.1, "presence_penalty": 0.5, "seed": 7, "stop": "END",
-                  "stream": True, "stream_options": {"include_usage": True}, "frequency_penalty": 0.25})
+    call = parse(
+        {
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_completion_tokens": 77,
+            "temperature": 0,
+            "top_p": 0.5,
+            "top_k": -1,
+            "min_p": 0.1,
+            "presence_penalty": 0.5,
+            "seed": 7,
+            "stop": "END",
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "frequency_penalty": 0.25,
+        }
+    )
     s = call.request.sampling
     assert (s.max_tokens, s.temperature, s.top_p, s.top_k, s.min_p, s.presence_penalty, s.seed) == (77, 0.0, 0.5, 0, 0.1, 0.5, 7)
     assert s.frequency_penalty == 0.25
@@ -113,7 +140,10 @@ def test_sampling_fields_override_the_preset_and_stop_accepts_string_or_list():
         ({"messages": [{"role": "user", "content": "hi"}], "temperature": 5}, "temperature"),
         ({"messages": [{"role": "user", "content": "hi"}], "tool_choice": "sometimes"}, "tool_choice"),
         ({"messages": [{"role": "user", "content": "hi"}], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice.function.name"),
-        ({"messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{not json"}}]}]}, "messages[0].tool_calls[0].function.arguments"),
+        (
+            {"messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{not json"}}]}]},
+            "messages[0].tool_calls[0].function.arguments",
+        ),
         ({"messages": [{"role": "user", "content": [{"type": "audio"}]}]}, "messages[0].content[0].type"),
         ({"messages": [{"role": "user", "content": "hi"}], "n": 2}, "n"),
         ({"messages": [{"role": "user", "content": "hi"}], "logprobs": True}, "logprobs"),
@@ -130,8 +160,14 @@ def test_bad_bodies_are_400_naming_the_field(body, param):
 
 
 def done(**kw) -> Completed:
-    values = dict(text="Hello", reasoning="", tool_calls=(), finish_reason=FinishReason.STOP,
-                  usage=Usage(prompt_tokens=100, cached_tokens=80, completion_tokens=5), model="tiny")
+    values = dict(
+        text="Hello",
+        reasoning="",
+        tool_calls=(),
+        finish_reason=FinishReason.STOP,
+        usage=Usage(prompt_tokens=100, cached_tokens=80, completion_tokens=5),
+        model="tiny",
+    )
     values.update(kw)
     return Completed(**values)
 
@@ -143,7 +179,9 @@ def test_completion_body_puts_reasoning_and_tool_calls_in_their_own_fields():
     assert choice["finish_reason"] == "tool_calls"
     message = choice["message"]
     assert message["content"] is None and message["reasoning_content"] == "thought"
-    assert message["tool_calls"] == [{"id": "call_9", "type": "function", "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris", "days": 3})}}]
+    assert message["tool_calls"] == [
+        {"id": "call_9", "type": "function", "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris", "days": 3})}}
+    ]
     assert body["usage"] == {"prompt_tokens": 100, "completion_tokens": 5, "total_tokens": 105, "prompt_tokens_details": {"cached_tokens": 80}}
     assert body["model"] == "tiny"
 
@@ -151,8 +189,13 @@ def test_completion_body_puts_reasoning_and_tool_calls_in_their_own_fields():
 def test_chunks_stream_role_then_reasoning_text_tool_calls_finish_and_usage():
     writer = ChunkWriter("loaded", include_usage=True)
     call = ToolCall("call_1", "get_weather", {"city": "Paris"})
-    events = [ReasoningDelta("hm"), AnswerDelta("I will check."), ToolCallStarted(0, "call_1", "get_weather"),
-              ToolCallFinished(0, call), done(finish_reason=FinishReason.TOOL_CALLS)]
+    events = [
+        ReasoningDelta("hm"),
+        AnswerDelta("I will check."),
+        ToolCallStarted(0, "call_1", "get_weather"),
+        ToolCallFinished(0, call),
+        done(finish_reason=FinishReason.TOOL_CALLS),
+    ]
     chunks = [c for e in events for c in writer.chunks(e)]
     deltas = [c["choices"][0]["delta"] if c["choices"] else None for c in chunks]
     assert deltas[0] == {"role": "assistant", "content": ""}

@@ -23,8 +23,14 @@ from tests.server.conftest import GREEDY, serve
 ANSWER = "".join(SCRIPT_ANSWER)
 HELLO = [{"role": "user", "content": "Hello there"}]
 NO_THINK = {"extra_body": {"chat_template_kwargs": {"enable_thinking": False}}}
-STRICT_TOOL = {"type": "function", "function": {**WEATHER_TOOL["function"], "strict": True, "parameters": {
-    **WEATHER_TOOL["function"]["parameters"], "additionalProperties": False, "required": ["city", "days"]}}}
+STRICT_TOOL = {
+    "type": "function",
+    "function": {
+        **WEATHER_TOOL["function"],
+        "strict": True,
+        "parameters": {**WEATHER_TOOL["function"]["parameters"], "additionalProperties": False, "required": ["city", "days"]},
+    },
+}
 
 
 class GetWeather(pydantic.BaseModel):
@@ -55,10 +61,25 @@ def test_system_and_developer_together_and_a_late_developer_message(tiny_server)
 def test_options_clients_send_at_their_defaults(tiny_server):
     """What LiteLLM / Open WebUI / the Agents SDK put in every request: accepted, the reply unchanged."""
     reply = tiny_server.openai().chat.completions.create(
-        model="qwen", messages=[{"role": "developer", "content": [{"type": "text", "text": "Be helpful."}]}, *HELLO],
-        max_completion_tokens=64, n=1, logprobs=False, response_format={"type": "text"}, user="someone", seed=7,
-        frequency_penalty=0.0, presence_penalty=0.0, stop="\n\n\n", parallel_tool_calls=True, stream=False,
-        store=False, metadata={"app": "x"}, service_tier="auto", top_logprobs=None, **GREEDY, **NO_THINK,
+        model="qwen",
+        messages=[{"role": "developer", "content": [{"type": "text", "text": "Be helpful."}]}, *HELLO],
+        max_completion_tokens=64,
+        n=1,
+        logprobs=False,
+        response_format={"type": "text"},
+        user="someone",
+        seed=7,
+        frequency_penalty=0.0,
+        presence_penalty=0.0,
+        stop="\n\n\n",
+        parallel_tool_calls=True,
+        stream=False,
+        store=False,
+        metadata={"app": "x"},
+        service_tier="auto",
+        top_logprobs=None,
+        **GREEDY,
+        **NO_THINK,
     )
     assert reply.choices[0].message.content == ANSWER and reply.choices[0].finish_reason == "stop"
 
@@ -88,8 +109,9 @@ def test_stream_helper_with_reasoning_keeps_it_out_of_content(tiny_server):
     from macapp.devtools.tiny_model import SCRIPT_REASONING
 
     with tiny_server.openai().chat.completions.stream(model="x", messages=HELLO, max_tokens=64, **GREEDY) as stream:
-        reasoning = "".join((e.chunk.choices[0].delta.model_extra or {}).get("reasoning_content") or ""
-                            for e in stream if e.type == "chunk" and e.chunk.choices)
+        reasoning = "".join(
+            (e.chunk.choices[0].delta.model_extra or {}).get("reasoning_content") or "" for e in stream if e.type == "chunk" and e.chunk.choices
+        )
         final = stream.get_final_completion()
     assert final.choices[0].message.content == ANSWER and reasoning.strip() == "".join(SCRIPT_REASONING)
 
@@ -97,8 +119,14 @@ def test_stream_helper_with_reasoning_keeps_it_out_of_content(tiny_server):
 def test_stream_helper_accumulates_the_tool_call(tool_server):
     """client.chat.completions.stream (Agents SDK, LiteLLM): the final message holds the call with valid JSON."""
     with tool_server.openai().chat.completions.stream(
-        model="gpt-4.1", messages=[{"role": "user", "content": "Weather?"}], tools=[STRICT_TOOL], tool_choice="auto",
-        parallel_tool_calls=False, stream_options={"include_usage": True}, max_completion_tokens=96, **GREEDY,
+        model="gpt-4.1",
+        messages=[{"role": "user", "content": "Weather?"}],
+        tools=[STRICT_TOOL],
+        tool_choice="auto",
+        parallel_tool_calls=False,
+        stream_options={"include_usage": True},
+        max_completion_tokens=96,
+        **GREEDY,
     ) as stream:
         kinds = [event.type for event in stream]
         final = stream.get_final_completion()
@@ -113,8 +141,11 @@ def test_stream_helper_accumulates_the_tool_call(tool_server):
 
 def test_stream_helper_with_a_pydantic_tool_parses_the_arguments(tool_server):
     with tool_server.openai().chat.completions.stream(
-        model="x", messages=[{"role": "user", "content": "Weather?"}], tools=[openai.pydantic_function_tool(GetWeather, name="get_weather")],
-        max_tokens=96, **GREEDY,
+        model="x",
+        messages=[{"role": "user", "content": "Weather?"}],
+        tools=[openai.pydantic_function_tool(GetWeather, name="get_weather")],
+        max_tokens=96,
+        **GREEDY,
     ) as stream:
         final = stream.get_final_completion()
     parsed = final.choices[0].message.tool_calls[0].function.parsed_arguments
@@ -123,19 +154,29 @@ def test_stream_helper_with_a_pydantic_tool_parses_the_arguments(tool_server):
 
 def test_parse_with_a_pydantic_tool(tool_server):
     completion = tool_server.openai().chat.completions.parse(
-        model="x", messages=[{"role": "user", "content": "Weather?"}], max_tokens=96,
-        tools=[openai.pydantic_function_tool(GetWeather, name="get_weather")], **GREEDY,
+        model="x",
+        messages=[{"role": "user", "content": "Weather?"}],
+        max_tokens=96,
+        tools=[openai.pydantic_function_tool(GetWeather, name="get_weather")],
+        **GREEDY,
     )
     assert completion.choices[0].message.tool_calls[0].function.parsed_arguments == GetWeather(city="Paris", days=3)
 
 
-@pytest.mark.parametrize(("model", "choice"), [("scripted_forced_any_path", "required"),
-                                               ("scripted_forced_named_path", {"type": "function", "function": {"name": "get_weather"}})])
+@pytest.mark.parametrize(
+    ("model", "choice"), [("scripted_forced_any_path", "required"), ("scripted_forced_named_path", {"type": "function", "function": {"name": "get_weather"}})]
+)
 def test_forced_tool_choice_required_or_named(request, model, choice):
     """The prompt opens the call; the model writes the rest (these scripted models write just that), streamed too."""
     with serve(request.getfixturevalue(model), default_thinking=False) as served:
-        args = {"model": "x", "messages": [{"role": "user", "content": "Weather?"}], "tools": [STRICT_TOOL, TIME_TOOL],
-                "tool_choice": choice, "max_tokens": 96, **GREEDY}
+        args = {
+            "model": "x",
+            "messages": [{"role": "user", "content": "Weather?"}],
+            "tools": [STRICT_TOOL, TIME_TOOL],
+            "tool_choice": choice,
+            "max_tokens": 96,
+            **GREEDY,
+        }
         reply = served.openai().chat.completions.create(**args)
         with served.openai().chat.completions.stream(**args) as stream:
             final = stream.get_final_completion()
@@ -150,8 +191,11 @@ def test_allowed_tools_offers_only_those(tool_server):
     client = tool_server.openai()
     args = {"model": "x", "messages": [{"role": "user", "content": "Weather?"}], "max_tokens": 96, **GREEDY}
     both = client.chat.completions.create(**args, tools=[STRICT_TOOL, TIME_TOOL])
-    only_time = client.chat.completions.create(**args, tools=[STRICT_TOOL, TIME_TOOL], tool_choice={
-        "type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": [{"type": "function", "function": {"name": "get_time"}}]}})
+    only_time = client.chat.completions.create(
+        **args,
+        tools=[STRICT_TOOL, TIME_TOOL],
+        tool_choice={"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": [{"type": "function", "function": {"name": "get_time"}}]}},
+    )
     alone = client.chat.completions.create(**args, tools=[TIME_TOOL])
     assert only_time.usage.prompt_tokens == alone.usage.prompt_tokens < both.usage.prompt_tokens
 
@@ -160,9 +204,14 @@ def test_history_with_null_content_and_tool_results_as_parts(tool_server):
     messages = [
         {"role": "developer", "content": "Use tools."},
         {"role": "user", "content": [{"type": "text", "text": "Weather in Paris?"}]},
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\", \"days\": 3}"}},
-            {"id": "call_2", "type": "function", "function": {"name": "get_weather", "arguments": ""}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris", "days": 3}'}},
+                {"id": "call_2", "type": "function", "function": {"name": "get_weather", "arguments": ""}},
+            ],
+        },
         {"role": "tool", "tool_call_id": "call_1", "content": [{"type": "text", "text": "Sunny"}, {"type": "text", "text": ", 21 C"}]},
         {"role": "tool", "tool_call_id": "call_2", "content": "Rain"},
     ]
@@ -182,7 +231,10 @@ def test_parallel_tool_calls_false_gives_at_most_one_call(scripted_two_calls_pat
             final = stream.get_final_completion()
         assert len(final.choices[0].message.tool_calls) == 1 and final.choices[0].finish_reason == "tool_calls"
         message = served.anthropic().messages.create(
-            model="m", max_tokens=96, messages=[{"role": "user", "content": "Weather?"}], extra_body={"temperature": 0.0},
+            model="m",
+            max_tokens=96,
+            messages=[{"role": "user", "content": "Weather?"}],
+            extra_body={"temperature": 0.0},
             tools=[{"name": t["function"]["name"], "input_schema": t["function"]["parameters"]} for t in (WEATHER_TOOL, TIME_TOOL)],
             tool_choice={"type": "auto", "disable_parallel_tool_use": True},
         )
@@ -222,8 +274,13 @@ def test_the_reply_names_the_model_that_answered(tiny_server):
         ({"tools": [{"type": "function", "function": {"name": "a"}}], "tool_choice": {"type": "function", "function": {"name": "b"}}}, "'b'"),
         ({"temperature": 9}, "temperature"),
         ({"functions": [{"name": "f", "parameters": {}}], "function_call": "auto"}, "deprecated"),
-        ({"tools": [STRICT_TOOL], "tool_choice": {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": [
-            {"type": "function", "function": {"name": "nope"}}]}}}, "'nope'"),
+        (
+            {
+                "tools": [STRICT_TOOL],
+                "tool_choice": {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": [{"type": "function", "function": {"name": "nope"}}]}},
+            },
+            "'nope'",
+        ),
         ({"tools": [STRICT_TOOL], "tool_choice": {"type": "custom", "custom": {"name": "get_weather"}}}, "custom"),
         ({"messages": [{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}]}, "input_audio"),
     ],

@@ -38,7 +38,12 @@ def test_thinking_off_by_template_kwargs_or_reasoning_effort(tiny_server):
 
 def test_streamed_reply_ends_with_done_and_usage(tiny_server):
     stream = tiny_server.openai().chat.completions.create(
-        model="x", messages=HELLO, max_tokens=64, stream=True, stream_options={"include_usage": True}, **GREEDY,
+        model="x",
+        messages=HELLO,
+        max_tokens=64,
+        stream=True,
+        stream_options={"include_usage": True},
+        **GREEDY,
     )
     content, reasoning, finish, usage = "", "", None, None
     for chunk in stream:
@@ -84,7 +89,12 @@ def test_tool_call_out_then_history_with_the_call_and_its_result_back_in(tool_se
 
 def test_streamed_tool_call_deltas(tool_server):
     stream = tool_server.openai().chat.completions.create(
-        model="x", messages=[{"role": "user", "content": "Weather?"}], tools=[WEATHER_TOOL], max_tokens=96, stream=True, **GREEDY,
+        model="x",
+        messages=[{"role": "user", "content": "Weather?"}],
+        tools=[WEATHER_TOOL],
+        max_tokens=96,
+        stream=True,
+        **GREEDY,
     )
     calls: dict[int, dict] = {}
     content, finish = "", None
@@ -121,8 +131,7 @@ def test_agent_loop_reads_only_the_new_tail(tool_server, streamed):
             reply = client.chat.completions.create(**ask)
         usages.append(reply.usage)
         call = reply.choices[0].message.tool_calls[0]
-        messages += [reply.choices[0].message.model_dump(exclude_none=True),
-                     {"role": "tool", "tool_call_id": call.id, "content": f"result {round_}: sunny"}]
+        messages += [reply.choices[0].message.model_dump(exclude_none=True), {"role": "tool", "tool_call_id": call.id, "content": f"result {round_}: sunny"}]
     first, *later = usages
     assert first.prompt_tokens > 200
     for previous, usage in zip(usages, later):
@@ -144,8 +153,9 @@ def test_health(tiny_server):
 
 
 def test_stop_sequence_cuts_the_answer(tiny_server):
-    reply = tiny_server.openai().chat.completions.create(model="x", messages=HELLO, max_tokens=64, stop=[" is"],
-                                                         extra_body={"reasoning_effort": "none"}, **GREEDY)
+    reply = tiny_server.openai().chat.completions.create(
+        model="x", messages=HELLO, max_tokens=64, stop=[" is"], extra_body={"reasoning_effort": "none"}, **GREEDY
+    )
     assert reply.choices[0].message.content == "The answer" and reply.choices[0].finish_reason == "stop"
 
 
@@ -167,8 +177,15 @@ def test_seed_makes_a_sampled_reply_repeatable(tiny_server):
 
     def sample(seed: int) -> str:
         reply = tiny_server.openai().chat.completions.create(
-            model="x", messages=HELLO, max_tokens=24, temperature=1.0, top_p=1.0, seed=seed,
-            logit_bias=no_eos_bias(tiny_server), extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+            model="x",
+            messages=HELLO,
+            max_tokens=24,
+            temperature=1.0,
+            top_p=1.0,
+            seed=seed,
+            logit_bias=no_eos_bias(tiny_server),
+            extra_body={"chat_template_kwargs": {"enable_thinking": False}},
+        )
         return reply.choices[0].message.content
 
     first = sample(7)

@@ -40,8 +40,7 @@ def test_the_recorded_requests_read_as_qwen_code_means_them():
 @pytest.fixture(scope="module")
 def qwen_turns(tiny_models_dir) -> dict:
     with serve(tool_model(tiny_models_dir, "qwen-code"), api_key=KEY) as served:
-        turns = {name: openai_completion(replay(served, recorded(AGENT, name)))
-                 for name in ("tool_request.json", "tool_followup.json", "memory_request.json")}
+        turns = {name: openai_completion(replay(served, recorded(AGENT, name))) for name in ("tool_request.json", "tool_followup.json", "memory_request.json")}
         wait_idle(served)
         turns["records"] = served.activity.records()
     return turns

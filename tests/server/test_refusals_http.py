@@ -46,7 +46,6 @@ def test_each_kind_of_refusal_is_listed_with_its_status_and_reason(tiny_dense_pa
         assert len(ran) == 1 and ran[0].state is RequestState.DONE
 
 
-
 def test_a_full_queue_is_listed_as_refused_429_with_its_reason(tiny_dense_path):
     """With room for one request and none waiting, a second one while the first waits gets 429 (each API in its own
     shape, with Retry-After): listed as refused with its status and reason, in the list and the log line."""
@@ -56,8 +55,9 @@ def test_a_full_queue_is_listed_as_refused_429_with_its_reason(tiny_dense_path):
         gate = threading.Event()
         served.engine.submit("hold", lambda job: gate.wait(30))  # the worker is busy: the first request waits
         answers = []
-        first = threading.Thread(target=lambda: answers.append(httpx2.post(
-            f"{served.url}/v1/chat/completions", json={"messages": HELLO, "max_tokens": 2}, timeout=60)))
+        first = threading.Thread(
+            target=lambda: answers.append(httpx2.post(f"{served.url}/v1/chat/completions", json={"messages": HELLO, "max_tokens": 2}, timeout=60))
+        )
         try:
             first.start()
             deadline = time.monotonic() + 30

@@ -110,8 +110,25 @@ def test_whole_floats_are_integers_and_numbers_are_not_strings_or_booleans():
 
 
 def test_null_is_the_same_as_absent_for_optional_fields():
-    nulls = {key: None for key in ("model", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "tools",
-                                   "tool_choice", "stream", "stream_options", "logit_bias", "response_format", "n")}
+    nulls = {
+        key: None
+        for key in (
+            "model",
+            "max_tokens",
+            "temperature",
+            "top_p",
+            "top_k",
+            "seed",
+            "stop",
+            "tools",
+            "tool_choice",
+            "stream",
+            "stream_options",
+            "logit_bias",
+            "response_format",
+            "n",
+        )
+    }
     call = PARSERS["openai"](nulls)
     assert call.request.stop == () and call.request.tools == () and not call.stream
     assert PARSERS["anthropic"]({"system": None, "thinking": None, "tools": None, "stop_sequences": None}).request.thinking is False
@@ -121,7 +138,10 @@ def test_null_is_the_same_as_absent_for_optional_fields():
 def test_unknown_fields_are_accepted_at_every_level_and_logged_once_at_the_top(caplog):
     unknown = f"field_{uuid.uuid4().hex[:8]}"  # the log remembers names for the whole process
     body = {
-        "model": "m", "max_tokens": 8, "context_management": {"edits": []}, unknown: {"any": ["thing"]},
+        "model": "m",
+        "max_tokens": 8,
+        "context_management": {"edits": []},
+        unknown: {"any": ["thing"]},
         "system": [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}, "citations": None}],
         "messages": [{"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}], "id": "x"}],
         "tools": [{"name": "f", "input_schema": {"type": "object"}, "cache_control": {}, "defer_loading": True}],

@@ -28,15 +28,17 @@ def parse_input(items: list) -> tuple[ChatMessage, ...]:
 
 
 def test_a_replies_items_become_one_assistant_turn():
-    messages = parse_input([
-        {"role": "user", "content": "Weather?"},
-        {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "Look it up."}]},
-        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "I will check."}]},
-        {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": "{\"city\": \"Paris\"}"},
-        {"type": "function_call", "call_id": "call_2", "name": "get_time", "arguments": ""},
-        {"type": "function_call_output", "call_id": "call_1", "output": "sunny"},
-        {"type": "function_call_output", "call_id": "call_2", "output": [{"type": "input_text", "text": "noon"}]},
-    ])
+    messages = parse_input(
+        [
+            {"role": "user", "content": "Weather?"},
+            {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "Look it up."}]},
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "I will check."}]},
+            {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city": "Paris"}'},
+            {"type": "function_call", "call_id": "call_2", "name": "get_time", "arguments": ""},
+            {"type": "function_call_output", "call_id": "call_1", "output": "sunny"},
+            {"type": "function_call_output", "call_id": "call_2", "output": [{"type": "input_text", "text": "noon"}]},
+        ]
+    )
     user, assistant, first, second = messages
     assert user == ChatMessage(Role.USER, "Weather?")
     assert (assistant.content, assistant.reasoning) == ("I will check.", "Look it up.")
@@ -46,21 +48,29 @@ def test_a_replies_items_become_one_assistant_turn():
 
 
 def test_reasoning_content_wins_over_its_summary_and_encrypted_only_is_skipped():
-    with_content = parse_input([{"role": "user", "content": "Hi"}, {"type": "reasoning", "summary": [{"type": "summary_text", "text": "short"}],
-                                "content": [{"type": "reasoning_text", "text": "the whole thought"}]}, {"role": "assistant", "content": "Hello"}])
-    encrypted = parse_input([{"role": "user", "content": "Hi"}, {"type": "reasoning", "summary": [], "encrypted_content": "gAAA"},
-                             {"role": "assistant", "content": "Hello"}])
+    with_content = parse_input(
+        [
+            {"role": "user", "content": "Hi"},
+            {"type": "reasoning", "summary": [{"type": "summary_text", "text": "short"}], "content": [{"type": "reasoning_text", "text": "the whole thought"}]},
+            {"role": "assistant", "content": "Hello"},
+        ]
+    )
+    encrypted = parse_input(
+        [{"role": "user", "content": "Hi"}, {"type": "reasoning", "summary": [], "encrypted_content": "gAAA"}, {"role": "assistant", "content": "Hello"}]
+    )
     assert with_content[-1].reasoning == "the whole thought" and encrypted[-1].reasoning is None
 
 
 def test_custom_tool_calls_and_foreign_items():
-    messages = parse_input([
-        {"role": "user", "content": "Patch it."},
-        {"type": "custom_tool_call", "call_id": "c1", "name": "apply_patch", "input": "*** Begin Patch"},
-        {"type": "custom_tool_call_output", "call_id": "c1", "output": "Done"},
-        {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"type": "search", "query": "x"}},
-        {"type": "local_shell_call", "call_id": "c2", "status": "completed", "action": {"type": "exec", "command": ["ls"]}},
-    ])
+    messages = parse_input(
+        [
+            {"role": "user", "content": "Patch it."},
+            {"type": "custom_tool_call", "call_id": "c1", "name": "apply_patch", "input": "*** Begin Patch"},
+            {"type": "custom_tool_call_output", "call_id": "c1", "output": "Done"},
+            {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"type": "search", "query": "x"}},
+            {"type": "local_shell_call", "call_id": "c2", "status": "completed", "action": {"type": "exec", "command": ["ls"]}},
+        ]
+    )
     assert [m.role for m in messages] == [Role.USER, Role.ASSISTANT, Role.TOOL]
     assert messages[1].tool_calls == (ToolCall("c1", "apply_patch", {"input": "*** Begin Patch"}),)
     assert messages[2].name == "apply_patch"
@@ -68,16 +78,24 @@ def test_custom_tool_calls_and_foreign_items():
 
 def test_previous_conversation_goes_first_and_instructions_do_not_carry_over():
     previous = (ChatMessage(Role.USER, "Weather?"), ChatMessage(Role.ASSISTANT, "", tool_calls=(CALL,)))
-    call = parse_responses_request({"instructions": "Be brief.", "input": [{"type": "function_call_output", "call_id": "call_1", "output": "sunny"}]},
-                                   default_thinking=False, previous=previous)
+    call = parse_responses_request(
+        {"instructions": "Be brief.", "input": [{"type": "function_call_output", "call_id": "call_1", "output": "sunny"}]},
+        default_thinking=False,
+        previous=previous,
+    )
     assert [m.role for m in call.request.messages] == [Role.SYSTEM, Role.USER, Role.ASSISTANT, Role.TOOL]
     assert call.request.messages[-1].name == "get_weather"
     assert call.conversation == call.request.messages[1:]  # what a later continuation starts from
 
 
 def test_effort_and_tool_choice_mapping():
-    body = {"input": "Hi", "reasoning": {"effort": "low"}, "tools": [{"type": "function", "name": "f"}, {"type": "web_search"}],
-            "tool_choice": {"type": "function", "name": "f"}, "parallel_tool_calls": False}
+    body = {
+        "input": "Hi",
+        "reasoning": {"effort": "low"},
+        "tools": [{"type": "function", "name": "f"}, {"type": "web_search"}],
+        "tool_choice": {"type": "function", "name": "f"},
+        "parallel_tool_calls": False,
+    }
     request = parse_responses_request(body, default_thinking=False).request
     assert request.thinking and request.thinking_budget == 2048
     assert (request.tool_choice.mode, request.tool_choice.name, request.tool_choice.parallel) == (ToolChoiceMode.FUNCTION, "f", False)
@@ -94,10 +112,15 @@ def _done(**kw) -> Completed:
 def test_stream_writer_items_match_the_final_response():
     writer = StreamWriter(ResponseShell("tiny", {}))
     events = writer.start()
-    for event in [ReasoningDelta("Hmm"), ReasoningDelta("."), AnswerDelta("I will"), AnswerDelta(" check."),
-                  ToolCallStarted(0, "call_1", "get_weather"), ToolCallFinished(0, CALL),
-                  _done(text="I will check.", reasoning="Hmm.", tool_calls=(CALL,), finish_reason=FinishReason.TOOL_CALLS,
-                        usage=Usage(100, 90, 5, reasoning_tokens=2))]:
+    for event in [
+        ReasoningDelta("Hmm"),
+        ReasoningDelta("."),
+        AnswerDelta("I will"),
+        AnswerDelta(" check."),
+        ToolCallStarted(0, "call_1", "get_weather"),
+        ToolCallFinished(0, CALL),
+        _done(text="I will check.", reasoning="Hmm.", tool_calls=(CALL,), finish_reason=FinishReason.TOOL_CALLS, usage=Usage(100, 90, 5, reasoning_tokens=2)),
+    ]:
         events += writer.events(event)
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     final = events[-1]

@@ -51,8 +51,11 @@ def test_instructions_and_developer_message_are_the_system_prompt(tiny_server):
     client = tiny_server.openai()
     by_instructions = client.responses.create(model="x", instructions="Be brief.", input="Hello", max_output_tokens=8, **OFF, **GREEDY)
     by_developer = client.responses.create(
-        model="x", input=[{"role": "developer", "content": "Be brief."}, {"role": "user", "content": [{"type": "input_text", "text": "Hello"}]}],
-        max_output_tokens=8, **OFF, **GREEDY,
+        model="x",
+        input=[{"role": "developer", "content": "Be brief."}, {"role": "user", "content": [{"type": "input_text", "text": "Hello"}]}],
+        max_output_tokens=8,
+        **OFF,
+        **GREEDY,
     )
     bare = client.responses.create(model="x", input="Hello", max_output_tokens=8, **OFF, **GREEDY)
     assert by_instructions.usage.input_tokens == by_developer.usage.input_tokens > bare.usage.input_tokens
@@ -100,7 +103,12 @@ def test_max_output_tokens_gives_incomplete(tiny_server):
 
 def test_a_function_call(tool_server):
     reply = tool_server.openai().responses.create(
-        model="gpt-5-codex", input="Weather in Paris?", tools=[FUNCTION, TIME_FUNCTION], tool_choice="auto", max_output_tokens=96, **GREEDY,
+        model="gpt-5-codex",
+        input="Weather in Paris?",
+        tools=[FUNCTION, TIME_FUNCTION],
+        tool_choice="auto",
+        max_output_tokens=96,
+        **GREEDY,
     )
     message, call = reply.output
     assert message.type == "message" and message.content[0].text.strip() == TOOL_PREAMBLE
@@ -111,7 +119,12 @@ def test_a_function_call(tool_server):
 
 def test_a_streamed_function_call_through_the_helper(tool_server):
     with tool_server.openai().responses.stream(
-        model="x", input="Weather?", tools=[FUNCTION], parallel_tool_calls=False, max_output_tokens=96, **GREEDY,
+        model="x",
+        input="Weather?",
+        tools=[FUNCTION],
+        parallel_tool_calls=False,
+        max_output_tokens=96,
+        **GREEDY,
     ) as stream:
         kinds = [e.type for e in stream]
         final = stream.get_final_response()
@@ -237,10 +250,23 @@ def _data_url(size=(64, 64), seed=0) -> str:
 def test_input_image_parts_reach_the_model(vision_server):
     client = vision_server.openai()
     plain = client.responses.create(model="x", input="what is it?", max_output_tokens=8, **GREEDY)
-    small = client.responses.create(model="x", max_output_tokens=8, **GREEDY, input=[{"role": "user", "content": [
-        {"type": "input_image", "image_url": _data_url((64, 64)), "detail": "auto"}, {"type": "input_text", "text": "what is it?"}]}])
-    big = client.responses.create(model="x", max_output_tokens=8, **GREEDY, input=[{"role": "user", "content": [
-        {"type": "input_image", "image_url": _data_url((192, 128))}, {"type": "input_text", "text": "what is it?"}]}])
+    small = client.responses.create(
+        model="x",
+        max_output_tokens=8,
+        **GREEDY,
+        input=[
+            {
+                "role": "user",
+                "content": [{"type": "input_image", "image_url": _data_url((64, 64)), "detail": "auto"}, {"type": "input_text", "text": "what is it?"}],
+            }
+        ],
+    )
+    big = client.responses.create(
+        model="x",
+        max_output_tokens=8,
+        **GREEDY,
+        input=[{"role": "user", "content": [{"type": "input_image", "image_url": _data_url((192, 128))}, {"type": "input_text", "text": "what is it?"}]}],
+    )
     assert small.usage.input_tokens == plain.usage.input_tokens + 4 + 2  # its image tokens and vision marks
     assert big.usage.input_tokens == plain.usage.input_tokens + 24 + 2
 
@@ -248,19 +274,33 @@ def test_input_image_parts_reach_the_model(vision_server):
 def test_a_picture_in_a_function_call_output(vision_server):
     """A screenshot tool's output (Codex's view_image): the picture reaches the model inside the tool's response."""
     client = vision_server.openai()
-    history = [{"role": "user", "content": "Look at the screen."},
-               {"type": "function_call", "call_id": "call_1", "name": "screenshot", "arguments": "{}"}]
+    history = [{"role": "user", "content": "Look at the screen."}, {"type": "function_call", "call_id": "call_1", "name": "screenshot", "arguments": "{}"}]
     tools = [{"type": "function", "name": "screenshot", "parameters": {"type": "object", "properties": {}}}]
-    text = client.responses.create(model="x", tools=tools, max_output_tokens=8, **GREEDY, input=[
-        *history, {"type": "function_call_output", "call_id": "call_1", "output": "no picture"}])
-    picture = client.responses.create(model="x", tools=tools, max_output_tokens=8, **GREEDY, input=[
-        *history, {"type": "function_call_output", "call_id": "call_1", "output": [
-            {"type": "input_text", "text": "no picture"}, {"type": "input_image", "image_url": _data_url((64, 64))}]}])
+    text = client.responses.create(
+        model="x", tools=tools, max_output_tokens=8, **GREEDY, input=[*history, {"type": "function_call_output", "call_id": "call_1", "output": "no picture"}]
+    )
+    picture = client.responses.create(
+        model="x",
+        tools=tools,
+        max_output_tokens=8,
+        **GREEDY,
+        input=[
+            *history,
+            {
+                "type": "function_call_output",
+                "call_id": "call_1",
+                "output": [{"type": "input_text", "text": "no picture"}, {"type": "input_image", "image_url": _data_url((64, 64))}],
+            },
+        ],
+    )
     assert picture.usage.input_tokens == text.usage.input_tokens + 4 + 2
 
 
 def test_a_picture_on_a_text_only_build_is_a_400_naming_input(tiny_server):
     with pytest.raises(openai.BadRequestError) as caught:
-        tiny_server.openai().responses.create(model="x", max_output_tokens=8, input=[{"role": "user", "content": [
-            {"type": "input_image", "image_url": _data_url()}, {"type": "input_text", "text": "what?"}]}])
+        tiny_server.openai().responses.create(
+            model="x",
+            max_output_tokens=8,
+            input=[{"role": "user", "content": [{"type": "input_image", "image_url": _data_url()}, {"type": "input_text", "text": "what?"}]}],
+        )
     assert caught.value.body["param"] == "input"

@@ -62,7 +62,7 @@ def _codex_turn(served, body: dict) -> dict:
     headers = {k: v for k, v in _recorded("tool_request.json")["headers"].items() if k != "content-type"}
     with httpx2.stream("POST", f"{served.url}/v1/responses", json=body, headers=headers, timeout=300) as response:
         assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
-        events = [json.loads(line[len("data:"):]) for line in response.iter_lines() if line.startswith("data:")]
+        events = [json.loads(line[len("data:") :]) for line in response.iter_lines() if line.startswith("data:")]
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     assert events[0]["type"] == "response.created" and events[-1]["type"] == "response.completed"
     final = events[-1]["response"]

@@ -110,10 +110,21 @@ def test_a_prompt_over_the_context_is_a_400_naming_input(tiny_dense_path):
 
 
 def test_unknown_optional_fields_are_accepted(tiny_server):
-    body = {**GOOD, "include": ["reasoning.encrypted_content"], "prompt_cache_key": "k", "service_tier": "auto",
-            "client_metadata": {"x": "y"}, "safety_identifier": "u", "truncation": "auto", "text": {"verbosity": "low"},
-            "stream_options": {"include_obfuscation": False}, "top_logprobs": 0, "max_tool_calls": 4, "user": "me",
-            "some_future_field": {"nested": True}}
+    body = {
+        **GOOD,
+        "include": ["reasoning.encrypted_content"],
+        "prompt_cache_key": "k",
+        "service_tier": "auto",
+        "client_metadata": {"x": "y"},
+        "safety_identifier": "u",
+        "truncation": "auto",
+        "text": {"verbosity": "low"},
+        "stream_options": {"include_obfuscation": False},
+        "top_logprobs": 0,
+        "max_tool_calls": 4,
+        "user": "me",
+        "some_future_field": {"nested": True},
+    }
     response = _post(tiny_server, body)
     assert response.status_code == 200 and response.json()["object"] == "response"
 

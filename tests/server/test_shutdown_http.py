@@ -15,8 +15,15 @@ from tests.server.conftest import no_eos_bias, serve
 
 
 def endless(served, **extra):
-    return {"model": "x", "messages": [{"role": "user", "content": "Tell me everything."}], "temperature": 0,
-            "max_tokens": 100_000, "logit_bias": no_eos_bias(served), "chat_template_kwargs": {"enable_thinking": False}, **extra}
+    return {
+        "model": "x",
+        "messages": [{"role": "user", "content": "Tell me everything."}],
+        "temperature": 0,
+        "max_tokens": 100_000,
+        "logit_bias": no_eos_bias(served),
+        "chat_template_kwargs": {"enable_thinking": False},
+        **extra,
+    }
 
 
 def sse_events(lines):
@@ -24,9 +31,9 @@ def sse_events(lines):
     name, out = None, []
     for line in lines:
         if line.startswith("event: "):
-            name = line[len("event: "):]
+            name = line[len("event: ") :]
         elif line.startswith("data: "):
-            data = line[len("data: "):]
+            data = line[len("data: ") :]
             out.append((name, data if data == "[DONE]" else json.loads(data)))
             name = None
     return out
@@ -34,6 +41,7 @@ def sse_events(lines):
 
 def stop_after(served, condition, timeout=60.0):
     """Stop the server (on another thread, as SIGTERM's handler does) once `condition()` holds."""
+
     def run():
         deadline = time.monotonic() + timeout
         while not condition() and time.monotonic() < deadline:
@@ -67,8 +75,7 @@ def test_an_openai_stream_cut_by_shutdown_ends_with_an_error_not_a_finish(tiny_d
 
 def test_an_anthropic_stream_cut_by_shutdown_ends_with_an_error_event(tiny_dense_path):
     with serve(tiny_dense_path) as served:
-        body = {"model": "m", "max_tokens": 100_000, "stream": True, "temperature": 0,
-                "messages": [{"role": "user", "content": "Tell me everything."}]}
+        body = {"model": "m", "max_tokens": 100_000, "stream": True, "temperature": 0, "messages": [{"role": "user", "content": "Tell me everything."}]}
         body["stop_sequences"] = []
         lines: list[str] = []
         stopper = None

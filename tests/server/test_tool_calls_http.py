@@ -42,12 +42,10 @@ def test_three_calls_streamed_with_their_indexes_openai(two_calls_server):
 
 
 def test_three_tool_use_blocks_anthropic(two_calls_server):
-    message = two_calls_server.anthropic().messages.create(model="m", max_tokens=128, messages=ASK, tools=ANTHROPIC_TOOLS,
-                                                          extra_body={"temperature": 0})
+    message = two_calls_server.anthropic().messages.create(model="m", max_tokens=128, messages=ASK, tools=ANTHROPIC_TOOLS, extra_body={"temperature": 0})
     assert [(b.name, b.input) for b in message.content if b.type == "tool_use"] == TWO_CALLS
     assert message.stop_reason == "tool_use"
-    with two_calls_server.anthropic().messages.stream(model="m", max_tokens=128, messages=ASK, tools=ANTHROPIC_TOOLS,
-                                                      extra_body={"temperature": 0}) as stream:
+    with two_calls_server.anthropic().messages.stream(model="m", max_tokens=128, messages=ASK, tools=ANTHROPIC_TOOLS, extra_body={"temperature": 0}) as stream:
         final = stream.get_final_message()
     assert [(b.name, b.input) for b in final.content if b.type == "tool_use"] == TWO_CALLS
 
@@ -57,7 +55,6 @@ def test_a_malformed_call_comes_back_as_text(scripted_malformed_path):
         reply = served.openai().chat.completions.create(model="x", messages=ASK, tools=TOOLS, max_tokens=128, **GREEDY)
         assert reply.choices[0].message.content == MALFORMED_TEXT
         assert not reply.choices[0].message.tool_calls and reply.choices[0].finish_reason == "stop"
-        message = served.anthropic().messages.create(model="m", max_tokens=128, messages=ASK, tools=ANTHROPIC_TOOLS,
-                                                     extra_body={"temperature": 0})
+        message = served.anthropic().messages.create(model="m", max_tokens=128, messages=ASK, tools=ANTHROPIC_TOOLS, extra_body={"temperature": 0})
         assert [b.type for b in message.content] == ["text"] and message.content[0].text == MALFORMED_TEXT
         assert message.stop_reason == "end_turn"

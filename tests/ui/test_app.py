@@ -20,8 +20,7 @@ def test_menu_bar_has_the_standard_mac_items(window):
 def test_qwen_desk_screenshot_flag_through_the_command(tmp_path):
     out = tmp_path / "window.png"
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
-    res = subprocess.run([sys.executable, "-m", "macapp", "--screenshot", str(out)], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=60)
+    res = subprocess.run([sys.executable, "-m", "macapp", "--screenshot", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     assert out.stat().st_size > 10_000
 

@@ -40,9 +40,7 @@ def _prepare(session, twist, text, thinking):
     if twist == "refuse":
         session.options = replace(before, context_limit=session.context_tokens + 8)
     elif twist == "fail":
-        turn = session.engine.model.tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], add_generation_prompt=True, enable_thinking=thinking
-        )
+        turn = session.engine.model.tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, enable_thinking=thinking)
         start = session.context_tokens + len(turn) + 2 + FAIL_AFTER  # + the previous reply's closing "<|im_end|>\n"
         session.options = replace(before, kv_bits=4, kv_group_size=128, quantized_kv_start=start)
     return before
@@ -118,8 +116,19 @@ class CliDriver:
 
 def _rows(store, conversation_id):
     return [
-        (m.position, m.role, m.content, m.reasoning, m.thinking, m.state, m.finish_reason, m.model,
-         m.stats.prompt_tokens, m.stats.generation_tokens, m.stats.reasoning_tokens)
+        (
+            m.position,
+            m.role,
+            m.content,
+            m.reasoning,
+            m.thinking,
+            m.state,
+            m.finish_reason,
+            m.model,
+            m.stats.prompt_tokens,
+            m.stats.generation_tokens,
+            m.stats.reasoning_tokens,
+        )
         for m in store.get_conversation(conversation_id).messages
     ]
 
@@ -154,11 +163,17 @@ def test_the_window_and_the_command_line_record_the_same_turns_the_same_way(chat
     assert loaded.name == chat.controller.model_ref.name  # the same name the command line records by itself
     contents = [(role, content, state, reason) for _p, role, content, _r, _t, state, reason, *_ in seen]
     stopped, failed = contents[3], contents[7]
-    assert contents[:3] == [("user", "First question", "complete", None), ("assistant", ANSWER, "complete", "stop"),
-                            ("user", "Tell me a long story", "complete", None)]
+    assert contents[:3] == [
+        ("user", "First question", "complete", None),
+        ("assistant", ANSWER, "complete", "stop"),
+        ("user", "Tell me a long story", "complete", None),
+    ]
     assert stopped[0] == "assistant" and stopped[2:] == ("stopped", "stopped") and stopped[1]
-    assert contents[4:7] == [("user", "Another one, edited", "complete", None), ("assistant", ANSWER, "complete", "stop"),
-                             ("user", "This will fail", "complete", None)]  # the refused message left nothing
+    assert contents[4:7] == [
+        ("user", "Another one, edited", "complete", None),
+        ("assistant", ANSWER, "complete", "stop"),
+        ("user", "This will fail", "complete", None),
+    ]  # the refused message left nothing
     assert failed[0] == "assistant" and failed[2:] == ("stopped", "error") and seen[7][3]  # the reasoning so far kept
     assert contents[8:] == [("user", "After the failure", "complete", None), ("assistant", ANSWER, "complete", "stop")]
     assert seen[1][3] == REASONING and seen[1][4] is True  # thinking on: reasoning kept apart

@@ -30,8 +30,7 @@ def test_best_fitting_model_is_suggested_and_selected(library):
     suggestion = library.suggested_row()
     assert suggestion is not None and suggestion.estimate.verdict == "fits"
     assert library.selected_row().key == suggestion.key
-    bigger_fitting = [r for r in library.model.rows
-                      if r.estimate.verdict == "fits" and r.estimate.weights_bytes > suggestion.estimate.weights_bytes]
+    bigger_fitting = [r for r in library.model.rows if r.estimate.verdict == "fits" and r.estimate.weights_bytes > suggestion.estimate.weights_bytes]
     assert bigger_fitting == []
     assert suggestion.title in library.summary.text()
 
@@ -53,6 +52,7 @@ def test_context_and_kv_bits_update_badges_at_once(library, settings):
     library.select("Qwen3.5-9B-4bit")
     shown = library.details.legend_values["kv"].text()
     from macapp.core.memory import format_bytes
+
     assert shown == format_bytes(row.estimate.kv_cache_bytes)
 
 

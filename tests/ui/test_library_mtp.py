@@ -34,12 +34,16 @@ def _records(build: str, source: str) -> int:
     config = json.loads((RECORDED / "Qwen3.5-0.8B.config.json").read_text())
     config["quantization"] = {"bits": 4, "group_size": 64}
     language = HubTensor("language_model.model.norm.weight", "model.safetensors", "BF16", (1024,), 100, 2148, TensorRole.LANGUAGE)
-    head = [HubTensor("mtp.fc.weight", "model-00002.safetensors", "BF16", (1024, 2048), 0, 4_194_304, TensorRole.MTP),
-            HubTensor("mtp.norm.weight", "model-00002.safetensors", "BF16", (1024,), 4_194_304, 4_196_352, TensorRole.MTP)]
-    store_records([
-        HubModelRecord(build, "a" * 40, config, (HubFile("model.safetensors", 2148, "e1"),), (language,)),
-        HubModelRecord(source, "b" * 40, config, (HubFile("model-00002.safetensors", 4_196_352, "e2"),), tuple(head)),
-    ])
+    head = [
+        HubTensor("mtp.fc.weight", "model-00002.safetensors", "BF16", (1024, 2048), 0, 4_194_304, TensorRole.MTP),
+        HubTensor("mtp.norm.weight", "model-00002.safetensors", "BF16", (1024,), 4_194_304, 4_196_352, TensorRole.MTP),
+    ]
+    store_records(
+        [
+            HubModelRecord(build, "a" * 40, config, (HubFile("model.safetensors", 2148, "e1"),), (language,)),
+            HubModelRecord(source, "b" * 40, config, (HubFile("model-00002.safetensors", 4_196_352, "e2"),), tuple(head)),
+        ]
+    )
     return sum(t.nbytes for t in head)
 
 

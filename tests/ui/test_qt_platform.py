@@ -122,8 +122,7 @@ def _no_display_env(tmp_path) -> dict[str, str]:
 
 @linux_only
 def test_the_window_without_a_display_says_so_instead_of_aborting(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "macapp"], capture_output=True, text=True,
-                            env=_no_display_env(tmp_path), timeout=120)
+    result = subprocess.run([sys.executable, "-m", "macapp"], capture_output=True, text=True, env=_no_display_env(tmp_path), timeout=120)
     assert result.returncode == 1, result.stderr
     assert "there is no display" in result.stderr
     assert "--screenshot" in result.stderr
@@ -133,7 +132,8 @@ def test_the_window_without_a_display_says_so_instead_of_aborting(tmp_path):
 @linux_only
 def test_a_screenshot_without_a_display_works(tmp_path):
     out = tmp_path / "window.png"
-    result = subprocess.run([sys.executable, "-m", "macapp", "--screenshot", str(out)], capture_output=True,
-                            text=True, env=_no_display_env(tmp_path), timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "macapp", "--screenshot", str(out)], capture_output=True, text=True, env=_no_display_env(tmp_path), timeout=120
+    )
     assert result.returncode == 0, result.stderr
     assert out.stat().st_size > 10_000

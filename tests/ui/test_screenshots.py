@@ -16,7 +16,11 @@ SHOTS = ["demo", "library", "load-prompt", "settings", "port", "undo", "long-con
 def test_every_newcomer_state_is_shot_and_shows_something(tmp_path):
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
     done = subprocess.run(
-        [sys.executable, "-m", "macapp.devtools.screenshots_newcomer", str(tmp_path)], capture_output=True, text=True, env=env, timeout=240,
+        [sys.executable, "-m", "macapp.devtools.screenshots_newcomer", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     for name in SHOTS:

@@ -39,8 +39,9 @@ def panel(chat, window, qtbot):
 def ask(url: str, results: list) -> threading.Thread:
     def run() -> None:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=60)
-        reply = client.chat.completions.create(model="any", messages=[{"role": "user", "content": "hi"}], temperature=0,
-                                               extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+        reply = client.chat.completions.create(
+            model="any", messages=[{"role": "user", "content": "hi"}], temperature=0, extra_body={"chat_template_kwargs": {"enable_thinking": False}}
+        )
         results.append(reply.choices[0].message.content)
 
     thread = threading.Thread(target=run)
@@ -58,7 +59,7 @@ def test_start_copy_serve_and_stop(panel, window, chat, qtbot):
     text = QGuiApplication.clipboard().text()
     assert text == window.server.settings_text() and "Copied" in panel.message.text()
     assert f"OPENAI_BASE_URL={url}/v1" in text
-    env = json.loads(text[text.index("{"):])["env"]
+    env = json.loads(text[text.index("{") :])["env"]
     assert env["ANTHROPIC_BASE_URL"] == url and env["CLAUDE_CODE_ATTRIBUTION_HEADER"] == "0"
     assert env["ANTHROPIC_MODEL"] == window.server.model_name and env["ANTHROPIC_AUTH_TOKEN"]
 

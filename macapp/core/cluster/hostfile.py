@@ -52,7 +52,7 @@ class Hostfile:
         if backend == "ring":
             for i, host in enumerate(self.hosts):
                 if not host.ips:
-                    raise HostfileError(f"{where}: host {i} ({host.ssh}) has no \"ips\": the ring backend needs an IP address per host")
+                    raise HostfileError(f'{where}: host {i} ({host.ssh}) has no "ips": the ring backend needs an IP address per host')
         else:
             if not self.hosts[0].ips:
                 raise HostfileError(f"{where}: host 0 ({self.hosts[0].ssh}) needs an IP address the other hosts can reach (JACCL's coordinator)")
@@ -60,20 +60,20 @@ class Hostfile:
             for i, host in enumerate(self.hosts):
                 if len(host.rdma) != n or host.rdma[i] is not None:
                     raise HostfileError(
-                        f"{where}: host {i} ({host.ssh}) needs \"rdma\": a list of {n} RDMA devices, null for itself "
+                        f'{where}: host {i} ({host.ssh}) needs "rdma": a list of {n} RDMA devices, null for itself '
                         "(write it with `mlx.distributed_config --backend jaccl --over thunderbolt`)"
                     )
 
 
 def _entry(where: str, i: int, item: object) -> Host:
     if not isinstance(item, dict):
-        raise HostfileError(f"{where}: host {i} is {type(item).__name__}, not an object like {{\"ssh\": \"mac.local\", \"ips\": [\"192.168.1.10\"]}}")
+        raise HostfileError(f'{where}: host {i} is {type(item).__name__}, not an object like {{"ssh": "mac.local", "ips": ["192.168.1.10"]}}')
     ssh = item.get("ssh")
     if not isinstance(ssh, str) or not ssh.strip():
-        raise HostfileError(f"{where}: host {i} has no \"ssh\" host name")
+        raise HostfileError(f'{where}: host {i} has no "ssh" host name')
     ips = item.get("ips", [])
     if not isinstance(ips, list) or not all(isinstance(ip, str) for ip in ips):
-        raise HostfileError(f"{where}: host {i} ({ssh}): \"ips\" must be a list of IP addresses")
+        raise HostfileError(f'{where}: host {i} ({ssh}): "ips" must be a list of IP addresses')
     for ip in ips:
         try:
             ipaddress.ip_address(ip)
@@ -81,7 +81,7 @@ def _entry(where: str, i: int, item: object) -> Host:
             raise HostfileError(f"{where}: host {i} ({ssh}): {ip!r} is not an IP address") from None
     rdma = item.get("rdma", [])
     if not isinstance(rdma, list) or not all(d is None or isinstance(d, str) for d in rdma):
-        raise HostfileError(f"{where}: host {i} ({ssh}): \"rdma\" must be a list of device names or null")
+        raise HostfileError(f'{where}: host {i} ({ssh}): "rdma" must be a list of device names or null')
     return Host(ssh.strip(), tuple(ips), tuple(rdma))
 
 
@@ -102,9 +102,9 @@ def read_hostfile(path: str | Path) -> Hostfile:
     if isinstance(data, dict):
         backend, envs, data = data.get("backend", ""), data.get("envs", []), data.get("hosts")
         if not isinstance(backend, str) or not isinstance(envs, list) or not all(isinstance(e, str) for e in envs):
-            raise HostfileError(f"{path}: \"backend\" must be a name and \"envs\" a list of NAME=value strings")
+            raise HostfileError(f'{path}: "backend" must be a name and "envs" a list of NAME=value strings')
     if not isinstance(data, list):
-        raise HostfileError(f"{path} must hold a JSON list of hosts, e.g. [{{\"ssh\": \"mac.local\", \"ips\": [\"192.168.1.10\"]}}, ...]")
+        raise HostfileError(f'{path} must hold a JSON list of hosts, e.g. [{{"ssh": "mac.local", "ips": ["192.168.1.10"]}}, ...]')
     hosts = tuple(_entry(str(path), i, item) for i, item in enumerate(data))
     if len(hosts) < 2:
         raise HostfileError(f"{path} lists {len(hosts)} host{'' if len(hosts) == 1 else 's'}: several Macs means at least two")

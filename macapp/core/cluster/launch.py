@@ -152,7 +152,8 @@ def check_hosts(hostfile: Hostfile) -> None:
             problems.append(why)
     if problems:
         raise ClusterError(
-            "cannot reach every host: " + "; ".join(problems)
+            "cannot reach every host: "
+            + "; ".join(problems)
             + ". Check the names in the hostfile, that each Mac is on, and that `ssh HOST true` works without a password."
         )
 
@@ -169,7 +170,9 @@ def check_model_files(hostfile: Hostfile, model_spec: str, local: Path) -> None:
             problems.append(f"{host}: checking the model files took more than 2 minutes")
             continue
         except ValueError:
-            problems.append(f"{host}: could not check the model files ({(done.stderr or '').strip()[:200] or 'no answer'}); is Qwen Desk installed at {sys.executable} there?")
+            problems.append(
+                f"{host}: could not check the model files ({(done.stderr or '').strip()[:200] or 'no answer'}); is Qwen Desk installed at {sys.executable} there?"
+            )
             continue
         if "error" in answer:
             problems.append(f"{host}: {answer['error']}")
@@ -220,8 +223,14 @@ class ClusterRun:
     """`mlx.launch` running `command` on every host of the plan, watched until it ends (see the module docstring)."""
 
     def __init__(
-        self, plan: Plan, command: list[str], connect_timeout: float = CONNECT_TIMEOUT_S, interactive: bool = False,
-        stdout: int | None = None, stall_limit_s: float = 0.0, load_limit_s: float = 0.0,
+        self,
+        plan: Plan,
+        command: list[str],
+        connect_timeout: float = CONNECT_TIMEOUT_S,
+        interactive: bool = False,
+        stdout: int | None = None,
+        stall_limit_s: float = 0.0,
+        load_limit_s: float = 0.0,
     ):
         """`stdout`: where rank 0's output goes (default this process's stdout; subprocess.PIPE to read it).
         `stall_limit_s` / `load_limit_s`: fixed bounds on rank 0's waits for the other ranks while running /

@@ -48,8 +48,12 @@ class RankSpec:
     def from_env(cls, text: str) -> "RankSpec":
         data = json.loads(text)
         return cls(
-            Shard(data["shard"]), str(data["backend"]), int(data["hosts"]), str(data.get("control_dir") or ""),
-            float(data.get("stall_limit_s") or 0.0), float(data.get("load_limit_s") or 0.0),
+            Shard(data["shard"]),
+            str(data["backend"]),
+            int(data["hosts"]),
+            str(data.get("control_dir") or ""),
+            float(data.get("stall_limit_s") or 0.0),
+            float(data.get("load_limit_s") or 0.0),
         )
 
 
@@ -126,7 +130,8 @@ def reader_for_rank0(group: Any, shard: Shard, watchdog: Watchdog | None = None)
             raise EngineError(
                 f"The model files are not the same on every host: rank{'s' if len(differ) > 1 else ''} "
                 f"{', '.join(map(str, differ))} hold{'' if len(differ) > 1 else 's'} other files than rank 0 ({path}). "
-                "Download the same build on each host.", ev.ERROR,
+                "Download the same build on each host.",
+                ev.ERROR,
             )
         with dog.waiting(Wait.LOAD):
             model, tokenizer, config = read_shard(path, group, shard)

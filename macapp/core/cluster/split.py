@@ -83,8 +83,13 @@ def tensor_split_problems(arch: Arch, hosts: int, bits: int | None = None, group
 
 
 def choose_split(
-    arch: Arch, hosts: int, bits: int | None = None, group_size: int = 64, asked: Shard | None = None,
-    fall_back: bool = False, name: str = "the model",
+    arch: Arch,
+    hosts: int,
+    bits: int | None = None,
+    group_size: int = 64,
+    asked: Shard | None = None,
+    fall_back: bool = False,
+    name: str = "the model",
 ) -> Split:
     """The split for `arch` on `hosts` Macs: `asked`, else tensor where it is possible, else the pipeline.
 

@@ -82,7 +82,6 @@ class Watchdog:
                 since, limit, what = busy
                 os.write(
                     sys.stderr.fileno(),
-                    f"{GAVE_UP} {limit:.0f} s ({what.value}); "
-                    "a host may be stuck or unreachable. Stopping every rank.\n".encode(),
+                    f"{GAVE_UP} {limit:.0f} s ({what.value}); a host may be stuck or unreachable. Stopping every rank.\n".encode(),
                 )
                 os._exit(STALLED)

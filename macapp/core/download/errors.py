@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import errno
 
+
 class DownloadErrorKind(enum.StrEnum):
     """Why a download cannot go on (the `kind` in `qwen-desk download --json` and what the window's advice is keyed on)."""
 
@@ -30,8 +31,7 @@ DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 class DownloadError(Exception):
     """A download that cannot go on: `kind` says why, `str(error)` is the actionable message."""
 
-    def __init__(self, kind: DownloadErrorKind, message: str, *, repo: str | None = None, path: str | None = None,
-                 bytes_kept: int = 0) -> None:
+    def __init__(self, kind: DownloadErrorKind, message: str, *, repo: str | None = None, path: str | None = None, bytes_kept: int = 0) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
@@ -52,4 +52,3 @@ class DownloadCancelled(DownloadError):
 
 def is_disk_full(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in DISK_ERRNOS
-

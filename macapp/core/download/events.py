@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from macapp.core.download.manager import DownloadResult
     from macapp.core.download.plan import DownloadPlan
 
+
 class FileState(enum.StrEnum):
     """Where one file of a running download is, in the order a file normally goes through them."""
 

@@ -80,8 +80,7 @@ def hub_cache_dir() -> Path:
     explicit = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")
     if explicit:
         return Path(os.path.expandvars(explicit)).expanduser()
-    home = os.environ.get("HF_HOME") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "huggingface")
+    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "huggingface")
     return Path(os.path.expandvars(home)).expanduser() / "hub"
 
 
@@ -92,7 +91,7 @@ def repo_folder_name(repo: str) -> str:
 def repo_from_folder_name(name: str) -> str | None:
     if not name.startswith("models--"):
         return None
-    return "/".join(name[len("models--"):].split("--"))
+    return "/".join(name[len("models--") :].split("--"))
 
 
 def repo_dir(repo: str, cache: Path | None = None) -> Path:
@@ -151,8 +150,7 @@ def write_listing(rdir: Path, commit: str, files: list[RemoteFile]) -> None:
         if f.sha256:
             info.update(lfs_sha256=f.sha256, lfs_size=f.size)
         entries[f.path] = info
-    _atomic_write(rdir / "trees" / f"{commit}.json",
-                  json.dumps({"format_version": TREE_FORMAT_VERSION, "files": entries}, indent=1))
+    _atomic_write(rdir / "trees" / f"{commit}.json", json.dumps({"format_version": TREE_FORMAT_VERSION, "files": entries}, indent=1))
 
 
 def read_listing(rdir: Path, commit: str) -> list[RemoteFile] | None:
@@ -160,8 +158,7 @@ def read_listing(rdir: Path, commit: str) -> list[RemoteFile] | None:
         data = json.loads((rdir / "trees" / f"{commit}.json").read_text())
         if data.get("format_version") != TREE_FORMAT_VERSION:
             return None
-        return [RemoteFile(path=p, size=int(i["size"]), blob_id=i["blob_id"], sha256=i.get("lfs_sha256"))
-                for p, i in data["files"].items()]
+        return [RemoteFile(path=p, size=int(i["size"]), blob_id=i["blob_id"], sha256=i.get("lfs_sha256")) for p, i in data["files"].items()]
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

@@ -61,8 +61,9 @@ def fetch_listing(repo: str, revision: str, tok: str | None, base: str | None = 
     for s in info.siblings or []:
         if s.size is None or not s.blob_id:
             raise DownloadError(DownloadErrorKind.SERVER, f"the hub listed {s.rfilename} of {repo} without its size or id", repo=repo)
-        files.append(RemoteFile(path=s.rfilename, size=int(s.lfs.size if s.lfs else s.size), blob_id=s.blob_id,
-                                sha256=(s.lfs.sha256.lower() if s.lfs else None)))
+        files.append(
+            RemoteFile(path=s.rfilename, size=int(s.lfs.size if s.lfs else s.size), blob_id=s.blob_id, sha256=(s.lfs.sha256.lower() if s.lfs else None))
+        )
     return Listing(repo=repo, revision=revision, commit=info.sha, files=files)
 
 
@@ -75,12 +76,14 @@ def classify(exc: BaseException, repo: str, revision: str = "main", has_token: b
     if isinstance(exc, DownloadError):
         return False, exc
     if isinstance(exc, hf.OfflineModeIsEnabled):
-        return False, DownloadError(DownloadErrorKind.OFFLINE, f"{repo} is not fully downloaded and HF_HUB_OFFLINE is set: unset it "
-                                    "(or set HF_HUB_OFFLINE=0) and run the download again", repo=repo)
+        return False, DownloadError(
+            DownloadErrorKind.OFFLINE,
+            f"{repo} is not fully downloaded and HF_HUB_OFFLINE is set: unset it (or set HF_HUB_OFFLINE=0) and run the download again",
+            repo=repo,
+        )
     if isinstance(exc, hf.GatedRepoError):
         if has_token:
-            msg = (f"{repo} is gated and your token has no access yet: accept its terms at "
-                   f"{where}/{repo} with the account the token belongs to, then retry")
+            msg = f"{repo} is gated and your token has no access yet: accept its terms at {where}/{repo} with the account the token belongs to, then retry"
         else:
             msg = f"{repo} is gated: accept its terms at {where}/{repo}, then {TOKEN_HINT}"
         return False, DownloadError(DownloadErrorKind.GATED, msg, repo=repo)
@@ -91,11 +94,9 @@ def classify(exc: BaseException, repo: str, revision: str = "main", has_token: b
             msg = f"{repo} was not found on {where}: check the name; if it is private, {TOKEN_HINT}"
         return False, DownloadError(DownloadErrorKind.NOT_FOUND, msg, repo=repo)
     if isinstance(exc, hf.RevisionNotFoundError):
-        return False, DownloadError(DownloadErrorKind.REVISION_NOT_FOUND, f"{repo} has no revision {revision!r} (branch, tag or commit)",
-                                    repo=repo)
+        return False, DownloadError(DownloadErrorKind.REVISION_NOT_FOUND, f"{repo} has no revision {revision!r} (branch, tag or commit)", repo=repo)
     if isinstance(exc, hf.RemoteEntryNotFoundError):
-        return False, DownloadError(DownloadErrorKind.NOT_FOUND, f"a file the hub listed for {repo} is missing on the server: {exc}",
-                                    repo=repo)
+        return False, DownloadError(DownloadErrorKind.NOT_FOUND, f"a file the hub listed for {repo} is missing on the server: {exc}", repo=repo)
     if isinstance(exc, hf.HfHubHTTPError) and exc.response is not None:
         status = exc.response.status_code
         if status in (401, 403):
@@ -107,12 +108,9 @@ def classify(exc: BaseException, repo: str, revision: str = "main", has_token: b
     if isinstance(exc, (httpx2.ProxyError,)):
         return False, DownloadError(DownloadErrorKind.NETWORK, f"the proxy refused the connection to {where}: {exc}", repo=repo)
     if isinstance(exc, (httpx2.ConnectError, httpx2.ConnectTimeout)):
-        return True, DownloadError(DownloadErrorKind.NETWORK, f"cannot reach {where} ({exc or type(exc).__name__}); check the "
-                                   "connection", repo=repo)
+        return True, DownloadError(DownloadErrorKind.NETWORK, f"cannot reach {where} ({exc or type(exc).__name__}); check the connection", repo=repo)
     if isinstance(exc, httpx2.ReadTimeout):
         return True, DownloadError(DownloadErrorKind.NETWORK, f"no data from {where} for too long (stalled transfer)", repo=repo)
     if isinstance(exc, httpx2.TransportError):
-        return True, DownloadError(DownloadErrorKind.NETWORK, f"the connection to {where} dropped ({type(exc).__name__}: "
-                                   f"{exc or 'no detail'})", repo=repo)
-    return False, DownloadError(DownloadErrorKind.SERVER, f"unexpected answer from {where} for {repo}: {type(exc).__name__}: {exc}",
-                                repo=repo)
+        return True, DownloadError(DownloadErrorKind.NETWORK, f"the connection to {where} dropped ({type(exc).__name__}: {exc or 'no detail'})", repo=repo)
+    return False, DownloadError(DownloadErrorKind.SERVER, f"unexpected answer from {where} for {repo}: {type(exc).__name__}: {exc}", repo=repo)

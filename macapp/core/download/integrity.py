@@ -32,8 +32,9 @@ def expected_digest(remote: RemoteFile) -> str:
     return (remote.sha256 or remote.blob_id).lower()
 
 
-def hash_prefix(path: Path, hasher: Hasher, limit: int | None = None, on_bytes: Callable[[int], None] | None = None,
-                cancelled: Callable[[], bool] | None = None) -> int:
+def hash_prefix(
+    path: Path, hasher: Hasher, limit: int | None = None, on_bytes: Callable[[int], None] | None = None, cancelled: Callable[[], bool] | None = None
+) -> int:
     """Feed the first `limit` bytes of `path` (all when None) into `hasher`; returns bytes read."""
     read = 0
     with open(path, "rb") as fh:
@@ -51,8 +52,7 @@ def hash_prefix(path: Path, hasher: Hasher, limit: int | None = None, on_bytes: 
     return read
 
 
-def file_matches(path: Path, remote: RemoteFile, on_bytes: Callable[[int], None] | None = None,
-                 cancelled: Callable[[], bool] | None = None) -> bool | None:
+def file_matches(path: Path, remote: RemoteFile, on_bytes: Callable[[int], None] | None = None, cancelled: Callable[[], bool] | None = None) -> bool | None:
     """True when the file's size and hash match the listing, False when not, None when cancelled midway."""
     if path.stat().st_size != remote.size:
         return False

@@ -46,8 +46,7 @@ class DownloadJob:
             case Notice(message=message):
                 self.notice = message
             case Retrying():
-                self.notice = (f"Retrying {Path(event.path).name} (attempt {event.attempt} of {event.max_attempts}): "
-                               f"{event.reason}")
+                self.notice = f"Retrying {Path(event.path).name} (attempt {event.attempt} of {event.max_attempts}): {event.reason}"
             case DownloadFinished():
                 self.state = JobState.DONE
             case DownloadFailed(error=error):

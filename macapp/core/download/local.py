@@ -70,14 +70,12 @@ def inspect_repo(repo: str, revision: str = "main", cache: Path | None = None) -
     listing = hfcache.read_listing(rdir, commit) or hfcache.listing_from_snapshot(rdir, commit)
     if listing is None:
         files = _files_from_index(snapshot) if snapshot.is_dir() else None
-        return LocalModel(repo, commit, snapshot if snapshot.is_dir() else None, on_disk, None, files is not None,
-                          False, partial)
+        return LocalModel(repo, commit, snapshot if snapshot.is_dir() else None, on_disk, None, files is not None, False, partial)
     needed = hfcache.needed_files(listing)
     states = hfcache.local_state(rdir, commit, needed)
     complete = hfcache.is_complete(states)
     verified = hfcache.is_verified(states)
-    return LocalModel(repo, commit, snapshot if snapshot.is_dir() else None, on_disk,
-                      sum(f.size for f in needed), complete, verified, partial)
+    return LocalModel(repo, commit, snapshot if snapshot.is_dir() else None, on_disk, sum(f.size for f in needed), complete, verified, partial)
 
 
 def list_downloaded(include_partial: bool = True) -> list[LocalModel]:

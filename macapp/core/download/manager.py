@@ -77,10 +77,17 @@ class DownloadResult:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "repo": self.repo, "revision": self.revision, "commit": self.commit, "path": str(self.path),
-            "bytes_total": self.bytes_total, "bytes_downloaded_this_run": self.bytes_downloaded_this_run,
-            "files": list(self.files), "verified": self.verified, "elapsed_s": round(self.elapsed_s, 3),
-            "resumed_bytes": self.resumed_bytes, "refetched": list(self.refetched),
+            "repo": self.repo,
+            "revision": self.revision,
+            "commit": self.commit,
+            "path": str(self.path),
+            "bytes_total": self.bytes_total,
+            "bytes_downloaded_this_run": self.bytes_downloaded_this_run,
+            "files": list(self.files),
+            "verified": self.verified,
+            "elapsed_s": round(self.elapsed_s, 3),
+            "resumed_bytes": self.resumed_bytes,
+            "refetched": list(self.refetched),
         }
 
 
@@ -165,9 +172,17 @@ Emit = Callable[[ev.DownloadEvent], None]
 
 
 # --- the download -------------------------------------------------------------------------------------------------
-def download(target: str | DownloadPlan, *, revision: str = "main", model: Any = None, context: int | None = None,
-             on_event: Callable[[ev.DownloadEvent], None] | None = None, cancel: CancelToken | None = None,
-             settings: DownloadSettings | None = None, token: str | None = None) -> DownloadResult:
+def download(
+    target: str | DownloadPlan,
+    *,
+    revision: str = "main",
+    model: Any = None,
+    context: int | None = None,
+    on_event: Callable[[ev.DownloadEvent], None] | None = None,
+    cancel: CancelToken | None = None,
+    settings: DownloadSettings | None = None,
+    token: str | None = None,
+) -> DownloadResult:
     """Fetch (or finish, or just check) a model into the Hugging Face cache; returns once every needed file is
     present and its hash checked. Raises DownloadCancelled when `cancel` fires and DownloadError (with `kind`)
     when it cannot finish; what was fetched stays on disk either way, so calling it again resumes."""
@@ -189,17 +204,33 @@ def download(target: str | DownloadPlan, *, revision: str = "main", model: Any =
         raise
 
 
-def _download(target: str | DownloadPlan, revision: str, model: Any, context: int | None, emit: Emit, cancel: CancelToken,
-              settings: DownloadSettings, token: str | None, started: float) -> DownloadResult:
+def _download(
+    target: str | DownloadPlan,
+    revision: str,
+    model: Any,
+    context: int | None,
+    emit: Emit,
+    cancel: CancelToken,
+    settings: DownloadSettings,
+    token: str | None,
+    started: float,
+) -> DownloadResult:
     tok = token if token is not None else hubapi.token()
     if isinstance(target, DownloadPlan):
         plan = target
     else:
         plan = plan_download(
-            target, revision, model=model, context=context, token=tok, disk_margin=settings.disk_margin,
-            attempts=settings.attempts, backoff_s=settings.backoff_s,
+            target,
+            revision,
+            model=model,
+            context=context,
+            token=tok,
+            disk_margin=settings.disk_margin,
+            attempts=settings.attempts,
+            backoff_s=settings.backoff_s,
             on_retry=lambda attempt, total, delay, reason: emit(ev.Retrying("(file listing)", attempt, total, delay, reason)),
-            wait=cancel.wait)
+            wait=cancel.wait,
+        )
     repo = plan.repo
     emit(ev.Planned(plan))
     if cancel.cancelled:
@@ -207,16 +238,18 @@ def _download(target: str | DownloadPlan, revision: str, model: Any, context: in
     if plan.from_cache_only and not plan.complete:
         kind = DownloadErrorKind.OFFLINE if hubapi.is_offline() else DownloadErrorKind.NETWORK
         why = "HF_HUB_OFFLINE is set" if kind is DownloadErrorKind.OFFLINE else f"{hubapi.endpoint()} cannot be reached"
-        raise DownloadError(kind, f"{repo} is not fully downloaded ({format_bytes(plan.bytes_on_disk)} of "
-                            f"{format_bytes(plan.bytes_total)}) "
-                            f"and {why}; {RESUME_HINT} once online", repo=repo, bytes_kept=plan.bytes_on_disk)
+        raise DownloadError(
+            kind,
+            f"{repo} is not fully downloaded ({format_bytes(plan.bytes_on_disk)} of {format_bytes(plan.bytes_total)}) and {why}; {RESUME_HINT} once online",
+            repo=repo,
+            bytes_kept=plan.bytes_on_disk,
+        )
 
     cache = plan.cache_dir
     rdir = plan.repo_dir
     with hfcache.try_lock(hfcache.repo_lock_path(repo, cache)) as mine:
         if not mine:
-            raise DownloadError(DownloadErrorKind.BUSY, f"{repo} is being downloaded by another process; wait for it to finish",
-                                repo=repo)
+            raise DownloadError(DownloadErrorKind.BUSY, f"{repo} is being downloaded by another process; wait for it to finish", repo=repo)
         hfcache.ensure_repo_dirs(rdir)
         if not plan.from_cache_only and plan.all_files and hfcache.read_listing(rdir, plan.commit) is None:
             hfcache.write_listing(rdir, plan.commit, list(plan.all_files))
@@ -231,33 +264,47 @@ def _download(target: str | DownloadPlan, revision: str, model: Any, context: in
         margin = settings.disk_margin if settings.disk_margin is not None else plan.disk_margin
         free = hfcache.free_bytes(rdir)
         if to_fetch and free < to_fetch + margin:
-            raise DownloadError(DownloadErrorKind.DISK_FULL, f"not enough disk space for {repo}: {format_bytes(to_fetch)} to fetch "
-                                f"plus {format_bytes(margin)} kept free, but {format_bytes(free)} is free on the volume of "
-                                f"{cache}; free some space (or point HF_HOME at a bigger disk) and run it again",
-                                repo=repo, bytes_kept=sum(f.bytes_on_disk for f in files))
+            raise DownloadError(
+                DownloadErrorKind.DISK_FULL,
+                f"not enough disk space for {repo}: {format_bytes(to_fetch)} to fetch "
+                f"plus {format_bytes(margin)} kept free, but {format_bytes(free)} is free on the volume of "
+                f"{cache}; free some space (or point HF_HOME at a bigger disk) and run it again",
+                repo=repo,
+                bytes_kept=sum(f.bytes_on_disk for f in files),
+            )
         resumed = sum(f.bytes_on_disk for f in files)
         result = _run_files(repo, plan, files, emit, cancel, settings, tok)
         if plan.revision != plan.commit and not plan.from_cache_only:
             hfcache.write_ref(rdir, plan.revision, plan.commit)
     this_run, refetched = result
     final = DownloadResult(
-        repo=repo, revision=plan.revision, commit=plan.commit, path=plan.snapshot_path,
-        bytes_total=plan.bytes_total, bytes_downloaded_this_run=this_run,
-        files=tuple(sorted(f.remote.path for f in files)), verified=True, elapsed_s=time.monotonic() - started,
-        resumed_bytes=min(resumed, plan.bytes_total), refetched=tuple(refetched))
+        repo=repo,
+        revision=plan.revision,
+        commit=plan.commit,
+        path=plan.snapshot_path,
+        bytes_total=plan.bytes_total,
+        bytes_downloaded_this_run=this_run,
+        files=tuple(sorted(f.remote.path for f in files)),
+        verified=True,
+        elapsed_s=time.monotonic() - started,
+        resumed_bytes=min(resumed, plan.bytes_total),
+        refetched=tuple(refetched),
+    )
     emit(ev.DownloadFinished(final))
     return final
 
 
-def _run_files(repo: str, plan: DownloadPlan, files: list[LocalFile], emit: Emit, cancel: CancelToken,
-               settings: DownloadSettings, tok: str | None) -> tuple[int, list[str]]:
+def _run_files(
+    repo: str, plan: DownloadPlan, files: list[LocalFile], emit: Emit, cancel: CancelToken, settings: DownloadSettings, tok: str | None
+) -> tuple[int, list[str]]:
     """Run the per-file work on a pool; returns (bytes received this run, files re-fetched after a bad hash)."""
     import httpx2
 
     rdir = plan.repo_dir
-    tracker = _Tracker({f.remote.path: _FileTrack(f.remote.size, f.bytes_on_disk,
-                                                  FileState.READY if f.state == OnDisk.READY else FileState.PENDING) for f in files},
-                       window_s=settings.speed_window_s)
+    tracker = _Tracker(
+        {f.remote.path: _FileTrack(f.remote.size, f.bytes_on_disk, FileState.READY if f.state == OnDisk.READY else FileState.PENDING) for f in files},
+        window_s=settings.speed_window_s,
+    )
     stop = threading.Event()
     messages: queue.Queue[ev.DownloadEvent] = queue.Queue()
     headers = hubapi.auth_headers(tok)
@@ -319,25 +366,31 @@ def _run_files(repo: str, plan: DownloadPlan, files: list[LocalFile], emit: Emit
         client.close()
     if interrupted:
         kept = tracker.snapshot(settings.stall_report_s).bytes_done
-        raise DownloadCancelled(f"download of {repo} interrupted at {format_bytes(kept)}; {RESUME_HINT}",
-                                repo=repo, bytes_kept=kept)
+        raise DownloadCancelled(f"download of {repo} interrupted at {format_bytes(kept)}; {RESUME_HINT}", repo=repo, bytes_kept=kept)
     final = tracker.snapshot(settings.stall_report_s)
     emit(final)
     if error is not None:
         if isinstance(error, DownloadError):
             if error.kind == DownloadErrorKind.DISK_FULL:
-                error = DownloadError(DownloadErrorKind.DISK_FULL, f"{error.message or 'the disk filled up'} while downloading "
-                                      f"{repo} ({error.path}): {format_bytes(final.bytes_done)} are kept; free some "
-                                      "space and run it again to resume", repo=repo, path=error.path,
-                                      bytes_kept=final.bytes_done)
+                error = DownloadError(
+                    DownloadErrorKind.DISK_FULL,
+                    f"{error.message or 'the disk filled up'} while downloading "
+                    f"{repo} ({error.path}): {format_bytes(final.bytes_done)} are kept; free some "
+                    "space and run it again to resume",
+                    repo=repo,
+                    path=error.path,
+                    bytes_kept=final.bytes_done,
+                )
             error.repo = error.repo or repo
             error.bytes_kept = final.bytes_done
             raise error
-        raise DownloadError(DownloadErrorKind.SERVER, f"download of {repo} failed: {type(error).__name__}: {error}; {RESUME_HINT}",
-                            repo=repo, bytes_kept=final.bytes_done) from error
+        raise DownloadError(
+            DownloadErrorKind.SERVER, f"download of {repo} failed: {type(error).__name__}: {error}; {RESUME_HINT}", repo=repo, bytes_kept=final.bytes_done
+        ) from error
     if any(t.state != FileState.READY for t in final.files):  # a cancel that came after the last file changes nothing
-        raise DownloadCancelled(f"download of {repo} stopped at {final.bytes_done} of {final.bytes_total} bytes; "
-                                f"{RESUME_HINT}", repo=repo, bytes_kept=final.bytes_done)
+        raise DownloadCancelled(
+            f"download of {repo} stopped at {final.bytes_done} of {final.bytes_total} bytes; {RESUME_HINT}", repo=repo, bytes_kept=final.bytes_done
+        )
     return final.bytes_this_run, list(tracker.refetched)
 
 
@@ -396,10 +449,14 @@ class _Worker:
         if self.plan.from_cache_only:
             offline = hubapi.is_offline()
             self.tracker.set(remote.path, FileState.FAILED)
-            raise DownloadError(DownloadErrorKind.OFFLINE if offline else DownloadErrorKind.NETWORK,
-                                f"{remote.path} of {self.repo} needs fetching again (missing or damaged) but "
-                                + ("HF_HUB_OFFLINE is set" if offline else f"{self.base} cannot be reached")
-                                + f"; {RESUME_HINT} once online", repo=self.repo, path=remote.path)
+            raise DownloadError(
+                DownloadErrorKind.OFFLINE if offline else DownloadErrorKind.NETWORK,
+                f"{remote.path} of {self.repo} needs fetching again (missing or damaged) but "
+                + ("HF_HUB_OFFLINE is set" if offline else f"{self.base} cannot be reached")
+                + f"; {RESUME_HINT} once online",
+                repo=self.repo,
+                path=remote.path,
+            )
         part_path = hfcache.partial_path(self.rdir, remote.etag)
         self.tracker.set(remote.path, FileState.CHECKING)
         part = PartialFile.open(remote, part_path, cancelled=self.stop.is_set)
@@ -412,10 +469,16 @@ class _Worker:
         while True:
             before = part.done
             try:
-                fetch_into(self.client, url, self.headers, part, cancelled=self.stop.is_set,
-                           on_bytes=lambda n: self.tracker.add(remote.path, n),
-                           on_socket=lambda s: self.tracker.set_socket(remote.path, s),
-                           on_restart=lambda: self.tracker.set(remote.path, FileState.DOWNLOADING, done=0))
+                fetch_into(
+                    self.client,
+                    url,
+                    self.headers,
+                    part,
+                    cancelled=self.stop.is_set,
+                    on_bytes=lambda n: self.tracker.add(remote.path, n),
+                    on_socket=lambda s: self.tracker.set_socket(remote.path, s),
+                    on_restart=lambda: self.tracker.set(remote.path, FileState.DOWNLOADING, done=0),
+                )
             except Exception as exc:
                 if self.stop.is_set():
                     return  # cancelled (our own socket shutdown surfaces as a read error)
@@ -425,8 +488,9 @@ class _Worker:
                 failures = 1 if part.done > before else failures + 1
                 if failures >= self.settings.attempts:
                     self.tracker.set(remote.path, FileState.FAILED)
-                    raise DownloadError(error.kind, f"gave up on {remote.path} after {failures} failed attempts: "
-                                        f"{error}; {RESUME_HINT}", repo=self.repo, path=remote.path) from exc
+                    raise DownloadError(
+                        error.kind, f"gave up on {remote.path} after {failures} failed attempts: {error}; {RESUME_HINT}", repo=self.repo, path=remote.path
+                    ) from exc
                 delay = min(self.settings.backoff_s * 2 ** (failures - 1), self.settings.backoff_max_s)
                 self.tracker.set(remote.path, FileState.RETRYING)
                 self.messages.put(ev.Retrying(remote.path, failures + 1, self.settings.attempts, delay, str(error)))
@@ -443,9 +507,12 @@ class _Worker:
             if mismatches >= 2:
                 part.path.unlink(missing_ok=True)  # corrupt twice: keep nothing that cannot be trusted
                 self.tracker.set(remote.path, FileState.FAILED, done=0)
-                raise DownloadError(DownloadErrorKind.INTEGRITY, f"{remote.path} failed its sha256 check twice (the server keeps "
-                                    "sending different bytes than the hub lists); nothing corrupt was kept",
-                                    repo=self.repo, path=remote.path)
+                raise DownloadError(
+                    DownloadErrorKind.INTEGRITY,
+                    f"{remote.path} failed its sha256 check twice (the server keeps sending different bytes than the hub lists); nothing corrupt was kept",
+                    repo=self.repo,
+                    path=remote.path,
+                )
             self.messages.put(ev.Notice(f"{remote.path} failed its hash check; fetching that file again"))
             self.tracker.refetched.append(remote.path)
             part.restart()

@@ -75,9 +75,11 @@ class DownloadPlan:
         return hfcache.snapshot_dir(self.repo_dir, self.commit)
 
     def disk_message(self) -> str:
-        return (f"not enough disk space for {self.repo}: {format_bytes(self.bytes_to_fetch)} to fetch plus "
-                f"{format_bytes(self.disk_margin)} kept free, but only {format_bytes(self.disk_free)} is free on the "
-                f"volume of {self.cache_dir}; free some space (or point HF_HOME at a bigger disk) and run it again")
+        return (
+            f"not enough disk space for {self.repo}: {format_bytes(self.bytes_to_fetch)} to fetch plus "
+            f"{format_bytes(self.disk_margin)} kept free, but only {format_bytes(self.disk_free)} is free on the "
+            f"volume of {self.cache_dir}; free some space (or point HF_HOME at a bigger disk) and run it again"
+        )
 
 
 def disk_margin_for(to_fetch: int, minimum: int = DEFAULT_DISK_MARGIN) -> int:
@@ -102,11 +104,20 @@ def _fit(model: Any, weights_bytes: int, context: int | None) -> tuple[Any, str]
         return None, f"sizing failed: {type(exc).__name__}: {exc}"
 
 
-def plan_download(repo: str, revision: str = "main", *, model: Any = None, context: int | None = None,
-                  token: str | None = None, disk_margin: int | None = None, timeout: float = 15.0,
-                  attempts: int = 1, backoff_s: float = 1.0,
-                  on_retry: Callable[[int, int, float, str], None] | None = None,
-                  wait: Callable[[float], bool] | None = None) -> DownloadPlan:
+def plan_download(
+    repo: str,
+    revision: str = "main",
+    *,
+    model: Any = None,
+    context: int | None = None,
+    token: str | None = None,
+    disk_margin: int | None = None,
+    timeout: float = 15.0,
+    attempts: int = 1,
+    backoff_s: float = 1.0,
+    on_retry: Callable[[int, int, float, str], None] | None = None,
+    wait: Callable[[float], bool] | None = None,
+) -> DownloadPlan:
     """Ask the hub for the file listing (or, offline, read the one stored in the cache) and compare with the disk.
 
     `model` is a macapp.core.catalog.ModelRef for the fit verdict (optional). Transient hub errors are retried
@@ -142,8 +153,7 @@ def plan_download(repo: str, revision: str = "main", *, model: Any = None, conte
             # The hub cannot be reached right now: a model that is complete here is still usable.
             from_cache_only = True
             if attempts > 1:
-                unreachable = DownloadError(unreachable.kind, f"{unreachable} (gave up after {attempts} attempts)",
-                                            repo=repo)
+                unreachable = DownloadError(unreachable.kind, f"{unreachable} (gave up after {attempts} attempts)", repo=repo)
     if from_cache_only:
         commit = hfcache.read_ref(rdir, revision)
         listing = hfcache.read_listing(rdir, commit) if commit else None
@@ -151,20 +161,32 @@ def plan_download(repo: str, revision: str = "main", *, model: Any = None, conte
             listing = hfcache.listing_from_snapshot(rdir, commit)
         if listing is None:
             if hubapi.is_offline():
-                raise DownloadError(DownloadErrorKind.OFFLINE, f"{repo} is not in the local cache and HF_HUB_OFFLINE is set: "
-                                    "unset it (or set HF_HUB_OFFLINE=0) to download it", repo=repo)
+                raise DownloadError(
+                    DownloadErrorKind.OFFLINE,
+                    f"{repo} is not in the local cache and HF_HUB_OFFLINE is set: unset it (or set HF_HUB_OFFLINE=0) to download it",
+                    repo=repo,
+                )
             raise DownloadError(unreachable.kind, f"{unreachable}; {repo} is not in the local cache", repo=repo)
     if listing is None or commit is None:  # every path above found both, or raised
         raise RuntimeError(f"{repo}: neither the hub nor the cache gave a file listing at a commit")
     needed = hfcache.needed_files(listing)
     if not hfcache.has_weights(needed):
-        raise DownloadError(DownloadErrorKind.NOT_FOUND, f"{repo} has no MLX weight files (model*.safetensors): is it an MLX build?",
-                            repo=repo)
+        raise DownloadError(DownloadErrorKind.NOT_FOUND, f"{repo} has no MLX weight files (model*.safetensors): is it an MLX build?", repo=repo)
     files = tuple(hfcache.local_state(rdir, commit, needed))
     to_fetch = sum(f.remote.size - f.bytes_on_disk for f in files)
     margin = disk_margin if disk_margin is not None else disk_margin_for(to_fetch)
     weights = sum(f.size for f in needed if f.is_weight)
     fit, note = _fit(model, weights, context)
-    return DownloadPlan(repo=repo, revision=revision, commit=commit, files=files, cache_dir=cache,
-                        disk_free=hfcache.free_bytes(rdir), disk_margin=margin, from_cache_only=from_cache_only,
-                        fit=fit, fit_note=note, all_files=tuple(listing))
+    return DownloadPlan(
+        repo=repo,
+        revision=revision,
+        commit=commit,
+        files=files,
+        cache_dir=cache,
+        disk_free=hfcache.free_bytes(rdir),
+        disk_margin=margin,
+        from_cache_only=from_cache_only,
+        fit=fit,
+        fit_note=note,
+        all_files=tuple(listing),
+    )

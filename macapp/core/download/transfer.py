@@ -83,9 +83,17 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[n:]
 
 
-def fetch_into(client: httpx2.Client, url: str, headers: dict[str, str], part: PartialFile, *, cancelled: Callable[[], bool],
-               on_bytes: Callable[[int], None], on_socket: Callable[[socket.socket | None], None],
-               on_restart: Callable[[], None] | None = None) -> None:
+def fetch_into(
+    client: httpx2.Client,
+    url: str,
+    headers: dict[str, str],
+    part: PartialFile,
+    *,
+    cancelled: Callable[[], bool],
+    on_bytes: Callable[[int], None],
+    on_socket: Callable[[socket.socket | None], None],
+    on_restart: Callable[[], None] | None = None,
+) -> None:
     """One request for the rest of `part`. Returns when complete or cancelled; raises on errors (httpx2 transport
     errors and ConnectionDropped are transient; DownloadError and huggingface_hub HTTP errors are not).
     `on_restart` is called when the server ignores the Range header and the file starts again from byte 0."""
@@ -107,9 +115,12 @@ def fetch_into(client: httpx2.Client, url: str, headers: dict[str, str], part: P
                 hf_raise_for_status(response)
             total = _total_size(response)
             if total is not None and total != remote.size:
-                raise DownloadError(DownloadErrorKind.INTEGRITY, f"{remote.path}: the hub listed {remote.size} bytes but the server "
-                                    f"sends {total}; the listing and the file disagree, so nothing more was fetched",
-                                    path=remote.path)
+                raise DownloadError(
+                    DownloadErrorKind.INTEGRITY,
+                    f"{remote.path}: the hub listed {remote.size} bytes but the server "
+                    f"sends {total}; the listing and the file disagree, so nothing more was fetched",
+                    path=remote.path,
+                )
             if response.status_code == 206:
                 m = _CONTENT_RANGE.match(response.headers.get("Content-Range", ""))
                 if not m or int(m[1]) != part.done:
@@ -127,15 +138,15 @@ def fetch_into(client: httpx2.Client, url: str, headers: dict[str, str], part: P
                     if not chunk:
                         continue
                     if part.done + len(chunk) > remote.size:
-                        raise DownloadError(DownloadErrorKind.INTEGRITY, f"{remote.path}: the server sent more than the {remote.size} "
-                                            "bytes the hub listed", path=remote.path)
+                        raise DownloadError(
+                            DownloadErrorKind.INTEGRITY, f"{remote.path}: the server sent more than the {remote.size} bytes the hub listed", path=remote.path
+                        )
                     try:
                         _write_all(fd, chunk)
                     except OSError as exc:
                         os.ftruncate(fd, part.done)  # keep the file equal to what was hashed
                         if is_disk_full(exc):
-                            why = ("the volume refuses a file this large (a FAT32 disk?)" if exc.errno == errno.EFBIG
-                                   else "the disk filled up")
+                            why = "the volume refuses a file this large (a FAT32 disk?)" if exc.errno == errno.EFBIG else "the disk filled up"
                             raise DownloadError(DownloadErrorKind.DISK_FULL, why, path=remote.path) from exc
                         raise
                     part.hasher.update(chunk)

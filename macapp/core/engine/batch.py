@@ -159,8 +159,11 @@ class BatchLoop:
         from mlx_lm.generate import BatchGenerator
 
         gen = BatchGenerator(
-            m.model, completion_batch_size=self.limit, prefill_batch_size=min(PREFILL_BATCH, self.limit),
-            prefill_step_size=self.prefill_step, stop_tokens=[[t] for t in m.tokenizer.eos_token_ids],
+            m.model,
+            completion_batch_size=self.limit,
+            prefill_batch_size=min(PREFILL_BATCH, self.limit),
+            prefill_step_size=self.prefill_step,
+            stop_tokens=[[t] for t in m.tokenizer.eos_token_ids],
         )
         active: dict[int, Sequence] = {}
         try:
@@ -251,7 +254,7 @@ class BatchLoop:
             if r.end_of_segment and not r.end_of_prompt and seq.on_segment is not None:
                 at = seq.start + done
                 if at in seq.bounds:
-                    (cache, _tokens), = gen.extract_cache([r.uid]).values()
+                    ((cache, _tokens),) = gen.extract_cache([r.uid]).values()
                     seq.on_segment(at, cache)
         reinsert: list[tuple[int, Sequence]] = []
         for r in responses:
@@ -279,11 +282,15 @@ class BatchLoop:
                 seq = active.pop(uid)
                 _done(seq, seq.reply.finish(), caches[uid][0] if uid in keep else None)
         for uid, seq in reinsert:
-            (cache, tokens), = gen.remove([uid], return_prompt_caches=True).values()
+            ((cache, tokens),) = gen.remove([uid], return_prompt_caches=True).values()
             del active[uid]
             (new,) = gen.insert_segments(
-                [[seq.reply.segment]], max_tokens=[seq.reply.max_tokens()], caches=[cache], all_tokens=[list(tokens)],
-                samplers=[seq.sampler], logits_processors=[seq.processors],
+                [[seq.reply.segment]],
+                max_tokens=[seq.reply.max_tokens()],
+                caches=[cache],
+                all_tokens=[list(tokens)],
+                samplers=[seq.sampler],
+                logits_processors=[seq.processors],
             )
             active[new] = seq
 
@@ -306,9 +313,12 @@ def _start(job: Job, starter: Starter, m: "LoadedModel") -> Sequence | None:
 def _join(gen: Any, active: dict[int, Sequence], seq: Sequence, segments: list[list[int]], layers: CacheLayers, tokens: list[int]) -> None:
     """Insert `seq` into the batch: `layers` hold `tokens`, `segments` are still to read."""
     (uid,) = gen.insert_segments(
-        [segments], max_tokens=[seq.reply.max_tokens()], caches=[layers],
+        [segments],
+        max_tokens=[seq.reply.max_tokens()],
+        caches=[layers],
         all_tokens=[list(tokens)],  # a copy: the generator appends to it
-        samplers=[seq.sampler], logits_processors=[seq.processors],
+        samplers=[seq.sampler],
+        logits_processors=[seq.processors],
     )
     active[uid] = seq
 

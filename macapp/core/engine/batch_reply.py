@@ -45,8 +45,17 @@ class SequenceReply:
     """The reply of one batched sequence, token by token (see the module docstring). Worker thread only."""
 
     def __init__(
-        self, model: "LoadedModel", *, limits: Limits, segment: list[int], params: SamplingParams, thinking: bool,
-        budget: int | None, should_stop: Callable[[], bool], emit: Emit, clock: TurnClock,
+        self,
+        model: "LoadedModel",
+        *,
+        limits: Limits,
+        segment: list[int],
+        params: SamplingParams,
+        thinking: bool,
+        budget: int | None,
+        should_stop: Callable[[], bool],
+        emit: Emit,
+        clock: TurnClock,
     ):
         self.model, self.params, self.thinking, self.budget = model, params, thinking, budget
         self.should_stop, self.emit, self.clock = should_stop, emit, clock
@@ -147,8 +156,13 @@ class SequenceReply:
 
     def _stats(self, now: float, finish: str | None) -> GenerationStats:
         return self.clock.stats(
-            last_token_at=self.last_token_at or now, now=now, generated=len(self.generated), reasoning=self.reasoning,
-            forced=self.forced, context=self.cached + len(self.added), finish=finish,
+            last_token_at=self.last_token_at or now,
+            now=now,
+            generated=len(self.generated),
+            reasoning=self.reasoning,
+            forced=self.forced,
+            context=self.cached + len(self.added),
+            finish=finish,
         )
 
     def finish(self) -> StreamedReply:
@@ -157,7 +171,12 @@ class SequenceReply:
         deliver(self.emit, self.splitter.flush())
         stats = self._stats(time.perf_counter(), self.finish_reason)
         reply = Reply(
-            text=self.splitter.answer_text, reasoning=self.splitter.reasoning_text, thinking=self.thinking,
-            finish_reason=self.finish_reason, stats=stats, budget_hit=self.budget_hit, token_ids=self.generated,
+            text=self.splitter.answer_text,
+            reasoning=self.splitter.reasoning_text,
+            thinking=self.thinking,
+            finish_reason=self.finish_reason,
+            stats=stats,
+            budget_hit=self.budget_hit,
+            token_ids=self.generated,
         )
         return StreamedReply(reply, self.splitter.in_reasoning, self.added)

@@ -40,8 +40,14 @@ class _Read:
 
 
 def sequence(
-    session: "ChatSession", job: Job, m: "LoadedModel", clock: TurnClock, plan: TurnPlan, params: SamplingParams,
-    budget: int | None, limit: int,
+    session: "ChatSession",
+    job: Job,
+    m: "LoadedModel",
+    clock: TurnClock,
+    plan: TurnPlan,
+    params: SamplingParams,
+    budget: int | None,
+    limit: int,
 ) -> Sequence:
     """The batch's sequence for `plan` on `session` (worker thread, when the batch takes it)."""
     if plan.rereads:
@@ -75,8 +81,12 @@ def sequence(
                 raise RuntimeError("the batch finished a two-segment prompt without reporting its first segment")
             before_last = PromptCache(read.before_last, [*prompt.tokens, *head])
         session._turn = TurnMemory(
-            before_turn=turn_start, close_before=plan.close_before, prefix=plan.prefix, before_last=before_last.mark(),
-            last_token=last[0], mode=plan.mode,
+            before_turn=turn_start,
+            close_before=plan.close_before,
+            prefix=plan.prefix,
+            before_last=before_last.mark(),
+            last_token=last[0],
+            mode=plan.mode,
         )
         session._messages.append(session._user_message(plan))
         prompt.adopt(cache, head)
@@ -85,10 +95,24 @@ def sequence(
 
     sampler, processors = make_sampler_and_processors(params)
     reply = SequenceReply(
-        m, limits=Limits(cached=len(session.tokens) + len(head), limit=limit), segment=last, params=params,
-        thinking=plan.mode.thinking, budget=budget, should_stop=job.stop_event.is_set, emit=job.emit, clock=clock,
+        m,
+        limits=Limits(cached=len(session.tokens) + len(head), limit=limit),
+        segment=last,
+        params=params,
+        thinking=plan.mode.thinking,
+        budget=budget,
+        should_stop=job.stop_event.is_set,
+        emit=job.emit,
+        clock=clock,
     )
     return Sequence(
-        job=job, prompt=session._live, segments=[s for s in (head, last) if s],
-        sampler=sampler, processors=processors, reply=reply, on_segment=on_segment, on_done=on_done, keep_cache=True,
+        job=job,
+        prompt=session._live,
+        segments=[s for s in (head, last) if s],
+        sampler=sampler,
+        processors=processors,
+        reply=reply,
+        on_segment=on_segment,
+        on_done=on_done,
+        keep_cache=True,
     )

@@ -34,9 +34,7 @@ class TurnClock:
     def first_token(self, now: float) -> None:
         self.first_token_at = now
 
-    def stats(
-        self, *, last_token_at: float, now: float, generated: int, reasoning: int, forced: int, context: int, finish: str | None
-    ) -> GenerationStats:
+    def stats(self, *, last_token_at: float, now: float, generated: int, reasoning: int, forced: int, context: int, finish: str | None) -> GenerationStats:
         """The figures so far: `generated` tokens, the last sampled at `last_token_at`; `finish` None while running."""
         import mlx.core as mx
 

@@ -56,8 +56,18 @@ def usable(m: "LoadedModel", head: "MTPHead | None", cache: list, kv_bits: int |
 
 
 def mtp_stream(
-    m: "LoadedModel", head: "MTPHead", cache: list, segment: Sequence[int], *, cached: int, max_tokens: int,
-    params: SamplingParams, sampler: Callable, processors: list, policy: DepthPolicy, counts: MTPCounts,
+    m: "LoadedModel",
+    head: "MTPHead",
+    cache: list,
+    segment: Sequence[int],
+    *,
+    cached: int,
+    max_tokens: int,
+    params: SamplingParams,
+    sampler: Callable,
+    processors: list,
+    policy: DepthPolicy,
+    counts: MTPCounts,
 ) -> Iterator[Token]:
     """Feed `segment` into `cache` (holding `cached` tokens) and give up to `max_tokens` tokens, as stream_generate."""
     raw = _Decoder(m, head, cache, cached, params, sampler, processors, policy, counts).tokens(list(segment), max_tokens)
@@ -82,8 +92,18 @@ class _Decoder:
     """One stream's rounds. `fed` / `given` are the tokens read into the cache and handed out since `base`
     (a snapshot, or None when nothing read since needs undoing): settle() makes the first equal the second."""
 
-    def __init__(self, m: "LoadedModel", head: "MTPHead", cache: list, cached: int, params: SamplingParams, sampler: Callable,
-                 processors: list, policy: DepthPolicy, counts: MTPCounts):
+    def __init__(
+        self,
+        m: "LoadedModel",
+        head: "MTPHead",
+        cache: list,
+        cached: int,
+        params: SamplingParams,
+        sampler: Callable,
+        processors: list,
+        policy: DepthPolicy,
+        counts: MTPCounts,
+    ):
         self.m, self.head, self.cache, self.length = m, head, cache, cached
         self.lm = m.model.language_model
         self.sampler, self.processors, self.policy, self.counts = sampler, processors, policy, counts

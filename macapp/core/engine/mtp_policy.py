@@ -31,7 +31,7 @@ class Timing:
         self.values: list[float] = []
 
     def add(self, seconds: float) -> None:
-        self.values = [*self.values[-(_RECENT - 1):], seconds]
+        self.values = [*self.values[-(_RECENT - 1) :], seconds]
 
     @property
     def value(self) -> float | None:

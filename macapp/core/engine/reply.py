@@ -34,9 +34,21 @@ class StreamedReply(NamedTuple):
 class _Stream:
     """What one stream_reply call counts as it goes (the per-token loop copies it into locals)."""
 
-    def __init__(self, model: "LoadedModel", cache: list, cached: int, params: SamplingParams, kv: KVQuantization, prefill_step: int,
-                 splitter: ThinkingSplitter, budget: int | None, should_stop: Callable[[], bool], emit: Emit, clock: TurnClock,
-                 policy: DepthPolicy | None):
+    def __init__(
+        self,
+        model: "LoadedModel",
+        cache: list,
+        cached: int,
+        params: SamplingParams,
+        kv: KVQuantization,
+        prefill_step: int,
+        splitter: ThinkingSplitter,
+        budget: int | None,
+        should_stop: Callable[[], bool],
+        emit: Emit,
+        clock: TurnClock,
+        policy: DepthPolicy | None,
+    ):
         self.model, self.cache, self.cached, self.params = model, cache, cached, params
         self.kv, self.prefill_step, self.splitter, self.budget = kv.kwargs(), prefill_step, splitter, budget
         self.policy = policy  # None: plain decoding (no head, MTP off, or a cache MTP cannot roll back)
@@ -143,12 +155,28 @@ def _token_source(run: _Stream, segment: list[int], cap: int):
     policy = run.policy
     if policy is not None and not (policy.off and policy.mode is MTPMode.AUTO):
         return mtp_decode.mtp_stream(
-            m, m.mtp_head, run.cache, segment, cached=run.cached + len(run.added), max_tokens=cap, params=run.params,
-            sampler=run.sampler, processors=run.processors, policy=policy, counts=run.mtp,
+            m,
+            m.mtp_head,
+            run.cache,
+            segment,
+            cached=run.cached + len(run.added),
+            max_tokens=cap,
+            params=run.params,
+            sampler=run.sampler,
+            processors=run.processors,
+            policy=policy,
+            counts=run.mtp,
         )
     return stream_generate(
-        m.model, m.tokenizer, mx.array(segment), max_tokens=cap, sampler=run.sampler, logits_processors=run.processors,
-        prompt_cache=run.cache, prefill_step_size=run.prefill_step, **run.kv,
+        m.model,
+        m.tokenizer,
+        mx.array(segment),
+        max_tokens=cap,
+        sampler=run.sampler,
+        logits_processors=run.processors,
+        prompt_cache=run.cache,
+        prefill_step_size=run.prefill_step,
+        **run.kv,
     )
 
 
@@ -218,8 +246,13 @@ def _generate(run: _Stream, segment: list[int], cap: int) -> tuple[int, str, boo
             if now >= next_stats:
                 next_stats = now + STATS_INTERVAL_S
                 stats = clock.stats(
-                    last_token_at=now, now=now, generated=len(generated), reasoning=reasoning, forced=run.forced,
-                    context=base + taken, finish=None,
+                    last_token_at=now,
+                    now=now,
+                    generated=len(generated),
+                    reasoning=reasoning,
+                    forced=run.forced,
+                    context=base + taken,
+                    finish=None,
                 )
                 emit(StatsUpdate(with_mtp(stats, run.mtp)))
     finally:
@@ -247,10 +280,18 @@ def _close_reasoning(run: _Stream) -> list[int]:
 def _finish(run: _Stream, thinking: bool, finish: str) -> StreamedReply:
     splitter = run.splitter
     deliver(run.emit, splitter.flush())
-    stats = with_mtp(run.clock.stats(
-        last_token_at=run.last_token_at, now=time.perf_counter(), generated=len(run.generated), reasoning=run.reasoning,
-        forced=run.forced, context=run.cached + len(run.added), finish=finish,
-    ), run.mtp)
+    stats = with_mtp(
+        run.clock.stats(
+            last_token_at=run.last_token_at,
+            now=time.perf_counter(),
+            generated=len(run.generated),
+            reasoning=run.reasoning,
+            forced=run.forced,
+            context=run.cached + len(run.added),
+            finish=finish,
+        ),
+        run.mtp,
+    )
     reply = Reply(
         text=splitter.answer_text,
         reasoning=splitter.reasoning_text,

@@ -79,7 +79,11 @@ class ChatSession:
         return 0 if turn is None else turn.before_turn.nbytes + turn.before_last.nbytes
 
     def send(
-        self, text: str, thinking: bool = True, sampling: SamplingParams | None = None, thinking_budget: int | None = None,
+        self,
+        text: str,
+        thinking: bool = True,
+        sampling: SamplingParams | None = None,
+        thinking_budget: int | None = None,
         images: Sequence[Any] | None = None,
     ) -> Job:
         """Add a user message and stream the reply. `sampling` None: the model card's preset for the mode. `images`:
@@ -161,7 +165,13 @@ class ChatSession:
         return model
 
     def _send(
-        self, job: Job, text: str, thinking: bool, sampling: SamplingParams | None, budget: int | None, images: Sequence[Any] | None = None,
+        self,
+        job: Job,
+        text: str,
+        thinking: bool,
+        sampling: SamplingParams | None,
+        budget: int | None,
+        images: Sequence[Any] | None = None,
         batched: bool = False,
     ) -> Any:
         clock = TurnClock()
@@ -175,13 +185,24 @@ class ChatSession:
             engine_pictures.vision_for(m)  # a text-only build refuses here, before anything changes
         appending = self._prompt is not None and bool(self.tokens)
         plan = turns.plan_send(
-            m.tokenizer, text=text, mode=ThinkingMode.of(thinking, budget), messages=self._messages,
-            system_prompt=self.system_prompt, close_text=self._close_text if appending else None, images=pictures,
+            m.tokenizer,
+            text=text,
+            mode=ThinkingMode.of(thinking, budget),
+            messages=self._messages,
+            system_prompt=self.system_prompt,
+            close_text=self._close_text if appending else None,
+            images=pictures,
         )
         return self._run_turn(job, m, clock, plan, sampling, budget, batched)
 
     def _redo(
-        self, job: Job, new_text: str | None, thinking: bool | None, sampling: SamplingParams | None, budget: int | None, batched: bool = False,
+        self,
+        job: Job,
+        new_text: str | None,
+        thinking: bool | None,
+        sampling: SamplingParams | None,
+        budget: int | None,
+        batched: bool = False,
     ) -> Any:
         clock = TurnClock()
         if job.stopped:
@@ -190,14 +211,27 @@ class ChatSession:
         last_user = turns.last_user_index(self._messages, new_text)
         m = self._require_model()
         plan = turns.plan_redo(
-            m.tokenizer, new_text=new_text, thinking=thinking, budget=budget, messages=self._messages, last_user=last_user,
-            system_prompt=self.system_prompt, last=self._turn if self._prompt is not None else None,
+            m.tokenizer,
+            new_text=new_text,
+            thinking=thinking,
+            budget=budget,
+            messages=self._messages,
+            last_user=last_user,
+            system_prompt=self.system_prompt,
+            last=self._turn if self._prompt is not None else None,
         )
         return self._run_turn(job, m, clock, plan, sampling, budget, batched)
 
     # -- the turn (worker thread) ----------------------------------------------------------------------
     def _run_turn(
-        self, job: Job, m: LoadedModel, clock: TurnClock, plan: TurnPlan, sampling: SamplingParams | None, budget: int | None, batched: bool = False,
+        self,
+        job: Job,
+        m: LoadedModel,
+        clock: TurnClock,
+        plan: TurnPlan,
+        sampling: SamplingParams | None,
+        budget: int | None,
+        batched: bool = False,
     ) -> Any:
         """Run the turn (batched: return the Sequence the batch reads and answers it with; batched_turn.py)."""
         params = limits.turn_sampling(sampling, plan.mode.thinking, budget, self.options)
@@ -233,7 +267,14 @@ class ChatSession:
         return encoded
 
     def _read_and_stream(
-        self, job: Job, m: LoadedModel, clock: TurnClock, plan: TurnPlan, params: SamplingParams, budget: int | None, limit: int,
+        self,
+        job: Job,
+        m: LoadedModel,
+        clock: TurnClock,
+        plan: TurnPlan,
+        params: SamplingParams,
+        budget: int | None,
+        limit: int,
         encoded: EncodedTurn | None = None,
     ) -> Reply | None:
         """Read the plan's prompt and stream the reply; None when a stop while reading undid the turn."""
@@ -250,14 +291,30 @@ class ChatSession:
             if not self._read_prompt(job, m, clock, plan, turn_start, previous, encoded):
                 return None
             self._turn = TurnMemory(
-                before_turn=turn_start, close_before=plan.close_before, prefix=plan.prefix,
-                before_last=self._live.mark(), last_token=plan.prompt[-1], mode=plan.mode,
+                before_turn=turn_start,
+                close_before=plan.close_before,
+                prefix=plan.prefix,
+                before_last=self._live.mark(),
+                last_token=plan.prompt[-1],
+                mode=plan.mode,
             )
             self._messages.append(self._user_message(plan))
             streamed = stream_reply(
-                m, self._live.layers, plan.prompt[-1:], cached=len(self.tokens), limit=limit, params=params,
-                thinking=plan.mode.thinking, budget=budget, should_stop=job.stop_event.is_set, emit=job.emit, clock=clock,
-                kv=self.options.kv, prefill_step=self.options.prefill_step_size, mtp=self.options.mtp, mtp_policy=self.mtp_policy,
+                m,
+                self._live.layers,
+                plan.prompt[-1:],
+                cached=len(self.tokens),
+                limit=limit,
+                params=params,
+                thinking=plan.mode.thinking,
+                budget=budget,
+                should_stop=job.stop_event.is_set,
+                emit=job.emit,
+                clock=clock,
+                kv=self.options.kv,
+                prefill_step=self.options.prefill_step_size,
+                mtp=self.options.mtp,
+                mtp_policy=self.mtp_policy,
             )
         self._settle_reply(m, plan, streamed)
         return streamed.reply
@@ -287,7 +344,13 @@ class ChatSession:
         return message
 
     def _read_prompt(
-        self, job: Job, m: LoadedModel, clock: TurnClock, plan: TurnPlan, turn_start: CacheSnapshot, previous: TurnMemory | None,
+        self,
+        job: Job,
+        m: LoadedModel,
+        clock: TurnClock,
+        plan: TurnPlan,
+        turn_start: CacheSnapshot,
+        previous: TurnMemory | None,
         encoded: EncodedTurn | None = None,
     ) -> bool:
         """Prefill all but the prompt's last token; False if a stop undid the turn (its Finished is then emitted).
@@ -300,7 +363,11 @@ class ChatSession:
         if plan.undo_on_stop:
             job.arm_early_reply(stopped)
         done = prefill(
-            m, self._live.layers, prompt[:-1], step=self.options.prefill_step_size, kv=self.options.kv,
+            m,
+            self._live.layers,
+            prompt[:-1],
+            step=self.options.prefill_step_size,
+            kv=self.options.kv,
             should_stop=job.stop_event.is_set if plan.undo_on_stop else None,
             on_progress=lambda n: job.emit(PromptProgress(n, total)),
             embeddings=None if encoded is None else encoded.embeddings,

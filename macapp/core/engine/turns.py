@@ -127,7 +127,13 @@ def require_text(text: str) -> None:
 
 
 def plan_send(
-    tokenizer: Any, *, text: str, mode: ThinkingMode, messages: list[ChatMessage], system_prompt: str | None, close_text: str | None,
+    tokenizer: Any,
+    *,
+    text: str,
+    mode: ThinkingMode,
+    messages: list[ChatMessage],
+    system_prompt: str | None,
+    close_text: str | None,
     images: tuple[PreparedImage, ...] = (),
 ) -> TurnPlan:
     """A new user message (see require_text) with its `images`. `close_text`: what closes the cached previous reply;
@@ -140,8 +146,15 @@ def plan_send(
         prompt = prefix + _user_turn(tokenizer, text, mode, images)
         in_prompt = tuple(images)
     return TurnPlan(
-        kind=TurnKind.SEND, mode=mode, prompt=_closed(tokenizer, prompt, mode), user_text=text, history=list(messages),
-        prefix=prefix, close_before=close_text or "", images=in_prompt, user_images=tuple(images),
+        kind=TurnKind.SEND,
+        mode=mode,
+        prompt=_closed(tokenizer, prompt, mode),
+        user_text=text,
+        history=list(messages),
+        prefix=prefix,
+        close_before=close_text or "",
+        images=in_prompt,
+        user_images=tuple(images),
     )
 
 
@@ -156,8 +169,15 @@ def last_user_index(messages: list[ChatMessage], new_text: str | None) -> int:
 
 
 def plan_redo(
-    tokenizer: Any, *, new_text: str | None, thinking: bool | None, budget: int | None, messages: list[ChatMessage], last_user: int,
-    system_prompt: str | None, last: TurnMemory | None,
+    tokenizer: Any,
+    *,
+    new_text: str | None,
+    thinking: bool | None,
+    budget: int | None,
+    messages: list[ChatMessage],
+    last_user: int,
+    system_prompt: str | None,
+    last: TurnMemory | None,
 ) -> TurnPlan:
     """Regenerate (`new_text` None) or edit the exchange at `last_user` (see last_user_index). `thinking` None keeps
     the last reply's mode (on if it has none); `last`: the session's memory of its last turn, None without a cache."""
@@ -171,26 +191,44 @@ def plan_redo(
     pictures = tuple(messages[last_user].get("images") or ())  # an edit keeps the message's pictures
     # what every plan below shares; each fills in what it feeds and where it goes back to
     common = TurnPlan(
-        kind=kind, mode=mode, prompt=[], user_text=text, history=messages[:last_user], prefix=None, close_before="",
+        kind=kind,
+        mode=mode,
+        prompt=[],
+        user_text=text,
+        history=messages[:last_user],
+        prefix=None,
+        close_before="",
         user_images=pictures,
     )
     if last is not None and len(tail) <= 1:
         if kind is TurnKind.REGENERATE and mode is last.mode:
             # back to just before the prompt's last token, and feed that one token again
             return dataclasses.replace(
-                common, prompt=[last.last_token], prefix=last.prefix, close_before=last.close_before,
-                restore=last.before_last, turn_start=last.before_turn,
+                common,
+                prompt=[last.last_token],
+                prefix=last.prefix,
+                close_before=last.close_before,
+                restore=last.before_last,
+                turn_start=last.before_turn,
             )
         if last.prefix is not None:
             # edit (or another thinking mode): back to before the user message; feed the new turn
             prompt = last.prefix + _user_turn(tokenizer, text, mode, pictures)
             return dataclasses.replace(
-                common, prompt=_closed(tokenizer, prompt, mode), prefix=last.prefix, close_before=last.close_before,
-                restore=last.before_turn, turn_start=last.before_turn, images=pictures,
+                common,
+                prompt=_closed(tokenizer, prompt, mode),
+                prefix=last.prefix,
+                close_before=last.close_before,
+                restore=last.before_turn,
+                turn_start=last.before_turn,
+                images=pictures,
             )
     # No snapshot for this turn (a reopened conversation): read the conversation once.
     prefix, prompt = full_prompt(tokenizer, system_prompt, common.history, text, mode.thinking, pictures)
     return dataclasses.replace(
-        common, prompt=_closed(tokenizer, prompt, mode), prefix=prefix, close_before="",
+        common,
+        prompt=_closed(tokenizer, prompt, mode),
+        prefix=prefix,
+        close_before="",
         images=tuple(pictures_in(common.history)) + pictures,
     )

@@ -174,6 +174,7 @@ def advise(model: ModelRef, est: estimate.Estimate, machine: MachineProfile, can
     ]
     found = tuple(step for step in steps if step is not None)
     if not found:
-        headline += f" Nothing fixes that on this Mac: even the most macOS can safely give the GPU ({_gb(max_safe_wired_limit(machine.memory_bytes))}) is not enough."
+        headline += (
+            f" Nothing fixes that on this Mac: even the most macOS can safely give the GPU ({_gb(max_safe_wired_limit(machine.memory_bytes))}) is not enough."
+        )
     return Advice(est.verdict, headline, found)
-

@@ -206,11 +206,7 @@ def _layout(model: ModelRef, shard: Shard, hosts: int) -> _Layout:
         kv_split = arch.full_attention_layers * parts.full_kv
         kv_dup = kv_split * (hosts * kv_held - kv) // kv
         split = (
-            arch.linear_layers * parts.linear_layer
-            + arch.full_attention_layers * parts.full_qo
-            + kv_split
-            + arch.num_hidden_layers * parts.mlp
-            + parts.head
+            arch.linear_layers * parts.linear_layer + arch.full_attention_layers * parts.full_qo + kv_split + arch.num_hidden_layers * parts.mlp + parts.head
         )
         split_exact = split * exact // computed
         dup_exact = kv_dup * exact // computed
@@ -221,8 +217,7 @@ def _layout(model: ModelRef, shard: Shard, hosts: int) -> _Layout:
         return _Layout(shares, exact - split_exact, [kv_held] * hosts, kv, [1] * hosts, [(0, arch.num_hidden_layers)] * hosts, dup_exact, exchange)
     layers = pipeline_layers(arch.num_hidden_layers, hosts)
     per_layer = [
-        (parts.full_kv + parts.full_qo if is_full_attention(arch, i) else parts.linear_layer) + parts.mlp + parts.router
-        for i in range(arch.num_hidden_layers)
+        (parts.full_kv + parts.full_qo if is_full_attention(arch, i) else parts.linear_layer) + parts.mlp + parts.router for i in range(arch.num_hidden_layers)
     ]
     host_layers = [sum(per_layer[a:b]) for a, b in layers]
     split_exact = sum(host_layers) * exact // computed

@@ -229,26 +229,23 @@ def prefill_estimate(
 
 def _total(model: ModelRef, weights: int, context: int, kv_bits: int | None, prefill_step: int) -> int:
     arch = model.arch
-    return (
-        weights
-        + kv_cache_bytes(arch, context, kv_bits)
-        + state_bytes(arch)
-        + prefill_bytes(arch, context, prefill_step)
-        + runtime_bytes(weights)
-    )
+    return weights + kv_cache_bytes(arch, context, kv_bits) + state_bytes(arch) + prefill_bytes(arch, context, prefill_step) + runtime_bytes(weights)
 
 
 def max_context(model: ModelRef, budget_bytes: int, kv_bits: int | None = None, prefill_step: int = DEFAULT_PREFILL_STEP) -> int:
     """The largest context (a multiple of 256, up to the model's maximum) whose total stays within the budget; 0 if none."""
     weights, _ = weights_of(model)
-    return largest_context(
-        lambda tokens: _total(model, weights, tokens, kv_bits, prefill_step), budget_bytes, model.arch.max_position_embeddings
-    )
+    return largest_context(lambda tokens: _total(model, weights, tokens, kv_bits, prefill_step), budget_bytes, model.arch.max_position_embeddings)
 
 
 def parallel_sequences(
-    arch: Arch, weights: int, budget_bytes: int, context: int, kv_bits: int | None = None,
-    prefill_step: int = DEFAULT_PREFILL_STEP, reserved: int = 0,
+    arch: Arch,
+    weights: int,
+    budget_bytes: int,
+    context: int,
+    kv_bits: int | None = None,
+    prefill_step: int = DEFAULT_PREFILL_STEP,
+    reserved: int = 0,
 ) -> int:
     """How many sequences (agent sessions) can be in flight together at `context` tokens each: beside the weights,
     the runtime, one prefill chunk and `reserved` bytes (the prompt checkpoints), each keeps its own KV cache
@@ -390,8 +387,10 @@ def mtp_words(mtp: MtpStatus) -> str:
             where = "in the build" if mtp.where is MtpWhere.IN_BUILD else "fetched already"
             return f"MTP head {mtp.head_bytes / mb:.0f} MB ({where}), counted: speculative decoding would use it"
         case MtpWhere.TO_FETCH:
-            return (f"MTP head: {mtp.fetch_bytes / mb:.0f} MB to fetch from {mtp.source_repo} (`qwen-desk download <build> --mtp`), "
-                    f"about {mtp.head_bytes / mb:.0f} MB in memory once fetched; not counted until then")
+            return (
+                f"MTP head: {mtp.fetch_bytes / mb:.0f} MB to fetch from {mtp.source_repo} (`qwen-desk download <build> --mtp`), "
+                f"about {mtp.head_bytes / mb:.0f} MB in memory once fetched; not counted until then"
+            )
         case MtpWhere.NONE:
             return f"MTP head: none ({mtp.note})"
     return f"MTP head: {mtp.note or 'not known'}"

@@ -64,9 +64,17 @@ class Calibration:
 # Fitted (least squares on log estimate/measured, each source weighted 1/√its runs) to the fitted runs in
 # bench/fit_accuracy.py PREFILL; `python bench/fit_accuracy.py --fit` prints these and the leave-one-out table.
 FITTED = Calibration(
-    dense_eff=0.977, dense_rows_half=97.5, expert_eff=0.771, expert_rows_half=19.8,
-    accel_dense=2.69, accel_expert=2.64, attention_eff=0.433, attention_eff_unfused=0.398,
-    no_bf16=0.583, scan_eff=0.153, layer_chunk_ms=0.837,
+    dense_eff=0.977,
+    dense_rows_half=97.5,
+    expert_eff=0.771,
+    expert_rows_half=19.8,
+    accel_dense=2.69,
+    accel_expert=2.64,
+    attention_eff=0.433,
+    attention_eff_unfused=0.398,
+    no_bf16=0.583,
+    scan_eff=0.153,
+    layer_chunk_ms=0.837,
 )
 DENSE_EFF, DENSE_ROWS_HALF = FITTED.dense_eff, FITTED.dense_rows_half
 EXPERT_EFF, EXPERT_ROWS_HALF = FITTED.expert_eff, FITTED.expert_rows_half
@@ -96,8 +104,16 @@ class Workload:
 
 
 def transformer_workload(
-    hidden: int, layers: int, heads: int, kv_heads: int, head_dim: int, intermediate: int = 0,
-    experts: int = 0, routed: int = 0, expert_intermediate: int = 0, bits_per_weight: float = 4.5,
+    hidden: int,
+    layers: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    intermediate: int = 0,
+    experts: int = 0,
+    routed: int = 0,
+    expert_intermediate: int = 0,
+    bits_per_weight: float = 4.5,
 ) -> Workload:
     """A plain full-attention transformer (Qwen3), to check the model on mlx-lm's published Qwen3 benchmarks."""
     attention = hidden * head_dim * (2 * heads + 2 * kv_heads)
@@ -193,7 +209,11 @@ def chunk_seconds(
 
 
 def estimate_prefill(
-    work: Workload, machine: MachineProfile, tokens: int, prefill_step: int, first_token_s: float = 0.0,
+    work: Workload,
+    machine: MachineProfile,
+    tokens: int,
+    prefill_step: int,
+    first_token_s: float = 0.0,
     cal: Calibration = FITTED,
 ) -> PrefillEstimate | None:
     """Time to read `tokens` into an empty cache in mlx-lm's chunks, plus the first token; None off Apple Silicon."""

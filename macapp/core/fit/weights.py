@@ -71,8 +71,7 @@ def _weights(arch: Arch, bits: int | None, group: int, active_only: bool) -> int
     main, router = mlp_tensors(arch, active_only)
     router_bits = 8 if bits is not None else None
     total += arch.num_hidden_layers * (
-        sum(quantized_bytes(o, i, bits, group) for o, i in main)
-        + sum(quantized_bytes(o, i, router_bits, group) for o, i in router)
+        sum(quantized_bytes(o, i, bits, group) for o, i in main) + sum(quantized_bytes(o, i, router_bits, group) for o, i in router)
     )
     embed = quantized_bytes(arch.vocab_size, arch.hidden_size, bits, group)
     if active_only:

@@ -1,14 +1,14 @@
 """Chat history: conversations and messages in one SQLite file (WAL), schema-versioned, crash-safe, searchable.
 
-    records.py   Conversation, Message (Role, MessageState), ReplyStats, SearchHit (+ title_from_text)
-    errors.py    StoreError and its kinds
-    db.py        the SQL layer: connection, checks, set-aside of damaged files, transactions (no history domain)
-    schema.py    tables, migrations from every earlier version, the full-text index
-    rows.py      rows <-> records (columns derived from the records' fields)
-    store.py     Store: the history's reads, writes and recovery
-    writer.py    ReplyWriter: a streaming reply, committed at most once a second
-    search.py    search terms, index or scan, snippets
-    transfer.py  JSON export/import and Markdown export
+records.py   Conversation, Message (Role, MessageState), ReplyStats, SearchHit (+ title_from_text)
+errors.py    StoreError and its kinds
+db.py        the SQL layer: connection, checks, set-aside of damaged files, transactions (no history domain)
+schema.py    tables, migrations from every earlier version, the full-text index
+rows.py      rows <-> records (columns derived from the records' fields)
+store.py     Store: the history's reads, writes and recovery
+writer.py    ReplyWriter: a streaming reply, committed at most once a second
+search.py    search terms, index or scan, snippets
+transfer.py  JSON export/import and Markdown export
 """
 
 from macapp.core.history.errors import ImportFormatError, NotFoundError, ReadOnlyStoreError, StoreError

@@ -137,9 +137,7 @@ def open_or_set_aside(path: Path, open_fn: Callable[[Path], T]) -> tuple[T, SetA
 class Database:
     """One connection, its lock and its transactions. Open with `Database.open()`."""
 
-    def __init__(
-        self, conn: sqlite3.Connection, path: Path, *, read_only: bool = False, found_version: int = 0, label: str = "database"
-    ) -> None:
+    def __init__(self, conn: sqlite3.Connection, path: Path, *, read_only: bool = False, found_version: int = 0, label: str = "database") -> None:
         self.conn = conn
         self.path = path
         self.read_only = read_only
@@ -207,9 +205,7 @@ class Database:
             try:
                 self.conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
-                raise StoreError(
-                    f"The {self.label} is busy ({exc}); another Qwen Desk may be writing to {self.path}. Try again."
-                ) from exc
+                raise StoreError(f"The {self.label} is busy ({exc}); another Qwen Desk may be writing to {self.path}. Try again.") from exc
             try:
                 yield self.conn
             except BaseException:

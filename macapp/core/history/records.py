@@ -72,9 +72,7 @@ class ReplyStats:
 # The reply-stat fields, declared once: the schema check, inserts, updates and row mapping all read this.
 STAT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(ReplyStats))
 # Each field's number type (int for counts, float for times and rates), from its annotation.
-STAT_TYPES: dict[str, type] = {
-    name: int if int in get_args(hint) else float for name, hint in get_type_hints(ReplyStats).items()
-}
+STAT_TYPES: dict[str, type] = {name: int if int in get_args(hint) else float for name, hint in get_type_hints(ReplyStats).items()}
 
 
 @dataclass

@@ -16,14 +16,8 @@ MESSAGE_COLUMNS: tuple[str, ...] = MESSAGE_FIELDS + STAT_FIELDS
 INSERT_MESSAGE = f"INSERT INTO messages ({', '.join(MESSAGE_COLUMNS)}) VALUES ({', '.join('?' * len(MESSAGE_COLUMNS))})"
 SELECT_MESSAGES = f"SELECT {', '.join(MESSAGE_COLUMNS)} FROM messages"
 # A finished reply: its text, state, finish reason and figures.
-FINISH_REPLY = (
-    "UPDATE messages SET "
-    + ", ".join(f"{name} = ?" for name in ("content", "reasoning", "state", "finish_reason", *STAT_FIELDS))
-    + " WHERE id = ?"
-)
-SELECT_CONVERSATIONS = (
-    "SELECT c.*, (SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id) AS message_count FROM conversations c"
-)
+FINISH_REPLY = "UPDATE messages SET " + ", ".join(f"{name} = ?" for name in ("content", "reasoning", "state", "finish_reason", *STAT_FIELDS)) + " WHERE id = ?"
+SELECT_CONVERSATIONS = "SELECT c.*, (SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id) AS message_count FROM conversations c"
 
 
 def stats_values(stats: ReplyStats) -> tuple[Any, ...]:
@@ -33,8 +27,9 @@ def stats_values(stats: ReplyStats) -> tuple[Any, ...]:
 def message_values(m: Message, *, id: int | None, conversation_id: int, position: int) -> tuple[Any, ...]:
     """The row for `m` in MESSAGE_COLUMNS order, under the given id (None: a new one), conversation and position."""
     values = {name: getattr(m, name) for name in MESSAGE_FIELDS}
-    values.update(id=id, conversation_id=conversation_id, position=position, reasoning=m.reasoning or "",
-                  thinking=int(m.thinking), images=refs_to_json(m.images))
+    values.update(
+        id=id, conversation_id=conversation_id, position=position, reasoning=m.reasoning or "", thinking=int(m.thinking), images=refs_to_json(m.images)
+    )
     return tuple(values[name] for name in MESSAGE_FIELDS) + stats_values(m.stats)
 
 
@@ -45,8 +40,7 @@ def finish_values(m: Message) -> tuple[Any, ...]:
 
 def message_from_row(row: sqlite3.Row) -> Message:
     values = {name: row[name] for name in MESSAGE_FIELDS}
-    values.update(thinking=bool(values["thinking"]), role=Role(values["role"]), state=MessageState(values["state"]),
-                  images=refs_from_json(values["images"]))
+    values.update(thinking=bool(values["thinking"]), role=Role(values["role"]), state=MessageState(values["state"]), images=refs_from_json(values["images"]))
     return Message(**values, stats=ReplyStats(**{name: row[name] for name in STAT_FIELDS}))
 
 

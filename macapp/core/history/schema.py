@@ -142,10 +142,7 @@ def create_search_index(conn: sqlite3.Connection) -> None:
         conn.execute(f"DROP TRIGGER IF EXISTS {name}")
         conn.execute(sql)
     conn.execute("DELETE FROM messages_fts")
-    conn.execute(
-        "INSERT INTO messages_fts(rowid, content, reasoning) "
-        "SELECT id, content, reasoning FROM messages WHERE state != 'streaming'"
-    )
+    conn.execute("INSERT INTO messages_fts(rowid, content, reasoning) SELECT id, content, reasoning FROM messages WHERE state != 'streaming'")
 
 
 def _schema_names(conn: sqlite3.Connection, kind: str) -> set[str]:

@@ -74,8 +74,11 @@ class Search:
                 in_content = contains(row["content"], terms[0])
                 hits.append(
                     SearchHit(
-                        conversation_id=row["conversation_id"], conversation_title=row["title"],
-                        message_id=row["id"], position=row["position"], role=Role(row["role"]),
+                        conversation_id=row["conversation_id"],
+                        conversation_title=row["title"],
+                        message_id=row["id"],
+                        position=row["position"],
+                        role=Role(row["role"]),
                         snippet=snippet(row["content"] if in_content else row["reasoning"], terms[0]),
                         updated=row["updated"],
                     )

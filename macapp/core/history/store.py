@@ -46,9 +46,7 @@ INTERRUPTED_AFTER_S = 120.0
 class Store:
     """The history database. Open with `Store.open()` (a context manager); share one per process."""
 
-    def __init__(
-        self, database: Database, *, notice: str | None = None, set_aside: Path | None = None, search_indexed: bool = False
-    ) -> None:
+    def __init__(self, database: Database, *, notice: str | None = None, set_aside: Path | None = None, search_indexed: bool = False) -> None:
         self.database = database
         self.path = database.path
         self.notice = notice  # a sentence for people (banner in the window, stderr in the CLI), or None
@@ -80,8 +78,12 @@ class Store:
     @classmethod
     def _open_file(cls, path: Path, busy_timeout_s: float) -> Store:
         database = Database.open(
-            path, known_version=schema.SCHEMA_VERSION, migrate=schema.migrate, busy_timeout_s=busy_timeout_s,
-            functions=SQL_FUNCTIONS, label="chat history",
+            path,
+            known_version=schema.SCHEMA_VERSION,
+            migrate=schema.migrate,
+            busy_timeout_s=busy_timeout_s,
+            functions=SQL_FUNCTIONS,
+            label="chat history",
         )
         if database.read_only:
             notice = (
@@ -136,8 +138,13 @@ class Store:
             )
             conversation_id = cur.lastrowid
         return Conversation(
-            id=conversation_id, title=title, model=model or "", created=now, updated=now,
-            system_prompt=system_prompt, settings=dict(settings or {}),
+            id=conversation_id,
+            title=title,
+            model=model or "",
+            created=now,
+            updated=now,
+            system_prompt=system_prompt,
+            settings=dict(settings or {}),
         )
 
     def list_conversations(self, limit: int | None = None) -> list[Conversation]:
@@ -157,10 +164,7 @@ class Store:
                 raise NotFoundError(f"There is no conversation {conversation_id}.")
             conversation = rows.conversation_from_row(row)
             conversation.messages = [
-                rows.message_from_row(r)
-                for r in conn.execute(
-                    f"{rows.SELECT_MESSAGES} WHERE conversation_id = ? ORDER BY position", (conversation_id,)
-                )
+                rows.message_from_row(r) for r in conn.execute(f"{rows.SELECT_MESSAGES} WHERE conversation_id = ? ORDER BY position", (conversation_id,))
             ]
         return conversation
 
@@ -188,11 +192,15 @@ class Store:
 
     def _insert_conversation(self, conn: sqlite3.Connection, conv: Conversation, keep_ids: bool) -> int:
         cur = conn.execute(
-            "INSERT INTO conversations (id, title, model, created, updated, system_prompt, settings) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO conversations (id, title, model, created, updated, system_prompt, settings) VALUES (?, ?, ?, ?, ?, ?, ?)",
             (
-                conv.id if keep_ids else None, conv.title, conv.model or "", conv.created, conv.updated,
-                conv.system_prompt, rows.settings_json(conv.settings),
+                conv.id if keep_ids else None,
+                conv.title,
+                conv.model or "",
+                conv.created,
+                conv.updated,
+                conv.system_prompt,
+                rows.settings_json(conv.settings),
             ),
         )
         new_id = cur.lastrowid
@@ -225,17 +233,25 @@ class Store:
             raise StoreError(f"Unknown state {state!r}; expected one of {', '.join(STATES)}.")
         role, state = Role(role), MessageState(state)
         message = Message(
-            id=0, conversation_id=conversation_id, position=0, role=role, content=content, reasoning=reasoning or "",
-            thinking=thinking, state=state, finish_reason=finish_reason, stats=ReplyStats.from_any(stats),
-            model=model, created=time.time(), images=tuple(images),
+            id=0,
+            conversation_id=conversation_id,
+            position=0,
+            role=role,
+            content=content,
+            reasoning=reasoning or "",
+            thinking=thinking,
+            state=state,
+            finish_reason=finish_reason,
+            stats=ReplyStats.from_any(stats),
+            model=model,
+            created=time.time(),
+            images=tuple(images),
         )
         with self.database.write() as conn:
             conv = conn.execute("SELECT title FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
             if conv is None:
                 raise NotFoundError(f"There is no conversation {conversation_id}.")
-            message.position = conn.execute(
-                "SELECT COALESCE(MAX(position) + 1, 0) FROM messages WHERE conversation_id = ?", (conversation_id,)
-            ).fetchone()[0]
+            message.position = conn.execute("SELECT COALESCE(MAX(position) + 1, 0) FROM messages WHERE conversation_id = ?", (conversation_id,)).fetchone()[0]
             values = rows.message_values(message, id=None, conversation_id=conversation_id, position=message.position)
             message.id = conn.execute(rows.INSERT_MESSAGE, values).lastrowid
             title_update = ""
@@ -258,9 +274,7 @@ class Store:
         interval: float = DEFAULT_COMMIT_INTERVAL_S,
     ) -> ReplyWriter:
         """Commit an empty assistant message in state 'streaming' and return the writer that fills it in."""
-        message = self.add_message(
-            conversation_id, Role.ASSISTANT, "", thinking=thinking, state=MessageState.STREAMING, model=model
-        )
+        message = self.add_message(conversation_id, Role.ASSISTANT, "", thinking=thinking, state=MessageState.STREAMING, model=model)
         return ReplyWriter(self, message, interval=interval)
 
     def truncate(self, conversation_id: int, from_position: int) -> list[Message]:
@@ -268,9 +282,7 @@ class Store:
         with self.database.lock:
             removed = [m for m in self.get_conversation(conversation_id).messages if m.position >= from_position]
             with self.database.write() as conn:
-                conn.execute(
-                    "DELETE FROM messages WHERE conversation_id = ? AND position >= ?", (conversation_id, from_position)
-                )
+                conn.execute("DELETE FROM messages WHERE conversation_id = ? AND position >= ?", (conversation_id, from_position))
                 conn.execute("UPDATE conversations SET updated = ? WHERE id = ?", (time.time(), conversation_id))
         return removed
 

@@ -104,16 +104,23 @@ def export_markdown(conv: Conversation, include_reasoning: bool = True) -> str:
 
 def _message_from_document(i: int, raw: Any, now: float) -> Message:
     if not isinstance(raw, dict) or raw.get("role") not in ROLES or not isinstance(raw.get("content", ""), str):
-        raise ImportFormatError(
-            f"Message {i + 1} needs a role ({', '.join(ROLES)}) and text content; got {str(raw)[:80]!r}."
-        )
+        raise ImportFormatError(f"Message {i + 1} needs a role ({', '.join(ROLES)}) and text content; got {str(raw)[:80]!r}.")
     # A reply exported while it streamed is not streaming any more; anything unknown counts as complete.
     state = MessageState.STOPPED if raw.get("state") in ("stopped", "streaming") else MessageState.COMPLETE
     return Message(
-        id=0, conversation_id=0, position=i, role=Role(raw["role"]), content=raw.get("content") or "",
-        reasoning=raw.get("reasoning") or "", thinking=bool(raw.get("thinking")), state=state,
-        finish_reason=raw.get("finish_reason"), stats=ReplyStats.from_any(raw.get("stats")),
-        model=raw.get("model"), created=parse_time(raw.get("created"), now), images=_import_pictures(i, raw.get("images")),
+        id=0,
+        conversation_id=0,
+        position=i,
+        role=Role(raw["role"]),
+        content=raw.get("content") or "",
+        reasoning=raw.get("reasoning") or "",
+        thinking=bool(raw.get("thinking")),
+        state=state,
+        finish_reason=raw.get("finish_reason"),
+        stats=ReplyStats.from_any(raw.get("stats")),
+        model=raw.get("model"),
+        created=parse_time(raw.get("created"), now),
+        images=_import_pictures(i, raw.get("images")),
     )
 
 
@@ -127,7 +134,7 @@ def _import_pictures(i: int, raw: Any) -> tuple[ImageRef, ...]:
     if not raw:
         return ()
     if not isinstance(raw, list):
-        raise ImportFormatError(f"Message {i + 1}: \"images\" must be a list of pictures.")
+        raise ImportFormatError(f'Message {i + 1}: "images" must be a list of pictures.')
     refs = []
     for n, item in enumerate(raw):
         name = str(item.get("name") or f"picture {n + 1}") if isinstance(item, dict) else f"picture {n + 1}"
@@ -149,7 +156,7 @@ def conversation_from_document(data: dict[str, Any] | str | bytes) -> Conversati
         except ValueError as exc:
             raise ImportFormatError(f"Not JSON: {exc}") from exc
     if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
-        raise ImportFormatError("Expected a JSON object with a \"messages\" list (as written by history export).")
+        raise ImportFormatError('Expected a JSON object with a "messages" list (as written by history export).')
     fmt = data.get("format")
     if fmt not in (None, EXPORT_FORMAT):
         raise ImportFormatError(f"Unknown format {fmt!r}; expected {EXPORT_FORMAT!r}.")
@@ -161,7 +168,12 @@ def conversation_from_document(data: dict[str, Any] | str | bytes) -> Conversati
     settings: dict[str, Any] = settings_field if isinstance(settings_field, dict) else {}
     system_prompt = data.get("system_prompt") if isinstance(data.get("system_prompt"), str) else None
     return Conversation(
-        id=0, title=title or title_from_text(first_user), model=str(data.get("model") or ""),
-        created=parse_time(data.get("created"), now), updated=parse_time(data.get("updated"), now),
-        system_prompt=system_prompt, settings=settings, messages=messages,
+        id=0,
+        title=title or title_from_text(first_user),
+        model=str(data.get("model") or ""),
+        created=parse_time(data.get("created"), now),
+        updated=parse_time(data.get("updated"), now),
+        system_prompt=system_prompt,
+        settings=settings,
+        messages=messages,
     )

@@ -57,8 +57,7 @@ class MtpStatus:
         return "MTP: none" if self.where is MtpWhere.NONE else "MTP: not known yet"
 
     def to_json(self) -> dict[str, Any]:
-        return {"where": str(self.where), "head_bytes": self.head_bytes, "fetch_bytes": self.fetch_bytes,
-                "source_repo": self.source_repo, "note": self.note}
+        return {"where": str(self.where), "head_bytes": self.head_bytes, "fetch_bytes": self.fetch_bytes, "source_repo": self.source_repo, "note": self.note}
 
 
 def model_has_mtp(config: dict[str, Any]) -> bool | None:
@@ -73,8 +72,7 @@ def folder_mtp_bytes(folder: Path) -> int:
     total = 0
     for path in sorted(Path(folder).glob("*.safetensors")):
         try:
-            total += sum(end - start for name, (start, end) in read_safetensors_header(path).tensors.items()
-                         if tensor_role(name) is TensorRole.MTP)
+            total += sum(end - start for name, (start, end) in read_safetensors_header(path).tensors.items() if tensor_role(name) is TensorRole.MTP)
         except (OSError, SafetensorsError):
             continue
     return total
@@ -163,8 +161,9 @@ def _from_source(source: str | None, rule: QuantRule, record: HubModelRecord | N
     if source is None:
         return MtpStatus(MtpWhere.UNKNOWN, note="the original repo is not known until the build's card is read (`qwen-desk download <build> --mtp`)")
     if record is None:
-        return MtpStatus(MtpWhere.UNKNOWN, source_repo=source,
-                         note=f"not known until {source}'s headers are read (`qwen-desk download <build> --mtp --dry-run`)")
+        return MtpStatus(
+            MtpWhere.UNKNOWN, source_repo=source, note=f"not known until {source}'s headers are read (`qwen-desk download <build> --mtp --dry-run`)"
+        )
     if not record.headers_read:
         return MtpStatus(MtpWhere.UNKNOWN, source_repo=source, note=f"{source}'s headers could not be read: {record.headers_error}")
     if not record.has_mtp:

@@ -99,9 +99,16 @@ class MtpFetchResult:
     head_bytes: int  # the side file's tensor bytes (quantized)
 
     def to_json(self) -> dict[str, Any]:
-        return {"side_file": str(self.side_file), "source_repo": self.source_repo, "commit": self.commit, "tensors": self.tensors,
-                "bytes_total": self.bytes_total, "bytes_fetched_this_run": self.bytes_fetched_this_run,
-                "resumed_bytes": self.resumed_bytes, "head_bytes": self.head_bytes}
+        return {
+            "side_file": str(self.side_file),
+            "source_repo": self.source_repo,
+            "commit": self.commit,
+            "tensors": self.tensors,
+            "bytes_total": self.bytes_total,
+            "bytes_fetched_this_run": self.bytes_fetched_this_run,
+            "resumed_bytes": self.resumed_bytes,
+            "head_bytes": self.head_bytes,
+        }
 
 
 def merged_ranges(tensors: list[HubTensor], etags: dict[str, str]) -> tuple[ByteRange, ...]:
@@ -131,8 +138,11 @@ def plan_mtp_fetch(folder: Path, build_repo: str | None = None, source_repo: str
     if source is None and build_repo:
         source = _card_base_model(build_repo, token) or None
     if source is None:
-        raise DownloadError(DownloadErrorKind.NOT_FOUND, f"no original repo is known for {build_repo or folder.name} (not in the catalog, "
-                            "no base_model in its card): name it with --mtp-from Qwen/<model>", repo=build_repo)
+        raise DownloadError(
+            DownloadErrorKind.NOT_FOUND,
+            f"no original repo is known for {build_repo or folder.name} (not in the catalog, no base_model in its card): name it with --mtp-from Qwen/<model>",
+            repo=build_repo,
+        )
     earlier = _read_state(side.with_name(side.name + ".part.json"))
     revision = earlier["commit"] if earlier and earlier.get("source_repo") == source else "main"
     record = _source_record(source, revision, token)
@@ -141,11 +151,21 @@ def plan_mtp_fetch(folder: Path, build_repo: str | None = None, source_repo: str
         raise DownloadError(DownloadErrorKind.SERVER, f"could not read the safetensors headers of {source}: {record.headers_error}", repo=source)
     tensors = sorted(record.role_tensors(TensorRole.MTP), key=lambda t: (t.file, t.start))
     if not tensors:
-        raise DownloadError(DownloadErrorKind.NOT_FOUND, f"{source} has no MTP head (no mtp.* tensors in its safetensors files): "
-                            "there is nothing to fetch for this build", repo=source)
+        raise DownloadError(
+            DownloadErrorKind.NOT_FOUND,
+            f"{source} has no MTP head (no mtp.* tensors in its safetensors files): there is nothing to fetch for this build",
+            repo=source,
+        )
     etags = {f.path: f.etag for f in record.files}
-    return MtpFetchPlan(folder=folder, side_file=side, source_repo=source, commit=record.revision, tensors=tuple(tensors),
-                        ranges=merged_ranges(tensors, etags), rule=folder_rule(folder))
+    return MtpFetchPlan(
+        folder=folder,
+        side_file=side,
+        source_repo=source,
+        commit=record.revision,
+        tensors=tuple(tensors),
+        ranges=merged_ranges(tensors, etags),
+        rule=folder_rule(folder),
+    )
 
 
 def _card_base_model(build_repo: str, token: str | None) -> str:
@@ -178,8 +198,13 @@ def _fsync(fd: int) -> None:
 
 def _disk_error(exc: OSError, plan: MtpFetchPlan, kept: int) -> DownloadError:
     why = "the volume refuses a file this large" if exc.errno == errno.EFBIG else "the disk filled up"
-    return DownloadError(DownloadErrorKind.DISK_FULL, f"{why} while fetching the MTP head of {plan.source_repo} into {plan.side_file.parent}: "
-                         f"{format_bytes(kept)} are kept; free some space and run it again to resume", repo=plan.source_repo, bytes_kept=kept)
+    return DownloadError(
+        DownloadErrorKind.DISK_FULL,
+        f"{why} while fetching the MTP head of {plan.source_repo} into {plan.side_file.parent}: "
+        f"{format_bytes(kept)} are kept; free some space and run it again to resume",
+        repo=plan.source_repo,
+        bytes_kept=kept,
+    )
 
 
 class _Fetcher:
@@ -201,8 +226,7 @@ class _Fetcher:
         failures = 0
         while self.done < offset + rng.size:
             if self.cancel.cancelled:
-                raise DownloadCancelled(f"MTP fetch of {self.plan.source_repo} stopped; {RESUME_HINT}", repo=self.plan.source_repo,
-                                        bytes_kept=self.done)
+                raise DownloadCancelled(f"MTP fetch of {self.plan.source_repo} stopped; {RESUME_HINT}", repo=self.plan.source_repo, bytes_kept=self.done)
             before = self.done
             try:
                 self._stream(fd, rng, offset)
@@ -226,19 +250,24 @@ class _Fetcher:
         with self.reader.stream(rng.file, start, rng.end) as (response, chunks):
             served = response_etag(response)
             if served != rng.etag:
-                raise DownloadError(DownloadErrorKind.INTEGRITY, f"{rng.file} of {self.plan.source_repo} is served with ETag {served or '(none)'}, "
-                                    f"not the {rng.etag} its listing gave: the file changed, so nothing more was fetched", repo=self.plan.source_repo,
-                                    path=rng.file)
+                raise DownloadError(
+                    DownloadErrorKind.INTEGRITY,
+                    f"{rng.file} of {self.plan.source_repo} is served with ETag {served or '(none)'}, "
+                    f"not the {rng.etag} its listing gave: the file changed, so nothing more was fetched",
+                    repo=self.plan.source_repo,
+                    path=rng.file,
+                )
             for chunk in chunks:
                 if self.cancel.cancelled:
                     return
                 room = offset + rng.size - self.done
                 if len(chunk) > room:
-                    raise DownloadError(DownloadErrorKind.INTEGRITY, f"{rng.file}: the server sent more than the range asked for",
-                                        repo=self.plan.source_repo, path=rng.file)
+                    raise DownloadError(
+                        DownloadErrorKind.INTEGRITY, f"{rng.file}: the server sent more than the range asked for", repo=self.plan.source_repo, path=rng.file
+                    )
                 view = memoryview(chunk)
                 while view:
-                    view = view[os.write(fd, view):]
+                    view = view[os.write(fd, view) :]
                 self.done += len(chunk)
                 self.on_progress(self.done, self.total)
                 if self.done - synced >= FSYNC_EVERY:
@@ -263,8 +292,15 @@ def _resume_point(plan: MtpFetchPlan) -> int:
     return size if size <= plan.fetch_bytes else 0
 
 
-def fetch_mtp_head(plan: MtpFetchPlan, *, on_progress: Callable[[int, int], None] | None = None, cancel: CancelToken | None = None,
-                   token: str | None = None, attempts: int = 6, backoff_s: float = 1.0) -> MtpFetchResult:
+def fetch_mtp_head(
+    plan: MtpFetchPlan,
+    *,
+    on_progress: Callable[[int, int], None] | None = None,
+    cancel: CancelToken | None = None,
+    token: str | None = None,
+    attempts: int = 6,
+    backoff_s: float = 1.0,
+) -> MtpFetchResult:
     """Fetch the planned ranges (resuming an earlier .part), then write the side file. DownloadError (with `kind`)
     or DownloadCancelled when it cannot finish; the .part is kept for the next run either way."""
     cancel = cancel or CancelToken()
@@ -274,9 +310,13 @@ def fetch_mtp_head(plan: MtpFetchPlan, *, on_progress: Callable[[int, int], None
     need = plan.fetch_bytes - resumed + plan.head_bytes + DISK_MARGIN
     free = free_bytes(plan.side_file.parent)
     if free < need:
-        raise DownloadError(DownloadErrorKind.DISK_FULL, f"not enough disk space for the MTP head of {plan.source_repo}: "
-                            f"{format_bytes(need)} needed, {format_bytes(free)} free on the volume of {plan.side_file.parent}", repo=plan.source_repo,
-                            bytes_kept=resumed)
+        raise DownloadError(
+            DownloadErrorKind.DISK_FULL,
+            f"not enough disk space for the MTP head of {plan.source_repo}: "
+            f"{format_bytes(need)} needed, {format_bytes(free)} free on the volume of {plan.side_file.parent}",
+            repo=plan.source_repo,
+            bytes_kept=resumed,
+        )
     fd = os.open(plan.part_path, os.O_WRONLY | os.O_CREAT, 0o644)
     try:
         os.ftruncate(fd, resumed)
@@ -286,8 +326,9 @@ def fetch_mtp_head(plan: MtpFetchPlan, *, on_progress: Callable[[int, int], None
             progress(resumed, plan.fetch_bytes)
             fetcher.run(fd, resumed)
         if fetcher.done < plan.fetch_bytes:
-            raise DownloadCancelled(f"MTP fetch of {plan.source_repo} stopped at {format_bytes(fetcher.done)}; {RESUME_HINT}",
-                                    repo=plan.source_repo, bytes_kept=fetcher.done)
+            raise DownloadCancelled(
+                f"MTP fetch of {plan.source_repo} stopped at {format_bytes(fetcher.done)}; {RESUME_HINT}", repo=plan.source_repo, bytes_kept=fetcher.done
+            )
     except OSError as exc:
         if is_disk_full(exc):
             raise _disk_error(exc, plan, os.fstat(fd).st_size) from exc
@@ -298,8 +339,16 @@ def fetch_mtp_head(plan: MtpFetchPlan, *, on_progress: Callable[[int, int], None
     head = write_side_file(plan)
     plan.part_path.unlink(missing_ok=True)
     plan.state_path.unlink(missing_ok=True)
-    return MtpFetchResult(side_file=plan.side_file, source_repo=plan.source_repo, commit=plan.commit, tensors=len(plan.tensors),
-                          bytes_total=plan.fetch_bytes, bytes_fetched_this_run=plan.fetch_bytes - resumed, resumed_bytes=resumed, head_bytes=head)
+    return MtpFetchResult(
+        side_file=plan.side_file,
+        source_repo=plan.source_repo,
+        commit=plan.commit,
+        tensors=len(plan.tensors),
+        bytes_total=plan.fetch_bytes,
+        bytes_fetched_this_run=plan.fetch_bytes - resumed,
+        resumed_bytes=resumed,
+        head_bytes=head,
+    )
 
 
 # --- assembling and writing ------------------------------------------------------------------------------------------
@@ -316,10 +365,14 @@ def _source_tensors(plan: MtpFetchPlan) -> tuple[dict[str, mx.array], dict[str, 
     for t in plan.tensors:
         expected = DTYPE_BYTES.get(t.dtype, 0) * prod(t.shape)
         if t.dtype not in DTYPE_BYTES or expected != t.nbytes:
-            raise DownloadError(DownloadErrorKind.INTEGRITY, f"{t.name} in {plan.source_repo}: {t.nbytes} bytes for a {t.dtype} {list(t.shape)} "
-                                "tensor; the header disagrees with itself", repo=plan.source_repo, path=t.file)
+            raise DownloadError(
+                DownloadErrorKind.INTEGRITY,
+                f"{t.name} in {plan.source_repo}: {t.nbytes} bytes for a {t.dtype} {list(t.shape)} tensor; the header disagrees with itself",
+                repo=plan.source_repo,
+                path=t.file,
+            )
         header[t.name] = {"dtype": t.dtype, "shape": list(t.shape), "data_offsets": [pos, pos + t.nbytes]}
-        digests[t.name] = hashlib.sha256(data[pos:pos + t.nbytes]).hexdigest()
+        digests[t.name] = hashlib.sha256(data[pos : pos + t.nbytes]).hexdigest()
         pos += t.nbytes
     raw = json.dumps(header).encode()
     raw += b" " * (-len(raw) % 8)

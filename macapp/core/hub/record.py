@@ -98,10 +98,14 @@ class HubModelRecord:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "repo": self.repo, "revision": self.revision, "config": self.config,
+            "repo": self.repo,
+            "revision": self.revision,
+            "config": self.config,
             "files": [[f.path, f.size, f.etag, f.header_bytes] for f in self.files],
             "tensors": [[t.name, t.file, t.dtype, list(t.shape), t.start, t.end] for t in self.tensors],
-            "processor": self.processor, "headers_error": self.headers_error, "fetched_at": self.fetched_at,
+            "processor": self.processor,
+            "headers_error": self.headers_error,
+            "fetched_at": self.fetched_at,
             "base_model": self.base_model,
         }
 
@@ -110,11 +114,15 @@ class HubModelRecord:
         config = data.get("config") or {}
         tied = tied_embeddings(config)
         return cls(
-            repo=data["repo"], revision=data["revision"], config=config,
+            repo=data["repo"],
+            revision=data["revision"],
+            config=config,
             files=tuple(HubFile(p, int(s), str(e), int(h)) for p, s, e, h in data.get("files") or []),
             tensors=tuple(HubTensor(n, f, d, tuple(sh), int(a), int(b), tensor_role(n, tied)) for n, f, d, sh, a, b in data.get("tensors") or []),
-            processor=data.get("processor") or {}, headers_error=data.get("headers_error", ""),
-            fetched_at=float(data.get("fetched_at", 0.0)), base_model=str(data.get("base_model") or ""),
+            processor=data.get("processor") or {},
+            headers_error=data.get("headers_error", ""),
+            fetched_at=float(data.get("fetched_at", 0.0)),
+            base_model=str(data.get("base_model") or ""),
         )
 
 
@@ -151,8 +159,7 @@ def _small_json(repo: str, commit: str, name: str, required: bool) -> dict[str, 
     return data if isinstance(data, dict) else {}
 
 
-def fetch_record(repo: str, revision: str = "main", token: str | None = None, timeout: float = 15.0,
-                 known: HubModelRecord | None = None) -> HubModelRecord:
+def fetch_record(repo: str, revision: str = "main", token: str | None = None, timeout: float = 15.0, known: HubModelRecord | None = None) -> HubModelRecord:
     """Read a repo from the hub: listing and config (their errors raise as huggingface_hub / DownloadError errors),
     then the safetensors headers (a failure there is kept in `headers_error`), then the processor of a seeing build.
     `known` (a record read earlier) is returned as it is when the repo is still at its commit: only the listing is asked."""
@@ -171,16 +178,27 @@ def fetch_record(repo: str, revision: str = "main", token: str | None = None, ti
                 remote = reader.header(path, files[path].size)
                 files[path] = HubFile(path, files[path].size, files[path].etag, remote.header.header_bytes)
                 base = remote.header.header_bytes
-                tensors += [HubTensor(name, path, info.dtype, info.shape, base + info.start, base + info.end, tensor_role(name, tied))
-                            for name, info in remote.header.info.items()]
+                tensors += [
+                    HubTensor(name, path, info.dtype, info.shape, base + info.start, base + info.end, tensor_role(name, tied))
+                    for name, info in remote.header.info.items()
+                ]
     except Exception as exc:  # no headers: sizes fall back to the files'
         error = f"{type(exc).__name__}: {exc}"
         tensors = []
     sees = has_vision_config(config) and any(t.role is TensorRole.VISION for t in tensors)
     processor = _small_json(repo, listing.commit, "preprocessor_config.json", required=False) if sees else {}
     card = _small_file(repo, listing.commit, "README.md", required=False) if "README.md" in files else None
-    return HubModelRecord(repo=repo, revision=listing.commit, config=config, files=tuple(files.values()), tensors=tuple(tensors),
-                          processor=processor, headers_error=error, fetched_at=time.time(), base_model=readme_base_model(card or "") or "")
+    return HubModelRecord(
+        repo=repo,
+        revision=listing.commit,
+        config=config,
+        files=tuple(files.values()),
+        tensors=tuple(tensors),
+        processor=processor,
+        headers_error=error,
+        fetched_at=time.time(),
+        base_model=readme_base_model(card or "") or "",
+    )
 
 
 # --- the cache on disk ------------------------------------------------------------------------------------------------

@@ -47,8 +47,17 @@ def _sleep_on(seconds: float) -> bool:
 class RangeReader:
     """One HTTP client for the range reads of one repo at one commit; use as a context manager."""
 
-    def __init__(self, repo: str, commit: str, *, token: str | None = None, timeout: float = 15.0, attempts: int = 4,
-                 backoff_s: float = 0.5, sleep: Callable[[float], bool] | None = None) -> None:
+    def __init__(
+        self,
+        repo: str,
+        commit: str,
+        *,
+        token: str | None = None,
+        timeout: float = 15.0,
+        attempts: int = 4,
+        backoff_s: float = 0.5,
+        sleep: Callable[[float], bool] | None = None,
+    ) -> None:
         import httpx2
 
         self.repo = repo
@@ -101,13 +110,19 @@ class RangeReader:
                 hf_raise_for_status(response)
             m = _CONTENT_RANGE.match(response.headers.get("Content-Range", ""))
             if response.status_code != 206 or not m or int(m[1]) != start or int(m[2]) != end - 1:
-                raise DownloadError(DownloadErrorKind.SERVER, f"{self._base} did not answer a range request for {path} of "
-                                    f"{self.repo} with that range (status {response.status_code}); it cannot serve "
-                                    "parts of files", repo=self.repo, path=path)
+                raise DownloadError(
+                    DownloadErrorKind.SERVER,
+                    f"{self._base} did not answer a range request for {path} of "
+                    f"{self.repo} with that range (status {response.status_code}); it cannot serve "
+                    "parts of files",
+                    repo=self.repo,
+                    path=path,
+                )
             yield response, response.iter_bytes()
 
     def read(self, path: str, start: int, end: int) -> tuple[bytes, str]:
         """Bytes [start, end) of `path` and the file's etag, retried on transient errors."""
+
         def once() -> tuple[bytes, str]:
             with self.stream(path, start, end) as (response, chunks):
                 data = b"".join(chunks)
@@ -115,17 +130,17 @@ class RangeReader:
             if len(data) != end - start:
                 raise ConnectionDropped(f"{path}: the connection closed after {len(data)} of {end - start} bytes")
             return data, etag
+
         return self.retrying(once)
 
     def header(self, path: str, size: int) -> RemoteHeader:
         """The safetensors header of `path` (a file of `size` bytes), by range requests: one when it is short."""
         first, etag = self.read(path, 0, min(size, FIRST_READ))
         n = header_length(first, size)
-        raw = first[8:8 + n]
+        raw = first[8 : 8 + n]
         if len(raw) < n:
             rest, etag2 = self.read(path, 8 + len(raw), 8 + n)
             if etag2 != etag:
-                raise DownloadError(DownloadErrorKind.INTEGRITY, f"{path} of {self.repo} changed while its header was read", repo=self.repo,
-                                    path=path)
+                raise DownloadError(DownloadErrorKind.INTEGRITY, f"{path} of {self.repo} changed while its header was read", repo=self.repo, path=path)
             raw += rest
         return RemoteHeader(path, parse_safetensors_header(raw), etag)

@@ -48,8 +48,15 @@ def start(serving: "ServingEngine", job: Job, prepared: PreparedRequest, m: Load
     job.emit(PromptProgress(0, len(tokens) - cached))
     sampler, processors = make_sampler_and_processors(params)
     reply = SequenceReply(
-        m, limits=Limits(cached=len(tokens) - 1, limit=limit), segment=tokens[-1:], params=params,
-        thinking=rendered.thinking, budget=budget, should_stop=text.should_stop, emit=text.emit, clock=clock,
+        m,
+        limits=Limits(cached=len(tokens) - 1, limit=limit),
+        segment=tokens[-1:],
+        params=params,
+        thinking=rendered.thinking,
+        budget=budget,
+        should_stop=text.should_stop,
+        emit=text.emit,
+        clock=clock,
     )
 
     def on_segment(at: int, layers: CacheLayers) -> None:
@@ -60,8 +67,14 @@ def start(serving: "ServingEngine", job: Job, prepared: PreparedRequest, m: Load
         job.emit(cancelled(m, usage) if streamed is None else completed(m, text, streamed, usage))
 
     return Sequence(
-        job=job, prompt=cache, segments=_segments(tokens, cached, rendered.boundaries),
-        sampler=sampler, processors=processors, reply=reply, on_segment=on_segment, on_done=on_done,
+        job=job,
+        prompt=cache,
+        segments=_segments(tokens, cached, rendered.boundaries),
+        sampler=sampler,
+        processors=processors,
+        reply=reply,
+        on_segment=on_segment,
+        on_done=on_done,
     )
 
 

@@ -91,8 +91,11 @@ def _image_processor(folder: str) -> Any:
 
     limits = ProcessorLimits.from_files(Path(folder))
     return Qwen3VLImageProcessor(
-        patch_size=limits.patch_size, merge_size=limits.merge_size, temporal_patch_size=limits.temporal_patch_size,
-        min_pixels=limits.min_pixels, max_pixels=min(limits.max_pixels, DEFAULT_MAX_PIXELS),
+        patch_size=limits.patch_size,
+        merge_size=limits.merge_size,
+        temporal_patch_size=limits.temporal_patch_size,
+        min_pixels=limits.min_pixels,
+        max_pixels=min(limits.max_pixels, DEFAULT_MAX_PIXELS),
     )
 
 

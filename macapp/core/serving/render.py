@@ -60,9 +60,7 @@ def template_message(message: ChatMessage) -> dict[str, Any]:
         if message.reasoning is not None:
             out["reasoning_content"] = message.reasoning
         if message.tool_calls:
-            out["tool_calls"] = [
-                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": dict(c.arguments)}} for c in message.tool_calls
-            ]
+            out["tool_calls"] = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": dict(c.arguments)}} for c in message.tool_calls]
     elif message.role is Role.TOOL:
         if message.tool_call_id is not None:
             out["tool_call_id"] = message.tool_call_id

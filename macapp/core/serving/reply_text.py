@@ -25,8 +25,14 @@ def completed(m: LoadedModel, text: "ReplyText", streamed: StreamedReply, usage:
     usage.reasoning_tokens = reply.stats.reasoning_tokens
     reason = text.finish(reply.finish_reason)
     return Completed(
-        text=text.text, reasoning=reply.reasoning, tool_calls=tuple(text.calls), finish_reason=reason, usage=usage,
-        stop_sequence=text.stops.matched, model=m.info.name, ttft_s=reply.stats.ttft_s,
+        text=text.text,
+        reasoning=reply.reasoning,
+        tool_calls=tuple(text.calls),
+        finish_reason=reason,
+        usage=usage,
+        stop_sequence=text.stops.matched,
+        model=m.info.name,
+        ttft_s=reply.stats.ttft_s,
         generation_tps=reply.stats.generation_tps,
     )
 
@@ -91,4 +97,3 @@ class ReplyText:
         if text:
             self.pieces.append(text)
             self.job.emit(AnswerDelta(text))
-

@@ -128,7 +128,12 @@ class ServingEngine:
         most = DEFAULT_LIMIT
         if budget and m.arch is not None:
             most = estimate.parallel_sequences(
-                m.arch, m.weights_bytes, budget, self.context_limit, opts.kv_bits, opts.prefill_step_size,
+                m.arch,
+                m.weights_bytes,
+                budget,
+                self.context_limit,
+                opts.kv_bits,
+                opts.prefill_step_size,
                 reserved=self.options.pool_bytes or 0,
             )
         if self.options.parallel is not None:
@@ -299,9 +304,20 @@ class ServingEngine:
                 job.emit(cancelled(m, usage))
                 return
             streamed = stream_reply(
-                run, cache.layers, tokens[-1:], cached=len(tokens) - 1, limit=limit, params=params, thinking=rendered.thinking,
-                budget=budget, should_stop=text.should_stop, emit=text.emit, clock=clock, kv=opts.kv,
-                prefill_step=opts.prefill_step_size, mtp=opts.mtp,
+                run,
+                cache.layers,
+                tokens[-1:],
+                cached=len(tokens) - 1,
+                limit=limit,
+                params=params,
+                thinking=rendered.thinking,
+                budget=budget,
+                should_stop=text.should_stop,
+                emit=text.emit,
+                clock=clock,
+                kv=opts.kv,
+                prefill_step=opts.prefill_step_size,
+                mtp=opts.mtp,
             )
         del cache
         mx.clear_cache()
@@ -330,7 +346,12 @@ class ServingEngine:
         for boundary in [b for b in prompt.boundaries if b > cached]:
             start = pos
             pos += prefill(
-                m, cache.layers, tokens[pos:boundary], step=opts.prefill_step_size, kv=opts.kv, should_stop=lambda: job.stopped,
+                m,
+                cache.layers,
+                tokens[pos:boundary],
+                step=opts.prefill_step_size,
+                kv=opts.kv,
+                should_stop=lambda: job.stopped,
                 on_progress=lambda done: job.emit(PromptProgress(start - cached + done, total)),
                 embeddings=None if prompt.embeddings is None else prompt.embeddings[pos - cached : boundary - cached],
             )
@@ -354,4 +375,3 @@ class _Prompt:
     @classmethod
     def of(cls, pictures: request_pictures.PictureRequest) -> "_Prompt":
         return cls(pictures.tokens, pictures.key, pictures.boundaries)
-

@@ -81,8 +81,7 @@ def parsing_schemas(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
         properties = parameters.get("properties")
         if isinstance(properties, dict):
             parameters["properties"] = {
-                name: {**prop, "type": kind} if isinstance(prop, dict) and (kind := _plain_type(prop)) else prop
-                for name, prop in properties.items()
+                name: {**prop, "type": kind} if isinstance(prop, dict) and (kind := _plain_type(prop)) else prop for name, prop in properties.items()
             }
         out.append({"type": "function", "function": {**tool["function"], "parameters": parameters}})
     return out

@@ -16,8 +16,17 @@ from typing import Any, Iterable
 from macapp.core.modelfiles import SafetensorsError, read_safetensors_header
 from macapp.core.tensor_roles import is_tower_tensor
 
-__all__ = ["VisionSupport", "TEXT_ONLY", "has_vision_config", "support_from_tensors", "folder_tensors", "index_tensor_names",
-           "folder_support", "text_only_message", "is_tower_tensor"]
+__all__ = [
+    "VisionSupport",
+    "TEXT_ONLY",
+    "has_vision_config",
+    "support_from_tensors",
+    "folder_tensors",
+    "index_tensor_names",
+    "folder_support",
+    "text_only_message",
+    "is_tower_tensor",
+]
 
 
 @dataclass(frozen=True)

@@ -25,9 +25,7 @@ def image_from_url(url: str, name: str = "image_url", max_pixels: int = DEFAULT_
     """An OpenAI-style image URL → PreparedImage: only ``data:`` URLs are read."""
     url = (url or "").strip()
     if re.match(r"^https?://", url, re.I):
-        raise RemoteImageRefused(
-            name, "remote image URLs are not fetched: send the picture inline as a data: URL (data:image/png;base64,...)"
-        )
+        raise RemoteImageRefused(name, "remote image URLs are not fetched: send the picture inline as a data: URL (data:image/png;base64,...)")
     if not url.lower().startswith("data:"):
         raise ImageError(name, "must be a data: URL (data:image/png;base64,...)")
     return image_from_data_url(url, name, max_pixels)

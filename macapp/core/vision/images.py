@@ -122,9 +122,7 @@ def _prepare(image: Image.Image, name: str, max_pixels: int) -> PreparedImage:
     if image.format == "JPEG" and target is not None:
         image.draft("RGB", target)  # the smallest 1/2..1/8 scale still at least `target` on both sides
     elif width * height > MAX_SOURCE_PIXELS:
-        raise ImageError(
-            name, f"is {width}x{height} pixels, more than Qwen Desk decodes ({MAX_SOURCE_PIXELS // 1_000_000} megapixels): scale it down first"
-        )
+        raise ImageError(name, f"is {width}x{height} pixels, more than Qwen Desk decodes ({MAX_SOURCE_PIXELS // 1_000_000} megapixels): scale it down first")
     try:
         image.load()
     except (OSError, ValueError, SyntaxError, EOFError) as exc:

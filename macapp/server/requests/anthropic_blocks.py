@@ -46,9 +46,7 @@ class Base64Source(Model):
     media_type: str | None = None
 
 
-ImageSource = Annotated[
-    Annotated[Base64Source, tag("base64")], kinds("{param} must be 'base64' (the server does not fetch images).")
-]
+ImageSource = Annotated[Annotated[Base64Source, tag("base64")], kinds("{param} must be 'base64' (the server does not fetch images).")]
 
 
 class ImageBlock(Model):
@@ -106,8 +104,10 @@ class DocumentBlock(Model):
 
 
 ResultBlock = Annotated[
-    Annotated[TextBlock, tag("text")] | Annotated[DocumentBlock, tag("document")]
-    | Annotated[ToolReferenceBlock, tag("tool_reference")] | Annotated[ImageBlock, tag("image")],
+    Annotated[TextBlock, tag("text")]
+    | Annotated[DocumentBlock, tag("document")]
+    | Annotated[ToolReferenceBlock, tag("tool_reference")]
+    | Annotated[ImageBlock, tag("image")],
     kinds("{param} {kind} is not supported in a tool_result."),
 ]
 
@@ -149,12 +149,17 @@ class ToolResultBlock(Model):
 
 
 UserBlock = Annotated[
-    Annotated[TextBlock, tag("text")] | Annotated[DocumentBlock, tag("document")] | Annotated[ImageBlock, tag("image")]
-    | Annotated[ToolResultBlock, tag("tool_result")] | Annotated[RedactedThinkingBlock, tag("redacted_thinking")],
+    Annotated[TextBlock, tag("text")]
+    | Annotated[DocumentBlock, tag("document")]
+    | Annotated[ImageBlock, tag("image")]
+    | Annotated[ToolResultBlock, tag("tool_result")]
+    | Annotated[RedactedThinkingBlock, tag("redacted_thinking")],
     kinds("{param} {kind} is not supported in a user message."),
 ]
 AssistantBlock = Annotated[
-    Annotated[TextBlock, tag("text")] | Annotated[ThinkingBlock, tag("thinking")] | Annotated[ToolUseBlock, tag("tool_use")]
+    Annotated[TextBlock, tag("text")]
+    | Annotated[ThinkingBlock, tag("thinking")]
+    | Annotated[ToolUseBlock, tag("tool_use")]
     | Annotated[RedactedThinkingBlock, tag("redacted_thinking")],
     kinds("{param} {kind} is not supported in an assistant message."),
 ]

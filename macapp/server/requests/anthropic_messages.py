@@ -205,8 +205,10 @@ def _thinking_kind(value: Any) -> Any:
 
 
 Thinking = Annotated[
-    Annotated[EnabledThinking, tag("enabled")] | Annotated[AdaptiveThinking, tag("adaptive")]
-    | Annotated[ThinkingOff, tag("disabled")] | Annotated[ThinkingOff, tag("between_tools")],
+    Annotated[EnabledThinking, tag("enabled")]
+    | Annotated[AdaptiveThinking, tag("adaptive")]
+    | Annotated[ThinkingOff, tag("disabled")]
+    | Annotated[ThinkingOff, tag("between_tools")],
     kinds("{param} {kind} is not 'enabled', 'adaptive', 'disabled' or 'between_tools'.", tag_of=_thinking_kind),
 ]
 
@@ -222,7 +224,6 @@ class OutputConfig(Model):
 
 
 # ------------------------------------------------------------------------------------------------ the body
-
 
 
 class CountTokensBody(Model):
@@ -264,9 +265,15 @@ class CountTokensBody(Model):
         sampling = sampling_for(thinking.on, self.max_tokens, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k)
         tools = tuple(t.to_spec() for t in self.tools or ())
         request = CompletionRequest(
-            messages=messages, sampling=sampling, thinking=thinking.on, thinking_budget=thinking.budget, tools=tools,
-            tool_choice=self.tool_choice.to_choice(tools) if self.tool_choice else ToolChoice(), stop=self.stop_sequences,
-            client=client, continue_reply=messages[-1].role is Role.ASSISTANT,  # a prefill: the reply goes on from it
+            messages=messages,
+            sampling=sampling,
+            thinking=thinking.on,
+            thinking_budget=thinking.budget,
+            tools=tools,
+            tool_choice=self.tool_choice.to_choice(tools) if self.tool_choice else ToolChoice(),
+            stop=self.stop_sequences,
+            client=client,
+            continue_reply=messages[-1].role is Role.ASSISTANT,  # a prefill: the reply goes on from it
         )
         return MessagesCall(request, stream=bool(self.stream), show_thinking=thinking.shown)
 

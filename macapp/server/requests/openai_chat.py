@@ -164,8 +164,11 @@ class ToolMessage(_Message):
 
 
 Message = Annotated[
-    Annotated[SystemMessage, tag("system")] | Annotated[SystemMessage, tag("developer")] | Annotated[UserMessage, tag("user")]
-    | Annotated[AssistantMessage, tag("assistant")] | Annotated[ToolMessage, tag("tool")],
+    Annotated[SystemMessage, tag("system")]
+    | Annotated[SystemMessage, tag("developer")]
+    | Annotated[UserMessage, tag("user")]
+    | Annotated[AssistantMessage, tag("assistant")]
+    | Annotated[ToolMessage, tag("tool")],
     kinds("{param} {kind} is not one of 'system', 'developer', 'user', 'assistant', 'tool'.", field="role"),
 ]
 
@@ -190,7 +193,7 @@ class Tool(Model):
 def _mode(value: Any) -> ToolChoiceMode:
     modes = {"auto": ToolChoiceMode.AUTO, "none": ToolChoiceMode.NONE, "required": ToolChoiceMode.REQUIRED}
     if value == "function":
-        raise Refusal("{param} 'function' needs the function's name: {\"type\": \"function\", \"function\": {\"name\": ...}}.")
+        raise Refusal('{param} \'function\' needs the function\'s name: {"type": "function", "function": {"name": ...}}.')
     if not isinstance(value, str) or value not in modes:
         raise Refusal(f"{{param}} {value!r} is not 'auto', 'none', 'required' or a named function.")
     return modes[value]
@@ -223,7 +226,8 @@ def _choice_kind(value: Any) -> Any:
 
 
 ToolChoiceValue = Annotated[
-    Annotated[ToolChoiceMode, PlainValidator(_mode), tag("mode")] | Annotated[NamedFunction, tag("function")]
+    Annotated[ToolChoiceMode, PlainValidator(_mode), tag("mode")]
+    | Annotated[NamedFunction, tag("function")]
     | Annotated[AllowedToolsChoice, tag("allowed_tools")],
     kinds("{at} type {kind} is not supported (only 'function' and 'allowed_tools').", tag_of=_choice_kind),
 ]
@@ -347,9 +351,16 @@ class ChatCompletionBody(Model):
         thinking = self.thinking(default_thinking)
         max_tokens = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
         sampling = sampling_for(
-            thinking, max_tokens, temperature=self.temperature, top_p=self.top_p,
-            top_k=0 if self.top_k == -1 else self.top_k, min_p=self.min_p, presence_penalty=self.presence_penalty,
-            frequency_penalty=self.frequency_penalty, repetition_penalty=self.repetition_penalty, seed=self.seed,
+            thinking,
+            max_tokens,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=0 if self.top_k == -1 else self.top_k,
+            min_p=self.min_p,
+            presence_penalty=self.presence_penalty,
+            frequency_penalty=self.frequency_penalty,
+            repetition_penalty=self.repetition_penalty,
+            seed=self.seed,
             logit_bias=self.logit_bias,
         )
         tools = tuple(t.to_spec() for t in self.tools or ())
@@ -357,8 +368,13 @@ class ChatCompletionBody(Model):
         if self.parallel_tool_calls is False:
             tool_choice = replace(tool_choice, parallel=False)
         request = CompletionRequest(
-            messages=tuple(m.to_message() for m in self.messages), sampling=sampling, thinking=thinking, tools=tools,
-            tool_choice=tool_choice, stop=self.stop, client=client,
+            messages=tuple(m.to_message() for m in self.messages),
+            sampling=sampling,
+            thinking=thinking,
+            tools=tools,
+            tool_choice=tool_choice,
+            stop=self.stop,
+            client=client,
         )
         include_usage = bool(self.stream_options and self.stream_options.include_usage)
         return ChatCompletionCall(request, stream=bool(self.stream), include_usage=include_usage)

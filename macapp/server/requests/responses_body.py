@@ -23,10 +23,22 @@ from macapp.server.requests.responses_input import Input, conversation
 # reasoning.effort: none / minimal are thinking off; the others on, with a thinking budget (None: the engine's own).
 EFFORT_BUDGETS: dict[str, int | None] = {"low": 2048, "medium": 8192, "high": None, "xhigh": None}
 _EFFORTS_OFF = ("none", "minimal")
-_HOSTED_CHOICES = frozenset({
-    "file_search", "web_search", "web_search_preview", "web_search_preview_2025_03_11", "computer_use_preview",
-    "image_generation", "code_interpreter", "mcp", "custom", "local_shell", "apply_patch", "shell",
-})
+_HOSTED_CHOICES = frozenset(
+    {
+        "file_search",
+        "web_search",
+        "web_search_preview",
+        "web_search_preview_2025_03_11",
+        "computer_use_preview",
+        "image_generation",
+        "code_interpreter",
+        "mcp",
+        "custom",
+        "local_shell",
+        "apply_patch",
+        "shell",
+    }
+)
 _MODES = {"auto": ToolChoiceMode.AUTO, "none": ToolChoiceMode.NONE, "required": ToolChoiceMode.REQUIRED}
 
 
@@ -108,8 +120,10 @@ def _choice_kind(value: Any) -> Any:
 
 
 ToolChoiceValue = Annotated[
-    Annotated[ToolChoiceMode, PlainValidator(_mode), tag("mode")] | Annotated[NamedTool, tag("function")]
-    | Annotated[AllowedTools, tag("allowed_tools")] | Annotated[HostedChoice, tag("hosted")],
+    Annotated[ToolChoiceMode, PlainValidator(_mode), tag("mode")]
+    | Annotated[NamedTool, tag("function")]
+    | Annotated[AllowedTools, tag("allowed_tools")]
+    | Annotated[HostedChoice, tag("hosted")],
     kinds("{param} {kind} is not supported ('function', 'allowed_tools' or a string).", tag_of=_choice_kind),
 ]
 
@@ -243,8 +257,13 @@ class ResponsesBody(Model):
             tool_choice = replace(tool_choice, parallel=False)
         store = self.store if self.store is not None else True
         request = CompletionRequest(
-            messages=messages, sampling=sampling, thinking=thinking, thinking_budget=budget, tools=tools,
-            tool_choice=tool_choice, client=client,
+            messages=messages,
+            sampling=sampling,
+            thinking=thinking,
+            thinking_budget=budget,
+            tools=tools,
+            tool_choice=tool_choice,
+            client=client,
         )
         return ResponsesCall(request, talk, bool(self.stream), store, self._echo(reasoning, sampling.temperature, sampling.top_p, parallel, store))
 

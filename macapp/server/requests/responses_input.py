@@ -21,12 +21,27 @@ from macapp.server.requests.common import Arguments, Model, Refusal, data_url_im
 
 ROLES = {"system": Role.SYSTEM, "developer": Role.SYSTEM, "user": Role.USER, "assistant": Role.ASSISTANT}
 # Output items of tools that run elsewhere (OpenAI's servers, the client's shell): nothing here can replay them.
-SKIPPED_ITEMS = frozenset({
-    "web_search_call", "file_search_call", "computer_call", "computer_call_output", "image_generation_call",
-    "code_interpreter_call", "local_shell_call", "local_shell_call_output", "mcp_list_tools", "mcp_approval_request",
-    "mcp_approval_response", "mcp_call", "compaction", "compaction_summary", "ghost_snapshot", "tool_search_call",
-    "tool_search_output",
-})
+SKIPPED_ITEMS = frozenset(
+    {
+        "web_search_call",
+        "file_search_call",
+        "computer_call",
+        "computer_call_output",
+        "image_generation_call",
+        "code_interpreter_call",
+        "local_shell_call",
+        "local_shell_call_output",
+        "mcp_list_tools",
+        "mcp_approval_request",
+        "mcp_approval_response",
+        "mcp_call",
+        "compaction",
+        "compaction_summary",
+        "ghost_snapshot",
+        "tool_search_call",
+        "tool_search_output",
+    }
+)
 CUSTOM_INPUT = "input"  # a custom tool call's raw input, as the template's argument mapping holds it
 
 
@@ -52,8 +67,11 @@ class InputImagePart(Model):
 
 
 Part = Annotated[
-    Annotated[TextPart, tag("input_text")] | Annotated[TextPart, tag("output_text")] | Annotated[TextPart, tag("text")]
-    | Annotated[RefusalPart, tag("refusal")] | Annotated[InputImagePart, tag("input_image")]
+    Annotated[TextPart, tag("input_text")]
+    | Annotated[TextPart, tag("output_text")]
+    | Annotated[TextPart, tag("text")]
+    | Annotated[RefusalPart, tag("refusal")]
+    | Annotated[InputImagePart, tag("input_image")]
     | Annotated[None, refuse("{at}: input_file is not supported: send the file's text as input_text."), tag("input_file")],
     kinds("{param} {kind} is not supported (input_text, output_text, input_image)."),
 ]
@@ -157,9 +175,12 @@ def _item_kind(value: Any) -> Any:
 
 Item = Annotated[
     Annotated[MessageItem, AfterValidator(_pictures_from_users), tag("message")]
-    | Annotated[FunctionCallItem, tag("function_call")] | Annotated[CustomToolCallItem, tag("custom_tool_call")]
-    | Annotated[OutputItem, tag("function_call_output")] | Annotated[OutputItem, tag("custom_tool_call_output")]
-    | Annotated[ReasoningItem, tag("reasoning")] | Annotated[SkippedItem, tag("skipped")]
+    | Annotated[FunctionCallItem, tag("function_call")]
+    | Annotated[CustomToolCallItem, tag("custom_tool_call")]
+    | Annotated[OutputItem, tag("function_call_output")]
+    | Annotated[OutputItem, tag("custom_tool_call_output")]
+    | Annotated[ReasoningItem, tag("reasoning")]
+    | Annotated[SkippedItem, tag("skipped")]
     | Annotated[None, refuse("{at}: item_reference is not supported: send the items themselves, or previous_response_id."), tag("item_reference")],
     kinds("{param} {kind} is not a supported input item.", tag_of=_item_kind),
 ]

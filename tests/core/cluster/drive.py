@@ -54,8 +54,7 @@ def run_turns(engine, model: str, max_tokens: int, stop_after: int | None = None
             out.append({"model": model, "turn": n, "kind": kind, "failed": last.message})
             break
         r = last.reply
-        out.append({"model": model, "turn": n, "kind": kind, "tokens": r.token_ids, "finish_reason": r.finish_reason,
-                    "generation_tps": r.stats.generation_tps})
+        out.append({"model": model, "turn": n, "kind": kind, "tokens": r.token_ids, "finish_reason": r.finish_reason, "generation_tps": r.stats.generation_tps})
     return out
 
 

@@ -21,16 +21,19 @@ def test_the_object_form_with_backend_and_rdma(write_hostfile):
     hf.check_backend("jaccl")
 
 
-@pytest.mark.parametrize("content,needle", [
-    ("[{\"ssh\": \"a\",}]", "not valid JSON (line 1, column"),
-    ("{\"ssh\": \"a\"}", "must hold a JSON list of hosts"),
-    ("[\"mac-a\", \"mac-b\"]", "host 0 is str, not an object"),
-    ("[{\"ips\": [\"10.0.0.1\"]}, {\"ssh\": \"b\"}]", "host 0 has no \"ssh\" host name"),
-    ("[{\"ssh\": \"a\", \"ips\": \"10.0.0.1\"}, {\"ssh\": \"b\"}]", "\"ips\" must be a list"),
-    ("[{\"ssh\": \"a\", \"ips\": [\"mac-a.local\"]}, {\"ssh\": \"b\"}]", "'mac-a.local' is not an IP address"),
-    ("[{\"ssh\": \"a\", \"ips\": [\"10.0.0.1\"]}]", "lists 1 host: several Macs means at least two"),
-    ("", "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "content,needle",
+    [
+        ('[{"ssh": "a",}]', "not valid JSON (line 1, column"),
+        ('{"ssh": "a"}', "must hold a JSON list of hosts"),
+        ('["mac-a", "mac-b"]', "host 0 is str, not an object"),
+        ('[{"ips": ["10.0.0.1"]}, {"ssh": "b"}]', 'host 0 has no "ssh" host name'),
+        ('[{"ssh": "a", "ips": "10.0.0.1"}, {"ssh": "b"}]', '"ips" must be a list'),
+        ('[{"ssh": "a", "ips": ["mac-a.local"]}, {"ssh": "b"}]', "'mac-a.local' is not an IP address"),
+        ('[{"ssh": "a", "ips": ["10.0.0.1"]}]', "lists 1 host: several Macs means at least two"),
+        ("", "not valid JSON"),
+    ],
+)
 def test_bad_hostfiles_say_what_and_where(write_hostfile, content, needle):
     path = write_hostfile(content)
     with pytest.raises(HostfileError) as exc:

@@ -160,7 +160,7 @@ def test_rank_0_on_another_mac_is_said(two_local, tiny_moe_path, capfd):
     from macapp.core.cluster.rank import READY
 
     line = READY.format(rank="{os.environ['MLX_RANK']}", size=2)
-    joins = f"import os, sys; print(f\"{line}\", file=sys.stderr, flush=True)"
+    joins = f'import os, sys; print(f"{line}", file=sys.stderr, flush=True)'
     run = ClusterRun(prepare(two_local, "ring", str(tiny_moe_path), None), [sys.executable, "-c", joins])
     run.start()
     assert run.wait() == 0

@@ -11,8 +11,7 @@ from macapp.core.download.job import DownloadJob, JobState
 
 
 def _progress(done: int, total: int = 100) -> dl.Progress:
-    return dl.Progress(done, total, done, 10.0, 1.0, 0.0, (dl.FileProgress("model.safetensors", total, done,
-                                                                            dl.FileState.DOWNLOADING),))
+    return dl.Progress(done, total, done, 10.0, 1.0, 0.0, (dl.FileProgress("model.safetensors", total, done, dl.FileState.DOWNLOADING),))
 
 
 def test_progress_notices_and_retries_are_kept_while_it_runs():

@@ -34,8 +34,7 @@ from tests.fixtures.hub import random_repo_files
 
 def _mount_tmpfs(path: Path, size: str) -> bool:
     path.mkdir(parents=True, exist_ok=True)
-    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                          capture_output=True).returncode == 0
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True).returncode == 0
 
 
 def test_download_lands_in_the_hf_cache_layout_verified_and_a_second_run_fetches_nothing(hub_server, repo):
@@ -91,8 +90,7 @@ def test_mlx_lms_own_fetch_after_ours_downloads_nothing(hub_server, repo):
 
     dl.download(REPO, settings=FAST)
     served = hub_server.bytes_served()
-    path = snapshot_download(REPO, endpoint=hub_server.url, cache_dir=dl.hub_cache_dir(),
-                             allow_patterns=dl.NEEDED_PATTERNS)
+    path = snapshot_download(REPO, endpoint=hub_server.url, cache_dir=dl.hub_cache_dir(), allow_patterns=dl.NEEDED_PATTERNS)
     assert Path(path) == hfcache.snapshot_dir(hfcache.repo_dir(REPO), repo.commit)
     assert hub_server.bytes_served() == served
 
@@ -100,8 +98,7 @@ def test_mlx_lms_own_fetch_after_ours_downloads_nothing(hub_server, repo):
 def test_a_model_we_fetched_loads_with_mlx_lm_by_repo_id_offline(hub_server, tiny_dense_4bit_path):
     hub_server.add_repo(REPO, tiny_dense_4bit_path)
     result = dl.download(REPO, settings=FAST)
-    code = ("import mlx_lm, json; model, tok = mlx_lm.load(%r); "
-            "print(json.dumps({'type': model.model_type, 'ids': tok.encode('hello')}))" % REPO)
+    code = "import mlx_lm, json; model, tok = mlx_lm.load(%r); print(json.dumps({'type': model.model_type, 'ids': tok.encode('hello')}))" % REPO
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_ENDPOINT="http://127.0.0.1:9")  # no network at all
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -212,8 +209,7 @@ def test_server_errors_that_do_not_stop_end_with_a_clear_error_and_keep_the_rest
 
 def test_a_hub_that_goes_away_mid_download_gives_a_network_error_and_keeps_the_bytes(hub_server, repo):
     hub_server.stall(SHARD1, after=300_000, seconds=30)
-    _wait = threading.Thread(target=lambda: (wait_for(lambda: size_of(partial_of(repo, SHARD1)) >= 300_000),
-                                             hub_server.stop()))
+    _wait = threading.Thread(target=lambda: (wait_for(lambda: size_of(partial_of(repo, SHARD1)) >= 300_000), hub_server.stop()))
     _wait.start()
     with pytest.raises(dl.DownloadError) as err:
         dl.download(REPO, settings=FAST)
@@ -237,8 +233,7 @@ def test_cancel_stops_within_a_second_and_resume_fetches_only_the_rest(hub_serve
     token = dl.CancelToken()
     worker, outcome = download_in_background(token, FAST)
     others = [p for p in NEEDED if p != SHARD1]
-    wait_for(lambda: size_of(partial_of(repo, SHARD1)) >= 500_000 and all(blob_of(repo, p).exists() for p in others),
-              what="mid-file")
+    wait_for(lambda: size_of(partial_of(repo, SHARD1)) >= 500_000 and all(blob_of(repo, p).exists() for p in others), what="mid-file")
     cancelled_at = time.monotonic()
     token.cancel()
     worker.join(timeout=10)
@@ -264,8 +259,7 @@ def test_a_cancel_is_prompt_even_while_a_request_waits_for_headers_and_the_strag
     assert isinstance(outcome.get("error"), dl.DownloadCancelled)
     assert outcome["ended"] - cancelled_at < 2.5  # about a second, not the held request's 4 s
     # The held answer arrives later; the straggler sees the cancel and leaves nothing behind.
-    wait_for(lambda: not [t for t in threading.enumerate() if t.name.startswith("qwen-desk-download")],
-              what="the straggler to end", timeout=15)
+    wait_for(lambda: not [t for t in threading.enumerate() if t.name.startswith("qwen-desk-download")], what="the straggler to end", timeout=15)
     assert not blob_of(repo, SHARD1).exists()
     assert not partial_of(repo, SHARD1).exists() or size_of(partial_of(repo, SHARD1)) == 0
     with hfcache.try_lock(hfcache.repo_lock_path(REPO)) as free:
@@ -277,12 +271,12 @@ def test_a_cancel_is_prompt_even_while_a_request_waits_for_headers_and_the_strag
 def test_kill_9_mid_file_then_resume_fetches_only_the_missing_bytes(hub_server, repo):
     hub_server.stall(SHARD1, after=1_000_000, seconds=30)
     code = "from macapp.core.download import download; download(%r)" % REPO
-    proc = subprocess.Popen([sys.executable, "-c", code], env=dict(os.environ), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([sys.executable, "-c", code], env=dict(os.environ), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         others = [p for p in NEEDED if p != SHARD1]
-        wait_for(lambda: size_of(partial_of(repo, SHARD1)) == 1_000_000 and all(blob_of(repo, p).exists() for p in others),
-                  what="the subprocess to be mid-file")
+        wait_for(
+            lambda: size_of(partial_of(repo, SHARD1)) == 1_000_000 and all(blob_of(repo, p).exists() for p in others), what="the subprocess to be mid-file"
+        )
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
     finally:
@@ -302,15 +296,17 @@ def test_huggingface_hub_orphans_after_a_kill_are_adopted_or_cleaned(hub_server)
     files = random_repo_files(shards=2, shard_bytes=12_000_000, seed=3)
     repo = hub_server.add_repo(REPO, files)
     hub_server.stall(SHARD1, after=11_000_000, seconds=30)
-    code = ("from huggingface_hub import hf_hub_download; hf_hub_download(%r, %r, endpoint=%r, cache_dir=%r)"
-            % (REPO, SHARD1, hub_server.url, str(dl.hub_cache_dir())))
-    proc = subprocess.Popen([sys.executable, "-c", code], env=dict(os.environ), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    code = "from huggingface_hub import hf_hub_download; hf_hub_download(%r, %r, endpoint=%r, cache_dir=%r)" % (
+        REPO,
+        SHARD1,
+        hub_server.url,
+        str(dl.hub_cache_dir()),
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], env=dict(os.environ), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     blobs = hfcache.repo_dir(REPO) / "blobs"
     etag = repo.files[SHARD1].etag
     try:
-        wait_for(lambda: any(p.stat().st_size >= 10_000_000 for p in blobs.glob(f"{etag}.*.incomplete")),
-                  what="huggingface_hub's temp file")
+        wait_for(lambda: any(p.stat().st_size >= 10_000_000 for p in blobs.glob(f"{etag}.*.incomplete")), what="huggingface_hub's temp file")
         proc.kill()
         proc.wait(timeout=10)
     finally:
@@ -331,8 +327,7 @@ def test_huggingface_hub_orphans_after_a_kill_are_adopted_or_cleaned(hub_server)
     assert "picked up" in notes and "removed 1" in notes
 
 
-def test_a_disk_that_fills_up_during_the_download_keeps_the_data_and_resume_finishes(hub_server, repo, tmp_path,
-                                                                                     monkeypatch):
+def test_a_disk_that_fills_up_during_the_download_keeps_the_data_and_resume_finishes(hub_server, repo, tmp_path, monkeypatch):
     disk = tmp_path / "small-disk"
     if _mount_tmpfs(disk, "8m"):
         # A real ENOSPC: an 8 MB volume that something else fills up just as shard 2 starts to arrive.
@@ -366,12 +361,13 @@ def test_a_disk_that_fills_up_during_the_download_keeps_the_data_and_resume_fini
             subprocess.run(["umount", "-l", str(disk)], capture_output=True)
     else:
         # Not allowed to mount: the OS's file-size limit (RLIMIT_FSIZE) refuses the write instead (EFBIG).
-        code = ("import resource, signal; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
-                "resource.setrlimit(resource.RLIMIT_FSIZE, (2_000_000, 2_000_000)); "
-                "from macapp.core.download import download, DownloadError\n"
-                "try:\n    download(%r)\nexcept DownloadError as e:\n    print(e.kind, '|', e)" % REPO)
-        out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ), capture_output=True, text=True,
-                             timeout=60)
+        code = (
+            "import resource, signal; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (2_000_000, 2_000_000)); "
+            "from macapp.core.download import download, DownloadError\n"
+            "try:\n    download(%r)\nexcept DownloadError as e:\n    print(e.kind, '|', e)" % REPO
+        )
+        out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ), capture_output=True, text=True, timeout=60)
         assert out.stdout.startswith("disk_full |") and "kept" in out.stdout, out.stdout + out.stderr[-1500:]
         kept = size_of(partial_of(repo, SHARD1))
         assert 1_500_000 < kept <= 2_000_000  # what was written and hashed before the refusal

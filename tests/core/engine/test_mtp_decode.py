@@ -49,8 +49,20 @@ def reply(m, ids, params, mode, *, thinking=True, budget=None, stop_after=None, 
         return stop_after is not None and len(asked) >= stop_after
 
     streamed = stream_reply(
-        m, cache, ids[-1:], cached=len(ids) - 1, limit=4096, params=params, thinking=thinking, budget=budget,
-        should_stop=should_stop, emit=lambda _event: None, clock=TurnClock(), kv=kv, mtp=mode, mtp_policy=policy,
+        m,
+        cache,
+        ids[-1:],
+        cached=len(ids) - 1,
+        limit=4096,
+        params=params,
+        thinking=thinking,
+        budget=budget,
+        should_stop=should_stop,
+        emit=lambda _event: None,
+        clock=TurnClock(),
+        kv=kv,
+        mtp=mode,
+        mtp_policy=policy,
     )
     return streamed, cache
 

@@ -17,8 +17,7 @@ def measured(mode: MTPMode, *, plain: float, verify_per_token: float, draft: flo
             break
         kept = round(k * acceptance)
         looked = min(kept + 1, k)
-        policy.round(depth=k, looked=looked, kept=kept, draft_s=k * draft, verify_s=plain + k * verify_per_token,
-                     reread_s=None if kept == k else plain)
+        policy.round(depth=k, looked=looked, kept=kept, draft_s=k * draft, verify_s=plain + k * verify_per_token, reread_s=None if kept == k else plain)
     return policy
 
 

@@ -44,9 +44,7 @@ def _own_cache_reply(engine, message, thinking=True, limit=10_000, **kwargs):
         clock.reading(len(prompt))
         with wired_memory(m):
             read = prefill(m, cache, prompt[:-1], step=8)
-            streamed = stream_reply(
-                m, cache, prompt[-1:], cached=read, limit=limit, thinking=thinking, emit=events.append, clock=clock, **kwargs
-            )
+            streamed = stream_reply(m, cache, prompt[-1:], cached=read, limit=limit, thinking=thinking, emit=events.append, clock=clock, **kwargs)
         return cache, streamed
 
     cache, streamed = on_worker(engine, run)
@@ -70,7 +68,10 @@ def test_stream_reply_works_on_a_cache_that_is_not_a_sessions(engine):
 def test_stream_reply_stops_when_asked_and_reports_a_reasoning_left_open(engine, off_script):
     asked = []
     _, cache, (reply, still_reasoning, added), _ = _own_cache_reply(
-        engine, "go", params=off_script.with_overrides(max_tokens=1000), should_stop=lambda: asked.append(1) or len(asked) >= 5,
+        engine,
+        "go",
+        params=off_script.with_overrides(max_tokens=1000),
+        should_stop=lambda: asked.append(1) or len(asked) >= 5,
     )
     assert reply.finish_reason == "stopped" and len(reply.token_ids) == 5 and len(asked) == 5
     assert still_reasoning and reply.text == "" and reply.stats.reasoning_tokens == 5

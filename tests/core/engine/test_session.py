@@ -73,7 +73,7 @@ def test_append_only_gives_the_same_tokens_as_a_fresh_full_prompt(engine, off_sc
     assert cache_error(engine, s, skip=3) > 100 * EXACT  # and the check is sensitive to the context
     # ... and that prompt is the conversation as the template writes it, plus the earlier replies kept whole
     tail = template(engine, [{"role": "user", "content": "and a third one"}], True)
-    assert prompt[-len(tail):] == tail
+    assert prompt[-len(tail) :] == tail
 
 
 def test_stop_mid_stream_keeps_the_partial_reply_and_the_next_turn_works(engine, off_script):

@@ -20,9 +20,7 @@ def test_restoring_a_snapshot_gives_the_cache_of_that_point_logit_for_logit(engi
         cache = make_prompt_cache(m.model)
         prefill(m, cache, first, step=8)
         snap = take_snapshot(cache, len(first))
-        same = [
-            all(a is b for a, b in zip(layer.arrays, c.cache)) for layer, c in zip(snap.layers, cache) if isinstance(layer, ArraysState)
-        ]
+        same = [all(a is b for a, b in zip(layer.arrays, c.cache)) for layer, c in zip(snap.layers, cache) if isinstance(layer, ArraysState)]
         prefill(m, cache, more, step=8)
         moved = [c.offset for c in cache if isinstance(c, KVCache)]
         restore_snapshot(cache, snap)

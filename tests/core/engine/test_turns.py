@@ -43,14 +43,16 @@ def encode(tok, text):
 
 
 def memory(tok, mode=ThinkingMode.OFF):
-    return TurnMemory(
-        before_turn=BEFORE_TURN, close_before="\n", prefix=encode(tok, "\n"), before_last=BEFORE_LAST, last_token=123, mode=mode
-    )
+    return TurnMemory(before_turn=BEFORE_TURN, close_before="\n", prefix=encode(tok, "\n"), before_last=BEFORE_LAST, last_token=123, mode=mode)
 
 
 def test_the_thinking_mode_of_a_turn():
     assert [ThinkingMode.of(t, b) for t, b in [(False, None), (False, 0), (True, None), (True, 5), (True, 0)]] == [
-        ThinkingMode.OFF, ThinkingMode.OFF, ThinkingMode.ON, ThinkingMode.ON, ThinkingMode.CLOSED,
+        ThinkingMode.OFF,
+        ThinkingMode.OFF,
+        ThinkingMode.ON,
+        ThinkingMode.ON,
+        ThinkingMode.CLOSED,
     ]
     assert [m.thinking for m in ThinkingMode] == [False, True, True]
 
@@ -67,7 +69,13 @@ def test_the_thinking_mode_of_a_turn():
 )
 def test_what_a_stop_while_reading_does_follows_from_the_kind_of_turn(kind, restored, rereads, undo, keep):
     plan = TurnPlan(
-        kind=kind, mode=ThinkingMode.OFF, prompt=[1, 2], user_text="q", history=[], prefix=None, close_before="",
+        kind=kind,
+        mode=ThinkingMode.OFF,
+        prompt=[1, 2],
+        user_text="q",
+        history=[],
+        prefix=None,
+        close_before="",
         restore=BEFORE_TURN if restored else None,
     )
     assert (plan.rereads, plan.undo_on_stop, plan.keeps_message_on_undo) == (rereads, undo, keep)

@@ -24,8 +24,15 @@ def _add_sourdough(s: Store, first="How do I bake sourdough bread at home?", rea
     writer.append("Mix flour, water, salt and starter; ")
     writer.append("proof overnight, bake at 250 °C.")
     writer.finish(
-        {"ttft_s": 0.31, "prompt_tokens": 40, "prompt_tps": 400.0, "generation_tokens": 24, "generation_tps": 35.5,
-         "reasoning_tokens": 6, "peak_memory_bytes": 2_100_000_000},
+        {
+            "ttft_s": 0.31,
+            "prompt_tokens": 40,
+            "prompt_tps": 400.0,
+            "generation_tokens": 24,
+            "generation_tps": 35.5,
+            "reasoning_tokens": 6,
+            "peak_memory_bytes": 2_100_000_000,
+        },
         "stop",
     )
     return conv.id

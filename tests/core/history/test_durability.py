@@ -47,7 +47,10 @@ def _run_and_kill(tmp_path: Path, interval: float, kill_after: float):
     db = tmp_path / "history.sqlite3"
     proc = subprocess.Popen(
         [sys.executable, str(script), str(db), str(interval)],
-        stdout=subprocess.PIPE, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     first = proc.stdout.readline().split()
     assert first[0] == "READY", first
@@ -76,8 +79,10 @@ def _check_earlier_messages_and_integrity(db: Path, conv_id: int, outside) -> li
         assert conv.settings == {"temperature": 0.7} and conv.system_prompt == "sys"
         first = conv.messages[:3]
         assert [(m.role, m.content, m.state) for m in first] == [
-            ("user", "first question", "complete"), ("assistant", "first answer", "complete"),
-            ("user", "second question", "complete")]
+            ("user", "first question", "complete"),
+            ("assistant", "first answer", "complete"),
+            ("user", "second question", "complete"),
+        ]
         assert first[1].reasoning == "thought" and first[1].stats.generation_tokens == 2
         if s.search_uses_index:
             s.database.conn.execute("INSERT INTO messages_fts(messages_fts) VALUES ('integrity-check')")

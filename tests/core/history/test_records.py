@@ -10,13 +10,19 @@ from macapp.core.history import Conversation, Message, MessageState, ReplyStats,
 def test_stats_come_from_the_engine_and_read_like_the_chat_command_line():
     from macapp.core.events import GenerationStats, format_stats
 
-    engine_stats = GenerationStats(ttft_s=0.31, prompt_tokens=10, prompt_tps=100.0, generation_tokens=5, generation_tps=20.0,
-                                   reasoning_tokens=2, peak_memory_bytes=1_500_000_000, context_tokens=532)
+    engine_stats = GenerationStats(
+        ttft_s=0.31,
+        prompt_tokens=10,
+        prompt_tps=100.0,
+        generation_tokens=5,
+        generation_tps=20.0,
+        reasoning_tokens=2,
+        peak_memory_bytes=1_500_000_000,
+        context_tokens=532,
+    )
     stats = ReplyStats.from_any(engine_stats)
     assert stats == ReplyStats(0.31, 10, 100.0, 5, 20.0, 2, 1_500_000_000, image_tokens=0)
-    assert stats.summary() == (
-        "prompt 10 tokens at 100.0 tok/s · generation 5 tokens at 20.0 tok/s · 2 reasoning · first token 0.31 s · peak 1.50 GB"
-    )
+    assert stats.summary() == ("prompt 10 tokens at 100.0 tok/s · generation 5 tokens at 20.0 tok/s · 2 reasoning · first token 0.31 s · peak 1.50 GB")
     assert format_stats(engine_stats) == stats.summary() + " · context 532"  # one formatter for the CLI and the history
     assert ReplyStats.from_any({"generation_tokens": 3}).summary() == "generation 3 tokens"
     assert ReplyStats.from_any({"prompt_tokens": 40, "image_tokens": 28}).summary() == "prompt 40 tokens · 28 image"
@@ -47,10 +53,18 @@ def test_titles_from_the_first_message(text, title):
 
 
 def test_chat_messages_reopen_a_conversation_in_the_engine_shape():
-    conv = Conversation(id=1, title="", model="m", created=0, updated=0, system_prompt="Be brief.", messages=[
-        Message(1, 1, 0, "user", "hi"),
-        Message(2, 1, 1, "assistant", "hello", reasoning="greet", thinking=True, finish_reason="stop"),
-    ])
+    conv = Conversation(
+        id=1,
+        title="",
+        model="m",
+        created=0,
+        updated=0,
+        system_prompt="Be brief.",
+        messages=[
+            Message(1, 1, 0, "user", "hi"),
+            Message(2, 1, 1, "assistant", "hello", reasoning="greet", thinking=True, finish_reason="stop"),
+        ],
+    )
     assert conv.display_title == "New chat"
     assert conv.chat_messages() == [
         {"role": "system", "content": "Be brief."},

@@ -8,15 +8,27 @@ from macapp.core.history import Message, MessageState, ReplyStats, Role
 from macapp.core.history import rows
 from macapp.core.vision.refs import ImageRef
 
-STATS = ReplyStats(ttft_s=0.25, prompt_tokens=412, prompt_tps=1830.5, generation_tokens=128, generation_tps=41.2,
-                   reasoning_tokens=17, peak_memory_bytes=1_300_000_000)
+STATS = ReplyStats(
+    ttft_s=0.25, prompt_tokens=412, prompt_tps=1830.5, generation_tokens=128, generation_tps=41.2, reasoning_tokens=17, peak_memory_bytes=1_300_000_000
+)
 
 
 def _message(conversation_id: int) -> Message:
-    return Message(id=0, conversation_id=conversation_id, position=3, role=Role.ASSISTANT, content="It is Paris.",
-                   reasoning="The capital of France.", thinking=True, state=MessageState.STOPPED, finish_reason="stopped",
-                   stats=STATS, model="Qwen3.5-4B", created=1_764_000_000.5,
-                   images=(ImageRef("ab" * 32, "cat.png", 64, 48),))
+    return Message(
+        id=0,
+        conversation_id=conversation_id,
+        position=3,
+        role=Role.ASSISTANT,
+        content="It is Paris.",
+        reasoning="The capital of France.",
+        thinking=True,
+        state=MessageState.STOPPED,
+        finish_reason="stopped",
+        stats=STATS,
+        model="Qwen3.5-4B",
+        created=1_764_000_000.5,
+        images=(ImageRef("ab" * 32, "cat.png", 64, 48),),
+    )
 
 
 def _read_back(store, message_id: int) -> Message:
@@ -37,8 +49,7 @@ def test_every_field_of_a_message_goes_into_its_row_and_comes_back(store):
 
 def test_a_finished_reply_updates_its_text_state_and_every_figure(store):
     conv = store.create_conversation("Qwen3.5-4B")
-    m = replace(_message(conv.id), content="", reasoning="", state=MessageState.STREAMING, finish_reason=None,
-                stats=ReplyStats(), images=())
+    m = replace(_message(conv.id), content="", reasoning="", state=MessageState.STREAMING, finish_reason=None, stats=ReplyStats(), images=())
     with store.database.write() as conn:
         m.id = conn.execute(rows.INSERT_MESSAGE, rows.message_values(m, id=None, conversation_id=conv.id, position=3)).lastrowid
     done = replace(m, content="Done.", reasoning="why", state=MessageState.COMPLETE, finish_reason="stop", stats=STATS)

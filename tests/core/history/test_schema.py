@@ -41,12 +41,9 @@ def _build_old(path: Path, version: int) -> None:
     conn = sqlite3.connect(path)
     for sql in OLD_SCHEMAS[version]:
         conn.execute(sql)
-    conn.execute(
-        "INSERT INTO conversations VALUES (7, 'Bread', 'Qwen3.5-9B', 1000.0, 2000.0, 'Be brief.', '{\"top_p\": 0.9}')"
-    )
+    conn.execute("INSERT INTO conversations VALUES (7, 'Bread', 'Qwen3.5-9B', 1000.0, 2000.0, 'Be brief.', '{\"top_p\": 0.9}')")
     conn.execute("INSERT INTO conversations VALUES (8, '', '', 1500.0, 1500.0, NULL, '{}')")
-    cols = "id, conversation_id, position, role, content, reasoning, thinking, generation_tokens, generation_tps, " \
-           "finish_reason, state, created"
+    cols = "id, conversation_id, position, role, content, reasoning, thinking, generation_tokens, generation_tps, finish_reason, state, created"
     conn.execute(f"INSERT INTO messages ({cols}) VALUES (1, 7, 0, 'user', 'How to knead?', '', 0, NULL, NULL, NULL, 'complete', 1000)")
     conn.execute(f"INSERT INTO messages ({cols}) VALUES (2, 7, 1, 'assistant', 'Push and fold.', 'hands', 1, 12, 30.5, 'stop', 'complete', 1001)")
     conn.execute(f"INSERT INTO messages ({cols}) VALUES (3, 7, 2, 'assistant', 'Half a rep', '', 0, NULL, NULL, NULL, 'stopped', 1002)")
@@ -81,11 +78,9 @@ def test_migrates_from_every_earlier_version(tmp_path, outside, version):
         convs = {c.id: c for c in s.list_conversations()}
         assert set(convs) == {7, 8}
         bread = s.get_conversation(7)
-        assert (bread.title, bread.model, bread.system_prompt, bread.settings) == (
-            "Bread", "Qwen3.5-9B", "Be brief.", {"top_p": 0.9})
+        assert (bread.title, bread.model, bread.system_prompt, bread.settings) == ("Bread", "Qwen3.5-9B", "Be brief.", {"top_p": 0.9})
         knead, push, half = bread.messages
-        assert (knead.content, push.content, push.reasoning, push.thinking) == (
-            "How to knead?", "Push and fold.", "hands", True)
+        assert (knead.content, push.content, push.reasoning, push.thinking) == ("How to knead?", "Push and fold.", "hands", True)
         assert (push.stats.generation_tokens, push.stats.generation_tps, push.finish_reason) == (12, 30.5, "stop")
         assert half.state == "stopped"
         assert knead.model is None  # only replies carry a model
@@ -148,9 +143,9 @@ def test_an_old_database_killed_mid_write_is_rolled_back_then_migrated(old_v1, t
         "c.execute('PRAGMA cache_size = 1')\n"
         "c.execute('BEGIN')\n"
         "c.execute(\"UPDATE messages SET content = 'half-written' WHERE id = 1\")\n"
-        "c.execute(\"INSERT INTO conversations (title, created, updated) "
+        'c.execute("INSERT INTO conversations (title, created, updated) '
         "SELECT hex(randomblob(300)), 0, 0 FROM (WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r "
-        "WHERE i < 3000) SELECT i FROM r)\")\n"
+        'WHERE i < 3000) SELECT i FROM r)")\n'
         "os.kill(os.getpid(), 9)\n"
     )
     result = subprocess.run([sys.executable, "-c", killer, str(path)], timeout=60)
@@ -179,8 +174,12 @@ def test_newer_database_opens_read_only_with_a_message(tmp_path):
         assert s.search("future")[0].conversation_id == conv.id
         assert "from the future" in s.export_markdown(conv.id)
         assert s.recover_interrupted(older_than_s=-1) == 0
-        for write in (lambda: s.create_conversation("m"), lambda: s.rename(conv.id, "x"),
-                      lambda: s.add_message(conv.id, "user", "x"), lambda: s.delete(conv.id)):
+        for write in (
+            lambda: s.create_conversation("m"),
+            lambda: s.rename(conv.id, "x"),
+            lambda: s.add_message(conv.id, "user", "x"),
+            lambda: s.delete(conv.id),
+        ):
             with pytest.raises(ReadOnlyStoreError, match="newer version"):
                 write()
     conn = sqlite3.connect(path)

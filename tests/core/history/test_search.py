@@ -90,6 +90,5 @@ def test_replies_in_flight_are_found_and_indexed_once_finished(store):
     if store.search_uses_index:  # ... but once, when it ends
         count = store.database.query("SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH 'puffins'")
         assert count[0][0] == 1
-        plan = " ".join(r[3] for r in store.database.query(
-            "EXPLAIN QUERY PLAN SELECT id FROM messages WHERE state = 'streaming'"))
+        plan = " ".join(r[3] for r in store.database.query("EXPLAIN QUERY PLAN SELECT id FROM messages WHERE state = 'streaming'"))
         assert "messages_streaming" in plan

@@ -38,8 +38,17 @@ def test_conversation_round_trip_with_stats_and_title(store, sourdough):
 
 def test_added_message_is_what_reads_back(store):
     conv = store.create_conversation("m")
-    added = store.add_message(conv.id, "assistant", "done", reasoning="why", thinking=True, state="stopped",
-                              stats={"generation_tokens": 7, "ttft_s": 0.5}, finish_reason="length", model="Qwen3.5-4B")
+    added = store.add_message(
+        conv.id,
+        "assistant",
+        "done",
+        reasoning="why",
+        thinking=True,
+        state="stopped",
+        stats={"generation_tokens": 7, "ttft_s": 0.5},
+        finish_reason="length",
+        model="Qwen3.5-4B",
+    )
     assert store.get_conversation(conv.id).messages == [added]
     assert store.get_conversation(conv.id).model == "Qwen3.5-4B"  # a reply's model becomes the conversation's
 

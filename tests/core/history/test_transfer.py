@@ -48,11 +48,22 @@ def test_export_json_and_import_round_trip(store, sourdough, include_reasoning):
     assert new_id != cid
     original, imported = store.get_conversation(cid), store.get_conversation(new_id)
     assert (imported.title, imported.model, imported.system_prompt, imported.settings) == (
-        original.title, original.model, original.system_prompt, original.settings)
+        original.title,
+        original.model,
+        original.system_prompt,
+        original.settings,
+    )
     assert abs(imported.created - original.created) < 1
     for a, b in zip(original.messages, imported.messages, strict=True):
         assert (a.role, a.content, a.thinking, a.state, a.finish_reason, a.stats, a.model) == (
-            b.role, b.content, b.thinking, b.state, b.finish_reason, b.stats, b.model)
+            b.role,
+            b.content,
+            b.thinking,
+            b.state,
+            b.finish_reason,
+            b.stats,
+            b.model,
+        )
         assert b.reasoning == (a.reasoning if include_reasoning else "")
     # The import's own export matches (modulo ids): the format is stable.
     again = json.loads(store.export_json(new_id, include_reasoning=include_reasoning))
@@ -81,8 +92,7 @@ def test_an_imported_streaming_reply_is_stopped(store):
 
 @pytest.mark.parametrize(
     "value, expected",
-    [(1000, 1000.0), ("1970-01-01T00:16:40Z", 1000.0), ("1970-01-01T00:16:40", 1000.0), ("yesterday", -1.0),
-     (True, -1.0), (None, -1.0)],
+    [(1000, 1000.0), ("1970-01-01T00:16:40Z", 1000.0), ("1970-01-01T00:16:40", 1000.0), ("yesterday", -1.0), (True, -1.0), (None, -1.0)],
 )
 def test_times_read_from_seconds_or_iso(value, expected):
     assert parse_time(value, -1.0) == expected
@@ -93,7 +103,7 @@ def test_export_of_everything_survives_json(tmp_path):
     """Unicode, newlines and quotes in every field come back unchanged through export/import."""
     with Store.open(tmp_path / "h.sqlite3") as s:
         conv = s.create_conversation("Qwen3.5-0.8B", 'say "hi"\nnicely', {"stop": ["</s>"], "темп": 0.1})
-        s.add_message(conv.id, "user", "naïve 你好 \"quoted\"\n\nsecond paragraph")
+        s.add_message(conv.id, "user", 'naïve 你好 "quoted"\n\nsecond paragraph')
         s.add_message(conv.id, "assistant", "```py\nprint('x')\n```", reasoning="<think>-ish 🙂")
         doc = json.loads(s.export_json(conv.id))
         new = s.get_conversation(s.import_json(doc))

@@ -112,7 +112,8 @@ def test_four_agent_loops_at_once_each_read_only_their_new_tail(load, scripted_t
             previous[i] = rendered
             call = reply.tool_calls[0]
             loops[i] = [
-                *loops[i], ChatMessage(Role.ASSISTANT, reply.text, tool_calls=(call,)),
+                *loops[i],
+                ChatMessage(Role.ASSISTANT, reply.text, tool_calls=(call,)),
                 ChatMessage(Role.TOOL, f"Sunny in city {i}.", tool_call_id=call.id, name=call.name),
             ]
     assert serving.batch.peak == 4

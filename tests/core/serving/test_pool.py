@@ -142,9 +142,7 @@ def test_one_conversation_keeps_one_kv_buffer_and_every_checkpoint_still_restore
         taken = pool.add(PromptCache(cache, tokens[:end]))
         separate += taken.kv.nbytes + taken.state_bytes
     assert pool.kv_blocks == 1 and pool.nbytes < separate
-    assert pool.nbytes == pool.longest_prefix(tokens).kv.nbytes + sum(
-        pool.longest_prefix(tokens[: n + 1]).state_bytes for n in (60, 150, 290)
-    )
+    assert pool.nbytes == pool.longest_prefix(tokens).kv.nbytes + sum(pool.longest_prefix(tokens[: n + 1]).state_bytes for n in (60, 150, 290))
     for end in (60, 150, 290):
         checkpoint = pool.longest_prefix(tokens[: end + 1])
         assert checkpoint.length == end

@@ -46,7 +46,10 @@ def test_calls_and_results_render_in_the_templates_format(tokenizer):
     call, result = agent_round(3)
     p = render(tokenizer, request(SYSTEM, USER, call, result))
     assert "<tools>\n" in p.text and '"name": "get_weather"' in p.text
-    assert "Checking.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\ncity3\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>" in p.text
+    assert (
+        "Checking.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\ncity3\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>"
+        in p.text
+    )
     assert "<|im_start|>user\n<tool_response>\nsunny 3\n</tool_response><|im_end|>" in p.text
     assert p.tokens == list(tokenizer.encode(p.text, add_special_tokens=False))
     assert p.text.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n") and not p.thinking and p.prefill == ""
@@ -128,8 +131,10 @@ def test_each_rounds_turn_starts_are_token_prefixes_of_the_next_round(tokenizer,
     assert other.tokens[: other.boundaries[0]] == previous.tokens[: previous.boundaries[0]]  # same system + tools
 
 
-STRICT_SYSTEM = ("{%- for m in messages %}{%- if m.role == 'system' and not loop.first %}"
-                 "{{- raise_exception('System message must be at the beginning.') }}{%- endif %}{%- endfor %}")
+STRICT_SYSTEM = (
+    "{%- for m in messages %}{%- if m.role == 'system' and not loop.first %}"
+    "{{- raise_exception('System message must be at the beginning.') }}{%- endif %}{%- endfor %}"
+)
 
 
 @pytest.fixture
@@ -161,7 +166,10 @@ def test_leading_system_messages_are_joined_into_one(strict_tokenizer):
     p = render(strict_tokenizer, request(SYSTEM, developer, USER))
     assert p.text.count("<|im_start|>system") == 1
     assert SYSTEM.content + "\n\n" + developer.content in p.text
-    assert p.tokens[: p.boundaries[0]] == render(strict_tokenizer, request(replace(SYSTEM, content=SYSTEM.content + "\n\n" + developer.content), USER)).tokens[: p.boundaries[0]]
+    assert (
+        p.tokens[: p.boundaries[0]]
+        == render(strict_tokenizer, request(replace(SYSTEM, content=SYSTEM.content + "\n\n" + developer.content), USER)).tokens[: p.boundaries[0]]
+    )
 
 
 def test_continuing_a_reply_writes_its_start_after_the_generation_prompt(tokenizer):

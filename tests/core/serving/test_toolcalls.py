@@ -54,8 +54,11 @@ CASES = [
         [("get_weather", {"city": "Paris", "days": 3}), ("get_time", {"city": "Rome"})],
     ),
     (  # two functions in one block
-        "<tool_call>\n<function=get_time>\n" + param("city", "Rome") + "</function>\n<function=get_weather>\n"
-        + param("city", "Oslo") + "</function>\n</tool_call>",
+        "<tool_call>\n<function=get_time>\n"
+        + param("city", "Rome")
+        + "</function>\n<function=get_weather>\n"
+        + param("city", "Oslo")
+        + "</function>\n</tool_call>",
         [("get_time", {"city": "Rome"}), ("get_weather", {"city": "Oslo"})],
     ),
     (  # a tool the request did not offer: still a call (the client answers it), values untyped
@@ -85,11 +88,14 @@ CASES = [
         [("get_time", {"city": "Rome"})],
     ),
     ("<tool_call>\n<function=get_time>\n<parameter=ci", ["<tool_call>\n<function=get_time>\n<parameter=ci"]),
-    ("Text then a good call " + PARIS + " and a bad one <tool_call>oops</tool_call>", [
-        "Text then a good call",
-        ("get_weather", {"city": "Paris", "days": 3}),
-        "and a bad one <tool_call>oops</tool_call>",
-    ]),
+    (
+        "Text then a good call " + PARIS + " and a bad one <tool_call>oops</tool_call>",
+        [
+            "Text then a good call",
+            ("get_weather", {"city": "Paris", "days": 3}),
+            "and a bad one <tool_call>oops</tool_call>",
+        ],
+    ),
 ]
 
 
@@ -181,9 +187,16 @@ def _one(params: str, properties: dict) -> dict:
 
 def test_values_are_typed_by_optional_and_union_schemas_too():
     """What clients send: pydantic's Optional (anyOf with null), strict OpenAI type lists, $ref objects, enums."""
-    p = "<parameter=n>\n3\n</parameter>\n<parameter=s>\n123\n</parameter>\n<parameter=o>\n{\"a\": 1}\n</parameter>\n<parameter=e>\n1\n</parameter>\n"
-    args = _one(p, {"n": {"anyOf": [{"type": "integer"}, {"type": "null"}], "default": None},
-                    "s": {"type": ["string", "null"]}, "o": {"$ref": "#/$defs/Thing"}, "e": {"enum": ["1", "2"]}})
+    p = '<parameter=n>\n3\n</parameter>\n<parameter=s>\n123\n</parameter>\n<parameter=o>\n{"a": 1}\n</parameter>\n<parameter=e>\n1\n</parameter>\n'
+    args = _one(
+        p,
+        {
+            "n": {"anyOf": [{"type": "integer"}, {"type": "null"}], "default": None},
+            "s": {"type": ["string", "null"]},
+            "o": {"$ref": "#/$defs/Thing"},
+            "e": {"enum": ["1", "2"]},
+        },
+    )
     assert args == {"n": 3, "s": "123", "o": {"a": 1}, "e": "1"}
     assert _one("<parameter=n>\n2.5\n</parameter>\n", {"n": {"type": ["number", "null"]}}) == {"n": 2.5}
     assert _one("<parameter=x>\n7\n</parameter>\n", {"x": {"anyOf": [{"type": "string"}, {"type": "integer"}]}}) == {"x": "7"}  # no single type: as before

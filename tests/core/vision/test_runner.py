@@ -97,7 +97,10 @@ def test_stream_generate_drives_it_and_a_follow_up_reads_only_its_own_tokens(loa
     cache = vision.lm.make_cache()
     vision.lm.bind([])
     vision.lm.queue(turn, cache)
-    reply = [r.token for r in mlx_lm.stream_generate(vision.lm, tokenizer, mx.array(turn.tokens), max_tokens=10, prompt_cache=cache, input_embeddings=turn.embeddings)]
+    reply = [
+        r.token
+        for r in mlx_lm.stream_generate(vision.lm, tokenizer, mx.array(turn.tokens), max_tokens=10, prompt_cache=cache, input_embeddings=turn.embeddings)
+    ]
     assert reply[-1] == tokenizer.convert_tokens_to_ids("<|im_end|>")
     assert cache_length(cache) == len(turn.tokens) + len(reply)  # mlx-lm reads each token as it yields it
     follow = tokenizer.encode("\n", add_special_tokens=False) + tokenizer.apply_chat_template(

@@ -21,8 +21,7 @@ def _reference(path, prompt_text, pictures, bias, n):
 
     model, processor = load(str(path))
     return [  # (mlx-vlm's stream yields one token past max_tokens)
-        r.token
-        for r in stream_generate(model, processor, prompt_text, image=[p.image for p in pictures], max_tokens=n, temperature=0, logit_bias=bias)
+        r.token for r in stream_generate(model, processor, prompt_text, image=[p.image for p in pictures], max_tokens=n, temperature=0, logit_bias=bias)
     ][:n]
 
 
@@ -34,7 +33,9 @@ def test_a_picture_reaches_the_model_like_mlx_vlms_own_generate(engine, tiny_vlm
     tokenizer = engine.model.tokenizer
     text = tokenizer.apply_chat_template(
         [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is in this picture?"}]}],
-        add_generation_prompt=True, enable_thinking=THINK, tokenize=False,
+        add_generation_prompt=True,
+        enable_thinking=THINK,
+        tokenize=False,
     )
     assert len(reply.token_ids) >= 20
     assert reply.token_ids == _reference(tiny_vlm_path, text, [open_image(path)], long_reply.logit_bias, len(reply.token_ids))
@@ -45,7 +46,11 @@ def test_a_picture_reaches_the_model_like_mlx_vlms_own_generate(engine, tiny_vlm
 def test_a_bigger_picture_gives_more_image_tokens(engine, picture):
     small = engine.new_session().send("describe", thinking=THINK, sampling=greedy(4), images=[picture("s.png", (64, 64))]).result(timeout=TIMEOUT)
     big = engine.new_session().send("describe", thinking=THINK, sampling=greedy(4), images=[picture("b.png", (192, 128))]).result(timeout=TIMEOUT)
-    two = engine.new_session().send("compare", thinking=THINK, sampling=greedy(4), images=[picture("s.png", (64, 64)), picture("b.png", (192, 128))]).result(timeout=TIMEOUT)
+    two = (
+        engine.new_session()
+        .send("compare", thinking=THINK, sampling=greedy(4), images=[picture("s.png", (64, 64)), picture("b.png", (192, 128))])
+        .result(timeout=TIMEOUT)
+    )
     assert (small.stats.image_tokens, big.stats.image_tokens, two.stats.image_tokens) == (4, 24, 28)
     assert big.stats.prompt_tokens - small.stats.prompt_tokens == 20
 
