@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from typing import Annotated, Any
 
 import pytest
 from pydantic import ValidationError
@@ -15,6 +16,7 @@ from macapp.server.anthropic_api import parse_messages_request
 from macapp.server.errors import ApiError
 from macapp.server.openai_api import parse_chat_request
 from macapp.server.requests.anthropic_messages import MessagesBody
+from macapp.server.requests.common import Model, string_or_parts
 from macapp.server.requests.openai_chat import ChatCompletionBody
 from macapp.server.requests.reading import param_of, refusal_of
 from macapp.server.requests.responses_body import ResponsesBody
@@ -169,3 +171,16 @@ def test_the_responses_echo_repeats_tools_and_tool_choice_as_sent():
     assert call.echo["tools"] == tools and call.echo["tool_choice"] == {"type": "function", "name": "f"}
     assert call.echo["user"] is None and [t.name for t in call.request.tools] == ["f"]
     assert call.request.tool_choice.mode is ToolChoiceMode.FUNCTION
+
+
+class _Parts(Model):
+    content: Annotated[list[dict[str, Any]], string_or_parts("input_text", "{param} must be text or parts.")] = []
+
+
+def test_string_or_parts_makes_a_string_one_part_of_its_type_and_refuses_other_values_with_its_message():
+    assert _Parts.model_validate({"content": None}).content == []
+    assert _Parts.model_validate({"content": "hi"}).content == [{"type": "input_text", "text": "hi"}]
+    parts = [{"type": "input_image", "image_url": "x"}, {"type": "input_text", "text": "a"}]
+    assert _Parts.model_validate({"content": parts}).content == parts
+    error = first_error(_Parts, {"content": 5})
+    assert refusal_of(error).message == "content must be text or parts." and param_of(error["loc"]) == "content"

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BeforeValidator, PrivateAttr, model_validator
+from pydantic import AfterValidator, PrivateAttr, model_validator
 
 from macapp.core.picture_data import ImagePart
-from macapp.server.requests.common import Arguments, Model, Refusal, base64_image, kinds, tag
+from macapp.server.requests.common import Arguments, Model, Refusal, base64_image, kinds, string_or_parts, tag
 
 # Deferred tools (`defer_loading`) are offered like the others (the prompt stays the same between requests, and
 # its checkpoints with it), so a `tool_reference` only tells the model the tool it searched for is there.
@@ -112,17 +112,8 @@ ResultBlock = Annotated[
 ]
 
 
-def _as_result_blocks(value: Any) -> Any:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [{"type": "text", "text": value}]
-    if not isinstance(value, list):
-        raise Refusal("{param} must be a string or an array of blocks.")
-    return value
-
-
-ResultContent = Annotated[list[ResultBlock], BeforeValidator(_as_result_blocks)]  # a string, null or blocks
+# A string, null or blocks.
+ResultContent = Annotated[list[ResultBlock], string_or_parts("text", "{param} must be a string or an array of blocks.")]
 
 
 def result_content(blocks: list[ResultBlock]) -> tuple[str, tuple[ImagePart, ...]]:

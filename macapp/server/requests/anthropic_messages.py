@@ -38,7 +38,7 @@ from macapp.server.requests.anthropic_blocks import (
     as_blocks,
     result_content,
 )
-from macapp.server.requests.common import WHOLE, Count, Fraction, Model, Refusal, StopSequences, bounds, kinds, sampling_for, tag
+from macapp.server.requests.common import WHOLE, Count, Fraction, Model, Refusal, StopSequences, bounds, kinds, sampling_for, string_or_parts, tag
 
 ERROR_RESULT_PREFIX = "Error: "  # a tool_result with is_error, as the model reads it (the template has no flag)
 # thinking.display: "omitted" sends thinking blocks without their text; "summarized", Claude Code's "updates"
@@ -120,16 +120,6 @@ def _some_messages(messages: list[Any]) -> list[Any]:
     if not messages:
         raise Refusal("{param}: at least one message is required.")
     return messages
-
-
-def _system_blocks(value: Any) -> Any:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [{"type": "text", "text": value}]
-    if not isinstance(value, list):
-        raise Refusal("{param} must be a string or an array of text blocks.")
-    return value
 
 
 # ------------------------------------------------------------------------------------------------ tools, thinking
@@ -230,7 +220,7 @@ class CountTokensBody(Model):
     """The fields read, in the order they are checked (the first one at fault is the one named)."""
 
     messages: Annotated[list[Message], AfterValidator(_some_messages)]
-    system: Annotated[list[SystemBlock], BeforeValidator(_system_blocks)] = []
+    system: Annotated[list[SystemBlock], string_or_parts("text", "{param} must be a string or an array of text blocks.")] = []
     thinking: Thinking | None = None
     output_config: OutputConfig | None = None
     max_tokens: Count | None = None

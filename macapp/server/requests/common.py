@@ -104,6 +104,22 @@ def within(low: float, high: float) -> PlainValidator:
     return PlainValidator(check)
 
 
+def string_or_parts(text_type: str, refusal: str) -> BeforeValidator:
+    """A content field that takes a string (one part `{"type": text_type, "text": ...}`), null (no parts) or a
+    list of parts (as sent, for the union to read); anything else is refused with `refusal` ({param})."""
+
+    def as_parts(value: Any) -> Any:
+        if value is None:
+            return []
+        if isinstance(value, str):
+            return [{"type": text_type, "text": value}]
+        if not isinstance(value, list):
+            raise Refusal(refusal)
+        return value
+
+    return BeforeValidator(as_parts)
+
+
 Seed = Annotated[int, WHOLE, bounds(0, MAX_SEED)]  # a sampling seed: what MLX's generator takes
 Count = Annotated[int, WHOLE, bounds(1)]  # max_tokens and the like
 Fraction = Annotated[float, within(0, 1)]  # top_p, min_p, Anthropic's temperature

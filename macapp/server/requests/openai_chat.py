@@ -40,6 +40,7 @@ from macapp.server.requests.common import (
     data_url_image,
     kinds,
     sampling_for,
+    string_or_parts,
     tag,
     within,
 )
@@ -74,17 +75,8 @@ Part = Annotated[
 ]
 
 
-def _as_parts(value: Any) -> Any:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [{"type": "text", "text": value}]
-    if not isinstance(value, list):
-        raise Refusal("{param} must be a string or an array of content parts.")
-    return value
-
-
-Content = Annotated[list[Part], BeforeValidator(_as_parts)]  # a string, null, or content parts
+# A string, null, or content parts.
+Content = Annotated[list[Part], string_or_parts("text", "{param} must be a string or an array of content parts.")]
 
 
 def _text(parts: list[Part]) -> str:

@@ -17,7 +17,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, PlainValidator
 
 from macapp.core.picture_data import ImagePart
 from macapp.core.serving.requests import ChatMessage, Role, ToolCall
-from macapp.server.requests.common import Arguments, Model, Refusal, data_url_image, kinds, refuse, tag
+from macapp.server.requests.common import Arguments, Model, Refusal, data_url_image, kinds, refuse, string_or_parts, tag
 
 ROLES = {"system": Role.SYSTEM, "developer": Role.SYSTEM, "user": Role.USER, "assistant": Role.ASSISTANT}
 # Output items of tools that run elsewhere (OpenAI's servers, the client's shell): nothing here can replay them.
@@ -77,17 +77,8 @@ Part = Annotated[
 ]
 
 
-def _as_parts(value: Any) -> Any:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [{"type": "input_text", "text": value}]
-    if not isinstance(value, list):
-        raise Refusal("{param} must be a string or an array of content parts.")
-    return value
-
-
-Content = Annotated[list[Part], BeforeValidator(_as_parts)]  # a message's (or a tool output's): a string or parts
+# A message's (or a tool output's): a string or parts.
+Content = Annotated[list[Part], string_or_parts("input_text", "{param} must be a string or an array of content parts.")]
 
 
 def text_and_images(parts: list[Part]) -> tuple[str, tuple[ImagePart, ...]]:
