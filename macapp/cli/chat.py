@@ -138,9 +138,10 @@ class History:
             return
         from macapp.core.recorder import ChatRecorder
         from macapp.core.history import NotFoundError, Store, StoreError
+        from macapp.core.vision.pictures import FILES
 
         try:
-            self.store = Store.open()
+            self.store = Store.open(pictures=FILES)
         except StoreError as exc:
             print(f"qwen-desk: history not saved: {exc}", file=sys.stderr)
             return

@@ -17,6 +17,7 @@ from macapp.core.history import (
     StoreError,
     iso_time,
 )
+from macapp.core.vision.pictures import FILES
 
 
 def _conversation_id(text: str) -> int:
@@ -71,7 +72,7 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        store = Store.open()
+        store = Store.open(pictures=FILES)
     except StoreError as exc:
         print(f"qwen-desk: {exc}", file=sys.stderr)
         return 1

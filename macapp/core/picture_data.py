@@ -1,13 +1,18 @@
 """Pictures as plain data, for the layers that carry them without looking at them: a request's picture bytes
 (`ImagePart`, macapp.core.serving) and the history's reference to a stored picture (`ImageRef`,
-macapp.core.history). No Pillow, no MLX: decoding, storing and running pictures is macapp.core.vision's."""
+macapp.core.history), where its file lies and its bytes as a data: URL. No Pillow, no MLX: decoding, storing and
+running pictures is macapp.core.vision's, handed to the history as PictureFiles by whoever opens it."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from dataclasses import asdict, dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable
+
+from macapp.core import paths
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -57,3 +62,25 @@ def refs_from_json(text: str | None) -> tuple[ImageRef, ...]:
         except (ValueError, TypeError):
             continue
     return tuple(out)
+
+
+def picture_path(ref: ImageRef) -> Path:
+    return paths.pictures_dir() / ref.file_name
+
+
+def data_url(ref: ImageRef) -> str | None:
+    """The stored picture as a data: URL for an export; None when its file is gone."""
+    try:
+        data = picture_path(ref).read_bytes()
+    except OSError:
+        return None
+    return "data:image/png;base64," + base64.b64encode(data).decode()
+
+
+@dataclass(frozen=True)
+class PictureFiles:
+    """What the history needs done to pictures that takes decoding them (macapp.core.vision.pictures.FILES): the
+    history keeps them as plain data and is given this by the caller that opens it (Store.open(pictures=...))."""
+
+    load: Callable[[tuple[ImageRef, ...]], tuple[Any, ...]]  # readable ones, as the engine takes them; the rest left out
+    store_data_url: Callable[[str, str], ImageRef]  # (url, name) from an imported document; ValueError if not a picture

@@ -18,6 +18,7 @@ from typing import Callable
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from macapp.core.history import Store, StoreError
+from macapp.core.vision.pictures import FILES
 
 log = logging.getLogger(__name__)
 SEARCH_DELAY_MS = 200  # the search runs once typing pauses this long, not on every keystroke
@@ -50,7 +51,7 @@ class ChatHistory:
         """Open the history once (integrity check and recovery of interrupted replies included)."""
         if self.store is None:
             try:
-                self.store = Store.open()
+                self.store = Store.open(pictures=FILES)
                 self.store.recover_interrupted()
             except StoreError as exc:
                 self.store = _scratch_store()
@@ -77,7 +78,7 @@ class ChatHistory:
 
 
 def _scratch_store() -> Store:
-    return Store.open(Path(tempfile.mkdtemp(prefix="qwen-desk-unsaved-")) / "history.sqlite3")
+    return Store.open(Path(tempfile.mkdtemp(prefix="qwen-desk-unsaved-")) / "history.sqlite3", pictures=FILES)
 
 
 def search_rows(store: Store, query: str) -> list[tuple[int, str]]:

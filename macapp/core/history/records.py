@@ -7,9 +7,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Callable, get_args, get_type_hints
 
 from macapp.core.events import format_stats
-from macapp.core.picture_data import ImageRef
-from macapp.core.vision.images import PreparedImage
-from macapp.core.vision.pictures import load_pictures  # Pillow itself waits for a picture to open
+from macapp.core.picture_data import ImageRef, PictureFiles
 
 TITLE_LIMIT = 60
 
@@ -110,6 +108,8 @@ class Conversation:
     settings: dict[str, Any] = field(default_factory=dict)
     message_count: int = 0
     messages: list[Message] = field(default_factory=list)  # filled by get_conversation, empty in listings
+    # The store's, to read pictures back in chat_messages (None: a store opened without them).
+    pictures: PictureFiles | None = field(default=None, repr=False, compare=False)
 
     @property
     def display_title(self) -> str:
@@ -119,8 +119,8 @@ class Conversation:
         """The conversation in the engine's message shape, to reopen it: `engine.new_session(messages=...)`.
 
         {role, content}; replies also carry reasoning, thinking and finish_reason, like ChatSession.messages; a
-        message with pictures carries them under "images" (read back from the pictures folder; a missing file is
-        left out, the text stays).
+        message with pictures carries them under "images" (read back from the pictures folder by the store's
+        PictureFiles; a missing file is left out, the text stays; a store opened without PictureFiles gives none).
         """
         out: list[dict[str, Any]] = []
         if include_system and self.system_prompt:
@@ -129,14 +129,10 @@ class Conversation:
             item: dict[str, Any] = {"role": m.role.value, "content": m.content}
             if m.role == Role.ASSISTANT:
                 item.update(reasoning=m.reasoning, thinking=m.thinking, finish_reason=m.finish_reason)
-            if m.images:
-                item["images"] = _pictures(m.images)
+            if m.images and self.pictures is not None:
+                item["images"] = list(self.pictures.load(m.images))
             out.append(item)
         return out
-
-
-def _pictures(refs: tuple[ImageRef, ...]) -> list[PreparedImage]:
-    return list(load_pictures(refs))
 
 
 @dataclass

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from macapp.core import paths
+from macapp.core.picture_data import PictureFiles
 from macapp.core.history import rows, schema, transfer
 from macapp.core.history.db import Database, open_or_set_aside
 from macapp.core.history.errors import NotFoundError, StoreError
@@ -54,18 +55,22 @@ class Store:
         found = database.found_version
         self.migrated_from = found if 0 < found < schema.SCHEMA_VERSION else None  # the version found on disk, if migrated
         self._search = Search(database, indexed=search_indexed)
+        self.pictures: PictureFiles | None = None  # set by open(): reading pictures back and importing them
 
     # -- opening
 
     @classmethod
-    def open(cls, path: Path | str | None = None, *, busy_timeout_s: float = 5.0) -> Store:
-        """Open (creating or migrating) the history at `path` (default: paths.db_path())."""
+    def open(cls, path: Path | str | None = None, *, busy_timeout_s: float = 5.0, pictures: PictureFiles | None = None) -> Store:
+        """Open (creating or migrating) the history at `path` (default: paths.db_path()). `pictures`
+        (macapp.core.vision.pictures.FILES) reads a reopened conversation's pictures back and stores imported
+        ones; without it chat_messages carries no pictures and importing one is refused."""
         db = Path(path) if path is not None else paths.db_path()
         db.parent.mkdir(parents=True, exist_ok=True)
         try:
             store, aside = open_or_set_aside(db, lambda p: cls._open_file(p, busy_timeout_s))
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"Could not open the chat history at {db}: {exc}") from exc
+        store.pictures = pictures
         if aside is not None:
             store.set_aside = aside.path
             store.notice = (
@@ -163,6 +168,7 @@ class Store:
             if row is None:
                 raise NotFoundError(f"There is no conversation {conversation_id}.")
             conversation = rows.conversation_from_row(row)
+            conversation.pictures = self.pictures
             conversation.messages = [
                 rows.message_from_row(r) for r in conn.execute(f"{rows.SELECT_MESSAGES} WHERE conversation_id = ? ORDER BY position", (conversation_id,))
             ]
@@ -341,6 +347,6 @@ class Store:
 
     def import_json(self, data: dict[str, Any] | str | bytes) -> int:
         """Add a conversation from an exported JSON document (or any {messages: [{role, content}]}); returns its new id."""
-        conv = transfer.conversation_from_document(data)
+        conv = transfer.conversation_from_document(data, self.pictures)
         with self.database.write() as conn:
             return self._insert_conversation(conn, conv, keep_ids=False)

@@ -11,9 +11,7 @@ from typing import Any
 from macapp import __version__
 from macapp.core.history.errors import ImportFormatError
 from macapp.core.history.records import ROLES, Conversation, Message, MessageState, ReplyStats, Role, title_from_text
-from macapp.core.picture_data import ImageRef
-from macapp.core.vision.images import ImageError
-from macapp.core.vision.pictures import data_url, import_data_url
+from macapp.core.picture_data import ImageRef, PictureFiles, data_url
 
 EXPORT_FORMAT = "qwen-desk.conversation"
 EXPORT_FORMAT_VERSION = 1
@@ -102,7 +100,7 @@ def export_markdown(conv: Conversation, include_reasoning: bool = True) -> str:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def _message_from_document(i: int, raw: Any, now: float) -> Message:
+def _message_from_document(i: int, raw: Any, now: float, pictures: PictureFiles | None) -> Message:
     if not isinstance(raw, dict) or raw.get("role") not in ROLES or not isinstance(raw.get("content", ""), str):
         raise ImportFormatError(f"Message {i + 1} needs a role ({', '.join(ROLES)}) and text content; got {str(raw)[:80]!r}.")
     # A reply exported while it streamed is not streaming any more; anything unknown counts as complete.
@@ -120,7 +118,7 @@ def _message_from_document(i: int, raw: Any, now: float) -> Message:
         stats=ReplyStats.from_any(raw.get("stats")),
         model=raw.get("model"),
         created=parse_time(raw.get("created"), now),
-        images=_import_pictures(i, raw.get("images")),
+        images=_import_pictures(i, raw.get("images"), pictures),
     )
 
 
@@ -129,8 +127,9 @@ def _export_pictures(refs: tuple[ImageRef, ...]) -> list[dict[str, Any]]:
     return [{"name": ref.name, "width": ref.width, "height": ref.height, "data_url": data_url(ref)} for ref in refs]
 
 
-def _import_pictures(i: int, raw: Any) -> tuple[ImageRef, ...]:
-    """Pictures of an imported message, stored into the pictures folder; a bad one fails the import, by name."""
+def _import_pictures(i: int, raw: Any, pictures: PictureFiles | None) -> tuple[ImageRef, ...]:
+    """Pictures of an imported message, stored into the pictures folder by `pictures`; a bad one fails the import,
+    by name, and so does a picture where no PictureFiles were given (it would be lost)."""
     if not raw:
         return ()
     if not isinstance(raw, list):
@@ -141,15 +140,18 @@ def _import_pictures(i: int, raw: Any) -> tuple[ImageRef, ...]:
         url = item.get("data_url") if isinstance(item, dict) else None
         if not url:
             continue  # exported while its file was gone: the text is still imported
+        if pictures is None:
+            raise ImportFormatError(f"Message {i + 1}: {name}: this history was opened without a way to store pictures.")
         try:
-            refs.append(import_data_url(url, name))
-        except ImageError as exc:
+            refs.append(pictures.store_data_url(url, name))
+        except ValueError as exc:  # vision's ImageError (not a picture, not fetched) is one
             raise ImportFormatError(f"Message {i + 1}: {exc}") from None
     return tuple(refs)
 
 
-def conversation_from_document(data: dict[str, Any] | str | bytes) -> Conversation:
-    """A new conversation (ids 0) from an exported JSON document, or any {messages: [{role, content}]}."""
+def conversation_from_document(data: dict[str, Any] | str | bytes, pictures: PictureFiles | None = None) -> Conversation:
+    """A new conversation (ids 0) from an exported JSON document, or any {messages: [{role, content}]}; its pictures
+    are stored by `pictures`."""
     if isinstance(data, (str, bytes)):
         try:
             data = json.loads(data)
@@ -161,7 +163,7 @@ def conversation_from_document(data: dict[str, Any] | str | bytes) -> Conversati
     if fmt not in (None, EXPORT_FORMAT):
         raise ImportFormatError(f"Unknown format {fmt!r}; expected {EXPORT_FORMAT!r}.")
     now = time.time()
-    messages = [_message_from_document(i, raw, now) for i, raw in enumerate(data["messages"])]
+    messages = [_message_from_document(i, raw, now, pictures) for i, raw in enumerate(data["messages"])]
     first_user = next((m.content for m in messages if m.role is Role.USER), "")
     title = data.get("title") if isinstance(data.get("title"), str) else ""
     settings_field = data.get("settings")

@@ -3,19 +3,15 @@ a conversation is reopened, and carried inside exported conversations as data: U
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import os
 import tempfile
 from pathlib import Path
 
-from macapp.core import paths
+from macapp.core.picture_data import ImageRef, PictureFiles, data_url, picture_path
 from macapp.core.vision.images import ImageError, PreparedImage, image_from_bytes
-from macapp.core.picture_data import ImageRef
 
-
-def picture_path(ref: ImageRef) -> Path:
-    return paths.pictures_dir() / ref.file_name
+__all__ = ["FILES", "data_url", "import_data_url", "load_picture", "load_pictures", "picture_path", "save_picture"]
 
 
 def save_picture(image: PreparedImage) -> ImageRef:
@@ -63,17 +59,13 @@ def load_pictures(refs: tuple[ImageRef, ...]) -> tuple[PreparedImage, ...]:
     return tuple(out)
 
 
-def data_url(ref: ImageRef) -> str | None:
-    """The stored picture as a data: URL for an export; None when its file is gone."""
-    try:
-        data = picture_path(ref).read_bytes()
-    except OSError:
-        return None
-    return "data:image/png;base64," + base64.b64encode(data).decode()
-
-
 def import_data_url(url: str, name: str) -> ImageRef:
     """A picture from an imported document, stored like a sent one; ImageError when it is not a readable picture."""
     from macapp.core.vision.dataurl import image_from_url
 
     return save_picture(image_from_url(url, name))
+
+
+# What the history is given to reopen and import pictures (Store.open(pictures=FILES)); the names are looked up
+# when called, so a replaced module function (a test's watch) is the one that runs.
+FILES = PictureFiles(load=lambda refs: load_pictures(refs), store_data_url=lambda url, name: import_data_url(url, name))

@@ -13,7 +13,7 @@ from macapp.core.history.errors import ImportFormatError
 from macapp.core.recorder import ChatRecorder
 from macapp.core.events import TurnKind
 from macapp.core.vision.images import open_image
-from macapp.core.vision.pictures import load_picture, save_picture
+from macapp.core.vision.pictures import FILES, load_picture, save_picture
 
 
 def _conversation_with_pictures(store, picture):
@@ -26,7 +26,7 @@ def _conversation_with_pictures(store, picture):
 
 
 def test_a_sent_picture_is_stored_once_and_referenced(picture):
-    with Store.open() as store:
+    with Store.open(pictures=FILES) as store:
         conv_id, (a, b) = _conversation_with_pictures(store, picture)
         message = store.get_conversation(conv_id).messages[0]
     assert [r.name for r in message.images] == ["cat.png", "dog.jpg"]
@@ -37,7 +37,7 @@ def test_a_sent_picture_is_stored_once_and_referenced(picture):
 
 
 def test_a_reopened_conversation_gets_the_same_pixels(picture):
-    with Store.open() as store:
+    with Store.open(pictures=FILES) as store:
         conv_id, (a, b) = _conversation_with_pictures(store, picture)
         messages = store.get_conversation(conv_id).chat_messages()
     pictures = messages[0]["images"]
@@ -46,7 +46,7 @@ def test_a_reopened_conversation_gets_the_same_pixels(picture):
 
 
 def test_a_missing_picture_file_leaves_the_text(picture):
-    with Store.open() as store:
+    with Store.open(pictures=FILES) as store:
         conv_id, _ = _conversation_with_pictures(store, picture)
         ref = store.get_conversation(conv_id).messages[0].images[0]
         (paths.pictures_dir() / ref.file_name).unlink()
@@ -55,7 +55,7 @@ def test_a_missing_picture_file_leaves_the_text(picture):
 
 
 def test_delete_and_undo_keep_the_pictures(picture):
-    with Store.open() as store:
+    with Store.open(pictures=FILES) as store:
         conv_id, _ = _conversation_with_pictures(store, picture)
         snapshot = store.delete(conv_id)
         store.restore(snapshot)
@@ -63,7 +63,7 @@ def test_delete_and_undo_keep_the_pictures(picture):
 
 
 def test_export_carries_the_pictures_and_import_brings_them_back(picture, tmp_path, monkeypatch):
-    with Store.open() as store:
+    with Store.open(pictures=FILES) as store:
         conv_id, (a, _) = _conversation_with_pictures(store, picture)
         document = store.export_json(conv_id)
         markdown = store.export_markdown(conv_id)
@@ -71,7 +71,7 @@ def test_export_carries_the_pictures_and_import_brings_them_back(picture, tmp_pa
     assert [p["name"] for p in exported] == ["cat.png", "dog.jpg"] and exported[0]["data_url"].startswith("data:image/png;base64,")
     assert "[picture: cat.png, 80x60]" in markdown
     monkeypatch.setenv("QWEN_DESK_HOME", str(tmp_path / "another-mac"))  # empty pictures folder, empty history
-    with Store.open() as store:
+    with Store.open(pictures=FILES) as store:
         new_id = store.import_json(document)
         message = store.get_conversation(new_id).messages[0]
         pictures = store.get_conversation(new_id).chat_messages()[0]["images"]
@@ -82,10 +82,21 @@ def test_export_carries_the_pictures_and_import_brings_them_back(picture, tmp_pa
 
 def test_import_refuses_a_bad_picture_by_message(tmp_path):
     document = {"messages": [{"role": "user", "content": "hi", "images": [{"name": "x.png", "data_url": "data:image/png;base64,bm90IGEgcG5n"}]}]}
-    with Store.open() as store:
+    with Store.open(pictures=FILES) as store:
         with pytest.raises(ImportFormatError, match=r"Message 1: x\.png: is not a picture"):
             store.import_json(document)
         assert store.list_conversations() == []
     remote = {"messages": [{"role": "user", "content": "hi", "images": [{"name": "y", "data_url": "https://example.com/y.png"}]}]}
-    with Store.open() as store, pytest.raises(ImportFormatError, match="not fetched"):
+    with Store.open(pictures=FILES) as store, pytest.raises(ImportFormatError, match="not fetched"):
         store.import_json(remote)
+
+
+def test_a_store_opened_without_picture_files_reopens_the_text_and_refuses_to_import_a_picture(picture):
+    with Store.open(pictures=FILES) as store:
+        conv_id, _ = _conversation_with_pictures(store, picture)
+        document = store.export_json(conv_id)
+    with Store.open() as store:
+        messages = store.get_conversation(conv_id).chat_messages()
+        assert messages[0]["content"] == "what are these?" and "images" not in messages[0]
+        with pytest.raises(ImportFormatError, match=r"Message 1: cat\.png: this history was opened without a way to store pictures"):
+            store.import_json(document)
