@@ -243,10 +243,8 @@ def _hosts(model: ModelRef, layout: _Layout, context: int, kv_bits: int | None, 
     state_parts = _split(state, layout.state_weights)
     out = []
     for rank, share in enumerate(layout.shares):
-        weights = share + layout.whole
-        overhead = prefill + estimate.runtime_bytes(weights)
-        total = weights + kv_parts[rank] + state_parts[rank] + overhead
-        out.append(HostShare(rank, layout.layers[rank], share, layout.whole, kv_parts[rank], state_parts[rank], overhead, total))
+        held = estimate.memory(share + layout.whole, kv_parts[rank], state_parts[rank], prefill)
+        out.append(HostShare(rank, layout.layers[rank], share, layout.whole, held.kv_cache, held.state, held.overhead, held.total))
     return out
 
 
@@ -267,22 +265,22 @@ def _exchange_ms(layout: _Layout, hosts: int, link: Link) -> float:
 
 
 def _decode_tps(model: ModelRef, machine: MachineProfile, layout: _Layout, shard: Shard, context: int, kv_bits: int | None, exchange_ms: float) -> float | None:
-    if not machine.bandwidth_gbs or not machine.family:
+    if not estimate.has_speed(machine):
         return None
     arch = model.arch
     active = weights.active_weights_bytes(arch, model.bits, model.group_size)
-    single_read = active + 2 * estimate.state_bytes(arch) + estimate.kv_cache_bytes(arch, context, kv_bits)
+    state, kv = estimate.state_bytes(arch), estimate.kv_cache_bytes(arch, context, kv_bits)
     hosts = len(layout.shares)
     if shard is Shard.TENSOR:
         # Every host runs every layer on its 1/N of the heads and experts, all at once.
         parts = _weight_parts(arch, model.bits, model.group_size)
         whole = arch.num_hidden_layers * parts.router + (parts.embed if arch.tie_word_embeddings else 0)
         kv_share = layout.kv_weights[0] / layout.kv_denominator
-        read = whole + (active - whole) / hosts + 2 * estimate.state_bytes(arch) / hosts + estimate.kv_cache_bytes(arch, context, kv_bits) * kv_share
+        read = estimate.decode_read_bytes(whole + (active - whole) / hosts, state / hosts, kv * kv_share)
         step = estimate.decode_step_ms(arch, machine, read, arch.num_hidden_layers)
     else:
         # One token passes the stages in turn: the same bytes as one Mac, in N pieces, plus the exchanges.
-        step = estimate.decode_step_ms(arch, machine, single_read, arch.num_hidden_layers)
+        step = estimate.decode_step_ms(arch, machine, estimate.decode_read_bytes(active, state, kv), arch.num_hidden_layers)
     return round(1000.0 / (step + exchange_ms), 1)
 
 

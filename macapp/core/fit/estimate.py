@@ -147,6 +147,31 @@ def runtime_bytes(weights: int) -> int:
     return RUNTIME_FIXED_BYTES + int(RUNTIME_WEIGHT_SHARE * weights)
 
 
+@dataclass(frozen=True)
+class Memory:
+    """What one machine holds (bytes): the one sum for the one-Mac fit, the sessions beside it and each host of
+    several Macs (macapp.core.fit.cluster), whatever part of the weights, KV cache and state it keeps."""
+
+    weights: int
+    kv_cache: int
+    state: int
+    prefill: int  # one prefill chunk's activations
+    runtime: int
+
+    @property
+    def overhead(self) -> int:
+        return self.prefill + self.runtime
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv_cache + self.state + self.overhead
+
+
+def memory(weights: int, kv_cache: int, state: int, prefill: int) -> Memory:
+    """`weights` and what they bring: the runtime grows with them."""
+    return Memory(weights, kv_cache, state, prefill, runtime_bytes(weights))
+
+
 def verdict_for(total: int, budget: int) -> str:
     """The verdict for a total against one machine's budget: fits below 90% of it, tight up to it, too_big past it."""
     if total <= FITS_SHARE * budget:
@@ -157,16 +182,23 @@ def verdict_for(total: int, budget: int) -> str:
 # --- speed ---
 
 
+def has_speed(machine: MachineProfile) -> bool:
+    """Whether the speed model covers `machine` (Apple Silicon with a known memory bandwidth)."""
+    return bool(machine.bandwidth_gbs and machine.family)
+
+
+def decode_read_bytes(weights_read: float, state: float, kv_cache: float) -> float:
+    """The bytes one generated token reads: the weights it uses, the DeltaNet state (read and written each step)
+    and the KV cache (on one Mac, or one host's part of each)."""
+    return weights_read + 2 * state + kv_cache
+
+
 def decode_tps(model: ModelRef, machine: MachineProfile, context: int, kv_bits: int | None = None) -> float | None:
     """Estimated generation tok/s with `context` tokens already in the cache; None off Apple Silicon."""
-    if not machine.bandwidth_gbs or not machine.family:
+    if not has_speed(machine):
         return None
     arch = model.arch
-    bytes_per_token = (
-        active_weights_bytes(arch, model.bits, model.group_size)
-        + 2 * state_bytes(arch)  # the recurrent state is read and written each step
-        + kv_cache_bytes(arch, context, kv_bits)
-    )
+    bytes_per_token = decode_read_bytes(active_weights_bytes(arch, model.bits, model.group_size), state_bytes(arch), kv_cache_bytes(arch, context, kv_bits))
     return round(1000.0 / decode_step_ms(arch, machine, bytes_per_token, arch.num_hidden_layers), 1)
 
 
@@ -227,15 +259,15 @@ def prefill_estimate(
 # --- the one number ---
 
 
-def _total(model: ModelRef, weights: int, context: int, kv_bits: int | None, prefill_step: int) -> int:
-    arch = model.arch
-    return weights + kv_cache_bytes(arch, context, kv_bits) + state_bytes(arch) + prefill_bytes(arch, context, prefill_step) + runtime_bytes(weights)
+def memory_at(arch: Arch, weights: int, context: int, kv_bits: int | None, prefill_step: int) -> Memory:
+    """One Mac with one sequence of `context` tokens."""
+    return memory(weights, kv_cache_bytes(arch, context, kv_bits), state_bytes(arch), prefill_bytes(arch, context, prefill_step))
 
 
 def max_context(model: ModelRef, budget_bytes: int, kv_bits: int | None = None, prefill_step: int = DEFAULT_PREFILL_STEP) -> int:
     """The largest context (a multiple of 256, up to the model's maximum) whose total stays within the budget; 0 if none."""
     weights, _ = weights_of(model)
-    return largest_context(lambda tokens: _total(model, weights, tokens, kv_bits, prefill_step), budget_bytes, model.arch.max_position_embeddings)
+    return largest_context(lambda tokens: memory_at(model.arch, weights, tokens, kv_bits, prefill_step).total, budget_bytes, model.arch.max_position_embeddings)
 
 
 def parallel_sequences(
@@ -250,9 +282,9 @@ def parallel_sequences(
     """How many sequences (agent sessions) can be in flight together at `context` tokens each: beside the weights,
     the runtime, one prefill chunk and `reserved` bytes (the prompt checkpoints), each keeps its own KV cache
     (growing with the context) and its own fixed DeltaNet state. 0 when not even one fits."""
-    fixed = weights + runtime_bytes(weights) + prefill_bytes(arch, context, prefill_step) + reserved
-    per_sequence = kv_cache_bytes(arch, context, kv_bits) + state_bytes(arch)
-    room = budget_bytes - fixed
+    one = memory_at(arch, weights, context, kv_bits, prefill_step)
+    per_sequence = one.kv_cache + one.state
+    room = budget_bytes - (one.total - per_sequence) - reserved
     return max(0, room // per_sequence) if per_sequence > 0 else 0
 
 
@@ -297,16 +329,14 @@ def estimate(
         raise ValueError(f"kv_bits must be 4 or 8 (or none for a bf16 cache), not {kv_bits}")
     arch = model.arch
     weights, exact = weights_of(model)
-    kv = kv_cache_bytes(arch, context, kv_bits)
+    held = memory_at(arch, weights, context, kv_bits, prefill_step)
+    kv, state, prefill, runtime = held.kv_cache, held.state, held.prefill, held.runtime
     kv_all = kv_cache_bytes(arch, context, kv_bits, all_layers=True)
-    state = state_bytes(arch)
-    prefill = prefill_bytes(arch, context, prefill_step)
-    runtime = runtime_bytes(weights)
     with_images = bool(images and accepts_images is not False and vision is not None)
     extra = vision.total_bytes if with_images and vision is not None else 0
     head = mtp.head_bytes if mtp is not None and mtp.usable else 0
     extra += head
-    total = weights + kv + state + prefill + runtime + extra
+    total = held.total + extra
     early = decode_tps(model, machine, min(context, EARLY_CONTEXT), kv_bits)
     late = decode_tps(model, machine, context, kv_bits)
     reading = prefill_estimate(model, machine, context, kv_bits, prefill_step)
@@ -353,7 +383,7 @@ def estimate(
         state_bytes=state,
         prefill_bytes=prefill,
         runtime_bytes=runtime,
-        overhead_bytes=prefill + runtime,
+        overhead_bytes=held.overhead,
         total_bytes=total,
         budget_bytes=machine.budget_bytes,
         verdict=verdict_for(total, machine.budget_bytes),
