@@ -28,11 +28,15 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+from macapp.core.event_log import EventLog
 from macapp.core.events import AnswerDelta, Finished, ReasoningDelta, TerminalEvent, TurnKind
 from macapp.core.history import Conversation
 from macapp.core.recorder import ChatRecorder, RecordedTurn, TurnOutcome, TurnResult, run_on
+
+if TYPE_CHECKING:
+    from macapp.core.vision.images import PreparedImage
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +45,7 @@ WAKE_INTERVAL_S = 0.02  # text pieces wake it at most this often: a thread switc
 SETTLE_WAIT_S = 5.0  # how long the session check waits for the worker to finish undoing a turn
 
 TEXT_PIECES = (AnswerDelta, ReasoningDelta)
-SessionFactory = Callable[[str | None, list[dict] | None], Any]  # (system prompt, messages) -> a ChatSession
+SessionFactory = Callable[[str | None, list[dict[str, Any]] | None], Any]  # (system prompt, messages) -> a ChatSession
 
 
 def starts_reply(event: Any) -> bool:
@@ -54,7 +58,7 @@ class _Seed:
     """What the next session reads once: a saved conversation's system prompt and messages."""
 
     system_prompt: str | None
-    messages: list[dict] | None
+    messages: list[dict[str, Any]] | None
 
 
 class _Serial:
@@ -102,7 +106,7 @@ class Turn:
     """One turn: the session's job and what the recorder made of it. Its events are the job's, each passed on
     once the recorder has it (`events()`, `add_listener`, `wait()`); the terminal one comes last."""
 
-    def __init__(self, conversation: ConversationModel, kind: TurnKind, text: str, thinking: bool, images: tuple) -> None:
+    def __init__(self, conversation: ConversationModel, kind: TurnKind, text: str, thinking: bool, images: tuple[PreparedImage, ...]) -> None:
         self.conversation = conversation
         self.kind = kind
         self.text = text
@@ -113,10 +117,8 @@ class Turn:
         self.recorded: RecordedTurn | None = None  # None until its start is recorded, and when nothing records it
         self.record_error: BaseException | None = None  # the turn's start could not be saved (and, strict, it was stopped)
         self._outcome: TurnOutcome | None = None  # set here only when the start could not be saved
-        self._events: list[Any] = []
+        self._log = EventLog("the turn")
         self._listeners: list[Callable[[Any], None]] = []
-        self._cond = threading.Condition(threading.RLock())
-        self._done = False
 
     # -- what happened
     @property
@@ -129,42 +131,28 @@ class Turn:
     @property
     def done(self) -> bool:
         """The terminal event was recorded (and the session checked) and passed on."""
-        return self._done
+        return self._log.done
 
     @property
     def history(self) -> list[Any]:
-        with self._cond:
-            return list(self._events)
+        return self._log.history
 
     # -- following it (any thread)
     def add_listener(self, callback: Callable[[Any], None]) -> None:
         """Call `callback(event)` for every event, each once and in order: past ones now, on this thread, later ones
         on the recording thread. It must be quick and must not wait for the turn (e.g. EventBridge.feed)."""
-        with self._cond:
-            for event in self._events:
+        with self._log.lock:
+            for event in self._log.history:
                 callback(event)
             self._listeners.append(callback)
 
     def events(self, timeout: float | None = None) -> Iterator[Any]:
         """Every event, blocking until the terminal one (TimeoutError after `timeout` idle seconds)."""
-        i = 0
-        while True:
-            with self._cond:
-                if i >= len(self._events) and not self._done:
-                    if not self._cond.wait_for(lambda: i < len(self._events) or self._done, timeout):
-                        raise TimeoutError(f"no event from the engine in {timeout} s")
-                if i >= len(self._events):
-                    return
-                batch = self._events[i:]
-            i += len(batch)
-            yield from batch
+        return self._log.events(timeout)
 
     def wait(self, timeout: float | None = None) -> Any:
         """Block until the terminal event was recorded; return it (TimeoutError after `timeout`)."""
-        with self._cond:
-            if not self._cond.wait_for(lambda: self._done, timeout):
-                raise TimeoutError(f"the turn did not end in {timeout} s")
-            return self._events[-1]
+        return self._log.wait(timeout)
 
     def stop(self) -> None:
         """Ask the engine to stop the reply; what it wrote is kept (the recorder's rules)."""
@@ -177,18 +165,14 @@ class Turn:
 
     # -- the recording thread
     def _pass_on(self, event: Any) -> None:
-        with self._cond:
-            if self._done:
+        with self._log.lock:
+            if not self._log.add(event):
                 return
-            self._events.append(event)
-            if isinstance(event, TerminalEvent):
-                self._done = True
             for callback in self._listeners:
                 try:
                     callback(event)
                 except Exception:  # a view's bug must not stop the recording of the next events
                     log.exception("turn listener %r failed on %s", callback, type(event).__name__)
-            self._cond.notify_all()
 
 
 class ConversationModel:
@@ -254,8 +238,9 @@ class ConversationModel:
         with self._lock:
             if self._session is None:
                 seed = self._seed
-                if seed is None and self.conversation_id is not None:  # not read in time: read it here
-                    seed = self._seed_of(self.recorder.store.get_conversation(self.conversation_id))
+                recorder = self.recorder
+                if seed is None and recorder is not None and recorder.conversation_id is not None:  # not read in time: read it here
+                    seed = self._seed_of(recorder.store.get_conversation(recorder.conversation_id))
                 seed = seed or _Seed(self.system_prompt, None)
                 self._session = self.new_session(seed.system_prompt, seed.messages)
                 self._seed, self._seed_ready = None, None
@@ -290,7 +275,7 @@ class ConversationModel:
         return _Seed(system, conversation.chat_messages(include_system=False))
 
     # -- turns
-    def start(self, kind: TurnKind, text: str = "", *, thinking: bool, images: tuple = (), **options: Any) -> Turn:
+    def start(self, kind: TurnKind, text: str = "", *, thinking: bool, images: tuple[PreparedImage, ...] = (), **options: Any) -> Turn:
         """Run a turn (send / regenerate / edit) on the session with `options` (sampling, thinking_budget); returns
         at once. `images`: a send's pictures (vision.images.PreparedImage). Raises what the session raises."""
         images = tuple(images) if kind is TurnKind.SEND else ()

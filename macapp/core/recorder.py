@@ -33,10 +33,14 @@ import logging
 import sqlite3
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from macapp.core.events import AnswerDelta, Failed, Finished, ReasoningDelta, TerminalEvent, TurnKind
 from macapp.core.history import DEFAULT_COMMIT_INTERVAL_S, Message, ReplyWriter, Role, Store, StoreError
+
+if TYPE_CHECKING:
+    from macapp.core.vision.images import PreparedImage
+    from macapp.core.vision.refs import ImageRef
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +85,7 @@ def run_on(session: Any, kind: TurnKind, text: str = "", **options: Any) -> Any:
     return session.send(text, **options)
 
 
-def _saved(images: tuple) -> tuple:
+def _saved(images: tuple[PreparedImage, ...]) -> tuple[ImageRef, ...]:
     if not images:
         return ()
     from macapp.core.vision.pictures import save_picture
@@ -122,7 +126,7 @@ class ChatRecorder:
         kwargs.setdefault("settings", conv.settings)
         return cls(store, conversation_id, **kwargs)
 
-    def begin(self, kind: TurnKind, text: str = "", *, thinking: bool = False, images: tuple = ()) -> RecordedTurn:
+    def begin(self, kind: TurnKind, text: str = "", *, thinking: bool = False, images: tuple[PreparedImage, ...] = ()) -> RecordedTurn:
         """Start recording a turn, before the session runs it. A send commits the user message now (creating
         the conversation if needed; raises StoreError when that fails), its `images` (vision.images.PreparedImage)
         saved into the pictures folder and referenced from it. A turn still open is abandoned (kept)."""
@@ -132,15 +136,14 @@ class ChatRecorder:
             turn = RecordedTurn(self, kind, text, thinking)
             if kind is TurnKind.SEND:
                 turn._created_conversation = self.conversation_id is None
-                self._ensure_conversation()
-                self.store.add_message(self.conversation_id, Role.USER, text, images=_saved(images))
+                self.store.add_message(self._ensure_conversation(), Role.USER, text, images=_saved(images))
             self._turn = turn
             return turn
 
-    def agrees_with(self, messages: list[dict]) -> bool:
+    def agrees_with(self, messages: list[dict[str, Any]]) -> bool:
         """True when the history holds the same turns as `messages` (a session's, role/content/reasoning dicts)."""
 
-        def key(m: dict) -> tuple[str, str, str]:
+        def key(m: dict[str, Any]) -> tuple[str, str, str]:
             return m["role"], m.get("content") or "", m.get("reasoning") or ""
 
         want = [key(m) for m in messages if m["role"] != "system"]
@@ -209,8 +212,8 @@ class RecordedTurn:
                     case Finished():
                         self._undo()
                     case Failed(message=text, code=code) if self._writer is not None:
-                        reply = self._writer.finish(None, ERROR_REASON, stopped=True)
-                        self._settle(TurnResult.FAILED, reply, error=text, code=code)
+                        kept = self._writer.finish(None, ERROR_REASON, stopped=True)
+                        self._settle(TurnResult.FAILED, kept, error=text, code=code)
                     case Failed(message=text, code=code):
                         self._undo(error=text, code=code)
                     case TerminalEvent():
@@ -248,12 +251,12 @@ class RecordedTurn:
             if self.kind is TurnKind.REGENERATE:
                 if last_user is None:
                     raise StoreError("Record the user's message before the reply: there is none to answer again.")
-                rec.store.truncate(rec.conversation_id, last_user.position + 1)
+                rec.store.truncate(last_user.conversation_id, last_user.position + 1)
             else:
                 if last_user is not None:
-                    rec.store.truncate(rec.conversation_id, last_user.position)
+                    rec.store.truncate(last_user.conversation_id, last_user.position)
                 rec.store.add_message(rec._ensure_conversation(), Role.USER, self.text)
-        self._writer = rec.store.begin_reply(rec.conversation_id, thinking=self.thinking, model=rec.model or None, interval=rec.interval)
+        self._writer = rec.store.begin_reply(rec._ensure_conversation(), thinking=self.thinking, model=rec.model or None, interval=rec.interval)
         self._under_way = True
         return self._writer
 

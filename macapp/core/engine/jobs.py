@@ -15,12 +15,12 @@ import time
 from typing import Any, Callable, Iterator
 
 from macapp.core.engine.errors import EngineError
-from macapp.core.events import AnswerDelta, Failed, Finished, ReasoningDelta, TerminalEvent
+from macapp.core.event_log import EventLog
+from macapp.core.events import Failed, Finished, TerminalEvent
 
 log = logging.getLogger(__name__)
 
 NOTIFY_INTERVAL_S = 0.02  # a blocked events() reader sees text deltas within this (Job.emit)
-_DELTA_TYPES = (AnswerDelta, ReasoningDelta)
 
 
 class _Listener:
@@ -54,13 +54,10 @@ class Job:
     def __init__(self, kind: str):
         self.id = next(self._ids)
         self.kind = kind
-        self._events: list[Any] = []
-        self._cond = threading.Condition()
+        self._log = EventLog("the engine", wake_every=NOTIFY_INTERVAL_S)
+        self._cond = self._log.lock  # also guards the listeners and the early reply, in the log's order
         self._listeners: list[_Listener] = []
         self._stop = threading.Event()
-        self._done = False
-        self._waiting = 0  # readers blocked in events()
-        self._last_notify = 0.0
         self._early_reply: Any = None  # while a prompt is read: the terminal event stop() may emit at once
         self._settled = threading.Event()  # the worker is done with this job (see join())
         self.stop_requested_at: float | None = None
@@ -68,19 +65,8 @@ class Job:
     # -- producer side (worker thread) -----------------------------------------------------------------
     def emit(self, event: Any) -> None:
         with self._cond:
-            if self._done:  # nothing after the terminal event (stop() may have sent it early)
+            if not self._log.add(event):  # nothing after the terminal event (stop() may have sent it early)
                 return
-            self._events.append(event)
-            if isinstance(event, TerminalEvent):
-                self._done = True
-                self._cond.notify_all()
-            elif self._waiting:
-                # Wake a blocked events() reader at most every NOTIFY_INTERVAL_S for text deltas: a thread
-                # switch per token costs generation time; the reader also polls at that interval.
-                now = time.perf_counter()
-                if now - self._last_notify >= NOTIFY_INTERVAL_S or type(event) not in _DELTA_TYPES:
-                    self._last_notify = now
-                    self._cond.notify_all()
             listeners = self._listeners
             for listener in listeners:  # queued under the lock: each listener's order is the job's order
                 listener.pending.append(event)
@@ -97,13 +83,13 @@ class Job:
         prompt). True if the job already ended."""
         with self._cond:
             self._early_reply = event
-            return self._done
+            return self._log.done
 
     def disarm_early_reply(self) -> bool:
         """Take back arm_early_reply's event; True if stop() already sent it (or the job ended otherwise)."""
         with self._cond:
             self._early_reply = None
-            return self._done
+            return self._log.done
 
     def settle(self) -> None:
         """The worker is done with this job (after its terminal event, and after any undo): join() returns."""
@@ -119,37 +105,17 @@ class Job:
         raises is logged (with its traceback) and keeps getting the later events."""
         listener = _Listener(callback)
         with self._cond:
-            listener.pending.extend(self._events)
+            listener.pending.extend(self._log.history)
             self._listeners = [*self._listeners, listener]
         listener.deliver()
 
     def events(self, timeout: float | None = None) -> Iterator[Any]:
         """Every event of this job, blocking until the terminal one (TimeoutError after `timeout` idle seconds)."""
-        i = 0
-        while True:
-            with self._cond:
-                waited = 0.0
-                while i >= len(self._events):
-                    if self._done:
-                        return
-                    if timeout is not None and waited >= timeout:
-                        raise TimeoutError(f"no event from the engine in {timeout} s")
-                    self._waiting += 1
-                    try:
-                        self._cond.wait(NOTIFY_INTERVAL_S)
-                    finally:
-                        self._waiting -= 1
-                    waited += NOTIFY_INTERVAL_S
-                batch = self._events[i:]
-            i += len(batch)
-            yield from batch
+        return self._log.events(timeout)
 
     def wait(self, timeout: float | None = None) -> Any:
         """Block until the job ends; return its terminal event."""
-        with self._cond:
-            if not self._cond.wait_for(lambda: self._done, timeout):
-                raise TimeoutError(f"the engine did not finish in {timeout} s")
-            return self._events[-1]
+        return self._log.wait(timeout)
 
     def join(self, timeout: float | None = None) -> None:
         """Block until the worker is done with this job (after a stop while reading, Finished comes first)."""
@@ -182,9 +148,8 @@ class Job:
 
     @property
     def done(self) -> bool:
-        return self._done
+        return self._log.done
 
     @property
     def history(self) -> list[Any]:
-        with self._cond:
-            return list(self._events)
+        return self._log.history
