@@ -22,7 +22,7 @@ def serving_backend(
     """A ServingEngine for the model loaded in `engine` (its own prompt checkpoints; the chat keeps its session).
     `pool_bytes`: the checkpoints' size (None: from the memory budget; 0: none). `parallel`: at most this many
     requests decoding together (None: as many as fit); an engine that cannot batch (several Macs) serves one at a time."""
-    session = SessionOptions(context_limit=context, kv_bits=kv_bits, mtp=mtp)  # MTP: one request at a time only
+    session = SessionOptions(context_limit=context, kv_bits=kv_bits, mtp=mtp)  # MTP: for a request alone (engine/solo.py)
     options = ServingOptions(
         session=session,
         queue_limit=queue_limit,

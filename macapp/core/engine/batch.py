@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any, Callable
 from macapp.core.cache_layers import CacheLayers
 from macapp.core.engine.batch_reply import Next, SequenceReply
 from macapp.core.engine.jobs import Job
+from macapp.core.engine.mtp_policy import DepthPolicy, MTPCounts
+from macapp.core.engine.options import MTPMode
 from macapp.core.engine.prompt_cache import PromptCache
 from macapp.core.engine.reply import StreamedReply
 from macapp.core.engine.worker import waiting_jobs
@@ -71,6 +73,8 @@ class Sequence:
     # The loop settles the job after it.
     on_done: Callable[[StreamedReply | None, CacheLayers | None], None] = lambda _reply, _cache: None
     keep_cache: bool = False  # hand the sequence's cache to on_done (a chat session goes on from it)
+    mtp: MTPMode = MTPMode.OFF  # the MTP head drafts while the sequence is alone (solo.py); the batch decodes plain
+    mtp_policy: DepthPolicy | None = None  # the conversation's measurements (None: a fresh one)
     read: int = 0  # prompt tokens read so far
     joined_at: int = 0  # prompt tokens read before it joined the batch (alone first: solo.py)
     start: int = 0  # tokens the cache held at the start
@@ -103,6 +107,7 @@ class BatchLoop:
         self.steps = 0  # generator steps so far (and forward passes of sequences alone)
         self.alone = 0  # sequences that began alone, outside mlx-lm's batch (solo.py)
         self.handed_over = 0  # ... and joined it when another arrived
+        self.mtp = MTPCounts()  # what the MTP head did for the sequences alone, all of them
 
     # -- any thread ------------------------------------------------------------------------------------
     def add(self, job: Job, starter: Starter) -> None:
@@ -219,6 +224,7 @@ class BatchLoop:
             return
         finally:
             self.steps += solo.steps
+            self.mtp = self.mtp.plus(seq.reply.mtp)
         match outcome:
             case Ended(layers=layers, reply_done=True):
                 _done(seq, seq.reply.finish(), layers if seq.keep_cache else None)

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from macapp.core.engine.clock import STATS_INTERVAL_S, TurnClock
-from macapp.core.engine.reply import StreamedReply, close_text_for, deliver, leading_space
+from macapp.core.engine.mtp_policy import MTPCounts
+from macapp.core.engine.reply import StreamedReply, close_text_for, deliver, leading_space, with_mtp
 from macapp.core.events import GenerationStats, PromptProgress, Reply, StatsUpdate
 from macapp.core.sampling import SamplingParams
 from macapp.core.thinking import ThinkingSplitter
@@ -74,6 +75,7 @@ class SequenceReply:
         self.lead = True  # no text out of this detokenizer yet (reply.leading_space)
         self.segment: list[int] = []  # tokens to feed when take() says CLOSE_REASONING
         self.finish_reason = "length"
+        self.mtp = MTPCounts()  # what the MTP head did while the sequence ran alone (solo.py)
 
     @property
     def started(self) -> bool:
@@ -155,7 +157,7 @@ class SequenceReply:
         deliver(self.emit, self.splitter.feed(text))
 
     def _stats(self, now: float, finish: str | None) -> GenerationStats:
-        return self.clock.stats(
+        stats = self.clock.stats(
             last_token_at=self.last_token_at or now,
             now=now,
             generated=len(self.generated),
@@ -164,6 +166,7 @@ class SequenceReply:
             context=self.cached + len(self.added),
             finish=finish,
         )
+        return with_mtp(stats, self.mtp)
 
     def finish(self) -> StreamedReply:
         """The reply as stream_reply returns it (after take() said END)."""

@@ -115,4 +115,6 @@ def sequence(
         on_segment=on_segment,
         on_done=on_done,
         keep_cache=True,
+        mtp=session.options.mtp,
+        mtp_policy=session.mtp_policy,
     )

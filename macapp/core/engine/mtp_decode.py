@@ -27,14 +27,17 @@ its acceptance depends on that, never the output.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Generator, Iterator, NamedTuple, Sequence
 
+from macapp.core.cache_layers import CacheLayers
 from macapp.core.engine.mtp_accept import Acceptor
 from macapp.core.engine.mtp_policy import DepthPolicy, MTPCounts
-from macapp.core.engine.snapshots import ObservedCache, restore_snapshot, take_snapshot
+from macapp.core.engine.snapshots import CacheSnapshot, ObservedCache, restore_snapshot, take_snapshot
 from macapp.core.sampling import SamplingParams
 
 if TYPE_CHECKING:
+    from mlx_lm.sample_utils import LogitsProcessor, Sampler
+
     from macapp.core.engine.model_folder import LoadedModel
     from macapp.core.engine.mtp_head import MTPHead
 
@@ -47,7 +50,7 @@ class Token(NamedTuple):
     finish_reason: str | None
 
 
-def usable(m: "LoadedModel", head: "MTPHead | None", cache: list, kv_bits: int | None) -> bool:
+def usable(m: "LoadedModel", head: "MTPHead | None", cache: CacheLayers, kv_bits: int | None) -> bool:
     """Whether this stream can draft with `head`: the head belongs to this very model object (not the pictures'
     positioned model, not a cluster's shard), the KV cache is not quantized, and no mirror repeats the cache."""
     if head is None or head.target is not m.model or kv_bits is not None:
@@ -58,22 +61,22 @@ def usable(m: "LoadedModel", head: "MTPHead | None", cache: list, kv_bits: int |
 def mtp_stream(
     m: "LoadedModel",
     head: "MTPHead",
-    cache: list,
+    cache: CacheLayers,
     segment: Sequence[int],
     *,
     cached: int,
     max_tokens: int,
     params: SamplingParams,
-    sampler: Callable,
-    processors: list,
+    sampler: "Sampler",
+    processors: list["LogitsProcessor"],
     policy: DepthPolicy,
     counts: MTPCounts,
-) -> Iterator[Token]:
+) -> Generator[Token, None, None]:
     """Feed `segment` into `cache` (holding `cached` tokens) and give up to `max_tokens` tokens, as stream_generate."""
-    raw = _Decoder(m, head, cache, cached, params, sampler, processors, policy, counts).tokens(list(segment), max_tokens)
+    raw = Decoder(m, head, cache, cached, params, sampler, processors, policy, counts).tokens(list(segment), max_tokens)
     detokenizer = m.tokenizer.detokenizer
     eos = m.tokenizer.eos_token_ids
-    token = None
+    token = -1  # raw gives at least one token (max_tokens >= 1)
     try:
         for n, token in enumerate(raw):
             if token in eos:
@@ -88,7 +91,7 @@ def mtp_stream(
         raw.close()
 
 
-class _Decoder:
+class Decoder:
     """One stream's rounds. `fed` / `given` are the tokens read into the cache and handed out since `base`
     (a snapshot, or None when nothing read since needs undoing): settle() makes the first equal the second."""
 
@@ -96,23 +99,28 @@ class _Decoder:
         self,
         m: "LoadedModel",
         head: "MTPHead",
-        cache: list,
+        cache: CacheLayers,
         cached: int,
         params: SamplingParams,
-        sampler: Callable,
-        processors: list,
+        sampler: "Sampler",
+        processors: list["LogitsProcessor"],
         policy: DepthPolicy,
         counts: MTPCounts,
+        history: list[int] | None = None,
     ):
         self.m, self.head, self.cache, self.length = m, head, cache, cached
         self.lm = m.model.language_model
         self.sampler, self.processors, self.policy, self.counts = sampler, processors, policy, counts
-        self.history: list[int] = []  # what the logits processors have seen (generate_step's `tokens`)
+        # what the logits processors have seen: generate_step's `tokens` (this stream's), or the batch's (every
+        # token the cache holds) when a lone sequence of the batch drafts (solo.py)
+        self.history: list[int] = list(history or [])
         self.acceptor = Acceptor(params, processors, self.history)
-        self.base = None
+        self.base: CacheSnapshot | None = None
         self.fed: list[int] = []
         self.given: list[int] = []
         self.handed_over = False
+        self.last_hidden: Any = None  # the target's hidden state before the last given token
+        self.live = False  # the head's own cache follows this stream's tokens
 
     # -- the model -------------------------------------------------------------------------------------
     def _forward(self, tokens: list[int]) -> tuple[Any, Any]:
@@ -138,47 +146,62 @@ class _Decoder:
             mx.eval(hidden, [c.state for c in self.cache])
 
     # -- the stream ------------------------------------------------------------------------------------
-    def tokens(self, segment: list[int], max_tokens: int) -> Iterator[int]:
+    def tokens(self, segment: list[int], max_tokens: int) -> Generator[int, None, None]:
         try:
             yield from self._rounds(segment, max_tokens)
         finally:
             self.settle()
 
     def _rounds(self, segment: list[int], max_tokens: int) -> Iterator[int]:
+        token = self.start(segment)
+        self.gave(token)
+        yield token
+        produced = 1
+        while produced < max_tokens:
+            given = self.round(max_tokens - produced)
+            if given is None:
+                yield from self._hand_over(max_tokens - produced)
+                return
+            for token in given:
+                produced += 1
+                self.gave(token)
+                yield token
+
+    def start(self, segment: list[int]) -> int:
+        """Read `segment`; the first token (the caller hands it on with `gave`, as a round's)."""
         start = time.perf_counter()
         hidden, logits = self._forward(segment)
         self.history.extend(segment)
         token = self.acceptor.first(logits[-1])
         if self.policy.wants_plain_probe() and len(segment) == 1:  # a plain step's work: one token read
             self.policy.plain_step(time.perf_counter() - start)
-        self.base, self.fed, self.given = None, [], [token]
-        last_hidden = hidden[:, -1:, :]
-        produced = 1
-        yield token
-        live = False  # the head's own cache follows this stream's tokens
-        while produced < max_tokens:
-            depth = self.policy.depth(max_tokens - produced - 1)
-            if depth == 0 and self.policy.off:
-                yield from self._hand_over(max_tokens - produced)
-                return
-            b = self.given[-1]
-            self.base, self.fed, self.given = None, [], [b]
-            if depth == 0:
-                token, last_hidden = self._plain_step(b)
-                live = False
-                produced += 1
-                self.given.append(token)
-                yield token
-                continue
-            if not live:
-                self.head.drafter.reset(self.m.model)
-                self.head.drafter.set_shared_kv({}, self.length - 1)  # the pair (b, hidden before b) sits there
-                live = True
-            kept, last_hidden = self._round(b, last_hidden, depth)
-            for token in kept:
-                produced += 1
-                self.given.append(token)
-                yield token
+        self.base, self.fed, self.given = None, [], []
+        self.last_hidden = hidden[:, -1:, :]
+        return token
+
+    def round(self, most: int) -> list[int] | None:
+        """One round after the last given token (a plain step at depth 0): the tokens it gives, at most `most`
+        (at least 1). The caller hands each on with `gave` (a stop between them is settled). None: "auto" found MTP
+        does not pay, plain decoding from here."""
+        depth = self.policy.depth(most - 1)
+        if depth == 0 and self.policy.off:
+            return None
+        b = self.given[-1]
+        self.base, self.fed, self.given = None, [], [b]
+        if depth == 0:
+            token, self.last_hidden = self._plain_step(b)
+            self.live = False
+            return [token]
+        if not self.live:
+            self.head.drafter.reset(self.m.model)
+            self.head.drafter.set_shared_kv({}, self.length - 1)  # the pair (b, hidden before b) sits there
+            self.live = True
+        given, self.last_hidden = self._round(b, self.last_hidden, depth)
+        return given
+
+    def gave(self, token: int) -> None:
+        """`token` of the round was handed on."""
+        self.given.append(token)
 
     def _plain_step(self, b: int) -> tuple[int, Any]:
         start = time.perf_counter()
@@ -225,6 +248,7 @@ class _Decoder:
         return [*kept, verdict.token], hidden[:, verdict.accepted : verdict.accepted + 1, :]
 
     def _restore(self) -> None:
+        assert self.base is not None, "nothing read since the last settled point needs undoing"
         restore_snapshot(self.cache, self.base)
         self.length = self.base.length
 
@@ -248,20 +272,22 @@ class _Decoder:
         finally:
             steps.close()
 
-    def settle(self) -> None:
-        """The cache holds exactly what was handed out (see the class docstring)."""
+    def settle(self, last_unread: bool = False) -> None:
+        """The cache holds exactly what was handed out (see the class docstring); `last_unread`: all but the last
+        given token (a lone sequence hands that one to the batch to read: solo.py)."""
         if self.handed_over:
             return  # generate_step reads each token before giving it
-        fed, given = self.fed, self.given
-        if given[: len(fed)] == fed:
-            self._read(given[len(fed) :])
+        fed = self.fed
+        want = self.given[:-1] if last_unread else self.given
+        if want[: len(fed)] == fed:
+            self._read(want[len(fed) :])
         else:
             self._restore()
-            self._read(given)
-        self.fed = list(given)
+            self._read(want)
+        self.fed = list(want)
 
 
-def _with_prefix(processor: Callable, prefix: Any) -> Callable:
+def _with_prefix(processor: "LogitsProcessor", prefix: Any) -> "LogitsProcessor":
     """A logits processor that sees `prefix` before the tokens it is given."""
     if prefix is None:
         return processor

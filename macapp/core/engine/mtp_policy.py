@@ -13,7 +13,7 @@ never turns it off (depth at least 1). Exactness never depends on any of this: o
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 
 from macapp.core.engine.options import MTPMode
 
@@ -50,6 +50,9 @@ class MTPCounts:
     accepted: int = 0  # of those, kept
     tokens: int = 0  # tokens the verify passes produced (kept drafts + the target's own token)
     passes: int = 0  # the main model's forward passes (verify, re-read, plain steps, and plain decoding after auto)
+
+    def plus(self, other: "MTPCounts") -> "MTPCounts":
+        return MTPCounts(*(a + b for a, b in zip(astuple(self), astuple(other))))
 
     @property
     def acceptance_rate(self) -> float:
@@ -137,12 +140,12 @@ class DepthPolicy:
         a = min(acceptance, 0.999)
         plain = self._plain()
         draft = self._draft()
-        rates = {}
+        rates: dict[int, float] = {}
         for k in range(1, most + 1):
             tokens = (1 - a ** (k + 1)) / (1 - a)
             reread = self.reread.value if self.reread.value is not None else self._verify(max(1, round(tokens - 1)))
             rates[k] = tokens / (k * draft + self._verify(k + 1) + (1 - a**k) * reread)
-        k_best = max(rates, key=rates.get)
+        k_best = max(rates, key=lambda k: rates[k])
         return (k_best if rates[k_best] > 1 / plain else 0), rates[k_best]
 
     # -- measurements ----------------------------------------------------------------------------------

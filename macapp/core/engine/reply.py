@@ -8,18 +8,21 @@ budget, stop and context cap from it.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, Generator, NamedTuple
 
+from macapp.core.cache_layers import CacheLayers
 from macapp.core.engine import mtp_decode
 from macapp.core.engine.clock import STATS_INTERVAL_S, TurnClock
 from macapp.core.engine.mtp_policy import DepthPolicy, MTPCounts
 from macapp.core.engine.options import KVQuantization, MTPMode
-from macapp.core.events import AnswerDelta, PromptProgress, ReasoningDelta, Reply, StatsUpdate
+from macapp.core.events import AnswerDelta, GenerationStats, PromptProgress, ReasoningDelta, Reply, StatsUpdate
 from macapp.core.sampling import SamplingParams, make_sampler_and_processors
 from macapp.core.fit.estimate import DEFAULT_PREFILL_STEP
 from macapp.core.thinking import ANSWER, ThinkingSplitter
 
 if TYPE_CHECKING:
+    from mlx_lm.generate import GenerationResponse
+
     from macapp.core.engine.model_folder import LoadedModel
 
 Emit = Callable[[Any], None]
@@ -37,7 +40,7 @@ class _Stream:
     def __init__(
         self,
         model: "LoadedModel",
-        cache: list,
+        cache: CacheLayers,
         cached: int,
         params: SamplingParams,
         kv: KVQuantization,
@@ -71,7 +74,7 @@ def deliver(emit: Emit, pieces: list[tuple[str, str]]) -> None:
 
 def stream_reply(
     model: "LoadedModel",
-    cache: list,
+    cache: CacheLayers,
     segment: list[int],
     *,
     cached: int,
@@ -111,7 +114,7 @@ def stream_reply(
     import mlx.core as mx
 
     splitter = ThinkingSplitter(in_reasoning=thinking and budget != 0)
-    policy = _mtp_policy(model, cache, kv, mtp, mtp_policy)
+    policy = pick_policy(model, cache, kv, mtp, mtp_policy)
     run = _Stream(model, cache, cached, params, kv, prefill_step, splitter, budget, should_stop, emit, clock, policy)
     if params.seed is not None:
         mx.random.seed(params.seed)
@@ -137,8 +140,9 @@ def stream_reply(
     return _finish(run, thinking, finish)
 
 
-def _mtp_policy(model: "LoadedModel", cache: list, kv: KVQuantization, mode: MTPMode, policy: DepthPolicy | None) -> DepthPolicy | None:
-    """The policy this stream drafts with, or None for plain decoding."""
+def pick_policy(model: "LoadedModel", cache: CacheLayers, kv: KVQuantization, mode: MTPMode, policy: DepthPolicy | None) -> DepthPolicy | None:
+    """The policy a stream over `cache` drafts with, or None for plain decoding (here and for a lone sequence of
+    the batch: solo.py)."""
     if mode is MTPMode.OFF or not mtp_decode.usable(model, getattr(model, "mtp_head", None), cache, kv.bits):
         return None
     policy = policy if policy is not None else DepthPolicy()
@@ -146,17 +150,23 @@ def _mtp_policy(model: "LoadedModel", cache: list, kv: KVQuantization, mode: MTP
     return None if policy.off and mode is MTPMode.AUTO else policy
 
 
-def _token_source(run: _Stream, segment: list[int], cap: int):
+def drafting(policy: DepthPolicy) -> bool:
+    """Whether a stream with `policy` (pick_policy's) drafts now: not once "auto" turned MTP off."""
+    return not (policy.off and policy.mode is MTPMode.AUTO)
+
+
+def _token_source(run: _Stream, segment: list[int], cap: int) -> Generator["mtp_decode.Token | GenerationResponse", None, None]:
     """mlx-lm's stream_generate, or the MTP head's speculative stream (the same contract: mtp_decode)."""
     import mlx.core as mx
     from mlx_lm.generate import stream_generate
 
     m = run.model
     policy = run.policy
-    if policy is not None and not (policy.off and policy.mode is MTPMode.AUTO):
+    head = m.mtp_head
+    if policy is not None and head is not None and drafting(policy):
         return mtp_decode.mtp_stream(
             m,
-            m.mtp_head,
+            head,
             run.cache,
             segment,
             cached=run.cached + len(run.added),
@@ -180,7 +190,7 @@ def _token_source(run: _Stream, segment: list[int], cap: int):
     )
 
 
-def with_mtp(stats, counts: MTPCounts):
+def with_mtp(stats: GenerationStats, counts: MTPCounts) -> GenerationStats:
     """`stats` with the MTP figures of `counts` (unchanged when MTP did not run)."""
     if counts.steps:
         stats.mtp_steps, stats.mtp_drafted, stats.mtp_accepted = counts.steps, counts.drafted, counts.accepted

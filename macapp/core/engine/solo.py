@@ -10,6 +10,12 @@ boundary and returns a HandOver: the cache, the tokens it holds and what is stil
 
 Token for token this is the batch's own bookkeeping: the reply's `take` sees each token after it was fed, as in
 GenerationBatch; "stop" is an end-of-turn token, "length" the last token `max_tokens()` allowed.
+
+Alone, a sequence drafts with the build's MTP head when its mode allows (`Sequence.mtp`, reply.pick_policy):
+mtp_decode's rounds, each round's tokens handed to `take` one at a time in order. A stop, the end or the
+thinking budget mid-round settles the cache to the tokens taken (mtp_decode's snapshot and re-read); another
+sequence arriving is looked at between rounds: the round's tokens all taken, the cache settled to all but the
+last, which the batch reads as a plain step would. In the batch (more than one sequence) there is no MTP.
 """
 
 from __future__ import annotations
@@ -19,12 +25,17 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from macapp.core.cache_layers import CacheLayers
 from macapp.core.engine.batch_reply import Next
+from macapp.core.engine.mtp_decode import Decoder
+from macapp.core.engine.mtp_policy import DepthPolicy
+from macapp.core.engine.options import KVQuantization
 from macapp.core.engine.prompt_cache import PromptCache
+from macapp.core.engine.reply import drafting, pick_policy
 from macapp.core.events import PromptProgress
 
 if TYPE_CHECKING:
     from macapp.core.engine.batch import Sequence
     from macapp.core.engine.model_folder import LoadedModel
+    from macapp.core.engine.mtp_head import MTPHead
 
 
 @dataclass
@@ -57,6 +68,8 @@ class SoloRun:
         self.context = TokenBuffer(self.tokens) if seq.processors else None
         self.eos = set(m.tokenizer.eos_token_ids)
         self.steps = 0  # forward passes
+        # the batch's caches are never quantized (runner.py batches no --kv-bits request)
+        self.policy = pick_policy(m, self.layers, KVQuantization(), seq.mtp, seq.mtp_policy)
 
     def run(self, someone_waits: Callable[[], bool]) -> HandOver | Ended:
         """Read the prompt, then decode, until the reply ends or `someone_waits()` (asked at every boundary)."""
@@ -74,8 +87,12 @@ class SoloRun:
                     return Ended(self.layers, reply_done=False)
                 if not seq.reply.started:
                     seq.read += len(segments[-1])
-                y = self._feed(segments.pop())  # the last segment: its logits give the first token
-                outcome = self._decode(y, someone_waits)
+                last = segments.pop()  # the last segment: its logits give the first token
+                policy, head = self.policy, self.m.mtp_head
+                if policy is not None and head is not None and drafting(policy):
+                    outcome = self._decode_drafting(head, policy, last, someone_waits)
+                else:
+                    outcome = self._decode(self._feed(last), someone_waits)
                 if isinstance(outcome, (HandOver, Ended)):
                     return outcome
                 segments = [outcome]  # the thinking budget's closing tag, to read before sampling on
@@ -148,6 +165,52 @@ class SoloRun:
                     return Ended(self.layers, reply_done=True)
                 case Next.CLOSE_REASONING:
                     return list(reply.segment)
+
+    def _decode_drafting(self, head: "MTPHead", policy: DepthPolicy, segment: list[int], someone_waits: Callable[[], bool]) -> HandOver | Ended | list[int]:
+        """Read `segment` and decode with the MTP head (see the module docstring). Returns where it stopped, or the
+        tokens to read next: the budget's closing tag, or the last token when "auto" turned MTP off."""
+        seq, reply = self.seq, self.seq.reply
+        counts = reply.mtp
+        passes = counts.passes
+        rounds = Decoder(
+            self.m,
+            head,
+            self.layers,
+            len(self.tokens),
+            reply.params,
+            seq.sampler,
+            seq.processors,
+            policy,
+            counts,
+            history=self.tokens if seq.processors else None,  # the processors see every token held, as in the batch
+        )
+        taken: list[int] = []
+
+        def settled(last_unread: bool = False) -> None:
+            rounds.settle(last_unread)
+            self.steps += counts.passes - passes
+            self._held([*segment, *(taken[:-1] if last_unread else taken)])
+
+        given: list[int] | None = [rounds.start(segment)]
+        while given is not None:
+            for token in given:
+                rounds.gave(token)
+                taken.append(token)
+                match reply.take(token, self._finish_of(token)):
+                    case Next.GO_ON:
+                        continue
+                    case Next.END:
+                        settled()
+                        return Ended(self.layers, reply_done=True)
+                    case Next.CLOSE_REASONING:
+                        settled()
+                        return list(reply.segment)
+            if someone_waits():
+                settled(last_unread=True)
+                return HandOver(self.layers, self.tokens, [[taken[-1]]])
+            given = rounds.round(reply.max_tokens())
+        settled(last_unread=True)  # "auto": MTP does not pay here; plain decoding from the last token
+        return [taken[-1]]
 
     def _hand_over(self, token: int) -> HandOver | Ended:
         """Another sequence arrived: `token` was sampled but is not read yet; the batch reads it (or the reply ends)."""

@@ -75,6 +75,7 @@ def start(serving: "ServingEngine", job: Job, prepared: PreparedRequest, m: Load
         reply=reply,
         on_segment=on_segment,
         on_done=on_done,
+        mtp=serving.options.session.mtp,  # drafts while it is alone (engine/solo.py)
     )
 
 
