@@ -62,14 +62,16 @@ def _local_config(spec: str | None) -> tuple[str, dict] | None:
     return (display_name(folder), config) if isinstance(config, dict) else None
 
 
-def load_model(engine: Any, spec: str, context: int | None = None) -> ev.Loaded | None:
+def load_model(engine: Any, spec: str, context: int | None = None, mtp: Any = None) -> ev.Loaded | None:
     """Load `spec` on the engine (in long-context mode when `context` is past its native length, which is said
-    on stderr) and return its Loaded event. A model that cannot be found or read raises UsageError; any other
-    failure is printed to stderr and gives None (the command exits 1)."""
+    on stderr) and return its Loaded event; `mtp` (mtp_mode's, None: auto) off loads no MTP head. A model that
+    cannot be found or read raises UsageError; any other failure is printed to stderr and gives None (the
+    command exits 1)."""
     from macapp.core.engine import EngineError
 
     try:
-        info = engine.load(spec, context=context).result()
+        job = engine.load(spec, context=context) if mtp is None else engine.load(spec, context=context, mtp=mtp)
+        info = job.result()
         if info is not None and info.yarn_factor:
             print(f"[{info.name}: {long_context.notice(info.yarn_factor)}]", file=sys.stderr)
         return info

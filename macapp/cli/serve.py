@@ -158,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
         return code  # --hostfile: this process started and watched the ranks (or it was a follower rank)
     engine = engine_for()
     try:
-        info = load_model(engine, args.model, context=args.context)
+        info = load_model(engine, args.model, context=args.context, mtp=mtp_mode(args))
         if info is None:
             return 1
         if (notice := mtp_notice(info, args.mtp)) is not None:

@@ -13,7 +13,7 @@ from macapp.core.engine.jobs import Job
 from macapp.core.engine.messages import ChatMessage
 from macapp.core.engine.model_folder import LoadedModel
 from macapp.core.engine.model_proxy import close_proxy
-from macapp.core.engine.options import SessionOptions
+from macapp.core.engine.options import MTPMode, SessionOptions
 from macapp.core.engine.session import ChatSession
 from macapp.core.engine.worker import submit_work
 from macapp.core.events import Failed, Loaded, Unloaded
@@ -128,9 +128,10 @@ class Engine:
         self._model = None
 
     # -- model -----------------------------------------------------------------------------------------
-    def load(self, spec: str | os.PathLike[str], context: int | None = None) -> Job:
+    def load(self, spec: str | os.PathLike[str], context: int | None = None, mtp: MTPMode = MTPMode.AUTO) -> Job:
         """Load a model folder or a downloaded repo; the Loaded event reports load time and memory. A `context`
-        past the model's native length loads it in long-context mode (YaRN; model_folder.load_model)."""
+        past the model's native length loads it in long-context mode (YaRN; model_folder.load_model); `mtp` off
+        leaves the build's MTP head unread."""
 
         def work(job: Job) -> None:
             if job.stopped:
@@ -141,7 +142,7 @@ class Engine:
             model_folder.yarn_for(config, path, context)  # and a context it cannot take
             self._forget_caches()  # free the old model and its caches before reading the new one
             self._model = None
-            self._model = model_folder.load_model(path, config, self._read_model, context=context)
+            self._model = model_folder.load_model(path, config, self._read_model, context=context, mtp=mtp)
             self.memory_budget_bytes()  # learn the machine now, not on the first message
             job.emit(self._model.info)
 

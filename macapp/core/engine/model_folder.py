@@ -7,7 +7,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from macapp.core import events as ev
 from macapp.core.catalog import REPO_ID, SUPPORTED_MODEL_TYPES
@@ -15,9 +15,13 @@ from macapp.core import long_context
 from macapp.core.long_context import yarn_longest
 from macapp.core.context_limit import ContextError, check_config_context, rope_of
 from macapp.core.engine.errors import EngineError
+from macapp.core.engine.options import MTPMode
 from macapp.core.events import Loaded
 from macapp.core.modelfiles import safetensors_problem, text_config
 from macapp.core.vision.tower import TowerSlot
+
+if TYPE_CHECKING:
+    from macapp.core.engine.mtp_head import MTPHead
 
 
 @dataclass
@@ -26,26 +30,26 @@ class LoadedModel:
 
     model: Any
     tokenizer: Any
-    config: dict
+    config: dict[str, Any]
     path: Path
     info: Loaded
     arch: Any  # macapp.core.catalog.Arch or None
     im_end_id: int | None
     think_end_id: int | None
     weights_bytes: int
-    mtp_head: Any = None  # macapp.core.engine.mtp_head.MTPHead when the build has a usable MTP head
+    mtp_head: "MTPHead | None" = None  # when the build has a usable MTP head (and --mtp is not off)
     mtp_problem: str = ""  # why a head that is there could not be used
     tower: TowerSlot = field(default_factory=TowerSlot, compare=False, repr=False)  # the vision tower, once a picture needs it
 
 
-def _rope(config: dict, path: Path) -> long_context.RopeInfo:
+def _rope(config: dict[str, Any], path: Path) -> long_context.RopeInfo:
     try:
         return rope_of(config)
     except ContextError as exc:
         raise EngineError(f"{path}: {exc}.", ev.NOT_A_MODEL) from exc
 
 
-def configured_for(config: dict, path: Path, context: int | None) -> tuple[dict, int | None]:
+def configured_for(config: dict[str, Any], path: Path, context: int | None) -> tuple[dict[str, Any], int | None]:
     """The config a model runs with at `context` (in memory: YaRN past the native length) and the YaRN factor
     (None at or below native); EngineError for a context the model cannot take."""
     factor = yarn_for(config, path, context)
@@ -54,7 +58,7 @@ def configured_for(config: dict, path: Path, context: int | None) -> tuple[dict,
     return long_context.with_yarn(config, factor, _rope(config, path).native), factor
 
 
-def long_context_mode(model: Any, config: dict, factor: int | None) -> None:
+def long_context_mode(model: Any, config: dict[str, Any], factor: int | None) -> None:
     """A model just read, set to run as loaded: YaRN on its rope layers when `factor` (with_yarn's config), and
     prompts read in blocks of queries. Rank 0 and the followers of several Macs run this same step."""
     if factor:
@@ -62,7 +66,7 @@ def long_context_mode(model: Any, config: dict, factor: int | None) -> None:
     long_context.install_blocked_attention()
 
 
-def yarn_for(config: dict, path: Path, context: int | None) -> int | None:
+def yarn_for(config: dict[str, Any], path: Path, context: int | None) -> int | None:
     """The YaRN factor to load `config` with for a `context`-token limit (None: its own rope); EngineError
     (CONTEXT_LIMIT) for a context the model cannot take."""
     info = _rope(config, path)
@@ -112,7 +116,7 @@ def locate_model(spec: str) -> Path:
         ) from exc
 
 
-def check_model_folder(path: Path) -> dict:
+def check_model_folder(path: Path) -> dict[str, Any]:
     """The folder's config.json if it looks like a Qwen3.5-family MLX model; EngineError with the reason otherwise."""
     config_file = path / "config.json"
     if not config_file.is_file():
@@ -148,22 +152,31 @@ def display_name(path: Path) -> str:
     return path.name
 
 
-ModelReader = Callable[[Path], tuple[Any, Any, dict]]  # folder -> (model, tokenizer, config as loaded)
+ModelReader = Callable[[Path], tuple[Any, Any, dict[str, Any]]]  # folder -> (model, tokenizer, config as loaded)
 
 
-def read_with_mlx_lm(path: Path) -> tuple[Any, Any, dict]:
+def read_with_mlx_lm(path: Path) -> tuple[Any, Any, dict[str, Any]]:
     import mlx_lm
 
-    return mlx_lm.load(str(path), return_config=True)
+    loaded = mlx_lm.load(str(path), return_config=True)
+    if len(loaded) != 3:  # return_config=True: (model, tokenizer, config)
+        raise ValueError("mlx-lm's load gave no config")
+    return loaded
 
 
-def load_model(path: Path, config: dict, read: ModelReader = read_with_mlx_lm, context: int | None = None) -> LoadedModel:
+def load_model(
+    path: Path,
+    config: dict[str, Any],
+    read: ModelReader = read_with_mlx_lm,
+    context: int | None = None,
+    mtp: MTPMode = MTPMode.AUTO,
+) -> LoadedModel:
     """Read a model folder already found by locate_model and checked by check_model_folder (its config).
     `read` does the reading (the engine's hook: macapp.core.cluster reads a shard and wraps the model).
     A `context` past the native length loads it in long-context mode (YaRN, macapp.core.long_context): the
-    loaded model's rope and its config in memory change, the folder's config.json does not."""
+    loaded model's rope and its config in memory change, the folder's config.json does not. `mtp` off: the
+    build's MTP head is not read at all (no memory for it, `mtp_head` None)."""
     import mlx.core as mx
-    from mlx.utils import tree_flatten
 
     rope = _rope(config, path)
     config, factor = configured_for(config, path, context)
@@ -177,9 +190,9 @@ def load_model(path: Path, config: dict, read: ModelReader = read_with_mlx_lm, c
     except Exception as exc:
         raise EngineError(f"Could not read the model in {path}: {exc}. The files may be damaged; download it again.", ev.CORRUPT) from exc
     long_context_mode(model, config, factor)
-    head, problem = _mtp_head(model, config, path) if read is read_with_mlx_lm else (None, "")
+    head, problem = _mtp_head(model, config, path) if read is read_with_mlx_lm and mtp is not MTPMode.OFF else (None, "")
     load_time = time.perf_counter() - start
-    weights = int(sum(v.nbytes for _, v in tree_flatten(model.parameters())))
+    weights = parameter_bytes(model)
     quant = loaded_config.get("quantization") or {}
     try:
         from macapp.core.catalog import Arch
@@ -218,13 +231,29 @@ def load_model(path: Path, config: dict, read: ModelReader = read_with_mlx_lm, c
     )
 
 
-def _mtp_head(model: Any, config: dict, path: Path) -> tuple[Any, str]:
+@dataclass
+class _HeadTarget:
+    """What load_mtp_head reads of a model being loaded (mtp_head.HeadTarget)."""
+
+    model: Any
+    config: dict[str, Any]
+    path: Path
+
+
+def parameter_bytes(module: Any) -> int:
+    """The bytes of an MLX module's parameters."""
+    from mlx.utils import tree_flatten
+
+    flat = tree_flatten(module.parameters())
+    return int(sum(v.nbytes for v in (flat.values() if isinstance(flat, dict) else (v for _, v in flat))))
+
+
+def _mtp_head(model: Any, config: dict[str, Any], path: Path) -> tuple["MTPHead | None", str]:
     """The build's MTP head bound to `model` (mtp_head.load_mtp_head), or None and why a head that is there is
     unusable ("" when there is none). Only for mlx-lm's own model: a cluster's shard has no head to run."""
     from macapp.core.engine.mtp_head import load_mtp_head
 
-    probe = LoadedModel(model, None, config, path, None, None, None, None, 0)
     try:
-        return load_mtp_head(probe, path), ""
+        return load_mtp_head(_HeadTarget(model, config, path), path), ""
     except Exception as exc:  # a damaged or mismatched head: plain decoding, and "--mtp on" says why
         return None, str(exc)

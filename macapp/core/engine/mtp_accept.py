@@ -11,9 +11,13 @@ very tokens).
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 
 from macapp.core.sampling import SamplingParams
+
+if TYPE_CHECKING:
+    import mlx.core as mx
+    from mlx_lm.sample_utils import LogitsProcessor
 
 
 class Verdict(NamedTuple):
@@ -25,7 +29,7 @@ class Acceptor:
     """The acceptance walk for one stream's sampling settings; `history` is every token the logits processors
     have seen so far (mlx-lm's generate_step: this stream's segment and sampled tokens)."""
 
-    def __init__(self, params: SamplingParams, processors: Sequence[Callable], history: list[int]):
+    def __init__(self, params: SamplingParams, processors: Sequence["LogitsProcessor"], history: list[int]):
         self.params = params
         self.processors = list(processors)
         self.history = history
@@ -38,8 +42,8 @@ class Acceptor:
 
         row = self._processed(logits[None], self.history)
         if self.greedy:
-            return int(mx.argmax(row, axis=-1).item())
-        return int(mx.random.categorical(mx.log(self._probs(row))).item())
+            return token_of(mx.argmax(row, axis=-1))
+        return token_of(mx.random.categorical(mx.log(self._probs(row))))
 
     def walk(self, logits: Any, drafts: Sequence[int]) -> Verdict:
         """`logits` (k+1 rows): the verify pass over [last token, *drafts]; the history holds the tokens up to and
@@ -48,24 +52,24 @@ class Acceptor:
 
         k = len(drafts)
         if self.greedy and not self.processors:
-            targets = mx.argmax(logits, axis=-1).tolist()  # one sync for the whole walk
+            targets = tokens_of(mx.argmax(logits, axis=-1))  # one sync for the whole walk
             accepted = next((j for j in range(k) if targets[j] != drafts[j]), k)
-            return Verdict(accepted, int(targets[accepted]))
+            return Verdict(accepted, targets[accepted])
         for j in range(k + 1):
             row = self._processed(logits[j : j + 1], self.history + list(drafts[:j]))
             if self.greedy:
-                target = int(mx.argmax(row, axis=-1).item())
+                target = token_of(mx.argmax(row, axis=-1))
                 if j < k and target == drafts[j]:
                     continue
                 return Verdict(j, target)
             probs = self._probs(row)
             if j == k:
-                return Verdict(k, int(mx.random.categorical(mx.log(probs)).item()))
+                return Verdict(k, token_of(mx.random.categorical(mx.log(probs))))
             d = drafts[j]
             if mx.random.uniform().item() < probs[0, d].item():
                 continue
             residual = probs.at[0, d].multiply(0.0)
-            return Verdict(j, int(mx.random.categorical(mx.log(residual)).item()))
+            return Verdict(j, token_of(mx.random.categorical(mx.log(residual))))
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _processed(self, row: Any, tokens: list[int]) -> Any:
@@ -92,3 +96,20 @@ class Acceptor:
         if 0 < p.top_k < logprobs.shape[-1]:  # a top_k not below the vocabulary is none (sampling._sampler)
             logprobs = apply_top_k(logprobs, p.top_k)
         return mx.softmax(logprobs * (1 / p.temperature), axis=-1)
+
+
+def token_of(a: "mx.array") -> int:
+    """The token id in a one-element integer array."""
+    value = a.item()
+    if not isinstance(value, int):
+        raise TypeError(f"a token id is an integer, not {value!r}")
+    return value
+
+
+def tokens_of(a: "mx.array") -> list[int]:
+    """The token ids in a one-dimensional integer array."""
+    values = a.tolist()
+    ints = [v for v in values if isinstance(v, int)] if isinstance(values, list) else []
+    if not isinstance(values, list) or len(ints) != len(values):
+        raise TypeError(f"token ids are a list of integers, not {values!r}")
+    return ints

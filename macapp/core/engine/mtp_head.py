@@ -24,12 +24,20 @@ import json
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from macapp.core.modelfiles import MTP_PREFIX, mtp_side_file, text_config
 
-if TYPE_CHECKING:
-    from macapp.core.engine.model_folder import LoadedModel
+
+class HeadTarget(Protocol):
+    """What load_mtp_head reads of the model it loads a head for (a LoadedModel, or one being loaded)."""
+
+    @property
+    def model(self) -> Any: ...  # the mlx-lm model object the head drafts for
+    @property
+    def config(self) -> dict[str, Any]: ...
+    @property
+    def path(self) -> Path: ...
 
 
 class MTPHeadError(Exception):
@@ -75,11 +83,14 @@ def read_mtp_tensors(files: list[Path]) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     for path in files:
-        out.update({k: v for k, v in mx.load(str(path)).items() if k.startswith(MTP_PREFIX)})
+        tensors = mx.load(str(path))
+        if not isinstance(tensors, dict):  # a safetensors file loads as a dict (no metadata asked)
+            raise MTPHeadError(f"{path.name} holds no named tensors")
+        out.update({k: v for k, v in tensors.items() if k.startswith(MTP_PREFIX)})
     return out
 
 
-def load_mtp_head(loaded: "LoadedModel", model_dir: Path | None = None) -> MTPHead | None:
+def load_mtp_head(loaded: HeadTarget, model_dir: Path | None = None) -> MTPHead | None:
     """The head of the build in `model_dir` (default: the loaded model's folder), bound to `loaded.model`;
     None when the build has none (neither in its shards nor in its side file). MTPHeadError when its tensors
     do not make a head for this model."""
@@ -98,15 +109,16 @@ def load_mtp_head(loaded: "LoadedModel", model_dir: Path | None = None) -> MTPHe
         raise MTPHeadError(f"the MTP head in {files[0].name} does not fit this model: {exc}") from exc
     drafter.eval()
     import mlx.core as mx
-    from mlx.utils import tree_flatten
+
+    from macapp.core.engine.model_folder import parameter_bytes
 
     mx.eval(drafter.parameters())
     drafter.bind(loaded.model)
-    nbytes = int(sum(v.nbytes for _, v in tree_flatten(drafter.parameters())))
+    nbytes = parameter_bytes(drafter)
     return MTPHead(drafter=drafter, target=loaded.model, source=files[0], nbytes=nbytes, depth=depth)
 
 
-def _drafter(config: dict) -> Any:
+def _drafter(config: dict[str, Any]) -> Any:
     from mlx_vlm.speculative.drafters.qwen3_5_mtp import Model, ModelConfig
 
     return Model(ModelConfig.from_dict({"text_config": dict(config)}))
@@ -117,7 +129,7 @@ def _quantize_like(drafter: Any, weights: dict[str, Any]) -> None:
     tensors say (packed uint32 width and scales per row against the layer's input size)."""
     import mlx.nn as nn
 
-    def spec(path: str, module: Any) -> dict | bool:
+    def spec(path: str, module: Any) -> dict[str, int] | bool:
         scales = weights.get(f"{path}.scales")
         if scales is None or not hasattr(module, "to_quantized"):
             return False

@@ -61,6 +61,25 @@ def test_a_build_without_a_head_has_none(tiny_moe_path, load_tiny):
     assert mtp_files(tiny_moe_path) == [] and m.mtp_head is None and m.info.mtp_head_bytes == 0 and m.mtp_problem == ""
 
 
+def test_mtp_off_loads_no_head_and_counts_no_memory_for_it(tiny_mtp):
+    from macapp.core.engine import Engine
+    from macapp.core.engine.options import MTPMode
+
+    folder = tiny_mtp("moe", "right")
+    engine = Engine()
+    try:
+        with_head = engine.load(str(folder)).result(timeout=120)
+        head = engine.model.mtp_head
+        assert head is not None and with_head.mtp_head_bytes == head.nbytes > 0
+        del head
+        without = engine.load(str(folder), mtp=MTPMode.OFF).result(timeout=120)
+        assert engine.model.mtp_head is None and engine.model.mtp_problem == "" and without.mtp_head_bytes == 0
+        assert without.memory_bytes <= with_head.memory_bytes - with_head.mtp_head_bytes // 2  # the head's bytes were never read
+        assert engine.load(str(folder), mtp=MTPMode.ON).result(timeout=120).mtp_head_bytes == with_head.mtp_head_bytes
+    finally:
+        engine.close()
+
+
 def test_a_head_that_does_not_fit_the_model_is_refused_with_its_reason(tiny_mtp, tiny_moe_path, load_tiny, tmp_path):
     import shutil
 
