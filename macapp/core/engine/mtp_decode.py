@@ -21,7 +21,14 @@ mlx-lm's ArraysCache by snapshot and re-read (mlx-vlm relies on its own DeltaNet
 the acceptance rule on our sampler and logits processors; the stop/eos/max_tokens cache contract above; the
 measured depth and "auto" (mtp_policy.py), handing over to mlx-lm's own generate_step when MTP does not pay.
 The head's cache starts empty at each call (it sees this stream's tokens, not the prompt before them): only
-its acceptance depends on that, never the output.
+its acceptance depends on that, never the output. Not done yet: feeding it the prompt as the prompt is read
+(mlx-vlm's `prefill_from_target_hidden`: each token's post-norm hidden state with the next token's embedding),
+which needs the hidden states from every prefill chunk (prefill.py and solo.py read for logits only) and,
+after a checkpoint restore, of tokens read by an earlier request; the tiny test heads (scripted or random)
+cannot show what it buys.
+
+`Decoder` gives one round at a time (`start`, `round`, `gave`, `settle`), so a lone sequence of the batch
+(solo.py) hands each token to its reply itself and looks for another arrival between rounds.
 """
 
 from __future__ import annotations
