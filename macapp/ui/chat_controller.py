@@ -12,6 +12,7 @@ EventBridge is released after its final batch, so finished replies hold no memor
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +24,7 @@ from macapp.core.recorder import ChatRecorder, TurnOutcome, TurnResult
 from macapp.core.settings import Settings
 from macapp.core.history import Conversation, Store
 from macapp.ui.bridge import EventBridge
-from macapp.ui.chat_history import ChatHistory, HistoryStatus
+from macapp.ui.chat_history import ChatHistory, HistoryStatus, HistoryWorker
 from macapp.ui.settings import sampling_for
 
 VERBS = {TurnKind.SEND: "send", TurnKind.REGENERATE: "regenerate", TurnKind.EDIT: "edit"}
@@ -42,6 +43,23 @@ class TurnEnd:
     outcome: TurnOutcome
     reply: Reply | None  # the engine's reply (stats, finish reason, budget) when it kept one
     context_limit: int | None
+
+
+class EditKind(enum.Enum):
+    DELETE = "delete"
+    RESTORE = "restore"
+    RENAME = "rename"
+
+
+@dataclass(frozen=True)
+class HistoryEdit:
+    """A delete, restore or rename of a conversation, done on the history's worker thread."""
+
+    kind: EditKind
+    conversation_id: int  # a restore's: the id it came back under
+    title: str
+    snapshot: Conversation | None = None  # a delete's: what restore_conversation puts back
+    error: str | None = None  # why it was not done (a read-only history)
 
 
 @dataclass(eq=False)
@@ -68,6 +86,7 @@ class ChatController(QObject):
     turn_left = Signal()  # the reply in flight was stopped and left (unload, New Chat, another conversation)
     conversation_updated = Signal(object)  # a left reply of the open conversation was recorded: its Conversation
     conversations_changed = Signal()
+    history_edited = Signal(object)  # a HistoryEdit, once done off the GUI thread
     history_notice = Signal(str)  # the history cannot be written: chats are not saved (said once)
     status_text = Signal(str)  # a line for the meter
     error = Signal(str)  # something went wrong: one clear sentence
@@ -77,6 +96,7 @@ class ChatController(QObject):
         super().__init__(parent)
         self.settings = settings
         self.history = ChatHistory()
+        self.history_worker = HistoryWorker(self)  # the window's reads and edits of the history, off the GUI thread
         self.engine = None  # created on the first load (its worker thread imports MLX, not us)
         self.conversation = self._new_conversation()  # the open one: its session and recorder
         self.model_ref = None
@@ -147,6 +167,35 @@ class ChatController(QObject):
     def conversation_rows(self) -> list[tuple[int, str]]:
         store = self.open_history().store
         return [(c.id, c.display_title) for c in store.list_conversations(limit=200)]
+
+    def delete_conversation(self, conversation_id: int, title: str) -> None:
+        """Delete it on the history's worker; `history_edited` brings the snapshot that restore_conversation takes."""
+        store = self.open_history().store
+
+        def done(snapshot: Conversation | None, error: Exception | None) -> None:
+            name = snapshot.display_title if snapshot is not None else title
+            self.history_edited.emit(HistoryEdit(EditKind.DELETE, conversation_id, name, snapshot, None if error is None else str(error)))
+
+        self.history_worker.run(lambda: store.delete(conversation_id), done)
+
+    def restore_conversation(self, snapshot: Conversation) -> None:
+        """Put a deleted conversation back, on the history's worker; `history_edited` says under which id."""
+        store = self.open_history().store
+
+        def done(key: int | None, error: Exception | None) -> None:
+            self.history_edited.emit(
+                HistoryEdit(EditKind.RESTORE, key if key is not None else snapshot.id, snapshot.display_title, None, None if error is None else str(error))
+            )
+
+        self.history_worker.run(lambda: store.restore(snapshot), done)
+
+    def rename_conversation(self, conversation_id: int, title: str) -> None:
+        store = self.open_history().store
+
+        def done(_result: None, error: Exception | None) -> None:
+            self.history_edited.emit(HistoryEdit(EditKind.RENAME, conversation_id, title, None, None if error is None else str(error)))
+
+        self.history_worker.run(lambda: store.rename(conversation_id, title), done)
 
     def _tell_unsaved(self, text: str) -> None:
         if not self._told_unsaved:
@@ -346,7 +395,7 @@ class ChatController(QObject):
             if ended:
                 self._release(flight)
                 if flight.turn.conversation is self.conversation and self.flight is None and self.conversation_id is not None:
-                    self.conversation_updated.emit(self.store.get_conversation(self.conversation_id))
+                    self._tell_updated(self.conversation, self.conversation_id)
                 self.conversations_changed.emit()
             return
         if not flight.seen:
@@ -358,6 +407,16 @@ class ChatController(QObject):
         self.reply_events.emit(batch)
         if ended:
             self._settle(flight, batch[-1])
+
+    def _tell_updated(self, conversation: ConversationModel, conversation_id: int) -> None:
+        """conversation_updated with the history's copy, read on the worker; dropped if another one was opened."""
+        store = self.store
+
+        def done(saved: Conversation | None, error: Exception | None) -> None:  # an error: it was deleted meanwhile
+            if saved is not None and conversation is self.conversation and self.flight is None:
+                self.conversation_updated.emit(saved)
+
+        self.history_worker.run(lambda: store.get_conversation(conversation_id), done)
 
     def _settle(self, flight: _Flight, terminal: Any) -> None:
         turn = flight.turn
@@ -410,4 +469,5 @@ class ChatController(QObject):
             flight.turn.abandon()  # no-op once it settled
         if self.engine is not None:
             self.engine.close()
+        self.history_worker.close()
         self.history.close()

@@ -1,5 +1,6 @@
 """The window's chat history: opened explicitly (after the first paint), with what happened said explicitly;
-and the sidebar's search of it, debounced and run off the GUI thread.
+the sidebar's search of it, debounced and run off the GUI thread; and the window's other reads and edits of it
+(delete, rename, undo) on a worker thread (HistoryWorker), each result delivered back on the GUI thread.
 
 If the history cannot be opened, chats still work in a scratch history that is not kept; if it is read-only
 (written by a newer Qwen Desk), it is left untouched and the chat goes on in a scratch copy. Either way the
@@ -11,9 +12,10 @@ from __future__ import annotations
 import logging
 import tempfile
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
@@ -142,3 +144,39 @@ class ConversationSearch(QObject):
     def _arrived(self, asked: int, query: str, rows: list | None) -> None:
         if asked == self._asked and rows is not None:
             self.found.emit(query, rows)
+
+
+class HistoryWorker(QObject):
+    """The window's history reads and edits, one at a time in the order asked, on a thread of their own: the GUI
+    thread never waits on the history's lock (a reply's writer or a search may hold it). `run(work, done)` calls
+    `done(result, error)` on the GUI thread once `work()` has run."""
+
+    _finished = Signal(object, object, object)  # (done, result, error), from the worker thread
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="qwen-desk-history")
+        self.pending = 0  # asked and not yet delivered
+        self._closed = False
+        self._finished.connect(self._deliver)  # queued: emitted from the worker thread
+
+    def run(self, work: Callable[[], Any], done: Callable[[Any, Exception | None], None]) -> None:
+        def job() -> None:
+            try:
+                result, error = work(), None
+            except Exception as exc:  # noqa: BLE001 - said by `done` (a read-only history, a vanished row)
+                result, error = None, exc
+            self._finished.emit(done, result, error)
+
+        self.pending += 1
+        self._pool.submit(job)
+
+    def _deliver(self, done: Callable[[Any, Exception | None], None], result: Any, error: Exception | None) -> None:
+        self.pending -= 1
+        if not self._closed:  # after close the history is shut: nothing may read it on delivery
+            done(result, error)
+
+    def close(self) -> None:
+        """Wait for the work asked (before the history closes); results not yet delivered are dropped."""
+        self._pool.shutdown(wait=True)
+        self._closed = True

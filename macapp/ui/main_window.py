@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 from macapp import APP_NAME, __version__
 from macapp.core.events import Failed
 from macapp.core.settings import Settings
+from macapp.ui.chat_controller import EditKind, HistoryEdit
 from macapp.ui.status import StatusArea
 
 LIBRARY, CHAT, SERVER = 0, 1, 2
@@ -153,6 +154,7 @@ class MainWindow(QMainWindow):
         self.library.hub_refreshed.connect(self._catalog_refreshed)
         self.chat.controller.model_changed.connect(self._on_model_changed)
         self.chat.controller.conversations_changed.connect(self.refresh_conversations)
+        self.chat.controller.history_edited.connect(self._history_edited)
         self.chat.controller.history_notice.connect(self.status.show_notice)
         self.chat.controller.model_ready.connect(lambda: self.show_page(CHAT))
         self.server.busy_changed.connect(self._on_server_busy)
@@ -255,9 +257,17 @@ class MainWindow(QMainWindow):
 
     undo_seconds = 10
 
+    def _listed_title(self, key) -> str:
+        for i in range(self.sidebar.conversations.count()):
+            item = self.sidebar.conversations.item(i)
+            if item.data(Qt.ItemDataRole.UserRole) == key:
+                return item.toolTip() or item.text()
+        return "this conversation"
+
     def delete_conversation(self, key, confirm: bool = True) -> bool:
-        """Delete a conversation; Undo in the status bar puts it back for a few seconds."""
-        title = self.chat.controller.store.get_conversation(key).display_title
+        """Delete a conversation (off the GUI thread: _history_edited says when); Undo in the status bar puts it
+        back for a few seconds. False when not confirmed."""
+        title = self._listed_title(key)
         if confirm:
             answer = QMessageBox.question(
                 self,
@@ -270,40 +280,36 @@ class MainWindow(QMainWindow):
                 return False
         if key == self.chat.controller.conversation_id:
             self.chat.new_chat()
-        try:
-            self.deleted = self.chat.controller.store.delete(key)
-        except Exception as exc:  # noqa: BLE001 - e.g. a read-only history: said, never raised into Qt
-            self.status.showMessage(f"Could not delete “{title}”: {exc}", 10000)
-            return False
-        self.refresh_conversations()
-        self.status.offer_undo(f"Deleted “{title}”", self.undo_delete)
-        self._undo_timer.start(self.undo_seconds * 1000)
+        self.chat.controller.delete_conversation(key, title)
         return True
 
-    def undo_delete(self) -> int | None:
-        """Put back the conversation deleted last; returns its id."""
+    def undo_delete(self) -> None:
+        """Put back the conversation deleted last (off the GUI thread: _history_edited says when)."""
         snapshot, self.deleted = self.deleted, None
         self.status.clear_undo()
-        if snapshot is None:
-            return None
-        key = self.chat.controller.store.restore(snapshot)
+        if snapshot is not None:
+            self.chat.controller.restore_conversation(snapshot)
+
+    def _history_edited(self, edit: HistoryEdit) -> None:
+        """A delete, restore or rename done on the history's worker (an error is said, never raised into Qt)."""
+        if edit.error is not None:
+            self.status.showMessage(f"Could not {edit.kind.value} “{edit.title}”: {edit.error}", 10000)
+        elif edit.kind is EditKind.DELETE:
+            self.deleted = edit.snapshot
+            self.status.offer_undo(f"Deleted “{edit.title}”", self.undo_delete)
+            self._undo_timer.start(self.undo_seconds * 1000)
+        elif edit.kind is EditKind.RESTORE:
+            self.status.showMessage(f"Restored “{edit.title}”", 5000)
         self.refresh_conversations()
-        self.status.showMessage(f"Restored “{snapshot.display_title}”", 5000)
-        return key
 
     def _forget_deleted(self) -> None:
         self.deleted = None
         self.status.clear_undo()
 
     def rename_conversation(self, key) -> None:
-        current = self.chat.controller.store.get_conversation(key).display_title
-        title, ok = QInputDialog.getText(self, "Rename Conversation", "Title:", text=current)
+        title, ok = QInputDialog.getText(self, "Rename Conversation", "Title:", text=self._listed_title(key))
         if ok and title.strip():
-            try:
-                self.chat.controller.store.rename(key, title.strip())
-            except Exception as exc:  # noqa: BLE001 - e.g. a read-only history: said, never raised into Qt
-                self.status.showMessage(f"Could not rename: {exc}", 10000)
-            self.refresh_conversations()
+            self.chat.controller.rename_conversation(key, title.strip())  # off the GUI thread: _history_edited
 
     def refresh_conversations(self) -> None:
         if not self.history_ready:

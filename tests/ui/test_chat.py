@@ -165,7 +165,8 @@ def test_delete_a_conversation_from_the_sidebar(chat, qtbot, window):
     send(chat, qtbot, "Short lived", thinking=False)
     key = chat.controller.conversation_id
     assert window.sidebar.conversations.count() == 1
-    assert window.delete_conversation(key, confirm=False)
+    with qtbot.waitSignal(window.chat.controller.history_edited, timeout=5_000):  # deleted off the GUI thread
+        assert window.delete_conversation(key, confirm=False)
     assert window.sidebar.conversations.count() == 0 and chat.controller.conversation_id is None
     assert chat.controller.store.list_conversations() == []
 

@@ -71,13 +71,20 @@ def test_a_history_that_cannot_be_opened_does_not_stop_the_app(make_window):
     assert w.chat.controller.store.create_conversation(model="tiny").id  # a scratch history still takes chats
 
 
-def test_delete_offers_undo_that_puts_the_conversation_back(make_window):
+def edited(window, qtbot):
+    """Waits for the delete, undo or rename asked inside the block (done off the GUI thread, said by signal)."""
+    return qtbot.waitSignal(window.chat.controller.history_edited, timeout=5_000)
+
+
+def test_delete_offers_undo_that_puts_the_conversation_back(make_window, qtbot):
     keep, gone = seed(("Keep this one", "ok"), ("Delete this one", "ok"))
     w = make_window()
-    assert w.delete_conversation(gone, confirm=False)
+    with edited(w, qtbot):
+        assert w.delete_conversation(gone, confirm=False)
     assert titles(w) == ["Keep this one"]
     assert w.status.undo_button.isVisible() and "Delete this one" in w.status.undo_label.text()
-    w.status.undo_button.click()
+    with edited(w, qtbot):
+        w.status.undo_button.click()
     assert sorted(titles(w)) == ["Delete this one", "Keep this one"]
     restored = w.chat.controller.store.get_conversation(gone)
     assert [m.content for m in restored.messages] == ["Delete this one", "ok"]
@@ -88,7 +95,8 @@ def test_undo_is_withdrawn_after_a_few_seconds(make_window, qtbot):
     (gone,) = seed(("Short lived", "ok"))
     w = make_window()
     w.undo_seconds = 0.2
-    w.delete_conversation(gone, confirm=False)
+    with edited(w, qtbot):
+        w.delete_conversation(gone, confirm=False)
     assert w.status.undo_button.isVisible()
     qtbot.waitUntil(lambda: not w.status.undo_button.isVisible(), timeout=3000)
     assert w.deleted is None and titles(w) == []
@@ -165,3 +173,31 @@ def test_a_history_from_a_newer_app_is_shown_read_only_with_a_notice(make_window
     assert titles(w) == ["From the future"]  # still readable
     search(w, qtbot, "future")
     assert titles(w) == ["From the future"]
+
+
+def test_delete_rename_and_undo_run_off_the_gui_thread(make_window, qtbot, monkeypatch):
+    import threading
+
+    (key,) = seed(("Old name", "ok"))
+    w = make_window()
+    store = w.chat.controller.store
+    threads: dict[str, list[threading.Thread]] = {}
+    for name in ("delete", "restore", "rename"):
+        real = getattr(store, name)
+
+        def noting(*args, _real=real, _name=name, **kwargs):  # the real call, and the thread it ran on
+            threads.setdefault(_name, []).append(threading.current_thread())
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(store, name, noting)
+    with edited(w, qtbot):
+        w.chat.controller.rename_conversation(key, "New name")  # what the window's Rename dialog asks
+    assert titles(w) == ["New name"]
+    with edited(w, qtbot):
+        w.delete_conversation(key, confirm=False)
+    assert titles(w) == [] and w.deleted is not None
+    with edited(w, qtbot):
+        w.undo_delete()
+    assert titles(w) == ["New name"] and store.get_conversation(key).messages[0].content == "Old name"
+    assert sorted(threads) == ["delete", "rename", "restore"]
+    assert all(len(seen) == 1 and seen[0] is not threading.main_thread() for seen in threads.values())
