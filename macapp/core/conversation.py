@@ -31,11 +31,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from macapp.core.event_log import EventLog
-from macapp.core.events import AnswerDelta, Finished, ReasoningDelta, TerminalEvent, TurnKind
+from macapp.core.events import AnswerDelta, Event, Finished, ReasoningDelta, TerminalEvent, TurnKind
 from macapp.core.history import Conversation
 from macapp.core.recorder import ChatRecorder, RecordedTurn, TurnOutcome, TurnResult, run_on
 
 if TYPE_CHECKING:
+    from macapp.core.engine.jobs import Job
+    from macapp.core.engine.session import ChatSession
     from macapp.core.vision.images import PreparedImage
 
 log = logging.getLogger(__name__)
@@ -45,10 +47,10 @@ WAKE_INTERVAL_S = 0.02  # text pieces wake it at most this often: a thread switc
 SETTLE_WAIT_S = 5.0  # how long the session check waits for the worker to finish undoing a turn
 
 TEXT_PIECES = (AnswerDelta, ReasoningDelta)
-SessionFactory = Callable[[str | None, list[dict[str, Any]] | None], Any]  # (system prompt, messages) -> a ChatSession
+SessionFactory = Callable[[str | None, list[dict[str, Any]] | None], "ChatSession"]  # (system prompt, messages) -> a ChatSession
 
 
-def starts_reply(event: Any) -> bool:
+def starts_reply(event: Event) -> bool:
     """Whether `event` puts a reply under way (the recorder's rule: its first text piece, or a kept Finished)."""
     return isinstance(event, (AnswerDelta, ReasoningDelta)) or (isinstance(event, Finished) and event.reply.kept)
 
@@ -112,13 +114,13 @@ class Turn:
         self.text = text
         self.thinking = thinking
         self.images = images
-        self.job: Any = None  # the session's Job (set by ConversationModel.start)
-        self.session: Any = None  # the session that runs it
+        self.job: Job  # the session's Job (set by ConversationModel.start, before anyone sees the turn)
+        self.session: ChatSession  # the session that runs it (likewise)
         self.recorded: RecordedTurn | None = None  # None until its start is recorded, and when nothing records it
         self.record_error: BaseException | None = None  # the turn's start could not be saved (and, strict, it was stopped)
         self._outcome: TurnOutcome | None = None  # set here only when the start could not be saved
         self._log = EventLog("the turn")
-        self._listeners: list[Callable[[Any], None]] = []
+        self._listeners: list[Callable[[Event], None]] = []
 
     # -- what happened
     @property
@@ -134,11 +136,11 @@ class Turn:
         return self._log.done
 
     @property
-    def history(self) -> list[Any]:
+    def history(self) -> list[Event]:
         return self._log.history
 
     # -- following it (any thread)
-    def add_listener(self, callback: Callable[[Any], None]) -> None:
+    def add_listener(self, callback: Callable[[Event], None]) -> None:
         """Call `callback(event)` for every event, each once and in order: past ones now, on this thread, later ones
         on the recording thread. It must be quick and must not wait for the turn (e.g. EventBridge.feed)."""
         with self._log.lock:
@@ -146,11 +148,11 @@ class Turn:
                 callback(event)
             self._listeners.append(callback)
 
-    def events(self, timeout: float | None = None) -> Iterator[Any]:
+    def events(self, timeout: float | None = None) -> Iterator[Event]:
         """Every event, blocking until the terminal one (TimeoutError after `timeout` idle seconds)."""
         return self._log.events(timeout)
 
-    def wait(self, timeout: float | None = None) -> Any:
+    def wait(self, timeout: float | None = None) -> TerminalEvent:
         """Block until the terminal event was recorded; return it (TimeoutError after `timeout`)."""
         return self._log.wait(timeout)
 
@@ -164,7 +166,7 @@ class Turn:
             self.recorded.abandon()
 
     # -- the recording thread
-    def _pass_on(self, event: Any) -> None:
+    def _pass_on(self, event: Event) -> None:
         with self._log.lock:
             if not self._log.add(event):
                 return
@@ -190,7 +192,7 @@ class ConversationModel:
         recorder: ChatRecorder | None = None,
         *,
         system_prompt: str | None = None,
-        session: Any = None,
+        session: ChatSession | None = None,
         saved: Conversation | None = None,
         system_wins: bool = False,
         strict: bool = False,
@@ -214,13 +216,13 @@ class ConversationModel:
         return self.recorder.conversation_id if self.recorder is not None else None
 
     @property
-    def session(self) -> Any:
+    def session(self) -> ChatSession | None:
         """The session the next turn runs on; None until one is needed (a saved conversation is read into it then)."""
         with self._lock:
             return self._session
 
     @session.setter
-    def session(self, session: Any) -> None:
+    def session(self, session: ChatSession | None) -> None:
         """Set (or, with None, drop) the session: a dropped one is made again from the history for the next turn
         (read now on the recording thread, after what is still being recorded)."""
         with self._lock:
@@ -228,7 +230,7 @@ class ConversationModel:
         if session is None and self.conversation_id is not None:
             self._read_seed()
 
-    def ensure_session(self) -> Any:
+    def ensure_session(self) -> ChatSession:
         """The session, made now if there is none: from the saved conversation's messages (read, pictures and all,
         on the recording thread when it was opened or its session set aside; waited for if not ready yet), else empty."""
         with self._lock:
@@ -291,7 +293,7 @@ class ConversationModel:
         turn.job.add_listener(lambda event: serial.put(lambda: self._record(turn, recorder, event), urgent=not isinstance(event, TEXT_PIECES)))
         return turn
 
-    def _record(self, turn: Turn, recorder: ChatRecorder | None, event: Any) -> None:
+    def _record(self, turn: Turn, recorder: ChatRecorder | None, event: Event) -> None:
         """On the recording thread: record one event of `turn` (its start was recorded first), then pass it on."""
         if turn.recorded is not None:
             turn.recorded.feed(event)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Iterator
+from typing import Iterator
 
-from macapp.core.events import AnswerDelta, ReasoningDelta, TerminalEvent
+from macapp.core.events import AnswerDelta, Event, ReasoningDelta, TerminalEvent
 
 POLL_S = 0.02  # a blocked reader looks again this often: a text piece may not wake it (see `add`)
 _TEXT_PIECES = (AnswerDelta, ReasoningDelta)
@@ -26,12 +26,12 @@ class EventLog:
         self.what = what
         self.wake_every = wake_every
         self.lock = threading.Condition(threading.RLock())
-        self._events: list[Any] = []
+        self._events: list[Event] = []
         self._done = False
         self._waiting = 0  # readers blocked in events()
         self._last_wake = 0.0
 
-    def add(self, event: Any) -> bool:
+    def add(self, event: Event) -> bool:
         """Append `event`; False (and nothing appended) once the terminal event is in."""
         with self.lock:
             if self._done:
@@ -52,11 +52,11 @@ class EventLog:
         return self._done
 
     @property
-    def history(self) -> list[Any]:
+    def history(self) -> list[Event]:
         with self.lock:
             return list(self._events)
 
-    def events(self, timeout: float | None = None) -> Iterator[Any]:
+    def events(self, timeout: float | None = None) -> Iterator[Event]:
         """Every event, blocking until the terminal one (TimeoutError after `timeout` idle seconds)."""
         i = 0
         while True:
@@ -77,9 +77,11 @@ class EventLog:
             i += len(batch)
             yield from batch
 
-    def wait(self, timeout: float | None = None) -> Any:
+    def wait(self, timeout: float | None = None) -> TerminalEvent:
         """Block until the terminal event is in; return it (TimeoutError after `timeout`)."""
         with self.lock:
             if not self.lock.wait_for(lambda: self._done, timeout):
                 raise TimeoutError(f"{self.what} did not finish in {timeout} s")
-            return self._events[-1]
+            last = self._events[-1]
+        assert isinstance(last, TerminalEvent)  # add() sets done with it
+        return last

@@ -27,7 +27,13 @@ CANCELLED = "cancelled"  # a load stopped before it began
 ERROR = "error"
 
 
-class TerminalEvent:
+class Event:
+    """Marker base: what a job reports (engine/jobs.py, event_log.py); the front ends dispatch on the subclasses."""
+
+    __slots__ = ()
+
+
+class TerminalEvent(Event):
     """Marker base: the last event of a job (a job emits exactly one, and nothing after it)."""
 
     __slots__ = ()
@@ -103,23 +109,23 @@ class Reply:
 
 
 @dataclass
-class PromptProgress:
+class PromptProgress(Event):
     processed: int
     total: int
 
 
 @dataclass
-class ReasoningDelta:
+class ReasoningDelta(Event):
     text: str
 
 
 @dataclass
-class AnswerDelta:
+class AnswerDelta(Event):
     text: str
 
 
 @dataclass
-class StatsUpdate:
+class StatsUpdate(Event):
     stats: GenerationStats
 
 

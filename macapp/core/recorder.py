@@ -39,6 +39,8 @@ from macapp.core.events import AnswerDelta, Failed, Finished, ReasoningDelta, Te
 from macapp.core.history import DEFAULT_COMMIT_INTERVAL_S, Message, ReplyWriter, Role, Store, StoreError
 
 if TYPE_CHECKING:
+    from macapp.core.engine.jobs import Job
+    from macapp.core.engine.session import ChatSession
     from macapp.core.vision.images import PreparedImage
     from macapp.core.vision.refs import ImageRef
 
@@ -76,7 +78,7 @@ class TurnOutcome:
         return None
 
 
-def run_on(session: Any, kind: TurnKind, text: str = "", **options: Any) -> Any:
+def run_on(session: ChatSession, kind: TurnKind, text: str = "", **options: Any) -> Job:
     """The session's job for a turn of this kind (send / regenerate / edit_last), with the same options."""
     if kind is TurnKind.REGENERATE:
         return session.regenerate(**options)

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator
 
 from macapp.core.engine.errors import EngineError
 from macapp.core.event_log import EventLog
-from macapp.core.events import Failed, Finished, TerminalEvent
+from macapp.core.events import Event, Failed, Finished, TerminalEvent
 
 log = logging.getLogger(__name__)
 
@@ -26,9 +26,9 @@ NOTIFY_INTERVAL_S = 0.02  # a blocked events() reader sees text deltas within th
 class _Listener:
     """One listener's queue of undelivered events; whichever thread holds `busy` delivers them, in order."""
 
-    def __init__(self, callback: Callable[[Any], None]):
+    def __init__(self, callback: Callable[[Event], None]):
         self.callback = callback
-        self.pending: collections.deque[Any] = collections.deque()  # filled under the job's lock
+        self.pending: collections.deque[Event] = collections.deque()  # filled under the job's lock
         self.busy = threading.Lock()
 
     def deliver(self) -> None:
@@ -58,12 +58,12 @@ class Job:
         self._cond = self._log.lock  # also guards the listeners and the early reply, in the log's order
         self._listeners: list[_Listener] = []
         self._stop = threading.Event()
-        self._early_reply: Any = None  # while a prompt is read: the terminal event stop() may emit at once
+        self._early_reply: TerminalEvent | None = None  # while a prompt is read: the terminal event stop() may emit at once
         self._settled = threading.Event()  # the worker is done with this job (see join())
         self.stop_requested_at: float | None = None
 
     # -- producer side (worker thread) -----------------------------------------------------------------
-    def emit(self, event: Any) -> None:
+    def emit(self, event: Event) -> None:
         with self._cond:
             if not self._log.add(event):  # nothing after the terminal event (stop() may have sent it early)
                 return
@@ -96,7 +96,7 @@ class Job:
         self._settled.set()
 
     # -- consumer side (any thread) --------------------------------------------------------------------
-    def add_listener(self, callback: Callable[[Any], None]) -> None:
+    def add_listener(self, callback: Callable[[Event], None]) -> None:
         """Call `callback(event)` for every event of the job, each once and in order, the terminal one last.
 
         Past events are delivered now, on this thread; new ones on the thread that emits them (the worker),
@@ -109,11 +109,11 @@ class Job:
             self._listeners = [*self._listeners, listener]
         listener.deliver()
 
-    def events(self, timeout: float | None = None) -> Iterator[Any]:
+    def events(self, timeout: float | None = None) -> Iterator[Event]:
         """Every event of this job, blocking until the terminal one (TimeoutError after `timeout` idle seconds)."""
         return self._log.events(timeout)
 
-    def wait(self, timeout: float | None = None) -> Any:
+    def wait(self, timeout: float | None = None) -> TerminalEvent:
         """Block until the job ends; return its terminal event."""
         return self._log.wait(timeout)
 
@@ -151,5 +151,5 @@ class Job:
         return self._log.done
 
     @property
-    def history(self) -> list[Any]:
+    def history(self) -> list[Event]:
         return self._log.history

@@ -11,7 +11,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from macapp.core.events import TerminalEvent
+from macapp.core.events import Event, TerminalEvent
 from macapp.core.picture_data import ImagePart  # a request's pictures are plain data (named here for the front ends)
 from macapp.core.sampling import SamplingParams
 
@@ -105,7 +105,7 @@ class Usage:
 
 
 @dataclass
-class RequestStarted:
+class RequestStarted(Event):
     """The engine took the request: its prompt's length and how much of it a checkpoint restores, known before any
     of it is read (the job's first event unless it fails first), so a stream can report usage from its start."""
 
@@ -114,7 +114,7 @@ class RequestStarted:
 
 
 @dataclass
-class ToolCallStarted:
+class ToolCallStarted(Event):
     """A tool call began streaming (its name is known); `index` counts calls in this reply from 0."""
 
     index: int
@@ -123,7 +123,7 @@ class ToolCallStarted:
 
 
 @dataclass
-class ToolCallFinished:
+class ToolCallFinished(Event):
     """A complete, parsed call: front ends send its arguments (OpenAI: a JSON string; Anthropic: input_json)."""
 
     index: int
