@@ -23,6 +23,7 @@ test: $(STAMP)
 	$(BIN)/ruff check macapp tests bench packaging
 	$(BIN)/ruff format --check --quiet macapp tests bench packaging
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 	QT_QPA_PLATFORM=offscreen MLX_DISABLE_COMPILE=1 $(BIN)/python -m pytest -q --durations=15 $(PYTEST_ARGS)
 
 lint: $(STAMP)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from macapp.core import paths
-from macapp.core.picture_data import PictureFiles
+from macapp.core.picture_data import ImageRef, PictureFiles
 from macapp.core.history import rows, schema, transfer
 from macapp.core.history.db import Database, open_or_set_aside
 from macapp.core.history.errors import NotFoundError, StoreError
@@ -141,7 +141,7 @@ class Store:
                 "INSERT INTO conversations (title, model, created, updated, system_prompt, settings) VALUES (?, ?, ?, ?, ?, ?)",
                 (title, model or "", now, now, system_prompt, rows.settings_json(settings)),
             )
-            conversation_id = cur.lastrowid
+            conversation_id = _inserted(cur)
         return Conversation(
             id=conversation_id,
             title=title,
@@ -155,7 +155,7 @@ class Store:
     def list_conversations(self, limit: int | None = None) -> list[Conversation]:
         """Newest activity first; messages not loaded (see `message_count`)."""
         sql = f"{rows.SELECT_CONVERSATIONS} ORDER BY c.updated DESC, c.id DESC"
-        params: tuple = ()
+        params: tuple[Any, ...] = ()
         if limit is not None:
             sql += " LIMIT ?"
             params = (limit,)
@@ -209,7 +209,7 @@ class Store:
                 rows.settings_json(conv.settings),
             ),
         )
-        new_id = cur.lastrowid
+        new_id = _inserted(cur)
         for position, m in enumerate(conv.messages):
             values = rows.message_values(m, id=m.id if keep_ids else None, conversation_id=new_id, position=position)
             conn.execute(rows.INSERT_MESSAGE, values)
@@ -229,10 +229,10 @@ class Store:
         stats: Any = None,
         finish_reason: str | None = None,
         model: str | None = None,
-        images: tuple = (),
+        images: tuple[ImageRef, ...] = (),
     ) -> Message:
         """Append and commit one message. The first user message also titles an untitled conversation. `images`:
-        the pictures sent with it (vision.refs.ImageRef, already saved by vision.pictures.save_picture)."""
+        the pictures sent with it (picture_data.ImageRef, already saved by vision.pictures.save_picture)."""
         if role not in ROLES:
             raise StoreError(f"Unknown role {role!r}; expected one of {', '.join(ROLES)}.")
         if state not in STATES:
@@ -259,7 +259,7 @@ class Store:
                 raise NotFoundError(f"There is no conversation {conversation_id}.")
             message.position = conn.execute("SELECT COALESCE(MAX(position) + 1, 0) FROM messages WHERE conversation_id = ?", (conversation_id,)).fetchone()[0]
             values = rows.message_values(message, id=None, conversation_id=conversation_id, position=message.position)
-            message.id = conn.execute(rows.INSERT_MESSAGE, values).lastrowid
+            message.id = _inserted(conn.execute(rows.INSERT_MESSAGE, values))
             title_update = ""
             params: list[Any] = [message.created]
             if role is Role.USER and not conv["title"] and title_from_text(content):
@@ -350,3 +350,10 @@ class Store:
         conv = transfer.conversation_from_document(data, self.pictures)
         with self.database.write() as conn:
             return self._insert_conversation(conn, conv, keep_ids=False)
+
+
+def _inserted(cur: sqlite3.Cursor) -> int:
+    """The row id an INSERT gave (sqlite3 types it Optional: None only before any INSERT on the cursor)."""
+    if cur.lastrowid is None:
+        raise StoreError("The history database gave no id for a row it saved.")
+    return cur.lastrowid
