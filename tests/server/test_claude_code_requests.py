@@ -64,11 +64,13 @@ def claude_turns(claude_server) -> dict:
     return turns
 
 
+@pytest.mark.slow  # a real agent's recorded requests replayed through the tiny model
 def test_every_recorded_request_is_answered_none_refused(claude_turns):
     records = served_cleanly(claude_turns["records"])
     assert [r.api for r in records] == ["anthropic"] * 2
 
 
+@pytest.mark.slow  # a real agent's recorded requests replayed through the tiny model
 def test_the_tool_turn_gets_thinking_text_and_the_call_claude_code_runs(claude_turns):
     message = claude_turns["tool_request.json"]
     assert [b.type for b in message.content] == ["thinking", "text", "tool_use"]
@@ -79,6 +81,7 @@ def test_the_tool_turn_gets_thinking_text_and_the_call_claude_code_runs(claude_t
     assert message.stop_reason == "tool_use" and message.usage.output_tokens > 0
 
 
+@pytest.mark.slow  # a real agent's recorded requests replayed through the tiny model
 def test_the_follow_up_reads_its_prefix_from_the_checkpoint(claude_turns):
     first, second = claude_turns["tool_request.json"], claude_turns["tool_followup.json"]
     assert first.usage.cache_read_input_tokens == 0 and first.usage.input_tokens > 10_000

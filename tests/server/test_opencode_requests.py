@@ -45,15 +45,18 @@ def opencode_turns(tiny_models_dir) -> dict:
     return turns
 
 
+@pytest.mark.slow  # a real agent's recorded requests replayed through the tiny model
 def test_every_recorded_request_is_answered_none_refused(opencode_turns):
     assert [r.api for r in served_cleanly(opencode_turns["records"])] == ["openai"] * len(REPLAYED)
 
 
+@pytest.mark.slow  # a real agent's recorded requests replayed through the tiny model
 def test_the_title_request_gets_text(opencode_turns):
     (choice,) = opencode_turns["title_request.json"].choices
     assert choice.finish_reason == "stop" and choice.message.content and not choice.message.tool_calls
 
 
+@pytest.mark.slow  # a real agent's recorded requests replayed through the tiny model
 def test_the_tool_turn_gets_the_call_opencode_runs(opencode_turns):
     (choice,) = opencode_turns["tool_request.json"].choices
     assert choice.finish_reason == "tool_calls" and choice.message.content == "I will check."
@@ -61,6 +64,7 @@ def test_the_tool_turn_gets_the_call_opencode_runs(opencode_turns):
     assert call.function.name == "read" and json.loads(call.function.arguments) == {"filePath": README_PATH}
 
 
+@pytest.mark.slow  # a real agent's recorded requests replayed through the tiny model
 def test_the_follow_ups_read_their_prefix_from_the_checkpoint(opencode_turns):
     first = opencode_turns["tool_request.json"].usage
     for name in ("tool_followup.json", "max_steps_followup.json"):

@@ -46,10 +46,12 @@ def qwen_turns(tiny_models_dir) -> dict:
     return turns
 
 
+@pytest.mark.slow  # a real agent's recorded requests replayed through the tiny model
 def test_every_recorded_request_is_answered_none_refused(qwen_turns):
     assert [r.api for r in served_cleanly(qwen_turns["records"])] == ["openai"] * 3
 
 
+@pytest.mark.slow  # a real agent's recorded requests replayed through the tiny model
 def test_the_tool_turn_gets_reasoning_text_and_the_call_qwen_code_runs(qwen_turns):
     (choice,) = qwen_turns["tool_request.json"].choices
     assert choice.finish_reason == "tool_calls" and choice.message.content == "I will check."
@@ -58,6 +60,7 @@ def test_the_tool_turn_gets_reasoning_text_and_the_call_qwen_code_runs(qwen_turn
     assert call.function.name == "read_file" and json.loads(call.function.arguments) == {"file_path": README_PATH}
 
 
+@pytest.mark.slow  # a real agent's recorded requests replayed through the tiny model
 def test_the_follow_up_reads_its_prefix_from_the_checkpoint(qwen_turns):
     first, second = qwen_turns["tool_request.json"].usage, qwen_turns["tool_followup.json"].usage
     assert first.prompt_tokens > 10_000 and first.prompt_tokens_details.cached_tokens == 0
@@ -65,6 +68,7 @@ def test_the_follow_up_reads_its_prefix_from_the_checkpoint(qwen_turns):
     assert second.prompt_tokens - second.prompt_tokens_details.cached_tokens < 200
 
 
+@pytest.mark.slow  # a real agent's recorded requests replayed through the tiny model
 def test_the_memory_sub_agent_is_answered(qwen_turns):
     (choice,) = qwen_turns["memory_request.json"].choices
     assert choice.finish_reason == "tool_calls" and choice.message.tool_calls[0].function.name == "read_file"

@@ -83,6 +83,7 @@ def codex_loop(tool_server) -> list[dict]:
     return [first, second]
 
 
+@pytest.mark.slow  # a real agent's recorded requests replayed through the tiny model
 def test_codex_gets_the_call_it_can_run(codex_loop):
     first, _ = codex_loop
     message, call = first["done_items"]
@@ -92,6 +93,7 @@ def test_codex_gets_the_call_it_can_run(codex_loop):
     assert first["status"] == "completed" and first["store"] is False
 
 
+@pytest.mark.slow  # a real agent's recorded requests replayed through the tiny model
 def test_codex_follow_up_reads_only_its_new_tail(codex_loop):
     first, second = codex_loop
     assert first["usage"]["input_tokens"] > 5000 and first["usage"]["input_tokens_details"]["cached_tokens"] == 0
@@ -100,6 +102,7 @@ def test_codex_follow_up_reads_only_its_new_tail(codex_loop):
     assert usage["input_tokens"] - usage["input_tokens_details"]["cached_tokens"] < 120
 
 
+@pytest.mark.slow  # a real agent's recorded requests replayed through the tiny model
 def test_the_recorded_follow_up_replays_on_the_same_checkpoints(codex_loop, tool_server):
     """The follow-up exactly as Codex sent it (a reasoning item with null content, the exec_command call and its
     output): answered, and read from the checkpoint the loop's first request left (same instructions and tools)."""
