@@ -168,6 +168,8 @@ class HistoryWorker(QObject):
                 result, error = None, exc
             self._finished.emit(done, result, error)
 
+        if self._closed:  # the window is closing and the history with it (a left turn's last events may come now)
+            return
         self.pending += 1
         self._pool.submit(job)
 
@@ -178,5 +180,5 @@ class HistoryWorker(QObject):
 
     def close(self) -> None:
         """Wait for the work asked (before the history closes); results not yet delivered are dropped."""
-        self._pool.shutdown(wait=True)
         self._closed = True
+        self._pool.shutdown(wait=True)

@@ -201,3 +201,18 @@ def test_delete_rename_and_undo_run_off_the_gui_thread(make_window, qtbot, monke
     assert titles(w) == ["New name"] and store.get_conversation(key).messages[0].content == "Old name"
     assert sorted(threads) == ["delete", "rename", "restore"]
     assert all(len(seen) == 1 and seen[0] is not threading.main_thread() for seen in threads.values())
+
+
+def test_history_worker_after_close_takes_no_more_work(qtbot):
+    """A left turn's last events may come while the window closes: asking then is a no-op, not a RuntimeError."""
+    from macapp.ui.chat_history import HistoryWorker
+
+    worker = HistoryWorker()
+    got = []
+    worker.run(lambda: 1, lambda result, error: got.append(result))
+    qtbot.waitUntil(lambda: got == [1], timeout=5000)
+    worker.close()
+    ran = []
+    worker.run(lambda: ran.append("ran"), lambda result, error: got.append(result))
+    qtbot.wait(100)
+    assert ran == [] and got == [1] and worker.pending == 0
