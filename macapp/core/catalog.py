@@ -13,6 +13,7 @@ from typing import Any
 from macapp.core import paths
 from macapp.core.context_limit import ContextError, longest_context, rope_of
 from macapp.core.download.errors import DownloadError, DownloadErrorKind
+from macapp.core.download.hfcache import hub_cache_dir
 from macapp.core.hub.record import HubModelRecord, cached_record, record_for, refresh_records
 from macapp.core.hub.settings import hub_reachable, hub_settings
 from macapp.core.modelfiles import read_safetensors_header, text_config
@@ -369,8 +370,6 @@ def _hub_model(repo: str) -> ModelRef:
     from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError, RepositoryNotFoundError
 
     try:
-        from macapp.core.download.hfcache import hub_cache_dir
-
         folder = Path(snapshot_download(repo, allow_patterns=["config.json"], local_files_only=True, cache_dir=hub_cache_dir()))
         if (folder / "config.json").is_file():
             return model_from_folder(folder, name=repo.split("/")[-1], repo=repo)

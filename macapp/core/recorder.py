@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from macapp.core.events import AnswerDelta, Failed, Finished, ReasoningDelta, TerminalEvent, TurnKind
 from macapp.core.history import DEFAULT_COMMIT_INTERVAL_S, Message, ReplyWriter, Role, Store, StoreError
+from macapp.core.vision.pictures import save_picture
 
 if TYPE_CHECKING:
     from macapp.core.engine.jobs import Job
@@ -90,8 +91,6 @@ def run_on(session: ChatSession, kind: TurnKind, text: str = "", **options: Any)
 def _saved(images: tuple[PreparedImage, ...]) -> tuple[ImageRef, ...]:
     if not images:
         return ()
-    from macapp.core.vision.pictures import save_picture
-
     return tuple(save_picture(image) for image in images)
 
 

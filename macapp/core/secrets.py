@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from macapp.core.paths import app_home
+
 log = logging.getLogger(__name__)
 
 SERVICE = "qwen-desk"
@@ -171,8 +173,6 @@ class KeyStore:
 
     @classmethod
     def default(cls) -> "KeyStore":
-        from macapp.core.paths import app_home
-
         return cls(KeyFile(app_home() / KEY_FILE_NAME), Keychain() if Keychain.usable() else None)
 
     def load(self) -> str | None:

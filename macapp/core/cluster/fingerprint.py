@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from macapp.core.engine import EngineError, locate_model
 from macapp.core.modelfiles import read_safetensors_header
 
 PLAIN_FILES = ("config.json", "model.safetensors.index.json")
@@ -50,8 +51,6 @@ def fingerprint(folder: Path) -> Fingerprint:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from macapp.core.engine import EngineError, locate_model
-
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
         print("usage: python -m macapp.core.cluster.fingerprint MODEL", file=sys.stderr)

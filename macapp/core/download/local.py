@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from macapp.core.download import hfcache
+from macapp.core.download.errors import DownloadError, DownloadErrorKind
 from macapp.core.download.hfcache import RemoteFile
 
 
@@ -104,8 +105,6 @@ def downloaded_repos() -> dict[str, LocalModel]:
 
 def delete_model(repo: str) -> int:
     """Remove a repo from the cache (all its revisions and partial files); returns the bytes freed."""
-    from macapp.core.download.errors import DownloadError, DownloadErrorKind
-
     with hfcache.try_lock(hfcache.repo_lock_path(repo)) as free:
         if not free:
             raise DownloadError(DownloadErrorKind.BUSY, f"{repo} is being downloaded right now; cancel that first", repo=repo)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from macapp.core import hardware
 from macapp.core.download import hfcache, hubapi
 from macapp.core.download.errors import DownloadCancelled, DownloadError, DownloadErrorKind
 from macapp.core.download.hfcache import LocalFile, RemoteFile
@@ -90,11 +91,9 @@ def _fit(model: Any, weights_bytes: int, context: int | None) -> tuple[Any, str]
     """The sizing model's verdict for this build on this machine, or a note saying why there is none."""
     if model is None:
         return None, "no catalog entry or config for this model"
-    try:
-        from macapp.core import hardware
-        from macapp.core.fit import estimate
-    except ImportError as exc:
-        return None, f"sizing model unavailable ({exc})"
+    # why: the fit imports the catalog and the hub records, which import this package (its __init__ imports plan)
+    from macapp.core.fit import estimate
+
     try:
         if weights_bytes and hasattr(model, "weights_bytes"):
             model = dataclasses.replace(model, weights_bytes=weights_bytes)

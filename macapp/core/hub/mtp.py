@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from macapp.core import catalog
 from macapp.core.hub.record import HubModelRecord, cached_record, readme_base_model
 from macapp.core.hub.mtp_quant import QuantRule
+from macapp.core.memory import format_bytes
 from macapp.core.modelfiles import SafetensorsError, mtp_side_file, read_safetensors_header, text_config
 from macapp.core.tensor_roles import TensorRole, tensor_role
 
@@ -48,8 +50,6 @@ class MtpStatus:
     @property
     def label(self) -> str:
         """'MTP: available', 'MTP: 12 MB to fetch', 'MTP: none' or 'MTP: not known yet' for the library."""
-        from macapp.core.memory import format_bytes
-
         if self.usable:
             return "MTP: available"
         if self.where is MtpWhere.TO_FETCH:
@@ -132,8 +132,6 @@ def record_rule(record: HubModelRecord) -> QuantRule:
 def source_repo_for(build_repo: str | None, folder: Path | None = None) -> str | None:
     """The original Qwen repo a build was converted from: the catalog's row (Qwen/<name>), else the card's
     ``base_model`` (README.md in the folder, or the build's cached hub record), else None. Never the network."""
-    from macapp.core import catalog
-
     for entry in catalog.builtin_catalog():
         if any(b.repo.lower() == (build_repo or "").lower() for b in entry.builds.values()):
             return entry.base_repo

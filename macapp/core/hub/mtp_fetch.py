@@ -26,6 +26,7 @@ from math import prod
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from macapp.core.download import hubapi
 from macapp.core.download.errors import RESUME_HINT, DownloadCancelled, DownloadError, DownloadErrorKind, is_disk_full
 from macapp.core.download.hfcache import free_bytes
 from macapp.core.download.manager import CancelToken
@@ -178,8 +179,6 @@ def _card_base_model(build_repo: str, token: str | None) -> str:
 
 
 def _source_record(source: str, revision: str, token: str | None) -> HubModelRecord:
-    from macapp.core.download import hubapi
-
     try:
         return fetch_record(source, revision, token=token, known=cached_record(source))
     except DownloadError:

@@ -25,6 +25,7 @@ from typing import Any, Iterable
 
 from macapp.core import catalog, paths
 from macapp.core.catalog import CatalogEntry, ModelRef
+from macapp.core.download.local import inspect_repo
 from macapp.core.hub.record import HubModelRecord, cached_record, refresh_records
 from macapp.core.hub.settings import hub_reachable, hub_settings
 from macapp.core.tensor_roles import TensorRole
@@ -126,8 +127,6 @@ def downloaded_folder(repo: str | None) -> Path | None:
     if not repo:
         return None
     try:
-        from macapp.core.download.local import inspect_repo
-
         local = inspect_repo(repo)
     except Exception:  # an unreadable cache is "not downloaded" here
         return None

@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 from macapp.core.picture_data import ImageRef, PictureFiles, data_url, picture_path
+from macapp.core.vision.dataurl import image_from_url
 from macapp.core.vision.images import ImageError, PreparedImage, image_from_bytes
 
 __all__ = ["FILES", "data_url", "import_data_url", "load_picture", "load_pictures", "picture_path", "save_picture"]
@@ -61,8 +62,6 @@ def load_pictures(refs: tuple[ImageRef, ...]) -> tuple[PreparedImage, ...]:
 
 def import_data_url(url: str, name: str) -> ImageRef:
     """A picture from an imported document, stored like a sent one; ImageError when it is not a readable picture."""
-    from macapp.core.vision.dataurl import image_from_url
-
     return save_picture(image_from_url(url, name))
 
 

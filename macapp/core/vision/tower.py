@@ -22,7 +22,7 @@ class TowerSlot:
     def attach(self, text_model: Any, path: str | Path) -> "VisionModel":
         """The tower, attached now unless it already is (vision.runner.attach_vision; VisionLoadError)."""
         if self.vision is None:
-            from macapp.core.vision.runner import attach_vision
+            from macapp.core.vision.runner import attach_vision  # why: runner imports mlx-vlm; loading a model must not
 
             self.vision = attach_vision(text_model, path)
         return self.vision
