@@ -77,15 +77,7 @@ def test_yarn_frequencies_and_attention_factor_match_transformers_at_the_real_sh
     against transformers' _compute_yarn_parameters, no model needed."""
     from mlx_lm.models.rope_utils import initialize_rope
 
-    params = {
-        "rope_type": "yarn",
-        "rope_theta": 10_000_000,
-        "partial_rotary_factor": 0.25,
-        "factor": float(factor),
-        "original_max_position_embeddings": 262_144,
-        "mrope_section": [11, 11, 10],
-        "mrope_interleaved": True,
-    }
+    params = reference.real_yarn_parameters(factor)
     theirs = _transformers(tmp_path, "yarn", str(factor))
     inv_freq, attention_factor = theirs["inv_freq"], float(theirs["attention_factor"])
     rope = initialize_rope(64, base=10_000_000, traditional=False, scaling_config=dict(params, type="yarn"), max_position_embeddings=262_144 * factor)

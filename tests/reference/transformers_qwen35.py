@@ -48,12 +48,10 @@ def logits(folder: Path, ids_path: Path, out: Path, native: int) -> None:
     np.savez(out, yarn=yarn, plain=plain)
 
 
-def yarn_parameters(factor: int, out: Path) -> None:
-    import numpy as np
-    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-    from transformers.models.qwen3_5 import Qwen3_5TextConfig
-
-    params = {
+def real_yarn_parameters(factor: int) -> dict[str, object]:
+    """Qwen3.5's real rope (head dim 256, partial rotary 0.25, theta 1e7, 262,144 native) with YaRN ×`factor`, as
+    the card writes it: what both sides of the frequency check are given."""
+    return {
         "rope_type": "yarn",
         "rope_theta": 10_000_000,
         "partial_rotary_factor": 0.25,
@@ -62,6 +60,14 @@ def yarn_parameters(factor: int, out: Path) -> None:
         "mrope_section": [11, 11, 10],
         "mrope_interleaved": True,
     }
+
+
+def yarn_parameters(factor: int, out: Path) -> None:
+    import numpy as np
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    from transformers.models.qwen3_5 import Qwen3_5TextConfig
+
+    params = real_yarn_parameters(factor)
     config = Qwen3_5TextConfig(head_dim=256, hidden_size=2048, num_attention_heads=16, max_position_embeddings=262_144, rope_parameters=params)
     inv_freq, attention_factor = ROPE_INIT_FUNCTIONS["yarn"](config)
     np.savez(out, inv_freq=inv_freq.numpy(), attention_factor=np.float64(attention_factor))
