@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from macapp.core.cache_layers import CacheLayers
 from macapp.core.engine.batch_reply import Next, SequenceReply
 from macapp.core.engine.jobs import Job
+from macapp.core.engine.mtp_context import HeadCheckpoint
 from macapp.core.engine.mtp_policy import DepthPolicy, MTPCounts
 from macapp.core.engine.options import MTPMode
 from macapp.core.engine.prompt_cache import PromptCache
@@ -68,7 +69,8 @@ class Sequence:
     sampler: Sampler
     processors: list[LogitsProcessor]
     reply: SequenceReply
-    on_segment: Callable[[int, CacheLayers], None] | None = None  # (prompt tokens read so far, the cache holding them)
+    # (prompt tokens read so far, the cache holding them, the MTP head's context over them if it was kept: solo.py)
+    on_segment: Callable[[int, CacheLayers, HeadCheckpoint | None], None] | None = None
     # (the reply, the cache holding it when `keep_cache`) once it ended; None: stopped or failed while reading.
     # The loop settles the job after it.
     on_done: Callable[[StreamedReply | None, CacheLayers | None], None] = lambda _reply, _cache: None
@@ -261,7 +263,7 @@ class BatchLoop:
                 at = seq.start + done
                 if at in seq.bounds:
                     ((cache, _tokens),) = gen.extract_cache([r.uid]).values()
-                    seq.on_segment(at, cache)
+                    seq.on_segment(at, cache, None)
         reinsert: list[tuple[int, Sequence]] = []
         for r in responses:
             seq = active.get(r.uid)

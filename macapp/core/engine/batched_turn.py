@@ -22,6 +22,7 @@ from macapp.core.engine.batch import Sequence
 from macapp.core.engine.batch_reply import Limits, SequenceReply
 from macapp.core.engine.clock import TurnClock
 from macapp.core.engine.jobs import Job
+from macapp.core.engine.mtp_context import HeadCheckpoint
 from macapp.core.engine.reply import StreamedReply
 from macapp.core.engine.prompt_cache import PromptCache
 from macapp.core.engine.turns import TurnMemory, TurnPlan
@@ -64,7 +65,7 @@ def sequence(
     if head and plan.undo_on_stop:
         job.arm_early_reply(stopped)
 
-    def on_segment(_at: int, cache: CacheLayers) -> None:
+    def on_segment(_at: int, cache: CacheLayers, _head: HeadCheckpoint | None) -> None:
         read.before_last = cache
         read.undone = plan.undo_on_stop and job.disarm_early_reply()
 

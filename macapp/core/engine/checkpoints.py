@@ -24,6 +24,7 @@ from macapp.core.cache_layers import CacheLayers
 from macapp.core.engine.snapshots import CacheMirror, ObservedCache
 
 if TYPE_CHECKING:  # where a picture's tokens sit in a cache (vision.runner imports MLX: for the type only)
+    from macapp.core.engine.mtp_context import HeadCheckpoint
     from macapp.core.vision.runner import PictureSpan
 
 Key = tuple[int | str, ...]  # token ids; a picture's image tokens are its digest (macapp.core.serving.pictures)
@@ -71,6 +72,7 @@ class Checkpoint:
     state_bytes: int  # the DeltaNet arrays this checkpoint alone keeps
     spans: tuple[PictureSpan, ...] = field(default=(), compare=False)  # the pictures among `tokens` (prompt_cache.py)
     mirror: CacheMirror | None = field(default=None, compare=False, repr=False)
+    head: HeadCheckpoint | None = field(default=None, compare=False, repr=False)  # the MTP head's context (mtp_context.py)
 
     @property
     def length(self) -> int:
@@ -92,8 +94,9 @@ def _arrays(x: Any) -> list[Any]:
     return list(x) if isinstance(x, (tuple, list)) else [x]
 
 
-def snapshot(cache: CacheLayers, tokens: Sequence[int | str], spans: Sequence[PictureSpan] = ()) -> Checkpoint:
-    """A checkpoint of a live prompt cache that holds exactly `tokens` (a Key) and the pictures `spans` among them."""
+def snapshot(cache: CacheLayers, tokens: Sequence[int | str], spans: Sequence[PictureSpan] = (), head: HeadCheckpoint | None = None) -> Checkpoint:
+    """A checkpoint of a live prompt cache that holds exactly `tokens` (a Key) and the pictures `spans` among them
+    (`head`: the MTP head's context over them, whose bytes count with the DeltaNet state's)."""
     import mlx.core as mx
     from mlx_lm.models.cache import ArraysCache, KVCache, QuantizedKVCache
 
@@ -120,7 +123,9 @@ def snapshot(cache: CacheLayers, tokens: Sequence[int | str], spans: Sequence[Pi
     observed = cache if isinstance(cache, ObservedCache) else None
     mirror = observed.mirror if observed is not None else None
     kv = KVBlock(tuple(buffers), len(tokens), kv_bytes)
-    checkpoint = Checkpoint(tuple(tokens), tuple(layers), kv, state_bytes, tuple(spans), mirror)
+    if head is not None:
+        state_bytes += head.nbytes
+    checkpoint = Checkpoint(tuple(tokens), tuple(layers), kv, state_bytes, tuple(spans), mirror, head)
     if observed is not None and mirror is not None:
         mirror.checkpoint_taken(observed, checkpoint)
     return checkpoint

@@ -20,12 +20,10 @@ target's post-norm hidden states from mlx-lm's model (mlx-vlm's path asks its ow
 mlx-lm's ArraysCache by snapshot and re-read (mlx-vlm relies on its own DeltaNet kernel's per-step states);
 the acceptance rule on our sampler and logits processors; the stop/eos/max_tokens cache contract above; the
 measured depth and "auto" (mtp_policy.py), handing over to mlx-lm's own generate_step when MTP does not pay.
-The head's cache starts empty at each call (it sees this stream's tokens, not the prompt before them): only
-its acceptance depends on that, never the output. Not done yet: feeding it the prompt as the prompt is read
-(mlx-vlm's `prefill_from_target_hidden`: each token's post-norm hidden state with the next token's embedding),
-which needs the hidden states from every prefill chunk (prefill.py and solo.py read for logits only) and,
-after a checkpoint restore, of tokens read by an earlier request; the tiny test heads (scripted or random)
-cannot show what it buys.
+The head's own cache (mtp_context.HeadContext) is the sequence's, kept with its prompt cache: fed each prompt
+chunk's hidden states as the prompt is read (prefill.py, solo.py; mlx-vlm's `prefill_from_target_hidden` does this
+once for a whole prompt), lent to the drafter for the rounds, and settled with the cache. Without one (a caller
+that keeps none) the head starts empty at each stream and sees only its tokens: only acceptance depends on it.
 
 `Decoder` gives one round at a time (`start`, `round`, `gave`, `settle`), so a lone sequence of the batch
 (solo.py) hands each token to its reply itself and looks for another arrival between rounds.
@@ -46,6 +44,7 @@ if TYPE_CHECKING:
     from mlx_lm.sample_utils import LogitsProcessor, Sampler
 
     from macapp.core.engine.model_folder import LoadedModel
+    from macapp.core.engine.mtp_context import HeadContext
     from macapp.core.engine.mtp_head import MTPHead
 
 
@@ -78,9 +77,11 @@ def mtp_stream(
     processors: list["LogitsProcessor"],
     policy: DepthPolicy,
     counts: MTPCounts,
+    context: "HeadContext | None" = None,
 ) -> Generator[Token, None, None]:
-    """Feed `segment` into `cache` (holding `cached` tokens) and give up to `max_tokens` tokens, as stream_generate."""
-    raw = Decoder(m, head, cache, cached, params, sampler, processors, policy, counts).tokens(list(segment), max_tokens)
+    """Feed `segment` into `cache` (holding `cached` tokens) and give up to `max_tokens` tokens, as stream_generate;
+    `context`: the head's context over `cache` (mtp_context.py), or None to start the head empty."""
+    raw = Decoder(m, head, cache, cached, params, sampler, processors, policy, counts, context=context).tokens(list(segment), max_tokens)
     detokenizer = m.tokenizer.detokenizer
     eos = m.tokenizer.eos_token_ids
     token = -1  # raw gives at least one token (max_tokens >= 1)
@@ -114,8 +115,10 @@ class Decoder:
         policy: DepthPolicy,
         counts: MTPCounts,
         history: list[int] | None = None,
+        context: "HeadContext | None" = None,
     ):
         self.m, self.head, self.cache, self.length = m, head, cache, cached
+        self.context = context
         self.lm = m.model.language_model
         self.sampler, self.processors, self.policy, self.counts = sampler, processors, policy, counts
         # what the logits processors have seen: generate_step's `tokens` (this stream's), or the batch's (every
@@ -145,12 +148,20 @@ class Decoder:
         self.counts.passes += 1
         return hidden, logits[0]
 
-    def _read(self, tokens: list[int]) -> None:
+    def _read(self, tokens: list[int], *, in_round: bool = False) -> None:
+        """Read `tokens` into the cache; the head's context hears of them unless the round's drafter keeps it."""
         import mlx.core as mx
 
         if tokens:
+            first = self.length
             hidden, _ = self._forward(tokens)
             mx.eval(hidden, [c.state for c in self.cache])
+            if not in_round:
+                self._tell_context(first, tokens, hidden)
+
+    def _tell_context(self, first: int, tokens: list[int], hidden: Any) -> None:
+        if self.context is not None:
+            self.context.read(first, tokens, hidden)
 
     # -- the stream ------------------------------------------------------------------------------------
     def tokens(self, segment: list[int], max_tokens: int) -> Generator[int, None, None]:
@@ -177,11 +188,13 @@ class Decoder:
     def start(self, segment: list[int]) -> int:
         """Read `segment`; the first token (the caller hands it on with `gave`, as a round's)."""
         start = time.perf_counter()
+        first = self.length
         hidden, logits = self._forward(segment)
         self.history.extend(segment)
         token = self.acceptor.first(logits[-1])
         if self.policy.wants_plain_probe() and len(segment) == 1:  # a plain step's work: one token read
             self.policy.plain_step(time.perf_counter() - start)
+        self._tell_context(first, segment, hidden)
         self.base, self.fed, self.given = None, [], []
         self.last_hidden = hidden[:, -1:, :]
         return token
@@ -200,8 +213,12 @@ class Decoder:
             self.live = False
             return [token]
         if not self.live:
-            self.head.drafter.reset(self.m.model)
-            self.head.drafter.set_shared_kv({}, self.length - 1)  # the pair (b, hidden before b) sits there
+            if self.context is not None:
+                self.context.align(self.length)
+                self.context.lend()
+            else:
+                self.head.drafter.reset(self.m.model)
+                self.head.drafter.set_shared_kv({}, self.length - 1)  # the pair (b, hidden before b) sits there
             self.live = True
         given, self.last_hidden = self._round(b, self.last_hidden, depth)
         return given
@@ -217,6 +234,7 @@ class Decoder:
         self.history.append(b)
         token = self.acceptor.first(logits[-1])
         self.policy.plain_step(time.perf_counter() - start)
+        self._tell_context(self.length - 1, [b], hidden)  # after the measurement: feeding the head is MTP's cost
         return token, hidden
 
     def _round(self, b: int, last_hidden: Any, depth: int) -> tuple[list[int], Any]:
@@ -237,7 +255,7 @@ class Decoder:
         reread = None
         if verdict.accepted < depth:  # a rejected draft: back to before the pass, then read what was kept
             self._restore()
-            self._read([b, *kept])
+            self._read([b, *kept], in_round=True)
             reread = time.perf_counter() - t2
         self.fed = [b, *kept]
         self.history.extend(kept)
@@ -252,7 +270,10 @@ class Decoder:
         counts.drafted += looked
         counts.accepted += verdict.accepted
         counts.tokens += verdict.accepted + 1
-        return [*kept, verdict.token], hidden[:, verdict.accepted : verdict.accepted + 1, :]
+        last_hidden = hidden[:, verdict.accepted : verdict.accepted + 1, :]
+        if self.context is not None:  # the drafter wrote the round's entries into it (lend); the last token's hidden
+            self.context.carry = (self.length - 1, last_hidden)
+        return [*kept, verdict.token], last_hidden
 
     def _restore(self) -> None:
         assert self.base is not None, "nothing read since the last settled point needs undoing"
@@ -283,7 +304,7 @@ class Decoder:
         """The cache holds exactly what was handed out (see the class docstring); `last_unread`: all but the last
         given token (a lone sequence hands that one to the batch to read: solo.py)."""
         if self.handed_over:
-            return  # generate_step reads each token before giving it
+            return  # generate_step reads each token before giving it (the head's context is left behind: a gap)
         fed = self.fed
         want = self.given[:-1] if last_unread else self.given
         if want[: len(fed)] == fed:
@@ -292,6 +313,8 @@ class Decoder:
             self._restore()
             self._read(want)
         self.fed = list(want)
+        if self.context is not None:  # a round's entries for tokens not held (a stop mid-round, the last unread)
+            self.context.trim_to(self.length)
 
 
 def _with_prefix(processor: "LogitsProcessor", prefix: Any) -> "LogitsProcessor":

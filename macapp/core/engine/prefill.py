@@ -12,6 +12,7 @@ from macapp.core.fit.estimate import DEFAULT_PREFILL_STEP
 if TYPE_CHECKING:
     import mlx.core as mx
 
+    from macapp.core.engine.mtp_context import HeadContext
     from macapp.core.engine.model_folder import LoadedModel
 
 
@@ -33,6 +34,8 @@ def prefill(
     should_stop: Callable[[], bool] | None = None,
     on_progress: Callable[[int], None] | None = None,
     embeddings: mx.array | None = None,
+    head: HeadContext | None = None,
+    held: int = 0,
 ) -> int:
     """Read `tokens` into `cache` (a prompt cache of `model`, from mlx-lm's make_prompt_cache); return how many
     were read: all of them, unless `should_stop()` said yes before a chunk.
@@ -44,6 +47,10 @@ def prefill(
 
     `embeddings` (one row per token, mx.array): fed instead of the token embeddings (a turn with pictures, on a
     model that takes them: vision.runner.PositionedLM).
+
+    `head`: the MTP head's context over `cache` (mtp_context.py), which holds `held` tokens before `tokens`: each
+    chunk's post-norm hidden states go into it as they come (the chunk then runs through the model's body alone;
+    the lm_head's logits, which a prefill never evaluates anyway, are not asked for).
 
     Usually fed all but the prompt's last token: stream_reply feeds that one, so the cache can be snapshotted
     right before the reply. Run it on the engine's worker thread (Engine.submit), inside `wired_memory(model)`.
@@ -60,10 +67,13 @@ def prefill(
             if should_stop is not None and should_stop():
                 break
             n = min(step, total - done)
-            if embeddings is None:
-                model.model(mx.array(list(tokens[done : done + n]))[None], cache=cache)
+            chunk = list(tokens[done : done + n])
+            if head is not None and embeddings is None:
+                head.read(held + done, chunk, model.model.language_model.model(mx.array(chunk)[None], cache=cache))
+            elif embeddings is None:
+                model.model(mx.array(chunk)[None], cache=cache)
             else:  # a turn with pictures: its embeddings hold the tower's features (vision.runner.EncodedTurn)
-                model.model(mx.array(list(tokens[done : done + n]))[None], cache=cache, input_embeddings=embeddings[done : done + n][None])
+                model.model(mx.array(chunk)[None], cache=cache, input_embeddings=embeddings[done : done + n][None])
             maybe_quantize_kv_cache(cache, **quantize)
             mx.eval([c.state for c in cache])
             done += n

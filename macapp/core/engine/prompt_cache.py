@@ -11,7 +11,9 @@ mark, rewind, checkpoint and restore: snapshots.py, checkpoints.py); `tokens` th
 pool's key: a picture's image tokens may be its digest); `spans` the pictures among them with their mRoPE
 positions (macapp.core.vision.runner.PictureSpan), so a rewind forgets the pictures after the point it goes back
 to, and a checkpoint keeps those before it: restored, the cache has them again and reading on from it gives the
-positions a fresh read gives (the one record of picture positions, for a chat session and the API alike).
+positions a fresh read gives (the one record of picture positions, for a chat session and the API alike);
+`head` the MTP head's own context over the same tokens (mtp_context.py), where a stream drafts: marks, rewinds
+and checkpoints carry it along.
 """
 
 from __future__ import annotations
@@ -20,20 +22,31 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from macapp.core.cache_layers import CacheLayers
 from macapp.core.engine.checkpoints import Checkpoint, restore, snapshot
+from macapp.core.engine.mtp_context import HeadCheckpoint, HeadContext
 from macapp.core.engine.snapshots import CacheSnapshot, restore_snapshot, take_snapshot
 
 if TYPE_CHECKING:
     from macapp.core.engine.model_folder import LoadedModel
+    from macapp.core.engine.mtp_head import MTPHead
     from macapp.core.vision.runner import PictureSpan
 
 
 class PromptCache:
     """A sequence's cache layers, the tokens they hold and the pictures among them (see the module docstring)."""
 
-    def __init__(self, layers: CacheLayers, tokens: Sequence[Any] = (), spans: list[PictureSpan] | None = None):
+    def __init__(
+        self,
+        layers: CacheLayers,
+        tokens: Sequence[Any] = (),
+        spans: list[PictureSpan] | None = None,
+        head: HeadContext | None = None,
+        kept_head: HeadCheckpoint | None = None,
+    ):
         self.layers = layers
         self.tokens: list[Any] = list(tokens)
         self.spans: list[PictureSpan] = spans if spans is not None else []  # vision.runner's PictureSpans, by start
+        self.head = head
+        self._head_checkpoint = kept_head  # the head's context a checkpoint kept, until a stream asks for it
 
     @classmethod
     def new(cls, model: "LoadedModel") -> "PromptCache":
@@ -44,8 +57,18 @@ class PromptCache:
 
     @classmethod
     def restore(cls, checkpoint: Checkpoint) -> "PromptCache":
-        """A fresh cache at `checkpoint`: reading on into it never touches the checkpoint."""
-        return cls(restore(checkpoint), checkpoint.tokens, list(checkpoint.spans))
+        """A fresh cache at `checkpoint`: reading on into it never touches the checkpoint (nor its MTP head context,
+        which comes back when a stream asks for it: head_context)."""
+        return cls(restore(checkpoint), checkpoint.tokens, list(checkpoint.spans), kept_head=checkpoint.head)
+
+    def head_context(self, head: "MTPHead") -> HeadContext:
+        """The MTP head's context over this cache: the one it has, or the one its checkpoint kept, or a new one that
+        starts here (empty: the tokens already held were read without it)."""
+        if self.head is None or self.head.head is not head:
+            kept = self._head_checkpoint
+            self.head = HeadContext.restore(head, kept) if kept is not None else HeadContext.new(head, len(self.tokens))
+        self._head_checkpoint = None
+        return self.head
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -56,6 +79,8 @@ class PromptCache:
 
     def mark(self) -> CacheSnapshot:
         """Where the cache is now, to come back to (no copy: snapshots.py)."""
+        if self.head is not None:
+            self.head.remember()
         return take_snapshot(self.layers, len(self.tokens))
 
     def rewind(self, mark: CacheSnapshot) -> None:
@@ -63,6 +88,9 @@ class PromptCache:
         restore_snapshot(self.layers, mark)
         del self.tokens[mark.length :]
         self.spans[:] = [span for span in self.spans if span.start < mark.length]
+        if self.head is not None:
+            self.head.trim_to(mark.length)
+        self._head_checkpoint = None  # it may hold entries after the mark
 
     def adopt(self, layers: CacheLayers, added: Sequence[Any]) -> None:
         """Go on from `layers`, a copy of this cache that read `added` after what this one holds (the batch hands
@@ -74,4 +102,5 @@ class PromptCache:
         """A checkpoint of the cache as it is (no copy at the time: checkpoints.py), with the pictures read so far
         (a request queues its whole tail as one span before reading it: the checkpoint keeps what it holds)."""
         held = len(self.tokens)
-        return snapshot(self.layers, self.tokens, [span.until(held) for span in self.spans if span.start < held])
+        head = self.head.checkpoint(held) if self.head is not None else self._head_checkpoint
+        return snapshot(self.layers, self.tokens, [span.until(held) for span in self.spans if span.start < held], head)

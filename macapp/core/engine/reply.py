@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from mlx_lm.generate import GenerationResponse
 
     from macapp.core.engine.model_folder import LoadedModel
+    from macapp.core.engine.mtp_context import HeadContext
 
 Emit = Callable[[Any], None]
 
@@ -51,8 +52,10 @@ class _Stream:
         emit: Emit,
         clock: TurnClock,
         policy: DepthPolicy | None,
+        context: "HeadContext | None" = None,
     ):
         self.model, self.cache, self.cached, self.params = model, cache, cached, params
+        self.context = context  # the MTP head's context over `cache` (mtp_context.py), if the caller keeps one
         self.kv, self.prefill_step, self.splitter, self.budget = kv.kwargs(), prefill_step, splitter, budget
         self.policy = policy  # None: plain decoding (no head, MTP off, or a cache MTP cannot roll back)
         self.mtp = MTPCounts()
@@ -89,6 +92,7 @@ def stream_reply(
     prefill_step: int = DEFAULT_PREFILL_STEP,
     mtp: MTPMode = MTPMode.AUTO,
     mtp_policy: DepthPolicy | None = None,
+    mtp_context: "HeadContext | None" = None,
 ) -> StreamedReply:
     """Generate one reply into `cache` and stream it as events; return the Reply and what went into the cache.
 
@@ -106,7 +110,8 @@ def stream_reply(
     - `clock`: the turn's TurnClock (call its `reading()` before the prefill): TTFT and rates are timed by it.
     - `mtp`: speculative decoding with the build's MTP head (`model.mtp_head`; mtp_decode.py), the same
       tokens (greedy) or the same distribution (sampling); `mtp_policy`: the conversation's measurements and
-      "auto"'s decision, kept across its turns (None: a fresh one for this reply).
+      "auto"'s decision, kept across its turns (None: a fresh one for this reply); `mtp_context`: the head's own
+      context over `cache` (PromptCache.head_context; None: the head starts empty).
 
     Run on the engine's worker thread (Engine.submit), inside prefill.wired_memory(model). Per token this adds
     a list append, the splitter's string work and the event to mlx-lm's own loop.
@@ -115,7 +120,7 @@ def stream_reply(
 
     splitter = ThinkingSplitter(in_reasoning=thinking and budget != 0)
     policy = pick_policy(model, cache, kv, mtp, mtp_policy)
-    run = _Stream(model, cache, cached, params, kv, prefill_step, splitter, budget, should_stop, emit, clock, policy)
+    run = _Stream(model, cache, cached, params, kv, prefill_step, splitter, budget, should_stop, emit, clock, policy, mtp_context)
     if params.seed is not None:
         mx.random.seed(params.seed)
     remaining = params.max_tokens
@@ -176,6 +181,7 @@ def _token_source(run: _Stream, segment: list[int], cap: int) -> Generator["mtp_
             processors=run.processors,
             policy=policy,
             counts=run.mtp,
+            context=run.context,
         )
     return stream_generate(
         m.model,

@@ -13,10 +13,11 @@ from macapp.core.engine.errors import EngineError
 from macapp.core.engine.jobs import Job
 from macapp.core.engine.messages import ChatMessage
 from macapp.core.engine.model_folder import LoadedModel
+from macapp.core.engine.mtp_context import HeadContext
 from macapp.core.engine.mtp_policy import DepthPolicy
 from macapp.core.engine.options import SessionOptions
 from macapp.core.engine.prefill import prefill, wired_memory
-from macapp.core.engine.reply import StreamedReply, stream_reply
+from macapp.core.engine.reply import StreamedReply, drafting, pick_policy, stream_reply
 from macapp.core.engine.prompt_cache import PromptCache
 from macapp.core.engine.snapshots import CacheSnapshot
 from macapp.core.engine.turns import ThinkingMode, TurnMemory, TurnPlan
@@ -287,8 +288,9 @@ class ChatSession:
             m = self._with_pictures(m, encoded)
         self._messages = list(plan.history)
         clock.reading(len(plan.prompt))
+        context = self._head_context(m)
         with wired_memory(m):
-            if not self._read_prompt(job, m, clock, plan, turn_start, previous, encoded):
+            if not self._read_prompt(job, m, clock, plan, turn_start, previous, encoded, context):
                 return None
             self._turn = TurnMemory(
                 before_turn=turn_start,
@@ -315,9 +317,17 @@ class ChatSession:
                 prefill_step=self.options.prefill_step_size,
                 mtp=self.options.mtp,
                 mtp_policy=self.mtp_policy,
+                mtp_context=context,
             )
         self._settle_reply(m, plan, streamed)
         return streamed.reply
+
+    def _head_context(self, m: LoadedModel) -> HeadContext | None:
+        """The MTP head's context over this session's cache, when this turn's reply drafts with the head."""
+        policy = pick_policy(m, self._live.layers, self.options.kv, self.options.mtp, self.mtp_policy)
+        if m.mtp_head is None or policy is None or not drafting(policy):
+            return None
+        return self._live.head_context(m.mtp_head)
 
     def _rewind(self, m: LoadedModel, plan: TurnPlan) -> CacheSnapshot:
         """Make sure there is a cache and go back to the plan's point in it; return where the turn starts."""
@@ -352,8 +362,10 @@ class ChatSession:
         turn_start: CacheSnapshot,
         previous: TurnMemory | None,
         encoded: EncodedTurn | None = None,
+        context: HeadContext | None = None,
     ) -> bool:
-        """Prefill all but the prompt's last token; False if a stop undid the turn (its Finished is then emitted).
+        """Prefill all but the prompt's last token (`context`: the MTP head's, fed as it goes); False if a stop undid
+        the turn (its Finished is then emitted).
 
         A stop during a chunk is answered at once by Job.stop() (armed here); the undo waits for the chunk."""
         prompt = plan.prompt
@@ -371,6 +383,8 @@ class ChatSession:
             should_stop=job.stop_event.is_set if plan.undo_on_stop else None,
             on_progress=lambda n: job.emit(PromptProgress(n, total)),
             embeddings=None if encoded is None else encoded.embeddings,
+            head=context,
+            held=len(self._live),
         )
         self._live.extend(prompt[:done])
         if plan.undo_on_stop and (job.disarm_early_reply() or job.stopped):

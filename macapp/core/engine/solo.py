@@ -63,13 +63,17 @@ class SoloRun:
 
         self.m, self.seq, self.prefill_step = m, seq, prefill_step
         prompt = seq.prompt  # read into a copy, as the batch does: a stopped read leaves `prompt` as it was
-        self.layers = (PromptCache.restore(prompt.checkpoint()) if len(prompt) else PromptCache.new(m)).layers
+        own = PromptCache.restore(prompt.checkpoint()) if len(prompt) else PromptCache.new(m)
+        self.layers = own.layers
         self.tokens: list[int] = list(seq.prompt.tokens)
         self.context = TokenBuffer(self.tokens) if seq.processors else None
         self.eos = set(m.tokenizer.eos_token_ids)
         self.steps = 0  # forward passes
         # the batch's caches are never quantized (runner.py batches no --kv-bits request)
         self.policy = pick_policy(m, self.layers, KVQuantization(), seq.mtp, seq.mtp_policy)
+        # the MTP head's context (mtp_context.py), fed as the prompt is read, when this sequence drafts
+        head = m.mtp_head
+        self.head = own.head_context(head) if head is not None and self.policy is not None and drafting(self.policy) else None
 
     def run(self, someone_waits: Callable[[], bool]) -> HandOver | Ended:
         """Read the prompt, then decode, until the reply ends or `someone_waits()` (asked at every boundary)."""
@@ -109,7 +113,10 @@ class SoloRun:
                 return HandOver(self.layers, self.tokens, segments)
             segment = segments[0]
             chunk, rest = segment[: self.prefill_step], segment[self.prefill_step :]
-            self.m.model(mx.array(chunk)[None], cache=self.layers)
+            if self.head is not None:  # the model's body alone gives the hidden states the head reads
+                self.head.read(len(self.tokens), chunk, self.m.model.language_model.model(mx.array(chunk)[None], cache=self.layers))
+            else:
+                self.m.model(mx.array(chunk)[None], cache=self.layers)
             mx.eval([c.state for c in self.layers])
             self.steps += 1
             self._held(chunk)
@@ -122,7 +129,7 @@ class SoloRun:
             segments.pop(0)
             at = len(self.tokens)
             if seq.on_segment is not None and at in seq.bounds:
-                seq.on_segment(at, self._copy())  # the batch too hands over a copy (extract_cache)
+                seq.on_segment(at, self._copy(), self.head.checkpoint(at) if self.head is not None else None)  # a copy, as the batch's
         return None
 
     def _feed(self, tokens: list[int]) -> Any:
@@ -183,6 +190,7 @@ class SoloRun:
             policy,
             counts,
             history=self.tokens if seq.processors else None,  # the processors see every token held, as in the batch
+            context=self.head,
         )
         taken: list[int] = []
 

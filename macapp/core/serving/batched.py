@@ -17,6 +17,7 @@ from macapp.core.engine.batch import Sequence
 from macapp.core.engine.batch_reply import Limits, SequenceReply
 from macapp.core.events import PromptProgress
 from macapp.core.sampling import make_sampler_and_processors
+from macapp.core.engine.mtp_context import HeadCheckpoint
 from macapp.core.engine.prompt_cache import PromptCache
 from macapp.core.serving.prepared import PreparedRequest
 from macapp.core.serving.reply_text import ReplyText, cancelled, completed
@@ -59,8 +60,8 @@ def start(serving: "ServingEngine", job: Job, prepared: PreparedRequest, m: Load
         clock=clock,
     )
 
-    def on_segment(at: int, layers: CacheLayers) -> None:
-        pool.add(PromptCache(layers, key[:at]))
+    def on_segment(at: int, layers: CacheLayers, head: HeadCheckpoint | None) -> None:
+        pool.add(PromptCache(layers, key[:at], kept_head=head))
 
     def on_done(streamed: StreamedReply | None, _cache: CacheLayers | None) -> None:
         serving.measured(time.perf_counter() - submitted)
@@ -76,6 +77,7 @@ def start(serving: "ServingEngine", job: Job, prepared: PreparedRequest, m: Load
         on_segment=on_segment,
         on_done=on_done,
         mtp=serving.options.session.mtp,  # drafts while it is alone (engine/solo.py)
+        mtp_policy=serving.mtp_policy_for(m),
     )
 
 

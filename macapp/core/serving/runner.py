@@ -30,6 +30,9 @@ from macapp.core import events as ev
 from macapp.core.engine import Engine, EngineError, Job, LoadedModel, SessionOptions, TurnClock, prefill, stream_reply, wired_memory
 from macapp.core.engine.batch import DEFAULT_LIMIT, BatchLoop
 from macapp.core.engine.limits import context_limit
+from macapp.core.engine.mtp_context import HeadContext
+from macapp.core.engine.mtp_policy import DepthPolicy
+from macapp.core.engine.reply import drafting, pick_policy
 from macapp.core.events import PromptProgress
 from macapp.core.serving import batched
 from macapp.core.serving import pictures as request_pictures
@@ -81,6 +84,8 @@ class ServingEngine:
         self._mean_s = FIRST_GUESS_S  # a request's measured duration, from its start to its end (EWMA)
         self._limit_for: Any = None  # the model the batch limit was sized for
         self._limit = 1
+        self._mtp_model: LoadedModel | None = None  # the model `_mtp_policy` measures (worker thread only)
+        self._mtp_policy = DepthPolicy(self.options.session.mtp)
         engine.serve_from(self)  # chat turns join the batch while this serves (ChatSession)
         self._closed = False
 
@@ -254,6 +259,13 @@ class ServingEngine:
         opts = self.options.session
         return run_settings(prepared, m, opts, opts.memory_budget_bytes or self.engine.memory_budget_bytes(), prompt_len)
 
+    def mtp_policy_for(self, m: LoadedModel) -> DepthPolicy:
+        """The MTP measurements and "auto"'s verdict for `m`, one for all the requests it answers: a head that does
+        not pay is found out once, not probed again by every request (a chat session keeps its own)."""
+        if self._mtp_model is not m:
+            self._mtp_model, self._mtp_policy = m, DepthPolicy(self.options.session.mtp)
+        return self._mtp_policy
+
     def pool_for(self, m: LoadedModel) -> CheckpointPool:
         self.pool.bind(m)
         if not self._sized:
@@ -297,9 +309,11 @@ class ServingEngine:
         if pictures is not None:
             prompt = replace(prompt, embeddings=self._begin_pictures(pictures, cache, clock))
         text = ReplyText(job, rendered, request)
+        policy = self.mtp_policy_for(m)
+        context = self._head_context(run, cache, policy)
         with wired_memory(m):
             clock.reading(len(tokens) - cached)
-            read = self._read(job, run, pool, cache, prompt, cached)
+            read = self._read(job, run, pool, cache, prompt, cached, context)
             if read < len(tokens) - 1:
                 job.emit(cancelled(m, usage))
                 return
@@ -318,6 +332,8 @@ class ServingEngine:
                 kv=opts.kv,
                 prefill_step=opts.prefill_step_size,
                 mtp=opts.mtp,
+                mtp_policy=policy,
+                mtp_context=context,
             )
         del cache
         mx.clear_cache()
@@ -336,8 +352,19 @@ class ServingEngine:
         clock.image_tokens = encoded.image_tokens if encoded is not None else 0
         return encoded.embeddings if encoded is not None else None
 
-    def _read(self, job: Job, m: LoadedModel, pool: CheckpointPool, cache: PromptCache, prompt: "_Prompt", cached: int) -> int:
-        """Read the prompt from `cached` up to its last token, checkpointing each boundary; return where it got to."""
+    def _head_context(self, m: LoadedModel, cache: PromptCache, policy: DepthPolicy) -> HeadContext | None:
+        """The MTP head's context over `cache` when the reply drafts with the head (mtp_context.py)."""
+        opts = self.options.session
+        picked = pick_policy(m, cache.layers, opts.kv, opts.mtp, policy)
+        if m.mtp_head is None or picked is None or not drafting(picked):
+            return None
+        return cache.head_context(m.mtp_head)
+
+    def _read(
+        self, job: Job, m: LoadedModel, pool: CheckpointPool, cache: PromptCache, prompt: "_Prompt", cached: int, context: HeadContext | None = None
+    ) -> int:
+        """Read the prompt from `cached` up to its last token, checkpointing each boundary (`context`: the MTP
+        head's, fed as it goes); return where it got to."""
         tokens = prompt.tokens
         total = len(tokens) - cached
         opts = self.options.session
@@ -354,6 +381,8 @@ class ServingEngine:
                 should_stop=lambda: job.stopped,
                 on_progress=lambda done: job.emit(PromptProgress(start - cached + done, total)),
                 embeddings=None if prompt.embeddings is None else prompt.embeddings[pos - cached : boundary - cached],
+                head=context,
+                held=pos,
             )
             if pos < boundary:
                 return pos
