@@ -38,6 +38,7 @@ from macapp.core.engine.mtp_policy import DepthPolicy, MTPCounts
 from macapp.core.engine.options import MTPMode
 from macapp.core.engine.prompt_cache import PromptCache
 from macapp.core.engine.reply import StreamedReply
+from macapp.core.engine.solo import Ended, SoloRun
 from macapp.core.engine.worker import waiting_jobs
 from macapp.core import events as ev
 from macapp.core.engine.errors import EngineError
@@ -209,8 +210,6 @@ class BatchLoop:
 
     def _alone(self, gen: Any, active: dict[int, Sequence], job: Job, starter: Starter, m: "LoadedModel") -> None:
         """Run a lone sequence outside the batch (solo.py) until it ends or another arrives: then it joins the batch."""
-        from macapp.core.engine.solo import Ended, SoloRun
-
         seq = _start(job, starter, m)
         if seq is None:
             return
