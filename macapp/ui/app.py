@@ -10,13 +10,14 @@ from PySide6.QtWidgets import QApplication
 
 from macapp import APP_NAME, __version__
 from macapp.core.paths import resources_dir
+from macapp.core.engine.worker import start_worker
 from macapp.core.settings import Settings
+from macapp.ui.main_window import MainWindow
+from macapp.ui.qt_platform import choose_screenshot_platform, platform_problem
 from macapp.ui.style import apply_style, follow_system_appearance
 
 
 def make_application(argv: list[str] | None = None) -> QApplication:
-    from macapp.core.engine.worker import start_worker
-
     start_worker()  # before any widget: see start_worker (this imports no MLX)
     app = QApplication.instance()
     if app is None:
@@ -45,8 +46,6 @@ def save_window_png(window, path: str) -> None:
 
 def run_app(screenshot: str | None = None) -> int:
     """Open the main window; with `screenshot`, render it to that PNG and exit instead."""
-    from macapp.ui.qt_platform import choose_screenshot_platform, platform_problem
-
     if screenshot:
         choose_screenshot_platform()  # README: a screenshot needs no screen
     problem = platform_problem()
@@ -54,8 +53,6 @@ def run_app(screenshot: str | None = None) -> int:
         print(problem, file=sys.stderr)
         return 1
     app = make_application()
-    from macapp.ui.main_window import MainWindow
-
     window = MainWindow(Settings())
     window.show()
     if screenshot:

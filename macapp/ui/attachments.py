@@ -19,6 +19,9 @@ from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QSize, Qt, Signal
 from PySide6.QtGui import QImage, QPixmap
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QScrollArea, QToolButton, QWidget
 
+from macapp.core.vision import images
+from macapp.core.vision.images import ImageError
+
 THUMB = 64
 IMAGE_FILTER = "Pictures (*.png *.jpg *.jpeg *.gif *.webp *.bmp *.tif *.tiff)"
 
@@ -153,25 +156,17 @@ class AttachmentStrip(QScrollArea):
 
     # -- adding (any thread reads; the GUI thread only places thumbnails)
     def add_files(self, paths: list[str | Path]) -> None:
-        from macapp.core.vision.images import open_image
-
         for path in paths:
-            self._read(lambda p=path: open_image(p), str(path))
+            self._read(lambda p=path: images.open_image(p), str(path))
 
     def add_image_data(self, data: bytes, name: str = "pasted picture") -> None:
-        from macapp.core.vision.images import image_from_bytes
-
-        self._read(lambda: image_from_bytes(data, name), name)
+        self._read(lambda: images.image_from_bytes(data, name), name)
 
     def add_qimage(self, image: QImage, name: str = "pasted picture") -> None:
-        from macapp.core.vision.images import image_from_bytes
-
         copy = image.copy()  # encoded as PNG on the reading thread, from a copy of its own
-        self._read(lambda: image_from_bytes(qimage_png(copy), name), name)
+        self._read(lambda: images.image_from_bytes(qimage_png(copy), name), name)
 
     def _read(self, read, name: str) -> None:
-        from macapp.core.vision.images import ImageError
-
         self.pending += 1
         self._added += 1
         order, batch = self._added, self._batch
@@ -195,8 +190,6 @@ class AttachmentStrip(QScrollArea):
         self.changed.emit()  # Send waits for this one
 
     def _arrived(self, batch: int, order: int, result, small: QImage | None = None) -> None:
-        from macapp.core.vision.images import ImageError
-
         if batch != self._batch:
             return  # read for a message already sent or cleared: its pending count went with it
         self.pending -= 1

@@ -18,6 +18,9 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
+from macapp.core.engine import Engine, SessionOptions
+from macapp.core.long_context import notice
+from macapp.core.sampling import preset
 from macapp.core.conversation import ConversationModel, Turn, starts_reply
 from macapp.core.events import Failed, Finished, Loaded, Reply, TerminalEvent, TurnKind
 from macapp.core.recorder import ChatRecorder, TurnOutcome, TurnResult
@@ -229,8 +232,6 @@ class ChatController(QObject):
     # -- model ----------------------------------------------------------------------------------------------------
     def _ensure_engine(self):
         if self.engine is None:
-            from macapp.core.engine import Engine
-
             self.engine = Engine()
         return self.engine
 
@@ -260,8 +261,6 @@ class ChatController(QObject):
 
     def long_context_notice(self) -> str | None:
         """The loaded model's long-context sentence (the CLI's), None when it runs at its native length."""
-        from macapp.core.long_context import notice
-
         factor = self.model_info.yarn_factor if self.model_info is not None else None
         return notice(factor) if factor else None
 
@@ -321,8 +320,6 @@ class ChatController(QObject):
 
     def _new_session(self, system: str | None, messages: list[dict] | None) -> Any:
         """An engine session for the open conversation (the conversation model asks when its next turn needs one)."""
-        from macapp.core.engine import SessionOptions
-
         # The context and KV-cache bits chosen in the library are the ones the fit was computed for.
         limit = int(self.settings.get("library.context", 0) or 0) or None
         if limit and self.model_info is not None:
@@ -337,8 +334,6 @@ class ChatController(QObject):
     # -- turns ----------------------------------------------------------------------------------------------------
     def sampling(self, thinking: bool):
         """(SamplingParams, thinking budget) from the settings; ValueError when they cannot be used."""
-        from macapp.core.sampling import preset
-
         values = sampling_for(self.settings, thinking)
         budget = values.pop("thinking_budget", None)
         params = preset(thinking).with_overrides(**{**values, **self.sampling_overrides})

@@ -9,6 +9,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWi
 from macapp.core.events import Loaded, TurnKind
 from macapp.core.recorder import TurnResult
 from macapp.core.settings import Settings
+from macapp.devtools.demo import SHORT_NOTICE, is_demo_model
 from macapp.ui.chat_controller import ChatController, TurnEnd, TurnStart
 from macapp.ui.composer import Composer
 from macapp.ui.message_list import MessageList
@@ -211,8 +212,6 @@ class ChatView(QWidget):
         return (c.recorder.model or None) if c.recorder is not None and c.conversation_id is not None else None
 
     def _update_model_controls(self, loaded: bool, loading: bool) -> None:
-        from macapp.devtools.demo import SHORT_NOTICE, is_demo_model
-
         ref = self.controller.model_ref
         path = ref.local_path if loaded else None
         self.model_picker.set_choices(self.model_choices, path)

@@ -10,8 +10,13 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QLabel, QPushButton, QScrollArea, QVBoxLayout, QWidget
 
-from macapp.core.memory import format_bytes
+from macapp.core.fit.cluster import hosts_needed
 from macapp.core.fit.prefill_time import format_duration
+from macapp.core.hub.mtp import MtpWhere
+from macapp.core.long_context import notice
+from macapp.core.memory import format_bytes
+from macapp.ui.downloads import DownloadPanel
+from macapp.ui.library_model import images_words, mtp_for
 from macapp.ui.style import BAR_COLOURS
 from macapp.ui.widgets import Badge, ElidedLabel, StackedBar
 
@@ -23,21 +28,8 @@ SEGMENTS = [
 ]
 
 
-def images_words(est: Any) -> str:
-    """Whether a build accepts pictures, for the library and the details pane."""
-    if est.accepts_images is False:
-        return "Pictures: no — this build is text-only"
-    if est.accepts_images is None:
-        return "Pictures: not known until its files are read (File › Refresh Catalog from Hub, or download it)"
-    if not est.vision_bytes:
-        return "Pictures: yes (the tower's size is known once its files are read: File › Refresh Catalog from Hub, or download it)"
-    return f"Pictures: yes (tower {format_bytes(est.vision_bytes)}, +{format_bytes(est.image_activation_bytes or 0)} while a full-size picture is read)"
-
-
 def mtp_words(status: Any, repo: str | None = None) -> str:
     """The MTP head for the details pane: 'MTP: available', 'MTP: X MB to fetch' or 'MTP: none', and why."""
-    from macapp.core.hub.mtp import MtpWhere
-
     match status.where:
         case MtpWhere.IN_BUILD:
             return f"{status.label} (in the build, {format_bytes(status.head_bytes)}): replies can use speculative decoding"
@@ -81,8 +73,6 @@ class DetailsPanel(QFrame):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        from macapp.ui.downloads import DownloadPanel
-
         self.setObjectName("Card")
         self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
         self.setMinimumWidth(320)
@@ -237,8 +227,6 @@ class DetailsPanel(QFrame):
             self.speed.setText("Estimated speed: unknown on this machine (no Apple GPU bandwidth figure)")
         self._show_reading_and_advice(row)
         self.pictures.setText(images_words(est))
-        from macapp.ui.library_model import mtp_for
-
         self.mtp.setText(mtp_words(mtp_for(row), ref.repo))
         self._show_cluster_note(row, machine, context, kv_bits)
         self.derivation.setText("How this is worked out:\n" + "\n".join(f"• {line}" for line in est.derivation))
@@ -249,8 +237,6 @@ class DetailsPanel(QFrame):
 
     def _show_long_context(self, est: Any) -> None:
         """Past the model's native length it loads with YaRN; the same sentence as `qwen-desk chat` prints."""
-        from macapp.core.long_context import notice
-
         factor = getattr(est, "yarn_factor", None)
         self.long_context.setVisible(bool(factor))
         if factor:
@@ -272,8 +258,6 @@ class DetailsPanel(QFrame):
         self.advice.setText(advice_html(lines))
 
     def _show_cluster_note(self, row: Any, machine: Any, context: int, kv_bits: int | None) -> None:
-        from macapp.core.fit.cluster import hosts_needed
-
         too_big = row.estimate.verdict == "too_big" and machine is not None
         needed = hosts_needed(row.ref, context, machine, kv_bits) if too_big else None
         self.cluster_note.setVisible(too_big)

@@ -10,8 +10,10 @@ from typing import Any
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QMessageBox, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
-from macapp.core.catalog import Origin
-from macapp.core.download.errors import DownloadErrorKind
+from macapp.core.catalog import Origin, hub_offline, hub_reachable
+from macapp.core.download import delete_model, inspect_repo, manager
+from macapp.core.download import events as ev
+from macapp.core.download.errors import DownloadError, DownloadErrorKind
 from macapp.core.download.job import DownloadJob, JobState
 from macapp.core.memory import format_bytes
 from macapp.ui.bridge import EventBridge
@@ -188,8 +190,6 @@ class DownloadController(QObject):
 
     # -- queries (core) -----------------------------------------------------------------------------------------
     def local_path(self, ref: Any) -> Path | None:
-        from macapp.core.download import inspect_repo
-
         local = inspect_repo(ref.repo) if ref.repo else None
         return local.path if local is not None and local.complete else None
 
@@ -241,8 +241,6 @@ class DownloadController(QObject):
         self.start_download(self.row.ref.repo)
 
     def start_download(self, repo: str) -> None:
-        from macapp.core.download import manager
-
         job = self.jobs.get(repo)
         if job and job.state is JobState.RUNNING:
             return
@@ -253,10 +251,6 @@ class DownloadController(QObject):
         self.jobs[repo] = job
 
         def work() -> None:
-            from macapp.core.download import events as ev
-            from macapp.core.catalog import hub_reachable
-            from macapp.core.download.errors import DownloadError
-
             # A quick TCP check first: with the network down the client would retry for half a minute.
             if not hub_reachable():
                 bridge.feed(
@@ -302,8 +296,6 @@ class DownloadController(QObject):
         self._ask_discard(repo)
 
     def _ask_discard(self, repo: str) -> None:
-        from macapp.core.download import inspect_repo
-
         local = inspect_repo(repo)
         kept = local.bytes_on_disk if local is not None else 0
         if kept:
@@ -319,8 +311,6 @@ class DownloadController(QObject):
             box.setDefaultButton(keep)
             box.exec()
             if box.clickedButton() is delete:
-                from macapp.core.download import DownloadError, delete_model
-
                 try:
                     delete_model(repo)  # refuses while another process is downloading it
                 except DownloadError as exc:
@@ -366,6 +356,4 @@ class DownloadController(QObject):
 
 
 def _offline() -> bool:
-    from macapp.core.catalog import hub_offline
-
     return hub_offline()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,9 @@ from macapp.core import catalog, hardware
 from macapp.core.fit import estimate
 from macapp.core.memory import format_bytes
 from macapp.core.settings import Settings
+from macapp.core.vision.builds import build_vision, refresh_catalog_and_pictures
+from macapp.ui.details import DetailsPanel
+from macapp.ui.downloads import DownloadController
 from macapp.ui.library_model import FIT_COL, BadgeDelegate, LibraryModel, Row, short_context
 
 # Past the native 262,144 tokens a model loads in long-context mode (YaRN ×2, ×4: macapp.core.long_context).
@@ -46,8 +50,6 @@ class LibraryPage(QWidget):
 
     def __init__(self, settings: Settings, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        from macapp.ui.details import DetailsPanel
-
         self.settings = settings
         self.machine = None  # the profile the badges are computed for (a "what if" Mac when one is set)
         self.detected = None  # this machine, always: "Load anyway" budgets with its real memory
@@ -222,8 +224,6 @@ class LibraryPage(QWidget):
     # -- data ---------------------------------------------------------------------------------------------------
     def _sees(self, ref: Any) -> Any:
         """Whether a build accepts pictures (macapp.core.vision.builds), read once per build and catalog load."""
-        from macapp.core.vision.builds import build_vision
-
         key = (ref.repo, str(ref.local_path), len(self.entries))
         if key not in self._vision:
             self._vision[key] = build_vision(ref)
@@ -306,16 +306,12 @@ class LibraryPage(QWidget):
     # -- actions ------------------------------------------------------------------------------------------------
     def start(self, wait: bool = False):
         """After the first paint: the full hardware probe (MLX's Metal budget, off the GUI thread) and downloads."""
-        import threading
-
         # Always probe this machine: with a "what if" profile the badges use it, but "Load anyway" needs the real RAM.
         probe = threading.Thread(target=lambda: self._machine_detected.emit(hardware.detect_machine()), daemon=True)
         probe.start()
         if wait:
             probe.join()
         if self.downloads is None:
-            from macapp.ui.downloads import DownloadController
-
             self.downloads = DownloadController(self.details.download_panel, self)
             self.downloads.finished.connect(lambda _key: self.refresh())
             self.downloads.status_changed.connect(self.model.set_live_status)
@@ -324,10 +320,6 @@ class LibraryPage(QWidget):
 
     def refresh_from_hub(self, wait: bool = False) -> None:
         """Read every build's real config.json and exact file sizes from the hub (off the GUI thread), then redo the rows."""
-        import threading
-
-        from macapp.core.vision.builds import refresh_catalog_and_pictures
-
         worker = threading.Thread(target=lambda: self._hub_answered.emit(refresh_catalog_and_pictures()), daemon=True)
         worker.start()
         if wait:

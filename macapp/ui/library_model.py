@@ -12,7 +12,10 @@ from PySide6.QtWidgets import QStyledItemDelegate, QStyleOptionViewItem, QWidget
 
 from macapp.core import catalog
 from macapp.core.fit import advice, prefill_time
+from macapp.core.hub.mtp import status_for
+from macapp.core.hub.record import records_stamp
 from macapp.core.memory import format_bytes
+from macapp.core.modelfiles import mtp_side_file
 from macapp.ui.style import BADGE_TEXT, badge_colour
 from macapp.ui.widgets import paint_pill
 
@@ -22,6 +25,17 @@ FIT_COL = 3
 
 def short_context(tokens: int) -> str:
     return f"{tokens // 1024}K" if tokens % 1024 == 0 else f"{tokens:,}"
+
+
+def images_words(est: Any) -> str:
+    """Whether a build accepts pictures, for the library and the details pane."""
+    if est.accepts_images is False:
+        return "Pictures: no — this build is text-only"
+    if est.accepts_images is None:
+        return "Pictures: not known until its files are read (File › Refresh Catalog from Hub, or download it)"
+    if not est.vision_bytes:
+        return "Pictures: yes (the tower's size is known once its files are read: File › Refresh Catalog from Hub, or download it)"
+    return f"Pictures: yes (tower {format_bytes(est.vision_bytes)}, +{format_bytes(est.image_activation_bytes or 0)} while a full-size picture is read)"
 
 
 @dataclass
@@ -98,8 +112,6 @@ class LibraryModel(QAbstractTableModel):
             if col == FIT_COL:
                 return fit_tooltip(row, self.advice_for(row))
             if col == 0:
-                from macapp.ui.details import images_words  # details imports this module's neighbours lazily too
-
                 return f"{row.ref.repo or row.ref.local_path}\n{images_words(est)}"
             if col == 5 and not row.downloaded:
                 return "Not downloaded yet" if not catalog.hub_offline() else "Not downloaded (offline: downloads unavailable)"
@@ -141,10 +153,6 @@ _MTP_SEEN: dict[str, tuple[tuple, Any]] = {}  # row key -> (what it was read fro
 def mtp_for(row: Row):
     """Where the row's MTP head comes from (hub.mtp.MtpStatus), from local files and cached hub records only (never
     the network: fine on the GUI thread); read again only when the records or the side file changed."""
-    from macapp.core.hub.mtp import status_for
-    from macapp.core.hub.record import records_stamp
-    from macapp.core.modelfiles import mtp_side_file
-
     side = mtp_side_file(row.local_path) if row.local_path is not None else None
     stamp = (records_stamp(), str(row.local_path), _mtime(side))
     hit = _MTP_SEEN.get(row.key)

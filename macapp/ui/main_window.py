@@ -26,7 +26,14 @@ from PySide6.QtWidgets import (
 from macapp import APP_NAME, __version__
 from macapp.core.events import Failed
 from macapp.core.settings import Settings
+from macapp.devtools.demo import DemoReady, build_job
+from macapp.ui.bridge import EventBridge
 from macapp.ui.chat_controller import EditKind, HistoryEdit
+from macapp.ui.chat_history import ConversationSearch
+from macapp.ui.chat_view import ChatView
+from macapp.ui.library import LibraryPage
+from macapp.ui.model_bar import Choice
+from macapp.ui.server_panel import ServerController, ServerPanel
 from macapp.ui.status import StatusArea
 
 LIBRARY, CHAT, SERVER = 0, 1, 2
@@ -115,17 +122,12 @@ class MainWindow(QMainWindow):
         self.setMinimumSize(900, 600)
         self.resize(1180, 760)
 
-        from macapp.ui.chat_view import ChatView
-        from macapp.ui.library import LibraryPage
-
         self.sidebar = Sidebar(self)
         self.library = LibraryPage(self.settings, self)
         self.chat = ChatView(self.settings, self)
         self.stack = QStackedWidget(self)
         self.stack.addWidget(self.library)
         self.stack.addWidget(self.chat)
-        from macapp.ui.server_panel import ServerController, ServerPanel
-
         self.server = ServerController(self._server_backend, self)
         self.server_panel = ServerPanel(self.server, self)
         self.stack.addWidget(self.server_panel)
@@ -144,8 +146,6 @@ class MainWindow(QMainWindow):
         self.sidebar.conversation_selected.connect(self.open_conversation)
         self.sidebar.delete_requested.connect(self.delete_conversation)
         self.sidebar.rename_requested.connect(self.rename_conversation)
-        from macapp.ui.chat_history import ConversationSearch
-
         self.conversation_search = ConversationSearch(lambda: self.chat.controller.store, parent=self)
         self.conversation_search.found.connect(self._show_found)
         self.sidebar.search_changed.connect(lambda _q: self.refresh_conversations())
@@ -331,8 +331,6 @@ class MainWindow(QMainWindow):
 
     # -- models for the chat ------------------------------------------------------------------------------------
     def _offer_models(self) -> None:
-        from macapp.ui.model_bar import Choice
-
         choices = [
             Choice(row.key, f"{row.title} · {row.ref.bits}-bit" if row.ref.bits else row.title, Path(row.local_path), row.title)
             for row in self.library.rows_on_disk()
@@ -352,9 +350,6 @@ class MainWindow(QMainWindow):
         """Make the tiny demo model (once; on the engine's worker, the window stays live), add it, load it."""
         if self.demo_job is not None:
             return
-        from macapp.devtools.demo import DemoReady, build_job
-        from macapp.ui.bridge import EventBridge
-
         self.status.showMessage("Making the demo model (a tiny model with random weights, about a second)…")
         self.demo_job = build_job(self.chat.controller._ensure_engine())
         bridge = EventBridge(parent=self)
@@ -388,7 +383,7 @@ class MainWindow(QMainWindow):
 
     def _server_backend(self):
         """The local server's backend on the model the chat has loaded (RuntimeError if none)."""
-        from macapp.server.engine_backend import backend_for
+        from macapp.server.engine_backend import backend_for  # why: it imports MLX and mlx-lm, loaded on the engine's worker, not at start-up
 
         return backend_for(self.chat.controller.engine)
 

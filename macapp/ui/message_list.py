@@ -19,6 +19,8 @@ from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QVBoxLayout, QWidget
 from macapp.core.events import AnswerDelta, ReasoningDelta, StatsUpdate, TerminalEvent, TurnKind
 from macapp.core.recorder import TurnResult
 from macapp.core.history import Message, Role
+from macapp.core.vision import pictures as saved_files
+from macapp.ui import attachments
 from macapp.ui.chat_controller import TurnEnd, TurnStart
 from macapp.ui.messages import FAILED_NOTE, AssistantMessage, UserMessage, reply_note
 
@@ -111,13 +113,10 @@ class MessageList(QScrollArea):
         shown = self._shown
 
         def work() -> None:
-            from macapp.core.vision.pictures import load_pictures  # PIL only once a conversation has pictures
-            from macapp.ui.attachments import THUMB, preview
-
             for message, refs in messages:
                 try:
-                    pictures = load_pictures(refs)  # a missing or damaged file is left out (the text stays)
-                    previews = tuple(preview(p.image, THUMB * 2) for p in pictures)
+                    pictures = saved_files.load_pictures(refs)  # a missing or damaged file is left out (the text stays)
+                    previews = tuple(attachments.preview(p.image, attachments.THUMB * 2) for p in pictures)
                     self._pictures_read.emit(shown, message, pictures, previews)
                 except RuntimeError:  # the window is gone
                     return

@@ -8,6 +8,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QTextDocument
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QToolButton, QVBoxLayout, QWidget
 
+from macapp.core.vision import pictures as saved_files
+from macapp.ui.attachments import THUMB, pixmap_of, preview_of
 from macapp.ui.meter import stats_summary
 from macapp.ui.widgets import MarkdownView
 
@@ -86,9 +88,7 @@ def saved_pictures(refs) -> tuple:
     """A saved message's pictures, read back from the pictures folder (a missing file is left out)."""
     if not refs:
         return ()
-    from macapp.core.vision.pictures import load_pictures  # PIL only once a conversation has pictures
-
-    return load_pictures(refs)
+    return saved_files.load_pictures(refs)
 
 
 class UserMessage(QFrame):
@@ -121,8 +121,6 @@ class UserMessage(QFrame):
         """Show the message's pictures above its text (once); `previews`: their small QImages (attachments.preview),
         made off the GUI thread for a reopened conversation."""
         if pictures and not self.pictures:
-            from macapp.ui.attachments import THUMB, pixmap_of, preview_of
-
             self.pictures = tuple(pictures)
             row = QHBoxLayout()
             row.setSpacing(6)

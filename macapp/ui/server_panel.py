@@ -95,7 +95,7 @@ class ServerController(QObject):
         except RuntimeError as exc:
             self.failed.emit(str(exc))
             return
-        from macapp.server.local_server import LocalServer
+        from macapp.server.local_server import LocalServer  # why: it imports mlx-lm (the API's bounds), not wanted before the window paints
 
         config = ServerConfig(port=port, api_key=api_key or None)
         server = LocalServer(backend, config, self.activity)

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from macapp.core.sampling import preset
 from macapp.core.settings import Settings
 from macapp.ui.spinboxes import ClampingDoubleSpinBox, ClampingSpinBox
 
@@ -31,8 +32,6 @@ FIELDS = [  # key, label, kind, minimum, maximum, step, tooltip
 
 def card_presets(thinking: bool) -> dict[str, Any]:
     """The model card's sampling values for a mode (macapp.core.sampling), as the panel shows them."""
-    from macapp.core.sampling import preset
-
     card = preset(thinking).to_dict()
     values = {key: card[key] for key, *_rest in FIELDS}
     values["max_tokens"] = card["max_tokens"]
