@@ -30,6 +30,7 @@ from macapp.core import events as ev
 from macapp.core.engine import Engine, EngineError, Job, LoadedModel, SessionOptions, TurnClock, prefill, stream_reply, wired_memory
 from macapp.core.engine.batch import DEFAULT_LIMIT, BatchLoop
 from macapp.core.engine.limits import context_limit
+from macapp.core.fit import estimate
 from macapp.core.engine.mtp_context import HeadContext
 from macapp.core.engine.mtp_policy import DepthPolicy
 from macapp.core.engine.reply import drafting, pick_policy
@@ -126,8 +127,6 @@ class ServingEngine:
         return self.engine.batch_loop() if self.options.batching else None
 
     def _fitting(self, m: LoadedModel) -> int:
-        from macapp.core.fit import estimate
-
         opts = self.options.session
         budget = opts.memory_budget_bytes or self.engine.memory_budget_bytes()
         most = DEFAULT_LIMIT
