@@ -1,6 +1,6 @@
 """MTP benchmark (run by hand): plain decoding vs speculative decoding with the model's own MTP head, one run.
 
-    .venv/bin/python bench/mtp_bench.py [--hidden 64] [--layers 32] [--tokens 128] [--repeat 5]
+    .venv/bin/python bench/mtp_bench.py [--hidden 64] [--layers 32] [--tokens 128] [--repeat 5] [--prompt-repeat 1]
     .venv/bin/python bench/mtp_bench.py --model PATH [--tokens 256]     # a real build with its head (a Mac)
 
 Without --model it builds two tiny dense Qwen3.5 models of the real architecture (macapp/devtools/tiny_model.py):
@@ -16,7 +16,10 @@ Each reply goes through the engine's own stream_reply (greedy, thinking on, eos 
 to --tokens) in a fresh cache after the same prompt; plain (MTP off), auto and on are interleaved round by
 round, so they see the same machine load. Per mode: decode tok/s (the engine's generation_tps: from the first
 token to the last), the main model's forward passes per generated token, acceptance and tokens per verify
-step, and whether auto turned MTP off. Every MTP reply is checked token for token against the plain one.
+step, and whether auto turned MTP off; and the prompt's reading time against plain's (with MTP the head's own
+context is fed each chunk's hidden states as the prompt is read, as the engine does: mtp_context.py;
+`--prompt-repeat N` makes the prompt N times longer to see that cost). Every MTP reply is checked token for token
+against the plain one.
 Targets on this machine: always-right head >= 1.6x plain; random head >= 0.95x plain (auto turns it off).
 """
 
@@ -45,13 +48,16 @@ class Runs:
     acceptance: list[float] = field(default_factory=list)
     per_step: list[float] = field(default_factory=list)
     turned_off: int = 0
+    read_s: list[float] = field(default_factory=list)
     tokens: list[int] | None = None
 
 
-def one_reply(m, mode: str, tokens: int):
-    """One greedy reply after PROMPT through stream_reply; (stats, token ids, MTPCounts, policy)."""
-    from mlx_lm.models.cache import make_prompt_cache
+def one_reply(m, mode: str, tokens: int, prompt_repeat: int = 1):
+    """One greedy reply after PROMPT (repeated) through prefill and stream_reply, with the head's context where MTP
+    may draft, as a chat session runs it; (reply, policy, seconds reading the prompt)."""
+    import time
 
+    from macapp.core.engine.prompt_cache import PromptCache
     from macapp.core.engine.clock import TurnClock
     from macapp.core.engine.mtp_policy import DepthPolicy
     from macapp.core.engine.options import MTPMode
@@ -61,16 +67,20 @@ def one_reply(m, mode: str, tokens: int):
 
     vocab = m.tokenizer.get_vocab()
     params = greedy(tokens, logit_bias={vocab["<|im_end|>"]: -1e9, vocab["<|endoftext|>"]: -1e9})
-    ids = list(m.tokenizer.apply_chat_template([{"role": "user", "content": PROMPT}], add_generation_prompt=True, enable_thinking=True))
-    cache = make_prompt_cache(m.model)
+    text = " ".join([PROMPT] * prompt_repeat)
+    ids = list(m.tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, enable_thinking=True))
+    prompt = PromptCache.new(m)
+    context = prompt.head_context(m.mtp_head) if mode != "off" and m.mtp_head is not None else None
     policy = DepthPolicy(MTPMode(mode))
     clock = TurnClock()
     with wired_memory(m):
         clock.reading(len(ids))
-        prefill(m, cache, ids[:-1])
+        start = time.perf_counter()
+        prefill(m, prompt.layers, ids[:-1], head=context)
+        read_s = time.perf_counter() - start
         streamed = stream_reply(
             m,
-            cache,
+            prompt.layers,
             ids[-1:],
             cached=len(ids) - 1,
             limit=len(ids) + tokens + 8,
@@ -80,20 +90,22 @@ def one_reply(m, mode: str, tokens: int):
             clock=clock,
             mtp=MTPMode(mode),
             mtp_policy=policy,
+            mtp_context=context,
         )
-    return streamed.reply, policy
+    return streamed.reply, policy, read_s
 
 
-def bench(models: dict[str, object], tokens: int, repeat: int) -> dict[tuple[str, str], Runs]:
+def bench(models: dict[str, object], tokens: int, repeat: int, prompt_repeat: int = 1) -> dict[tuple[str, str], Runs]:
     runs = {(name, mode): Runs() for name in models for mode in MODES}
     for name, m in models.items():  # warm-up: MLX's first calls of each shape
         for mode in MODES:
-            one_reply(m, mode, 8)
+            one_reply(m, mode, 8, prompt_repeat)
     for _ in range(repeat):
         for name, m in models.items():
             for mode in MODES:
-                reply, policy = one_reply(m, mode, tokens)
+                reply, policy, read_s = one_reply(m, mode, tokens, prompt_repeat)
                 r = runs[(name, mode)]
+                r.read_s.append(read_s)
                 st = reply.stats
                 r.tps.append(st.generation_tps)
                 steps = st.mtp_steps
@@ -127,18 +139,19 @@ def build_models(hidden: int, layers: int, folder: Path) -> dict[str, object]:
 
 def table(runs: dict[tuple[str, str], Runs], names: list[str]) -> str:
     lines = [
-        "| model | mode | decode tok/s (median) | vs plain | passes / token | acceptance | tokens / step | auto turned off |",
-        "|---|---|---|---|---|---|---|---|",
+        "| model | mode | decode tok/s (median) | vs plain | passes / token | acceptance | tokens / step | auto turned off | prompt read vs plain |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name in names:
         base = statistics.median(runs[(name, "off")].tps)
+        base_read = statistics.median(runs[(name, "off")].read_s)
         for mode in MODES:
             r = runs[(name, mode)]
             tps = statistics.median(r.tps)
             lines.append(
                 f"| {name} | {mode} | {tps:.1f} | {tps / base:.2f}x | {statistics.median(r.passes):.2f} | "
                 f"{statistics.median(r.acceptance):.0%} | {statistics.median(r.per_step):.2f} | "
-                f"{r.turned_off}/{len(r.tps) if mode == 'auto' else 0} |"
+                f"{r.turned_off}/{len(r.tps) if mode == 'auto' else 0} | {statistics.median(r.read_s) / base_read:.2f}x |"
             )
     return "\n".join(lines)
 
@@ -150,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, default=32)
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--prompt-repeat", type=int, default=1, help="the prompt this many times over (the head's context costs prompt reading)")
     args = parser.parse_args(argv)
 
     import mlx.core as mx
@@ -166,12 +180,12 @@ def main(argv: list[str] | None = None) -> int:
             models = {path.name: m}
         else:
             models = build_models(args.hidden, args.layers, Path(tmp))
-        runs = bench(models, args.tokens, args.repeat)
+        runs = bench(models, args.tokens, args.repeat, args.prompt_repeat)
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     size = args.model or f"tiny dense {args.hidden} x {args.layers} layers, float32"
     print(
         f"MTP bench {when} · {platform.machine()} {platform.system()} · mlx {mx.__version__} · {mx.default_device()} · {size} · "
-        f"{args.tokens} tokens x {args.repeat} (greedy, interleaved)\n"
+        f"{args.tokens} tokens x {args.repeat} (greedy, interleaved), prompt x {args.prompt_repeat}\n"
     )
     print(table(runs, list(models)))
     return 0
