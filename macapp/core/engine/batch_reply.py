@@ -15,19 +15,19 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from macapp.core.engine.clock import STATS_INTERVAL_S, TurnClock
 from macapp.core.engine.mtp_policy import MTPCounts
 from macapp.core.engine.reply import StreamedReply, close_text_for, deliver, leading_space, with_mtp
-from macapp.core.events import GenerationStats, PromptProgress, Reply, StatsUpdate
+from macapp.core.events import Event, GenerationStats, PromptProgress, Reply, StatsUpdate
 from macapp.core.sampling import SamplingParams
 from macapp.core.thinking import ThinkingSplitter
 
 if TYPE_CHECKING:
     from macapp.core.engine.model_folder import LoadedModel
 
-Emit = Callable[[Any], None]
+Emit = Callable[[Event], None]
 
 
 class Next(enum.Enum):

@@ -17,6 +17,7 @@ from macapp.core.engine.options import MTPMode, SessionOptions
 from macapp.core.engine.session import ChatSession
 from macapp.core.engine.worker import submit_work
 from macapp.core.events import Failed, Loaded, Unloaded
+from macapp.core.hardware import detect_machine
 
 
 class CacheHolder(Protocol):
@@ -173,8 +174,6 @@ class Engine:
         """This machine's GPU memory budget (hardware.detect_machine), cached."""
         if self._budget is None:
             try:
-                from macapp.core.hardware import detect_machine
-
                 self._budget = int(detect_machine().budget_bytes)
             except Exception:
                 return None

@@ -12,11 +12,11 @@ import itertools
 import logging
 import threading
 import time
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
 from macapp.core.engine.errors import EngineError
 from macapp.core.event_log import EventLog
-from macapp.core.events import Event, Failed, Finished, TerminalEvent
+from macapp.core.events import Event, Failed, Finished, Reply, TerminalEvent
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ class Job:
         if not self._settled.wait(timeout):
             raise TimeoutError(f"the engine did not finish in {timeout} s")
 
-    def result(self, timeout: float | None = None) -> Any:
+    def result(self, timeout: float | None = None) -> Reply | TerminalEvent:
         """The Reply (chat), Loaded (load) or Unloaded; raises EngineError on Failed."""
         last = self.wait(timeout)
         if isinstance(last, Failed):

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from macapp.core import events as ev
 from macapp.core.engine.errors import EngineError
 from macapp.core.engine.options import SessionOptions
+from macapp.core.fit import estimate
 from macapp.core.sampling import SamplingParams, preset
 
 if TYPE_CHECKING:
@@ -55,13 +56,15 @@ def context_limit(m: "LoadedModel", options: SessionOptions, prompt_len: int, ca
 
 
 def memory_needed(m: "LoadedModel", options: SessionOptions, prompt_len: int, context: int) -> int:
-    """Bytes the model needs to read a `prompt_len`-token prompt into a `context`-token cache (macapp.core.fit.estimate)."""
-    from macapp.core.fit import estimate
-
+    """Bytes the model needs to read a `prompt_len`-token prompt into a `context`-token cache (macapp.core.fit.estimate);
+    only for a model whose config was sized (`m.arch`)."""
+    arch = m.arch
+    if arch is None:
+        raise ValueError(f"{m.info.name}: its config could not be sized, so its memory cannot be estimated")
     return (
         m.weights_bytes
-        + estimate.kv_cache_bytes(m.arch, context, options.kv_bits)
-        + estimate.state_bytes(m.arch)
-        + estimate.prefill_bytes(m.arch, prompt_len, options.prefill_step_size)
+        + estimate.kv_cache_bytes(arch, context, options.kv_bits)
+        + estimate.state_bytes(arch)
+        + estimate.prefill_bytes(arch, prompt_len, options.prefill_step_size)
         + estimate.runtime_bytes(m.weights_bytes)
     )

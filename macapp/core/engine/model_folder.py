@@ -7,49 +7,98 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Collection, Literal, Mapping, Protocol, Sequence, overload
 
 from macapp.core import events as ev
-from macapp.core.catalog import REPO_ID, SUPPORTED_MODEL_TYPES
+from macapp.core.catalog import REPO_ID, SUPPORTED_MODEL_TYPES, Arch, resolve_model
 from macapp.core import long_context
+from macapp.core.download.hfcache import hub_cache_dir
+from macapp.core.jsonvalue import JSONObject
 from macapp.core.long_context import yarn_longest
 from macapp.core.context_limit import ContextError, check_config_context, rope_of
 from macapp.core.engine.errors import EngineError
+from macapp.core.engine.mtp_head import MTPHead, load_mtp_head
 from macapp.core.engine.options import MTPMode
 from macapp.core.events import Loaded
 from macapp.core.modelfiles import safetensors_problem, text_config
 from macapp.core.vision.tower import TowerSlot
 
-if TYPE_CHECKING:
-    from macapp.core.engine.mtp_head import MTPHead
+if TYPE_CHECKING:  # naming MLX's and mlx-lm's types costs nothing at start-up
+    import mlx.nn as nn
+    from mlx_lm.tokenizer_utils import TokenizerWrapper
+
+
+class Detokenizer(Protocol):
+    """mlx-lm's streaming detokenizer as the runtime uses it: one token in, the text it completes out."""
+
+    def add_token(self, token: int) -> None: ...
+    def finalize(self) -> None: ...
+    @property
+    def last_segment(self) -> str: ...
+
+
+class Tokenizer(Protocol):
+    """What the runtime and the API read of a model's tokenizer: mlx-lm's TokenizerWrapper (which hands the rest
+    to the Hugging Face tokenizer it wraps), or a Hugging Face tokenizer where no reply is streamed."""
+
+    def encode(self, text: str, add_special_tokens: bool = ...) -> list[int]: ...
+    def decode(self, tokens: Sequence[int]) -> str: ...
+    def convert_tokens_to_ids(self, token: str) -> int: ...
+    def get_vocab(self) -> dict[str, int]: ...
+    @overload
+    def apply_chat_template(
+        self,
+        conversation: Sequence[Mapping[str, object]],
+        *,
+        tools: Sequence[Mapping[str, object]] | None = ...,
+        add_generation_prompt: bool = ...,
+        enable_thinking: bool = ...,
+        tokenize: Literal[True] = ...,
+    ) -> list[int]: ...
+    @overload
+    def apply_chat_template(
+        self,
+        conversation: Sequence[Mapping[str, object]],
+        *,
+        tools: Sequence[Mapping[str, object]] | None = ...,
+        add_generation_prompt: bool = ...,
+        enable_thinking: bool = ...,
+        tokenize: Literal[False],
+    ) -> str: ...
+    @property
+    def has_thinking(self) -> bool: ...
+    @property
+    def eos_token_ids(self) -> Collection[int]: ...
+    @property
+    def detokenizer(self) -> Detokenizer: ...  # a fresh one per read (mlx-lm's TokenizerWrapper)
 
 
 @dataclass
 class LoadedModel:
     """The loaded model as the worker holds it; read it only from work running on the worker (Engine.submit)."""
 
-    model: Any
-    tokenizer: Any
-    config: dict[str, Any]
+    model: "nn.Module"  # mlx-lm's model, or a ModelProxy passing for it (macapp.core.cluster: calls run on several Macs)
+    tokenizer: "TokenizerWrapper"  # as mlx-lm's load gives it (a Tokenizer)
+    config: JSONObject
     path: Path
     info: Loaded
-    arch: Any  # macapp.core.catalog.Arch or None
+    arch: Arch | None  # None: the config could not be sized (no memory check)
     im_end_id: int | None
     think_end_id: int | None
     weights_bytes: int
-    mtp_head: "MTPHead | None" = None  # when the build has a usable MTP head (and --mtp is not off)
+    mtp_head: MTPHead | None = None  # when the build has a usable MTP head (and --mtp is not off)
     mtp_problem: str = ""  # why a head that is there could not be used
     tower: TowerSlot = field(default_factory=TowerSlot, compare=False, repr=False)  # the vision tower, once a picture needs it
 
 
-def _rope(config: dict[str, Any], path: Path) -> long_context.RopeInfo:
+def _rope(config: JSONObject, path: Path) -> long_context.RopeInfo:
     try:
         return rope_of(config)
     except ContextError as exc:
         raise EngineError(f"{path}: {exc}.", ev.NOT_A_MODEL) from exc
 
 
-def configured_for(config: dict[str, Any], path: Path, context: int | None) -> tuple[dict[str, Any], int | None]:
+def configured_for(config: JSONObject, path: Path, context: int | None) -> tuple[JSONObject, int | None]:
     """The config a model runs with at `context` (in memory: YaRN past the native length) and the YaRN factor
     (None at or below native); EngineError for a context the model cannot take."""
     factor = yarn_for(config, path, context)
@@ -58,7 +107,7 @@ def configured_for(config: dict[str, Any], path: Path, context: int | None) -> t
     return long_context.with_yarn(config, factor, _rope(config, path).native), factor
 
 
-def long_context_mode(model: Any, config: dict[str, Any], factor: int | None) -> None:
+def long_context_mode(model: "nn.Module", config: JSONObject, factor: int | None) -> None:
     """A model just read, set to run as loaded: YaRN on its rope layers when `factor` (with_yarn's config), and
     prompts read in blocks of queries. Rank 0 and the followers of several Macs run this same step."""
     if factor:
@@ -66,7 +115,7 @@ def long_context_mode(model: Any, config: dict[str, Any], factor: int | None) ->
     long_context.install_blocked_attention()
 
 
-def yarn_for(config: dict[str, Any], path: Path, context: int | None) -> int | None:
+def yarn_for(config: JSONObject, path: Path, context: int | None) -> int | None:
     """The YaRN factor to load `config` with for a `context`-token limit (None: its own rope); EngineError
     (CONTEXT_LIMIT) for a context the model cannot take."""
     info = _rope(config, path)
@@ -95,8 +144,6 @@ def locate_model(spec: str) -> Path:
     repo = spec
     if not REPO_ID.match(spec):
         try:
-            from macapp.core.catalog import resolve_model
-
             ref = resolve_model(spec)
         except Exception as exc:
             raise EngineError(f"No model folder at {spec}, and it is not a known model name ({exc}).", ev.NOT_FOUND) from exc
@@ -106,8 +153,7 @@ def locate_model(spec: str) -> Path:
     try:
         from huggingface_hub import snapshot_download
 
-        from macapp.core.download.hfcache import hub_cache_dir  # HF_HOME / HF_HUB_CACHE read now, not at import
-
+        # hub_cache_dir reads HF_HOME / HF_HUB_CACHE now; huggingface_hub's own default was read at its import
         return Path(snapshot_download(repo, local_files_only=True, cache_dir=str(hub_cache_dir())))
     except Exception as exc:
         raise EngineError(
@@ -152,10 +198,10 @@ def display_name(path: Path) -> str:
     return path.name
 
 
-ModelReader = Callable[[Path], tuple[Any, Any, dict[str, Any]]]  # folder -> (model, tokenizer, config as loaded)
+ModelReader = Callable[[Path], tuple["nn.Module", "TokenizerWrapper", JSONObject]]  # folder -> (model, tokenizer, config as loaded)
 
 
-def read_with_mlx_lm(path: Path) -> tuple[Any, Any, dict[str, Any]]:
+def read_with_mlx_lm(path: Path) -> tuple["nn.Module", "TokenizerWrapper", JSONObject]:
     import mlx_lm
 
     loaded = mlx_lm.load(str(path), return_config=True)
@@ -166,7 +212,7 @@ def read_with_mlx_lm(path: Path) -> tuple[Any, Any, dict[str, Any]]:
 
 def load_model(
     path: Path,
-    config: dict[str, Any],
+    config: JSONObject,
     read: ModelReader = read_with_mlx_lm,
     context: int | None = None,
     mtp: MTPMode = MTPMode.AUTO,
@@ -193,11 +239,10 @@ def load_model(
     head, problem = _mtp_head(model, config, path) if read is read_with_mlx_lm and mtp is not MTPMode.OFF else (None, "")
     load_time = time.perf_counter() - start
     weights = parameter_bytes(model)
-    quant = loaded_config.get("quantization") or {}
+    quant = loaded_config.get("quantization")
+    bits = quant.get("bits") if isinstance(quant, dict) else None
     try:
-        from macapp.core.catalog import Arch
-
-        arch = Arch.from_config(config)
+        arch: Arch | None = Arch.from_config(config)
     except Exception:  # sizing is then skipped (no memory check), the model still runs
         arch = None
     vocab = tokenizer.get_vocab()
@@ -208,7 +253,7 @@ def load_model(
         load_time_s=load_time,
         memory_bytes=int(mx.get_active_memory() - before),
         weights_bytes=weights,
-        bits=quant.get("bits"),
+        bits=bits if isinstance(bits, int) else None,
         # as loaded: the native length, or the YaRN limit in long-context mode (reloading changes it)
         max_context=yarn_longest(rope.native, factor) if factor else (rope.longest if rope.configured_factor else rope.native),
         has_thinking=bool(tokenizer.has_thinking),
@@ -235,12 +280,12 @@ def load_model(
 class _HeadTarget:
     """What load_mtp_head reads of a model being loaded (mtp_head.HeadTarget)."""
 
-    model: Any
-    config: dict[str, Any]
+    model: "nn.Module"
+    config: JSONObject
     path: Path
 
 
-def parameter_bytes(module: Any) -> int:
+def parameter_bytes(module: "nn.Module") -> int:
     """The bytes of an MLX module's parameters."""
     from mlx.utils import tree_flatten
 
@@ -248,11 +293,9 @@ def parameter_bytes(module: Any) -> int:
     return int(sum(v.nbytes for v in (flat.values() if isinstance(flat, dict) else (v for _, v in flat))))
 
 
-def _mtp_head(model: Any, config: dict[str, Any], path: Path) -> tuple["MTPHead | None", str]:
+def _mtp_head(model: "nn.Module", config: JSONObject, path: Path) -> tuple[MTPHead | None, str]:
     """The build's MTP head bound to `model` (mtp_head.load_mtp_head), or None and why a head that is there is
     unusable ("" when there is none). Only for mlx-lm's own model: a cluster's shard has no head to run."""
-    from macapp.core.engine.mtp_head import load_mtp_head
-
     try:
         return load_mtp_head(_HeadTarget(model, config, path), path), ""
     except Exception as exc:  # a damaged or mismatched head: plain decoding, and "--mtp on" says why

@@ -10,9 +10,13 @@ with the engine (`close`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from macapp.core.cache_layers import CacheLayers
+
+if TYPE_CHECKING:  # naming MLX's types costs nothing at start-up
+    import mlx.core as mx
+    import mlx.nn as nn
 
 
 class ModelProxy:
@@ -22,28 +26,28 @@ class ModelProxy:
     pictures_refusal: str = "Pictures are not supported by this model."
 
     @property
-    def inner(self) -> Any:
+    def inner(self) -> "nn.Module":
         """The model the calls end up in (this process's part of it)."""
         raise NotImplementedError
 
     def make_cache(self) -> CacheLayers:
         raise NotImplementedError
 
-    def __call__(self, inputs: Any, cache: Any = None, input_embeddings: Any = None) -> Any:
+    def __call__(self, inputs: "mx.array", cache: CacheLayers | None = None, input_embeddings: "mx.array | None" = None) -> "mx.array":
         raise NotImplementedError
 
     def close(self) -> None:
         """The engine is closing (on its worker, after its jobs): end whatever the proxy runs besides this process."""
 
 
-def pictures_refusal(model: Any) -> str | None:
+def pictures_refusal(model: object) -> str | None:
     """Why a loaded model's `model` cannot run pictures because of how it is run (None: nothing stops it)."""
     if isinstance(model, ModelProxy) and not model.runs_pictures:
         return model.pictures_refusal
     return None
 
 
-def close_proxy(model: Any) -> None:
+def close_proxy(model: object) -> None:
     """Close `model` if it is a proxy (Engine.close, on the worker)."""
     if isinstance(model, ModelProxy):
         model.close()

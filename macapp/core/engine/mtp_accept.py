@@ -11,7 +11,7 @@ very tokens).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
+from typing import TYPE_CHECKING, NamedTuple, Sequence
 
 from macapp.core.sampling import SamplingParams
 
@@ -35,7 +35,7 @@ class Acceptor:
         self.history = history
         self.greedy = params.temperature == 0
 
-    def first(self, logits: Any) -> int:
+    def first(self, logits: "mx.array") -> int:
         """The token after a plain step (`logits`: one row, processors not yet applied; history already holds the
         fed tokens). Greedy: the argmax; else a sample from the target distribution."""
         import mlx.core as mx
@@ -45,7 +45,7 @@ class Acceptor:
             return token_of(mx.argmax(row, axis=-1))
         return token_of(mx.random.categorical(mx.log(self._probs(row))))
 
-    def walk(self, logits: Any, drafts: Sequence[int]) -> Verdict:
+    def walk(self, logits: "mx.array", drafts: Sequence[int]) -> Verdict:
         """`logits` (k+1 rows): the verify pass over [last token, *drafts]; the history holds the tokens up to and
         including the last token. Returns the verdict; the history is not changed."""
         import mlx.core as mx
@@ -66,13 +66,13 @@ class Acceptor:
             if j == k:
                 return Verdict(k, token_of(mx.random.categorical(mx.log(probs))))
             d = drafts[j]
-            if mx.random.uniform().item() < probs[0, d].item():
+            if number_of(mx.random.uniform()) < number_of(probs[0, d]):
                 continue
             residual = probs.at[0, d].multiply(0.0)
             return Verdict(j, token_of(mx.random.categorical(mx.log(residual))))
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _processed(self, row: Any, tokens: list[int]) -> Any:
+    def _processed(self, row: "mx.array", tokens: list[int]) -> "mx.array":
         if not self.processors:
             return row
         import mlx.core as mx
@@ -82,7 +82,7 @@ class Acceptor:
             row = processor(seen, row)
         return row
 
-    def _probs(self, row: Any) -> Any:
+    def _probs(self, row: "mx.array") -> "mx.array":
         """The distribution mlx-lm's sampler draws from for these processed logits (one row)."""
         import mlx.core as mx
         from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
@@ -103,6 +103,14 @@ def token_of(a: "mx.array") -> int:
     value = a.item()
     if not isinstance(value, int):
         raise TypeError(f"a token id is an integer, not {value!r}")
+    return value
+
+
+def number_of(a: "mx.array") -> float:
+    """The real number in a one-element array."""
+    value = a.item()
+    if not isinstance(value, (int, float)):
+        raise TypeError(f"a probability is a real number, not {value!r}")
     return value
 
 

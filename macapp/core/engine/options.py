@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from macapp.core.fit.estimate import DEFAULT_PREFILL_STEP
+
+
+class KVKwargs(TypedDict):
+    """mlx-lm's keyword arguments for KV-cache quantization (stream_generate, maybe_quantize_kv_cache)."""
+
+    kv_bits: int | None
+    kv_group_size: int
+    quantized_kv_start: int
 
 
 @dataclass(frozen=True)
@@ -17,9 +25,9 @@ class KVQuantization:
     group_size: int = 64
     start: int = 0  # quantize once the cache holds this many tokens
 
-    def kwargs(self) -> dict[str, Any]:
+    def kwargs(self) -> KVKwargs:
         """The keyword arguments mlx-lm's stream_generate and maybe_quantize_kv_cache take."""
-        return {"kv_bits": self.bits, "kv_group_size": self.group_size, "quantized_kv_start": self.start}
+        return KVKwargs(kv_bits=self.bits, kv_group_size=self.group_size, quantized_kv_start=self.start)
 
 
 class MTPMode(enum.Enum):

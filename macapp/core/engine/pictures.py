@@ -20,6 +20,7 @@ from macapp.core import events as ev
 from macapp.core.engine.errors import EngineError
 from macapp.core.engine.messages import ChatMessage
 from macapp.core.engine.model_proxy import pictures_refusal
+from macapp.core.vision.builds import seeing_alternative
 from macapp.core.vision.capability import folder_support, text_only_message
 from macapp.core.vision.images import ImageError, PreparedImage, image_from_bytes, open_image
 
@@ -58,11 +59,9 @@ def vision_for(model: LoadedModel) -> VisionModel:
         return model.tower.vision
     support = folder_support(model.path)
     if not support.sees:
-        from macapp.core.vision.builds import seeing_alternative
-
         message = text_only_message(model.info.name, seeing_alternative(model.info.name))
         raise EngineError(f"{message} ({support.why_not})", ev.TEXT_ONLY)
-    from macapp.core.vision.runner import VisionLoadError
+    from macapp.core.vision.runner import VisionLoadError  # why: vision.runner imports MLX, which the engine loads only once it runs
 
     try:
         vision = model.tower.attach(model.model, model.path)

@@ -12,11 +12,11 @@ from __future__ import annotations
 import dataclasses
 import enum
 from dataclasses import dataclass
-from typing import Any
 
 from macapp.core import events as ev
 from macapp.core.engine.errors import EngineError
 from macapp.core.engine.messages import ChatMessage
+from macapp.core.engine.model_folder import Tokenizer
 from macapp.core.engine.pictures import content_of, pictures_in
 from macapp.core.engine.snapshots import CacheSnapshot
 from macapp.core.events import TurnKind
@@ -89,7 +89,7 @@ class TurnPlan:
 # ---------------------------------------------------------------------------------------------- prompts
 
 
-def template(tokenizer: Any, messages: list[ChatMessage], thinking: bool) -> list[int]:
+def template(tokenizer: Tokenizer, messages: list[ChatMessage], thinking: bool) -> list[int]:
     """Qwen3.5's chat template over role/content messages (pictures as image parts), ready for the reply, with
     explicit enable_thinking."""
     msgs = [{"role": x["role"], "content": content_of(x)} for x in messages]
@@ -97,7 +97,7 @@ def template(tokenizer: Any, messages: list[ChatMessage], thinking: bool) -> lis
 
 
 def full_prompt(
-    tokenizer: Any, system_prompt: str | None, history: list[ChatMessage], text: str, thinking: bool, images: tuple[PreparedImage, ...] = ()
+    tokenizer: Tokenizer, system_prompt: str | None, history: list[ChatMessage], text: str, thinking: bool, images: tuple[PreparedImage, ...] = ()
 ) -> tuple[list[int] | None, list[int]]:
     """(prefix, all tokens) for reading the whole conversation and a new user message through the template."""
     system = [{"role": "system", "content": system_prompt}] if system_prompt else []
@@ -107,13 +107,13 @@ def full_prompt(
     return prefix, full
 
 
-def _closed(tokenizer: Any, prompt: list[int], mode: ThinkingMode) -> list[int]:
+def _closed(tokenizer: Tokenizer, prompt: list[int], mode: ThinkingMode) -> list[int]:
     if mode is ThinkingMode.CLOSED:  # no reasoning at all: the prompt closes it
         return prompt + list(tokenizer.encode(CLOSE_REASONING, add_special_tokens=False))
     return prompt
 
 
-def _user_turn(tokenizer: Any, text: str, mode: ThinkingMode, images: tuple[PreparedImage, ...] = ()) -> list[int]:
+def _user_turn(tokenizer: Tokenizer, text: str, mode: ThinkingMode, images: tuple[PreparedImage, ...] = ()) -> list[int]:
     return template(tokenizer, [{"role": "user", "content": text, "images": images}], mode.thinking)
 
 
@@ -127,7 +127,7 @@ def require_text(text: str) -> None:
 
 
 def plan_send(
-    tokenizer: Any,
+    tokenizer: Tokenizer,
     *,
     text: str,
     mode: ThinkingMode,
@@ -169,7 +169,7 @@ def last_user_index(messages: list[ChatMessage], new_text: str | None) -> int:
 
 
 def plan_redo(
-    tokenizer: Any,
+    tokenizer: Tokenizer,
     *,
     new_text: str | None,
     thinking: bool | None,

@@ -20,8 +20,10 @@ import math
 import re
 import threading
 import unicodedata
-from typing import Any, Iterator
+from typing import Iterator
 
+from macapp.core.engine.model_folder import Tokenizer
+from macapp.core.serving.render import render_text
 from macapp.core.serving.requests import CompletionRequest, Role
 
 PIECE_CHARS = 64 * 1024  # a slice's length before the cut looks for a safe place
@@ -30,7 +32,7 @@ _CUT = re.compile(r"(?<=\n)(?=[^\W\d_])|(?<=\S)(?= [^\W\d_])")  # [^\W\d_]: a le
 _SURELY_RENDERED = (Role.USER, Role.SYSTEM, Role.TOOL)
 
 _lock = threading.Lock()
-_max_bytes: dict[int, tuple[Any, int]] = {}  # id(tokenizer) -> (tokenizer, its longest token in bytes)
+_max_bytes: dict[int, tuple[Tokenizer, int]] = {}  # id(tokenizer) -> (tokenizer, its longest token in bytes)
 
 
 class PromptTooLong(ValueError):
@@ -45,7 +47,7 @@ class PromptTooLong(ValueError):
         self.limit = limit
 
 
-def max_token_bytes(tokenizer: Any) -> int:
+def max_token_bytes(tokenizer: Tokenizer) -> int:
     """The most bytes of text one token of `tokenizer` stands for (computed once per tokenizer). A vocabulary entry's
     UTF-8 length is never less than the bytes it stands for (byte-level BPE writes each byte as one character)."""
     with _lock:
@@ -94,7 +96,7 @@ def pieces(text: str, size: int = PIECE_CHARS) -> Iterator[str]:
     yield text[at:]
 
 
-def prompt_exceeds(tokenizer: Any, text: str, limit: int, size: int = PIECE_CHARS) -> int | None:
+def prompt_exceeds(tokenizer: Tokenizer, text: str, limit: int, size: int = PIECE_CHARS) -> int | None:
     """A lower bound of the tokens in `text` once it is proved over `limit`, else None (counting stops there)."""
     if len(text) <= size:
         return None  # one slice: the whole tokenization is as cheap
@@ -107,12 +109,10 @@ def prompt_exceeds(tokenizer: Any, text: str, limit: int, size: int = PIECE_CHAR
     return None
 
 
-def check_prompt(tokenizer: Any, request: CompletionRequest, context_limit: int) -> None:
+def check_prompt(tokenizer: Tokenizer, request: CompletionRequest, context_limit: int) -> None:
     """PromptTooLong when the prompt of `request` certainly leaves no room in `context_limit` tokens, found
     without tokenizing more than about the limit's worth of it (any thread: only the tokenizer is read).
     A RenderError from the template goes up as render would raise it."""
-    from macapp.core.serving.render import render_text
-
     if context_limit <= 0:
         return
     check_bytes(request, context_limit, max_token_bytes(tokenizer))

@@ -16,7 +16,7 @@ import functools
 import hashlib
 import io
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from macapp.core import events as ev
 from macapp.core.engine import EngineError
@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # vision.runner imports MLX
     from macapp.core.engine.checkpoints import Key
     from macapp.core.engine.model_folder import LoadedModel
     from macapp.core.vision.runner import EncodedTurn, VisionModel
+    from mlx_vlm.models.qwen3_vl.processing_qwen3_vl import Qwen3VLImageProcessor
 
 
 @dataclasses.dataclass
@@ -68,7 +69,7 @@ def decode_pictures(images: Sequence[ImagePart]) -> list[PreparedImage]:
     return out
 
 
-def extra_image_tokens(folder: Any, images: Sequence[ImagePart]) -> int:
+def extra_image_tokens(folder: Path | str, images: Sequence[ImagePart]) -> int:
     """How many tokens the pictures add to a rendered prompt (each placeholder widened to its image tokens), from
     the picture sizes and the folder's processor settings alone: no tower, no MLX (any thread)."""
     from PIL import Image
@@ -86,7 +87,7 @@ def extra_image_tokens(folder: Any, images: Sequence[ImagePart]) -> int:
 
 
 @functools.lru_cache(maxsize=4)
-def _image_processor(folder: str) -> Any:
+def _image_processor(folder: str) -> "Qwen3VLImageProcessor":
     from mlx_vlm.models.qwen3_vl.processing_qwen3_vl import Qwen3VLImageProcessor
 
     limits = ProcessorLimits.from_files(Path(folder))

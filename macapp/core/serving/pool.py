@@ -32,10 +32,13 @@ from __future__ import annotations
 
 import collections
 from dataclasses import replace
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from macapp.core.engine.checkpoints import Checkpoint, KVBlock, Key, restore, snapshot
 from macapp.core.engine.prompt_cache import PromptCache
+
+if TYPE_CHECKING:
+    from macapp.core.engine.model_folder import LoadedModel
 
 __all__ = ["CheckpointPool", "Checkpoint", "KVBlock", "Key", "restore", "snapshot"]
 
@@ -45,7 +48,7 @@ class CheckpointPool:
 
     def __init__(self, max_bytes: int):
         self.max_bytes = max(0, int(max_bytes))
-        self.owner: Any = None  # what the checkpoints belong to (the loaded model); see bind()
+        self.owner: object | None = None  # what the checkpoints belong to (the loaded model), told apart by identity; see bind()
         self._entries: collections.OrderedDict[Key, Checkpoint] = collections.OrderedDict()
         self._blocks: dict[int, tuple[KVBlock, int]] = {}  # id -> (block, checkpoints using it)
         self.nbytes = 0
@@ -67,7 +70,7 @@ class CheckpointPool:
         """How many distinct KV buffers the checkpoints keep."""
         return len(self._blocks)
 
-    def bind(self, owner: Any) -> None:
+    def bind(self, owner: object) -> None:
         """Checkpoints are only good for the model (and cache settings) they were taken with: forget them on a change."""
         if owner is not self.owner:
             self.clear()
@@ -94,7 +97,7 @@ class CheckpointPool:
             self._entries.move_to_end(c.tokens)
         return found[0] if found else None
 
-    def resume(self, tokens: Sequence[int | str], model: Any) -> tuple[PromptCache, Checkpoint | None]:
+    def resume(self, tokens: Sequence[int | str], model: "LoadedModel") -> tuple[PromptCache, Checkpoint | None]:
         """A cache to read `tokens` into: restored from their longest stored prefix (and that checkpoint), or a new
         one for `model` (a LoadedModel) and None."""
         checkpoint = self.longest_prefix(tokens)

@@ -16,6 +16,7 @@ from macapp.core.engine.limits import context_limit, turn_sampling
 from macapp.core.engine.options import SessionOptions
 from macapp.core.sampling import SamplingParams, check_logit_bias
 from macapp.core.serving.bounds import PromptTooLong, check_prompt
+from macapp.core.serving.pictures import extra_image_tokens
 from macapp.core.serving.render import RenderedPrompt, RenderError, render
 from macapp.core.serving.requests import INVALID_REQUEST, CompletionRequest
 
@@ -70,8 +71,6 @@ def prompt_length(m: "LoadedModel", rendered: RenderedPrompt) -> int:
     """The prompt's tokens with each picture's placeholder counted as its image tokens (from the sizes: no tower run)."""
     if not rendered.images:
         return len(rendered.tokens)
-    from macapp.core.serving.pictures import extra_image_tokens
-
     return len(rendered.tokens) + extra_image_tokens(m.path, rendered.images)
 
 
@@ -92,7 +91,7 @@ def vocabulary_size(m: "LoadedModel") -> int:
     nested = config.get("text_config")
     text = nested if isinstance(nested, dict) else config
     size = text.get("vocab_size") or config.get("vocab_size")
-    return int(size) if size else len(m.tokenizer.get_vocab())
+    return int(size) if isinstance(size, (int, float, str)) and size else len(m.tokenizer.get_vocab())
 
 
 def refuse_oversized(m: "LoadedModel", request: CompletionRequest, context_limit: int) -> None:

@@ -24,8 +24,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Sequence
 
+from macapp.core.engine.model_folder import Tokenizer
 from macapp.core.picture_data import ImagePart
 from macapp.core.serving.requests import ChatMessage, CompletionRequest, Role, ToolChoiceMode, ToolSpec
 from macapp.core.serving.toolcalls import OPEN, tool_dicts
@@ -50,12 +51,12 @@ class RenderedPrompt:
     images: tuple[ImagePart, ...] = ()  # the pictures the prompt's image placeholders stand for, in order
 
 
-def template_message(message: ChatMessage) -> dict[str, Any]:
+def template_message(message: ChatMessage) -> dict[str, object]:
     """One message in the shape chat templates read."""
-    content: Any = message.content
+    content: str | list[dict[str, str]] = message.content
     if message.images:  # Qwen3.5's template writes one vision block per image part, then the text
         content = [{"type": "image"} for _ in message.images] + [{"type": "text", "text": message.content}]
-    out: dict[str, Any] = {"role": message.role.value, "content": content}
+    out: dict[str, object] = {"role": message.role.value, "content": content}
     if message.role is Role.ASSISTANT:
         if message.reasoning is not None:
             out["reasoning_content"] = message.reasoning
@@ -69,7 +70,7 @@ def template_message(message: ChatMessage) -> dict[str, Any]:
     return out
 
 
-def template_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
+def template_messages(messages: Sequence[ChatMessage]) -> list[dict[str, object]]:
     """The messages as the template takes them. Qwen3.5's takes one system message, first ("System message must be
     at the beginning"); clients send more: a system and a developer message together (joined into one), Claude
     Code's hook context as a system message after the first user turn, a late developer message (those become
@@ -121,7 +122,7 @@ def _check(request: CompletionRequest) -> None:
         raise RenderError("The request has no messages.")
 
 
-def render(tokenizer: Any, request: CompletionRequest) -> RenderedPrompt:
+def render(tokenizer: Tokenizer, request: CompletionRequest) -> RenderedPrompt:
     """The prompt of `request` through `tokenizer`'s chat template (an mlx-lm TokenizerWrapper or HF tokenizer)."""
     text, prefill, tools = _template_text(tokenizer, request)
     tokens = list(tokenizer.encode(text, add_special_tokens=False))
@@ -131,12 +132,12 @@ def render(tokenizer: Any, request: CompletionRequest) -> RenderedPrompt:
     return RenderedPrompt(tokens, boundaries(tokenizer, text, tokens), in_reasoning, prefill, tools, text, images)
 
 
-def render_text(tokenizer: Any, request: CompletionRequest) -> str:
+def render_text(tokenizer: Tokenizer, request: CompletionRequest) -> str:
     """The prompt as text, not tokenized (what render tokenizes; for bounds.prompt_exceeds)."""
     return _template_text(tokenizer, request)[0]
 
 
-def _template_text(tokenizer: Any, request: CompletionRequest) -> tuple[str, str, tuple[ToolSpec, ...]]:
+def _template_text(tokenizer: Tokenizer, request: CompletionRequest) -> tuple[str, str, tuple[ToolSpec, ...]]:
     _check(request)
     messages, started = continued_reply(request)
     prefill = started + forced_prefill(request)
@@ -155,7 +156,7 @@ def _template_text(tokenizer: Any, request: CompletionRequest) -> tuple[str, str
     return text + prefill, prefill, tools
 
 
-def boundaries(tokenizer: Any, text: str, tokens: Sequence[int]) -> tuple[int, ...]:
+def boundaries(tokenizer: Tokenizer, text: str, tokens: Sequence[int]) -> tuple[int, ...]:
     """Checkpoint offsets: after the system turn, before each assistant turn, before the last token."""
     start_id = tokenizer.convert_tokens_to_ids(TURN_START)
     token_starts = [i for i, t in enumerate(tokens) if t == start_id]

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Mapping
 
 from macapp.core.events import Event, TerminalEvent
+from macapp.core.jsonvalue import JSONObject
 from macapp.core.picture_data import ImagePart  # a request's pictures are plain data (named here for the front ends)
 from macapp.core.sampling import SamplingParams
 
@@ -34,14 +35,14 @@ class ToolSpec:
 
     name: str
     description: str = ""
-    parameters: dict[str, Any] = field(default_factory=dict)
+    parameters: JSONObject = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class ToolCall:
     id: str
     name: str
-    arguments: dict[str, Any]  # a mapping, as the Qwen3.5 chat template iterates it
+    arguments: Mapping[str, object]  # a mapping, as the Qwen3.5 chat template iterates it; values as the schema types them
 
 
 class ToolChoiceMode(enum.Enum):
@@ -141,3 +142,5 @@ class Completed(TerminalEvent):
     model: str = ""  # the model that answered (the loaded one's name)
     ttft_s: float = 0.0
     generation_tps: float = 0.0
+    mtp_acceptance: float | None = None  # drafts the MTP head got right, when it drafted for this reply
+    mtp_tokens_per_step: float | None = None  # tokens each verify pass gave (1 + the accepted drafts)

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import re
 import uuid
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 from mlx_lm.tool_parsers import qwen3_coder
 
+from macapp.core.jsonvalue import JSONObject, JSONValue
 from macapp.core.serving.requests import ToolCall, ToolSpec
 from macapp.core.serving.stops import partial_suffix
 
@@ -37,18 +38,23 @@ def new_call_id() -> str:
     return f"call_{uuid.uuid4().hex[:24]}"
 
 
-def tool_dicts(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+def _parameters(tool: ToolSpec) -> JSONObject:
+    return tool.parameters or {"type": "object", "properties": {}}
+
+
+def _function(tool: ToolSpec) -> JSONObject:
+    return {"name": tool.name, "description": tool.description, "parameters": _parameters(tool)}
+
+
+def tool_dicts(tools: Sequence[ToolSpec]) -> list[JSONObject]:
     """Tools in the OpenAI shape that chat templates and qwen3_coder read."""
-    return [
-        {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters or {"type": "object", "properties": {}}}}
-        for t in tools
-    ]
+    return [{"type": "function", "function": _function(t)} for t in tools]
 
 
 _NULL = "null"
 
 
-def _plain_type(schema: Any) -> Any:
+def _plain_type(schema: JSONValue) -> str | None:
     """The one JSON type a property schema allows, for qwen3_coder's converter, which reads only a single `type`
     string: `["integer", "null"]` (strict OpenAI schemas), `anyOf` / `oneOf` of one type and null (pydantic's
     Optional), `$ref` (an object), an `enum` of strings. None when the schema says no single type."""
@@ -57,33 +63,35 @@ def _plain_type(schema: Any) -> Any:
     kind = schema.get("type")
     if isinstance(kind, str):
         return kind
+    kinds: set[str | None]
     if isinstance(kind, list):
         if not all(isinstance(k, str) for k in kind):  # a schema no validator reads ([["x"]]): no single type
             return None
-        kinds = {k for k in kind if k != _NULL}
+        kinds = {k for k in kind if isinstance(k, str) and k != _NULL}
     elif "$ref" in schema:
         return "object"
     elif isinstance(alternatives := schema.get("anyOf") or schema.get("oneOf"), list):
         kinds = {_plain_type(s) for s in alternatives} - {_NULL}
-    elif isinstance(schema.get("enum"), list) and schema["enum"] and all(isinstance(v, str) for v in schema["enum"]):
+    elif isinstance(enum := schema.get("enum"), list) and enum and all(isinstance(v, str) for v in enum):
         return "string"
     else:
         return None
     return kinds.pop() if len(kinds) == 1 and None not in kinds else None
 
 
-def parsing_schemas(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+def parsing_schemas(tools: Sequence[ToolSpec]) -> list[JSONObject]:
     """The tools as qwen3_coder reads them to type the values: each property with its single type made explicit
     (the prompt shows the tools as the client sent them; only parsing uses this)."""
-    out = []
-    for tool in tool_dicts(tools):
-        parameters = dict(tool["function"]["parameters"])
+    out: list[JSONObject] = []
+    for tool in tools:
+        function = _function(tool)
+        parameters = dict(_parameters(tool))
         properties = parameters.get("properties")
         if isinstance(properties, dict):
             parameters["properties"] = {
                 name: {**prop, "type": kind} if isinstance(prop, dict) and (kind := _plain_type(prop)) else prop for name, prop in properties.items()
             }
-        out.append({"type": "function", "function": {**tool["function"], "parameters": parameters}})
+        out.append({"type": "function", "function": {**function, "parameters": parameters}})
     return out
 
 
@@ -92,7 +100,7 @@ def parse_block(body: str, tools: Sequence[ToolSpec], new_id: Callable[[], str] 
     return _parse_block(body, parsing_schemas(tools), new_id)
 
 
-def _parse_block(body: str, schemas: list[dict[str, Any]], new_id: Callable[[], str]) -> list[ToolCall] | None:
+def _parse_block(body: str, schemas: list[JSONObject], new_id: Callable[[], str]) -> list[ToolCall] | None:
     calls: list[ToolCall] = []
     pos = 0
     for match in _FUNCTION.finditer(body):
