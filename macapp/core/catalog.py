@@ -8,7 +8,7 @@ import json
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from macapp.core import paths
 from macapp.core.context_limit import ContextError, longest_context, rope_of
@@ -16,6 +16,7 @@ from macapp.core.download.errors import DownloadError, DownloadErrorKind
 from macapp.core.download.hfcache import hub_cache_dir
 from macapp.core.hub.record import HubModelRecord, cached_record, record_for, refresh_records
 from macapp.core.hub.settings import hub_reachable, hub_settings
+from macapp.core.jsonvalue import JSONObject, JSONValue
 from macapp.core.modelfiles import read_safetensors_header, text_config
 from macapp.core.tensor_roles import loaded_by_mlx_lm, tied_embeddings
 
@@ -76,7 +77,7 @@ class Arch:
         return self.num_hidden_layers - self.full_attention_layers
 
     @classmethod
-    def from_config(cls, config: dict[str, Any]) -> "Arch":
+    def from_config(cls, config: JSONValue) -> "Arch":
         """Read a config.json (top level or its nested `text_config`); raise ConfigError on missing or nonsense fields."""
         if not isinstance(config, dict):
             raise ConfigError("config.json is not a JSON object")
@@ -87,43 +88,42 @@ class Arch:
         hidden = _positive(text, "hidden_size")
         heads = _positive(text, "num_attention_heads")
         head_dim = text.get("head_dim") or hidden // heads
-        values: dict[str, Any] = {
-            "model_type": model_type,
-            "hidden_size": hidden,
-            "num_hidden_layers": _positive(text, "num_hidden_layers"),
-            "num_attention_heads": heads,
-            "num_key_value_heads": _positive(text, "num_key_value_heads"),
-            "head_dim": _positive({"head_dim": head_dim}, "head_dim"),
-            "full_attention_interval": _positive(text, "full_attention_interval", default=4),
-            "linear_num_key_heads": _positive(text, "linear_num_key_heads"),
-            "linear_num_value_heads": _positive(text, "linear_num_value_heads"),
-            "linear_key_head_dim": _positive(text, "linear_key_head_dim"),
-            "linear_value_head_dim": _positive(text, "linear_value_head_dim"),
-            "linear_conv_kernel_dim": _positive(text, "linear_conv_kernel_dim", default=4),
-            "vocab_size": _positive(text, "vocab_size"),
-            "max_position_embeddings": _longest_context(text),
-            "native_context": rope_of(text).native,
-            "no_yarn_reason": rope_of(text).no_yarn_reason,
-            "tie_word_embeddings": bool(text.get("tie_word_embeddings", config.get("tie_word_embeddings", False))),
-        }
-        if values["num_key_value_heads"] > heads:
-            raise ConfigError(f"num_key_value_heads ({values['num_key_value_heads']}) exceeds num_attention_heads ({heads})")
+        fields = dict(
+            hidden_size=hidden,
+            num_hidden_layers=_positive(text, "num_hidden_layers"),
+            num_attention_heads=heads,
+            num_key_value_heads=_positive(text, "num_key_value_heads"),
+            head_dim=_positive({"head_dim": head_dim}, "head_dim"),
+            full_attention_interval=_positive(text, "full_attention_interval", default=4),
+            linear_num_key_heads=_positive(text, "linear_num_key_heads"),
+            linear_num_value_heads=_positive(text, "linear_num_value_heads"),
+            linear_key_head_dim=_positive(text, "linear_key_head_dim"),
+            linear_value_head_dim=_positive(text, "linear_value_head_dim"),
+            linear_conv_kernel_dim=_positive(text, "linear_conv_kernel_dim", default=4),
+            vocab_size=_positive(text, "vocab_size"),
+            max_position_embeddings=_longest_context(text),
+            native_context=rope_of(text).native,
+        )
+        rope = rope_of(text)
+        tied = bool(text.get("tie_word_embeddings", config.get("tie_word_embeddings", False)))
+        if fields["num_key_value_heads"] > heads:
+            raise ConfigError(f"num_key_value_heads ({fields['num_key_value_heads']}) exceeds num_attention_heads ({heads})")
         experts = _non_negative(text, "num_experts")
         if experts:
-            values.update(
+            fields.update(
                 num_experts=experts,
                 num_experts_per_tok=_positive(text, "num_experts_per_tok"),
                 moe_intermediate_size=_positive(text, "moe_intermediate_size"),
                 shared_expert_intermediate_size=_non_negative(text, "shared_expert_intermediate_size"),
             )
-            if values["num_experts_per_tok"] > experts:
-                raise ConfigError(f"num_experts_per_tok ({values['num_experts_per_tok']}) exceeds num_experts ({experts})")
+            if fields["num_experts_per_tok"] > experts:
+                raise ConfigError(f"num_experts_per_tok ({fields['num_experts_per_tok']}) exceeds num_experts ({experts})")
         else:
-            values["intermediate_size"] = _positive(text, "intermediate_size")
-        return cls(**values)
+            fields["intermediate_size"] = _positive(text, "intermediate_size")
+        return cls(model_type=model_type, tie_word_embeddings=tied, no_yarn_reason=rope.no_yarn_reason, **fields)
 
 
-def _positive(source: dict[str, Any], key: str, default: int | None = None) -> int:
+def _positive(source: JSONObject, key: str, default: int | None = None) -> int:
     value = source.get(key, default)
     if value is None:
         raise ConfigError(f"config field {key!r} is missing")
@@ -132,30 +132,30 @@ def _positive(source: dict[str, Any], key: str, default: int | None = None) -> i
     return int(value)
 
 
-def _longest_context(config: dict[str, Any]) -> int:
+def _longest_context(config: JSONObject) -> int:
     try:
         return longest_context(config)
     except ContextError as exc:
         raise ConfigError(str(exc)) from None
 
 
-def _non_negative(source: dict[str, Any], key: str) -> int:
+def _non_negative(source: JSONObject, key: str) -> int:
     value = source.get(key) or 0
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or value < 0:
         raise ConfigError(f"config field {key!r} must be a whole number ≥ 0, not {value!r}")
     return int(value)
 
 
-def quantization_of(config: dict[str, Any]) -> tuple[int | None, int]:
+def quantization_of(config: JSONObject) -> tuple[int | None, int]:
     """(bits, group_size) from an MLX config's `quantization` block; bits None means unquantized."""
     quant = config.get("quantization") or config.get("quantization_config") or {}
     bits = quant.get("bits") if isinstance(quant, dict) else None
     group = quant.get("group_size", 64) if isinstance(quant, dict) else 64
-    if bits is not None and bits not in (2, 3, 4, 5, 6, 8):
+    if bits is not None and (not isinstance(bits, (int, float)) or bits not in (2, 3, 4, 5, 6, 8)):
         raise ConfigError(f"quantization bits {bits!r} is not one MLX supports")
     if not isinstance(group, int) or group <= 0:
         raise ConfigError(f"quantization group_size {group!r} must be a positive whole number")
-    return bits, group
+    return (None if bits is None else int(bits)), group
 
 
 @dataclass(frozen=True)
@@ -218,7 +218,25 @@ class ModelRef:
     load: LoadChoice = field(default=LoadChoice(), compare=False)
 
 
-def _entry_from_json(row: dict[str, Any]) -> CatalogEntry:
+class _BuildRow(TypedDict):
+    """A build in resources/catalog.json."""
+
+    repo: str
+    group_size: NotRequired[int]
+    weights_bytes: NotRequired[int | None]
+
+
+class _CatalogRow(TypedDict):
+    """A model in resources/catalog.json (its vision_config and builds' vision flags are read by vision.builds)."""
+
+    name: str
+    kind: str
+    builds: dict[str, _BuildRow]
+    text_config: JSONObject
+    source: NotRequired[str]
+
+
+def _entry_from_json(row: _CatalogRow) -> CatalogEntry:
     builds = {
         int(bits): Build(bits=int(bits), repo=b["repo"], group_size=int(b.get("group_size", 64)), weights_bytes=b.get("weights_bytes"))
         for bits, b in row["builds"].items()
@@ -227,8 +245,8 @@ def _entry_from_json(row: dict[str, Any]) -> CatalogEntry:
 
 
 def builtin_catalog() -> list[CatalogEntry]:
-    data = json.loads((paths.resources_dir() / "catalog.json").read_text())
-    return [_entry_from_json(row) for row in data["models"]]
+    rows: list[_CatalogRow] = json.loads((paths.resources_dir() / "catalog.json").read_text())["models"]
+    return [_entry_from_json(row) for row in rows]
 
 
 def hub_endpoint() -> str | None:

@@ -7,8 +7,7 @@ YaRN limit (macapp.core.long_context) where the model's rope allows YaRN.
 
 from __future__ import annotations
 
-from typing import Any
-
+from macapp.core.jsonvalue import JSONObject
 from macapp.core.long_context import RopeInfo, rope_info
 from macapp.core.modelfiles import text_config
 
@@ -19,7 +18,7 @@ class ContextError(ValueError):
     """A context length no model or no such model takes; the message says which and why."""
 
 
-def native_context(config: dict[str, Any]) -> int:
+def native_context(config: JSONObject) -> int:
     """The config's own max_position_embeddings (its native length unless the config already carries YaRN)."""
     value = text_config(config).get("max_position_embeddings", NATIVE_DEFAULT)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or value <= 0:
@@ -27,12 +26,12 @@ def native_context(config: dict[str, Any]) -> int:
     return int(value)
 
 
-def rope_of(config: dict[str, Any]) -> RopeInfo:
+def rope_of(config: JSONObject) -> RopeInfo:
     """The native length and YaRN facts of a config.json (or its text_config)."""
     return rope_info(config, native_context(config))
 
 
-def longest_context(config: dict[str, Any]) -> int:
+def longest_context(config: JSONObject) -> int:
     """The most tokens a model with this config.json (or its text_config) takes: past its native length with
     YaRN where its rope allows it (macapp.core.long_context), else its max_position_embeddings."""
     return rope_of(config).longest
@@ -54,7 +53,7 @@ def check_context(context: int, longest: int, model_name: str, native: int | Non
     raise ContextError(f"context {context:,} is above {model_name}'s maximum of {longest:,} tokens")
 
 
-def check_config_context(context: int, config: dict[str, Any], model_name: str) -> None:
+def check_config_context(context: int, config: JSONObject, model_name: str) -> None:
     """check_context for a config.json: the rule `chat`, `serve` and the loader apply."""
     info = rope_of(config)
     check_context(context, info.longest, model_name, info.native, info.no_yarn_reason)

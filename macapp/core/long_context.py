@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
+
+from macapp.core.jsonvalue import JSONObject, JSONValue
 
 if TYPE_CHECKING:
     import mlx.core as mx
@@ -35,6 +37,9 @@ CARD_LONGEST = 1_010_000  # the card's "about 1,010,000 tokens" at factor 4 (not
 PLAIN_ROPE_TYPES = (None, "default")  # what YaRN may extend; text positions make Qwen3.5's mRoPE a plain rope
 SCORES_BLOCK_BYTES = 1 << 29  # most bytes one block of attention scores may take while a prompt is read
 SCORE_BYTES = 2  # bf16 scores (the queries' dtype)
+
+if TYPE_CHECKING:
+    KVBuffer = mx.array | tuple[mx.array, ...]  # a KV layer's keys or values: an array, or quantized (packed, scales, biases)
 
 
 class NoYarn(ValueError):
@@ -60,17 +65,17 @@ class RopeInfo:
         return yarn_longest(self.native, max(YARN_FACTORS))
 
 
-def _text(config: dict[str, Any]) -> dict[str, Any]:
+def _text(config: JSONObject) -> JSONObject:
     inner = config.get("text_config")
     return inner if isinstance(inner, dict) else config
 
 
-def _rope_parameters(text: dict[str, Any]) -> dict[str, Any]:
+def _rope_parameters(text: JSONObject) -> JSONObject:
     params = text.get("rope_parameters") or text.get("rope_scaling") or {}
     return params if isinstance(params, dict) else {}
 
 
-def _rope_type(params: dict[str, Any]) -> str | None:
+def _rope_type(params: JSONObject) -> JSONValue:
     # mlx-lm reads "type" first; a stale "type": "default" beside a "rope_type" would win there
     return params.get("rope_type") or params.get("type")
 
@@ -81,7 +86,7 @@ def yarn_longest(native: int, factor: float) -> int:
     return int(min(native * factor, native * CARD_LONGEST / CARD_NATIVE))
 
 
-def rope_info(config: dict[str, Any], native: int) -> RopeInfo:
+def rope_info(config: JSONObject, native: int) -> RopeInfo:
     """The rope facts of a config.json (top level or text_config) whose max_position_embeddings is `native`."""
     text = _text(config)
     params = _rope_parameters(text)
@@ -112,7 +117,7 @@ def factor_for(info: RopeInfo, context: int | None) -> int | None:
     raise NoYarn(f"{context:,} tokens is past what YaRN ×{max(YARN_FACTORS)} reaches ({info.longest:,})")
 
 
-def with_yarn(config: dict[str, Any], factor: int, native: int) -> dict[str, Any]:
+def with_yarn(config: JSONObject, factor: int, native: int) -> JSONObject:
     """A copy of `config` whose text model uses YaRN ×factor over `native` positions (the file is not touched)."""
     out = copy.deepcopy(config)
     text = _text(out)
@@ -133,15 +138,23 @@ def notice(factor: float) -> str:
 # --- the loaded model ---
 
 
-def use_yarn(model: Any, config: dict[str, Any]) -> int:
-    """Give every full-attention layer of a loaded mlx-lm Qwen3.5 model the rope of `config` (a with_yarn copy),
-    built by mlx-lm's own initialize_rope; returns how many layers changed."""
+def _number(source: JSONObject, key: str, default: float | None = None) -> float:
+    """A number field of a config (`default` when absent); TypeError for anything else, KeyError when required."""
+    value = source[key] if default is None else source.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"config field {key!r} must be a number, not {value!r}")
+    return value
+
+
+def use_yarn(model: object, config: JSONObject) -> int:
+    """Give every full-attention layer of a loaded mlx-lm Qwen3.5 model (its `layers`, each attention's `rope`)
+    the rope of `config` (a with_yarn copy), built by mlx-lm's own initialize_rope; returns how many layers changed."""
     from mlx_lm.models.rope_utils import initialize_rope
 
     text = _text(config)
     params = _rope_parameters(text)
-    head_dim = text.get("head_dim") or text["hidden_size"] // text["num_attention_heads"]
-    dims = int(head_dim * params.get("partial_rotary_factor", text.get("partial_rotary_factor", 0.25)))
+    head_dim = _number(text, "head_dim") if text.get("head_dim") else _number(text, "hidden_size") // _number(text, "num_attention_heads")
+    dims = int(head_dim * _number(params, "partial_rotary_factor", _number(text, "partial_rotary_factor", 0.25)))
     changed = 0
     for layer in getattr(model, "layers", []):
         attention = getattr(layer, "self_attn", None)
@@ -149,10 +162,10 @@ def use_yarn(model: Any, config: dict[str, Any]) -> int:
             continue
         attention.rope = initialize_rope(
             dims,
-            base=params.get("rope_theta", 10_000_000),
+            base=_number(params, "rope_theta", 10_000_000),
             traditional=False,
             scaling_config=params,
-            max_position_embeddings=text["max_position_embeddings"],
+            max_position_embeddings=int(_number(text, "max_position_embeddings")),
         )
         changed += 1
     return changed
@@ -168,9 +181,9 @@ def query_block(heads: int, queries: int, keys: int, limit: int = SCORES_BLOCK_B
 
 def blocked_attention(
     queries: mx.array,
-    keys: Any,
-    values: Any,
-    cache: Any,
+    keys: KVBuffer,
+    values: KVBuffer,
+    cache: object,  # the layer's mlx-lm cache, passed through
     scale: float,
     mask: mx.array | str | None,
     sinks: mx.array | None = None,
@@ -206,7 +219,7 @@ def blocked_attention(
     return mx.concatenate(parts, axis=2)
 
 
-def _upto(kv: Any, n: int) -> Any:
+def _upto(kv: KVBuffer, n: int) -> KVBuffer:
     """The first `n` positions of a KV buffer (an array, or a quantized layer's (packed, scales, biases))."""
     if isinstance(kv, (tuple, list)):
         return tuple(part[..., :n, :] for part in kv)

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from macapp.core.jsonvalue import JSONObject
+
 
 def text_config(config: dict[str, Any]) -> dict[str, Any]:
     """The language model's settings: config.json's nested `text_config` (multimodal checkpoints), else its top level."""
@@ -39,7 +41,7 @@ class TensorInfo:
 class SafetensorsHeader:
     header_bytes: int  # the 8-byte length plus the JSON header
     tensors: dict[str, tuple[int, int]]  # tensor name -> (start, end) byte offsets after the header
-    metadata: dict[str, Any]
+    metadata: JSONObject
     info: dict[str, TensorInfo] = field(default_factory=dict, compare=False)  # name -> dtype, shape, offsets
 
     @property

@@ -15,7 +15,9 @@ a language-model key (and fail on it). It is tower weight either way, so it coun
 from __future__ import annotations
 
 import enum
-from typing import Any, Iterable
+from typing import Iterable
+
+from macapp.core.jsonvalue import JSONObject
 
 MTP_MARK = "mtp."  # both loaders drop any key that contains it
 VISION_PREFIXES = ("vision_tower", "model.visual", "model.language_model.visual")
@@ -60,7 +62,7 @@ def bytes_by_role(tensors: Iterable[tuple[str, int]], tied_embeddings: bool = Fa
     return totals
 
 
-def tied_embeddings(config: dict[str, Any]) -> bool:
+def tied_embeddings(config: JSONObject) -> bool:
     """Whether the config ties lm_head to the embeddings (the text settings win over the top level, as mlx-lm reads)."""
     nested = config.get("text_config")
     text = nested if isinstance(nested, dict) else config

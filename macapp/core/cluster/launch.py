@@ -92,8 +92,9 @@ def prepare(hostfile_path: str | Path, backend: str | None, model_spec: str, sha
     except EngineError as exc:
         raise ClusterError(exc.message) from None
     arch = Arch.from_config(config)
-    quant = config.get("quantization") or {}
-    chosen, problems = choose_shard(arch, hostfile.size, quant.get("bits"), int(quant.get("group_size") or 64), shard)
+    quant = config.get("quantization")
+    bits, group = (quant.get("bits"), quant.get("group_size")) if isinstance(quant, dict) else (None, None)
+    chosen, problems = choose_shard(arch, hostfile.size, bits if isinstance(bits, int) else None, group if isinstance(group, int) and group else 64, shard)
     if chosen is Shard.PIPELINE and not (path / "model.safetensors.index.json").is_file():
         raise ClusterError(f"{path} has no model.safetensors.index.json, which mlx-lm's pipeline split needs: use --shard tensor or a converted model")
     if check_remote:

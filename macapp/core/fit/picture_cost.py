@@ -16,8 +16,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from macapp.core.jsonvalue import JSONObject
 from macapp.core.modelfiles import text_config
 
 PIXEL_BYTES = 4  # the processor hands float32 pixel values
@@ -46,7 +46,7 @@ class ProcessorLimits:
     @classmethod
     def from_files(cls, folder: Path) -> "ProcessorLimits":
         """From a model folder's preprocessor_config.json (processor_config.json's image part overrides), defaults otherwise."""
-        raw: dict[str, Any] = {}
+        raw: JSONObject = {}
         for name in ("preprocessor_config.json", "processor_config.json"):
             try:
                 data = json.loads((Path(folder) / name).read_text())
@@ -57,9 +57,9 @@ class ProcessorLimits:
         return cls.from_dict(raw)
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> "ProcessorLimits":
+    def from_dict(cls, raw: JSONObject) -> "ProcessorLimits":
         size_field = raw.get("size")
-        size: dict[str, Any] = size_field if isinstance(size_field, dict) else {}
+        size: JSONObject = size_field if isinstance(size_field, dict) else {}
         base = cls()
 
         def positive(value: object, default: int) -> int:
@@ -74,48 +74,57 @@ class ProcessorLimits:
         )
 
 
-def tower_parameters(vision_config: dict[str, Any]) -> int:
+def _int(config: JSONObject, key: str, default: int) -> int:
+    """A whole-number field of a vision config, `default` when absent; TypeError (as int() gives) for a non-number."""
+    value = config.get(key, default)
+    if not isinstance(value, (int, float, str)):
+        raise TypeError(f"vision config field {key!r} must be a number, not {value!r}")
+    return int(value)
+
+
+def tower_parameters(vision_config: JSONObject) -> int:
     """Parameter count of a Qwen3.5 vision tower from its config."""
-    h = int(vision_config.get("hidden_size", 0))
-    inter = int(vision_config.get("intermediate_size", 0))
-    depth = int(vision_config.get("depth", 0))
+    h = _int(vision_config, "hidden_size", 0)
+    inter = _int(vision_config, "intermediate_size", 0)
+    depth = _int(vision_config, "depth", 0)
     if not (h and inter and depth):
         return 0
-    patch = int(vision_config.get("patch_size", 16))
-    temporal = int(vision_config.get("temporal_patch_size", 2))
-    channels = int(vision_config.get("in_channels", 3))
-    merge = int(vision_config.get("spatial_merge_size", 2))
-    out = int(vision_config.get("out_hidden_size", h))
-    positions = int(vision_config.get("num_position_embeddings", 2304))
+    patch = _int(vision_config, "patch_size", 16)
+    temporal = _int(vision_config, "temporal_patch_size", 2)
+    channels = _int(vision_config, "in_channels", 3)
+    merge = _int(vision_config, "spatial_merge_size", 2)
+    out = _int(vision_config, "out_hidden_size", h)
+    positions = _int(vision_config, "num_position_embeddings", 2304)
     patch_embed = h * channels * temporal * patch * patch + h
     block = 2 * (2 * h) + (h * 3 * h + 3 * h) + (h * h + h) + (h * inter + inter) + (inter * h + h)
     merged = h * merge * merge
     merger = 2 * h + (merged * merged + merged) + (merged * out + out)
-    deepstack = len(vision_config.get("deepstack_visual_indexes") or []) * (2 * merged + merged * merged + merged + merged * out + out)
+    indexes = vision_config.get("deepstack_visual_indexes")
+    deepstack = (len(indexes) if isinstance(indexes, list) else 0) * (2 * merged + merged * merged + merged + merged * out + out)
     return patch_embed + positions * h + depth * block + merger + deepstack
 
 
-def tower_bytes_from_config(vision_config: dict[str, Any], dtype_bytes: int = 2) -> int:
+def tower_bytes_from_config(vision_config: JSONObject, dtype_bytes: int = 2) -> int:
     return tower_parameters(vision_config) * dtype_bytes
 
 
-def image_activation_bytes(vision_config: dict[str, Any], limits: ProcessorLimits, dtype_bytes: int = 2, text_hidden: int | None = None) -> int:
+def image_activation_bytes(vision_config: JSONObject, limits: ProcessorLimits, dtype_bytes: int = 2, text_hidden: int | None = None) -> int:
     """Peak activation memory of the tower encoding one picture at the processor's maximum size."""
-    h = int(vision_config.get("hidden_size", 0))
-    inter = int(vision_config.get("intermediate_size", 0))
+    h = _int(vision_config, "hidden_size", 0)
+    inter = _int(vision_config, "intermediate_size", 0)
     if not (h and inter):
         return 0
     patches = limits.max_pixels // (limits.patch_size**2)
-    channels = int(vision_config.get("in_channels", 3))
+    channels = _int(vision_config, "in_channels", 3)
     pixels = patches * channels * limits.temporal_patch_size * limits.patch_size**2 * PIXEL_BYTES
     widest_block = patches * (h + 3 * h + inter + h) * dtype_bytes  # residual + qkv + MLP hidden + output
     tokens = patches // (limits.merge_size**2)
-    out = int(vision_config.get("out_hidden_size", text_hidden or h))
+    out = _int(vision_config, "out_hidden_size", text_hidden or h)
     merged = tokens * (h * limits.merge_size**2 * 2 + out) * dtype_bytes
     return pixels + widest_block + merged
 
 
-def checkpoint_dtype_bytes(config: dict[str, Any]) -> int:
+def checkpoint_dtype_bytes(config: JSONObject) -> int:
     dtype = str(config.get("torch_dtype") or config.get("dtype") or text_config(config).get("dtype") or "bfloat16")
     return 4 if "32" in dtype else 2
 
@@ -134,7 +143,7 @@ class VisionCost:
         return self.vision_bytes + self.image_activation_bytes
 
 
-def vision_cost(config: dict[str, Any], limits: ProcessorLimits | None = None, tower_bytes: int | None = None) -> VisionCost:
+def vision_cost(config: JSONObject, limits: ProcessorLimits | None = None, tower_bytes: int | None = None) -> VisionCost:
     """The cost from a config (and the exact tower bytes when the headers were read)."""
     vision_config = config.get("vision_config")
     if not isinstance(vision_config, dict) or not vision_config:

@@ -14,11 +14,11 @@ import enum
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from macapp.core import catalog
 from macapp.core.hub.record import HubModelRecord, cached_record, readme_base_model
 from macapp.core.hub.mtp_quant import QuantRule
+from macapp.core.jsonvalue import JSONObject
 from macapp.core.memory import format_bytes
 from macapp.core.modelfiles import SafetensorsError, mtp_side_file, read_safetensors_header, text_config
 from macapp.core.tensor_roles import TensorRole, tensor_role
@@ -56,11 +56,11 @@ class MtpStatus:
             return f"MTP: {format_bytes(self.fetch_bytes)} to fetch"
         return "MTP: none" if self.where is MtpWhere.NONE else "MTP: not known yet"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {"where": str(self.where), "head_bytes": self.head_bytes, "fetch_bytes": self.fetch_bytes, "source_repo": self.source_repo, "note": self.note}
 
 
-def model_has_mtp(config: dict[str, Any]) -> bool | None:
+def model_has_mtp(config: JSONObject) -> bool | None:
     """What the config says: True/False from ``mtp_num_hidden_layers``, None when it does not say."""
     value = text_config(config).get("mtp_num_hidden_layers", config.get("mtp_num_hidden_layers"))
     return None if value is None else bool(value)
@@ -90,14 +90,17 @@ def side_file_bytes(folder: Path) -> int:
     return header.data_bytes
 
 
-def build_quantization(config: dict[str, Any]) -> tuple[int | None, int]:
+def build_quantization(config: JSONObject) -> tuple[int | None, int]:
     quant = config.get("quantization") or config.get("quantization_config") or {}
     if not isinstance(quant, dict):
         return None, 64
-    return quant.get("bits"), int(quant.get("group_size", 64) or 64)
+    bits, group = quant.get("bits"), quant.get("group_size", 64) or 64
+    if not isinstance(group, (int, float, str)):
+        raise TypeError(f"quantization group_size must be a number, not {group!r}")
+    return (bits if isinstance(bits, int) else None), int(group)
 
 
-def build_dtype(config: dict[str, Any], dtypes: list[str]) -> str:
+def build_dtype(config: JSONObject, dtypes: list[str]) -> str:
     """The build's float dtype (safetensors name): its scales' or norms' dtype, else the config's, else BF16."""
     for dtype in dtypes:
         if dtype in ("BF16", "F16", "F32"):

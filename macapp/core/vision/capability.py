@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
+from macapp.core.jsonvalue import JSONObject
 from macapp.core.modelfiles import SafetensorsError, read_safetensors_header
 from macapp.core.tensor_roles import is_tower_tensor
 
@@ -55,11 +56,11 @@ class VisionSupport:
 TEXT_ONLY = VisionSupport(has_vision_config=False, tower_tensors=0, tower_bytes=0)
 
 
-def has_vision_config(config: dict[str, Any]) -> bool:
+def has_vision_config(config: JSONObject) -> bool:
     return isinstance(config.get("vision_config"), dict) and bool(config["vision_config"])
 
 
-def support_from_tensors(config: dict[str, Any], tensors: Iterable[tuple[str, int]]) -> VisionSupport:
+def support_from_tensors(config: JSONObject, tensors: Iterable[tuple[str, int]]) -> VisionSupport:
     """From (tensor name, bytes) pairs, e.g. a hub repo's safetensors metadata."""
     count = 0
     total = 0
