@@ -8,6 +8,7 @@ import os
 import sys
 
 from macapp import __version__
+from macapp.core.logs import setup_logging
 
 # Each module defines `register(subparsers)`, which adds its parser and sets `func(args) -> int`.
 SUBCOMMAND_MODULES = ("fit", "download", "chat", "history", "serve", "demo")
@@ -35,16 +36,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    from macapp.core.logs import setup_logging
-
     setup_logging()
     try:
         if args.self_test:
-            from macapp.devtools.selftest import run_self_test
+            from macapp.devtools.selftest import run_self_test  # why: it imports the engine and huggingface_hub; `import macapp.cli` stays light
 
             return run_self_test()
         if args.command is None:
-            from macapp.ui.app import run_app
+            from macapp.ui.app import run_app  # why: PySide6 loads only for the window, never for a subcommand or --help
 
             return run_app(screenshot=args.screenshot)
         status = int(args.func(args) or 0)

@@ -14,12 +14,21 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, TextIO
+from typing import TextIO
 
 from macapp.cli import UsageError
+from macapp.cli.cluster import add_run_arguments, engine_for, launch_or_follow
 from macapp.cli.model import add_cache_arguments, add_model_argument, add_mtp_argument, check_cache_arguments, load_model, mtp_mode, mtp_notice
 from macapp.core import events as ev
+from macapp.core.conversation import ConversationModel, Turn
+from macapp.core.engine import ChatSession, Engine, SessionOptions
+from macapp.core.events import AnswerDelta, Failed, Finished, ReasoningDelta, Reply, TerminalEvent, TurnKind, format_stats
 from macapp.core.fit.estimate import DEFAULT_PREFILL_STEP
+from macapp.core.history import NotFoundError, Store, StoreError
+from macapp.core.recorder import ChatRecorder
+from macapp.core.sampling import SamplingParams, preset
+from macapp.core.vision.images import ImageError, PreparedImage, open_image
+from macapp.core.vision.pictures import FILES
 
 DIM, RESET = "\033[2m", "\033[0m"
 HELP = (
@@ -65,15 +74,11 @@ def register(subparsers) -> None:
     )
     parser.add_argument("--resume", type=int, metavar="ID", help="continue a saved conversation (see `qwen-desk history`)")
     parser.add_argument("--no-history", action="store_true", help="do not save this conversation to the history")
-    from macapp.cli.cluster import add_run_arguments
-
     add_run_arguments(parser)
     parser.set_defaults(func=run)
 
 
-def _sampling(args: argparse.Namespace, thinking: bool):
-    from macapp.core.sampling import preset
-
+def _sampling(args: argparse.Namespace, thinking: bool) -> SamplingParams:
     try:
         params = preset(
             thinking,
@@ -92,7 +97,7 @@ def _sampling(args: argparse.Namespace, thinking: bool):
     return params
 
 
-def _turn_record(turn: int, reply: Any, conversation_id: int | None) -> dict[str, Any]:
+def _turn_record(turn: int, reply: Reply, conversation_id: int | None) -> dict[str, object]:
     st = reply.stats
     return {
         "turn": turn,
@@ -117,10 +122,8 @@ def _turn_record(turn: int, reply: Any, conversation_id: int | None) -> dict[str
     }
 
 
-def stats_line(reply: Any) -> str:
+def stats_line(reply: Reply) -> str:
     """The stats line after a reply (macapp.core.events.format_stats), plus why it ended if not at eos."""
-    from macapp.core.events import format_stats
-
     line = format_stats(reply.stats)
     return line if reply.finish_reason == "stop" else f"{line} · [{reply.finish_reason}]"
 
@@ -136,10 +139,6 @@ class History:
         self._resumed: int | None = None
         if not enabled and resume is None:
             return
-        from macapp.core.recorder import ChatRecorder
-        from macapp.core.history import NotFoundError, Store, StoreError
-        from macapp.core.vision.pictures import FILES
-
         try:
             self.store = Store.open(pictures=FILES)
         except StoreError as exc:
@@ -177,9 +176,7 @@ class Chat:
     """The command line's conversation (macapp.core.conversation, the window's too): its engine session, and the
     history that records every turn of it. Here only the printing; the model runs and records the turns."""
 
-    def __init__(self, engine: Any, session: Any, history: History, system: str | None = None, options: Any = None) -> None:
-        from macapp.core.conversation import ConversationModel
-
+    def __init__(self, engine: Engine, session: ChatSession, history: History, system: str | None = None, options: SessionOptions | None = None) -> None:
         self.engine = engine
         self.history = history
         self.system = system
@@ -187,15 +184,24 @@ class Chat:
         self.conversation = ConversationModel(self._new_session, history.recorder, system_prompt=system, session=session, system_wins=True)
 
     @property
-    def session(self) -> Any:
+    def session(self) -> ChatSession | None:
         return self.conversation.session
 
-    def _new_session(self, system: str | None, messages: list[dict] | None) -> Any:
+    def _new_session(self, system: str | None, messages: list[dict] | None) -> ChatSession:
         return self.engine.new_session(system_prompt=system, messages=messages, options=self.options)
 
     def turn(
-        self, kind: Any, text: str, thinking: bool, sampling: Any, budget: int | None, out: TextIO, color: bool = False, show: bool = True, images: tuple = ()
-    ) -> Any:
+        self,
+        kind: TurnKind,
+        text: str,
+        thinking: bool,
+        sampling: SamplingParams,
+        budget: int | None,
+        out: TextIO,
+        color: bool = False,
+        show: bool = True,
+        images: tuple[PreparedImage, ...] = (),
+    ) -> TerminalEvent:
         """Run one turn (TurnKind), printing its text as it streams (when `show`) and recording it; return
         its terminal event. `images`: pictures (vision.images.PreparedImage) for a send."""
         turn = self.conversation.start(kind, text, thinking=thinking, sampling=sampling, thinking_budget=budget, images=images)
@@ -205,10 +211,8 @@ class Chat:
         return last
 
 
-def _stream(turn: Any, out: TextIO, color: bool, show: bool) -> Any:
+def _stream(turn: Turn, out: TextIO, color: bool, show: bool) -> TerminalEvent:
     """Print a turn's text as it arrives (reasoning dimmed); return its terminal event. Ctrl-C stops the reply."""
-    from macapp.core.events import AnswerDelta, ReasoningDelta
-
     in_reasoning = wrote = False
     try:
         for event in turn.events():
@@ -240,8 +244,6 @@ def _stream(turn: Any, out: TextIO, color: bool, show: bool) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from macapp.core.engine import SessionOptions
-
     if args.json and not args.prompt:
         raise UsageError("--json needs at least one --prompt")
     prompts = list(args.prompt or [])
@@ -258,9 +260,6 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--prefill-step-size must be at least 1")
     _sampling(args, args.think)  # refuse bad sampling flags before loading anything
     images = _pictures(args.image or [])  # every picture checked before loading anything
-
-    from macapp.cli.cluster import engine_for, launch_or_follow
-
     if (code := launch_or_follow(args, prompts, reads_input=not prompts)) is not None:
         return code  # --hostfile: this process started and watched the ranks (or it was a follower rank)
     engine = engine_for()
@@ -287,19 +286,15 @@ def run(args: argparse.Namespace) -> int:
         engine.close()
 
 
-def _pictures(paths: list[str]) -> tuple:
+def _pictures(paths: list[str]) -> tuple[PreparedImage, ...]:
     """--image / /image files read and checked now; UsageError naming a bad one."""
-    from macapp.core.vision.images import ImageError, open_image
-
     try:
         return tuple(open_image(path) for path in paths)
     except ImageError as exc:
         raise UsageError(str(exc)) from None
 
 
-def _scripted(args, chat: Chat, prompts: list[str], images: tuple = ()) -> int:
-    from macapp.core.events import Failed, Finished, TurnKind
-
+def _scripted(args: argparse.Namespace, chat: Chat, prompts: list[str], images: tuple[PreparedImage, ...] = ()) -> int:
     color = sys.stdout.isatty() and not args.json
     for turn, text in enumerate(prompts, 1):
         sampling = _sampling(args, args.think)
@@ -317,9 +312,7 @@ def _scripted(args, chat: Chat, prompts: list[str], images: tuple = ()) -> int:
     return 0
 
 
-def _interactive(args, chat: Chat, images: tuple = ()) -> int:
-    from macapp.core.events import Failed, TurnKind
-
+def _interactive(args: argparse.Namespace, chat: Chat, images: tuple[PreparedImage, ...] = ()) -> int:
     color = sys.stdout.isatty()
     thinking = args.think
     print(f"[thinking {'on' if thinking else 'off'}] {HELP}", file=sys.stderr)
@@ -371,7 +364,7 @@ def _interactive(args, chat: Chat, images: tuple = ()) -> int:
         print(stats_line(reply) if reply.kept else "[stopped before the reply began; nothing kept]", file=sys.stderr)
 
 
-def _attach(images: tuple, path: str) -> tuple:
+def _attach(images: tuple[PreparedImage, ...], path: str) -> tuple[PreparedImage, ...]:
     """`/image PATH`: one more picture for the next message (a bad one is said, and nothing else changes)."""
     if not path:
         print("[usage: /image PATH]", file=sys.stderr)

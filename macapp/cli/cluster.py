@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import TYPE_CHECKING
+import signal
+import sys
 
 from macapp.cli import UsageError
 from macapp.core import hardware
 from macapp.core.catalog import ModelRef
+from macapp.core.cluster import rank
+from macapp.core.cluster.hostfile import HostfileError
+from macapp.core.cluster.launch import ClusterError, ClusterRun, ShardError, prepare
 from macapp.core.cluster.split import Shard
+from macapp.core.engine import Engine
 from macapp.core.fit.cluster import DEFAULT_LINK, LINKS, MAX_HOSTS, ClusterEstimate, cluster_estimate
 
 VERDICT_WORDS = {"fits": "fits", "tight": "tight", "too_big": "too big"}  # a fit verdict in words (fit and its several-Macs part)
-
-if TYPE_CHECKING:
-    from macapp.core.engine import Engine
 
 
 def _hosts(text: str) -> int:
@@ -114,8 +116,6 @@ def launch_or_follow(args: argparse.Namespace, prompts: list[str] | None = None,
     them, and return the run's exit status (`reads_input`: rank 0 reads this terminal, as the interactive chat
     does). In a launched follower rank: follow rank 0 and return its status. None where the command should go
     on as usual (no --hostfile, or this is rank 0)."""
-    from macapp.core.cluster import rank
-
     spec = rank.launched_spec()
     if spec is not None:
         return None if rank.rank() == 0 else rank.follow(spec, args.model, context=getattr(args, "context", None))
@@ -126,19 +126,14 @@ def launch_or_follow(args: argparse.Namespace, prompts: list[str] | None = None,
     return _launch(args, prompts or [], reads_input)
 
 
-def engine_for() -> "Engine":
+def engine_for() -> Engine:
     """The engine for this process: rank 0's cluster engine inside a launched run, else the usual one."""
-    from macapp.core.cluster import rank
-    from macapp.core.engine import Engine
-
     spec = rank.launched_spec()
     return rank.engine_for_rank0(spec) if spec is not None else Engine()
 
 
 def _rank_argv(prompts: list[str]) -> list[str]:
     """This command line for the ranks, with the prompts as read here (a '-' read stdin: ranks have none)."""
-    import sys
-
     argv, out, k = sys.argv[1:], [], 0
     for i, arg in enumerate(argv):
         if i and argv[i - 1] in ("--prompt", "-p") and k < len(prompts):
@@ -152,12 +147,6 @@ def _rank_argv(prompts: list[str]) -> list[str]:
 
 
 def _launch(args: argparse.Namespace, prompts: list[str], reads_input: bool) -> int:
-    import signal
-    import sys
-
-    from macapp.core.cluster.hostfile import HostfileError
-    from macapp.core.cluster.launch import ClusterError, ClusterRun, ShardError, prepare
-
     try:
         plan = prepare(args.hostfile, args.backend, args.model, Shard(args.shard) if args.shard else None)
     except (HostfileError, ShardError) as exc:

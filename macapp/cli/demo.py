@@ -12,6 +12,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from macapp.cli import chat
+from macapp.devtools.demo import NOTICE, ensure_demo_model
+
 DEMO_MAX_TOKENS = 200  # random weights may never write an end token: keep each reply short
 
 
@@ -31,9 +34,6 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from macapp.cli import chat
-    from macapp.devtools.demo import NOTICE, ensure_demo_model
-
     path = ensure_demo_model()
     if args.path:
         print(path)

@@ -13,7 +13,12 @@ import sys
 import time
 
 from macapp.cli import UsageError
+from macapp.core import catalog
 from macapp.core import download as dl
+from macapp.core.fit.estimate import mtp_words
+from macapp.core.hub.mtp import MtpStatus, MtpWhere, folder_status, hub_status, source_repo_for
+from macapp.core.hub.mtp_fetch import fetch_mtp_head, plan_mtp_fetch
+from macapp.core.hub.record import record_for
 from macapp.core.memory import format_bytes  # decimal units (GB = 1e9), like `qwen-desk fit` and the window
 
 
@@ -73,9 +78,7 @@ def run(args: argparse.Namespace) -> int:
     return _download(args, repo, model)
 
 
-def _resolve(spec: str, bits: int | None):
-    from macapp.core import catalog
-
+def _resolve(spec: str, bits: int | None) -> tuple[str | None, catalog.ModelRef]:
     try:
         model = catalog.resolve_model(spec, bits)
     except (catalog.UnknownModel, catalog.ConfigError) as exc:
@@ -87,7 +90,7 @@ def _say(args: argparse.Namespace, text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def _download(args: argparse.Namespace, repo: str, model) -> int:
+def _download(args: argparse.Namespace, repo: str, model: catalog.ModelRef) -> int:
     command = "qwen-desk download " + shlex.quote(args.model) + (f" --bits {args.bits}" if args.bits else "")
     view = _ProgressView(sys.stderr)
     try:
@@ -138,9 +141,6 @@ def _download(args: argparse.Namespace, repo: str, model) -> int:
 
 def _fetch_mtp(args: argparse.Namespace, repo: str, folder) -> dict:
     """The MTP head for the downloaded build in `folder`: kept where it is, or fetched now. Returns its JSON."""
-    from macapp.core.hub.mtp import MtpWhere, folder_status
-    from macapp.core.hub.mtp_fetch import fetch_mtp_head, plan_mtp_fetch
-
     status = folder_status(folder, repo)
     if status.usable:
         _say(
@@ -176,10 +176,6 @@ def _fetch_mtp(args: argparse.Namespace, repo: str, folder) -> dict:
 
 def _mtp_dry_run(args: argparse.Namespace, repo: str, plan: dl.DownloadPlan) -> dict:
     """What --mtp would do, from the hub records (the build's and the original's headers, no tensor data)."""
-    from macapp.core.hub.mtp import MtpStatus, MtpWhere, folder_status, hub_status, source_repo_for
-    from macapp.core.hub.mtp_fetch import plan_mtp_fetch
-    from macapp.core.hub.record import record_for
-
     try:
         if plan.complete:
             status = folder_status(plan.snapshot_path, repo)
@@ -196,14 +192,8 @@ def _mtp_dry_run(args: argparse.Namespace, repo: str, plan: dl.DownloadPlan) -> 
     except Exception as exc:  # a dry run reports; it never fails for the head
         _say(args, f"  MTP head: cannot tell ({type(exc).__name__}: {exc})")
         return {"where": "unknown", "error": {"kind": "error", "message": str(exc)}}
-    _say(args, "  " + _mtp_line(status))
+    _say(args, "  " + mtp_words(status))
     return status.to_json()
-
-
-def _mtp_line(status) -> str:
-    from macapp.core.fit.estimate import mtp_words
-
-    return mtp_words(status)
 
 
 class _MtpProgress:

@@ -8,10 +8,12 @@ import re
 import sys
 
 from macapp.cli import UsageError
-from macapp.cli.cluster import VERDICT_WORDS
+from macapp.cli.cluster import VERDICT_WORDS, add_fit_arguments, check_fit_arguments, run_cluster_fit
 from macapp.core import catalog, hardware, long_context
-from macapp.core.fit import advice, estimate, prefill_time
 from macapp.core.download import downloaded_repos
+from macapp.core.fit import advice, estimate, prefill_time
+from macapp.core.hub.mtp import MtpStatus, status_for
+from macapp.core.vision.builds import build_vision, downloaded_folder, refresh_catalog_and_pictures
 
 DEFAULT_CONTEXT = estimate.DEFAULT_CONTEXT
 IMAGES_WORDS = {True: "yes", False: "text only", None: "?"}
@@ -30,8 +32,6 @@ def register(subparsers) -> None:
         metavar="N[GB]",
         help="what if iogpu.wired_limit_mb were raised to N MB (or N GB): the GPU budget follows it; nothing is changed",
     )
-    from macapp.cli.cluster import add_fit_arguments
-
     add_fit_arguments(fit)
     fit.set_defaults(func=run_fit)
 
@@ -105,8 +105,6 @@ def resolve(spec: str, bits: int | None) -> catalog.ModelRef:
 def run_fit(args: argparse.Namespace) -> int:
     model = resolve(args.model, args.bits)
     machine = machine_from_args(args)
-    from macapp.cli.cluster import check_fit_arguments, run_cluster_fit
-
     check_fit_arguments(args)
     if args.hosts is not None:
         return run_cluster_fit(args, model, machine)
@@ -126,17 +124,12 @@ def run_fit(args: argparse.Namespace) -> int:
 
 def vision_args(model: catalog.ModelRef, images: bool) -> dict:
     """What estimate.estimate needs to count (or just report) a build's pictures."""
-    from macapp.core.vision.builds import build_vision
-
     seen = build_vision(model)
     return {"vision": seen.cost, "accepts_images": seen.accepts_images, "images": images}
 
 
-def mtp_status(model: catalog.ModelRef):
+def mtp_status(model: catalog.ModelRef) -> MtpStatus:
     """Where the build's MTP head comes from, from this machine's files and cached hub records (no network)."""
-    from macapp.core.hub.mtp import status_for
-    from macapp.core.vision.builds import downloaded_folder
-
     return status_for(model.repo, model.local_path or downloaded_folder(model.repo))
 
 
@@ -205,8 +198,6 @@ def reading_words(e: estimate.Estimate) -> str:
 
 def run_models(args: argparse.Namespace) -> int:
     if args.refresh:
-        from macapp.core.vision.builds import refresh_catalog_and_pictures
-
         errors = refresh_catalog_and_pictures()
         for repo, error in errors.items():
             print(f"qwen-desk: could not refresh {repo}: {error} (using built-in data)", file=sys.stderr)

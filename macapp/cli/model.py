@@ -5,13 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
 
 from macapp.cli import UsageError
 from macapp.cli.fit import parse_context
 from macapp.core import events as ev
 from macapp.core import long_context
 from macapp.core.context_limit import ContextError, check_config_context
+from macapp.core.engine import Engine, EngineError
+from macapp.core.engine.model_folder import display_name, locate_model
+from macapp.core.engine.options import MTPMode
 
 # A load that fails for one of these is the user's to fix (exit 2, the message as it is); anything else exits 1.
 LOAD_CODES = (ev.NOT_FOUND, ev.NOT_A_MODEL, ev.CORRUPT, ev.CANCELLED, ev.CONTEXT_LIMIT)
@@ -51,9 +53,6 @@ def check_cache_arguments(args: argparse.Namespace) -> None:
 
 def _local_config(spec: str | None) -> tuple[str, dict] | None:
     """(display name, config.json) of the folder `spec` names on this machine, reading nothing else."""
-    from macapp.core.engine import EngineError
-    from macapp.core.engine.model_folder import display_name, locate_model
-
     try:
         folder = locate_model(spec or "")
         config = json.loads((folder / "config.json").read_text())
@@ -62,13 +61,11 @@ def _local_config(spec: str | None) -> tuple[str, dict] | None:
     return (display_name(folder), config) if isinstance(config, dict) else None
 
 
-def load_model(engine: Any, spec: str, context: int | None = None, mtp: Any = None) -> ev.Loaded | None:
+def load_model(engine: Engine, spec: str, context: int | None = None, mtp: MTPMode | None = None) -> ev.Loaded | None:
     """Load `spec` on the engine (in long-context mode when `context` is past its native length, which is said
     on stderr) and return its Loaded event; `mtp` (mtp_mode's, None: auto) off loads no MTP head. A model that
     cannot be found or read raises UsageError; any other failure is printed to stderr and gives None (the
     command exits 1)."""
-    from macapp.core.engine import EngineError
-
     try:
         job = engine.load(spec, context=context) if mtp is None else engine.load(spec, context=context, mtp=mtp)
         info = job.result()
@@ -92,10 +89,8 @@ def add_mtp_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def mtp_mode(args: argparse.Namespace) -> Any:
+def mtp_mode(args: argparse.Namespace) -> MTPMode:
     """The engine's MTPMode for --mtp."""
-    from macapp.core.engine.options import MTPMode
-
     return MTPMode(getattr(args, "mtp", "auto") or "auto")
 
 

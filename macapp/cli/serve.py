@@ -19,6 +19,7 @@ import sys
 import threading
 
 from macapp.cli import UsageError
+from macapp.cli.cluster import add_run_arguments, engine_for, launch_or_follow
 from macapp.cli.model import add_cache_arguments, add_model_argument, add_mtp_argument, check_cache_arguments, load_model, mtp_mode, mtp_notice
 from macapp.server.activity import RequestRecord, RequestState
 from macapp.server.config import DEFAULT_HOST, DEFAULT_PORT, ServerConfig, is_loopback
@@ -68,8 +69,6 @@ def register(subparsers) -> None:
         help="answer at most N requests at once (default: as many as fit beside the model at --context, up to 32; "
         "more wait in a queue). With --hostfile requests are answered one at a time",
     )
-    from macapp.cli.cluster import add_run_arguments
-
     add_run_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -149,7 +148,7 @@ class _Signals:
 
 
 def run(args: argparse.Namespace) -> int:
-    from macapp.cli.cluster import engine_for, launch_or_follow
+    # why: both load MLX (and the HTTP stack) on import, and `qwen-desk --help` imports every subcommand's module
     from macapp.server.engine_backend import serving_backend
     from macapp.server.local_server import LocalServer
 

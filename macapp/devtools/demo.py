@@ -15,6 +15,7 @@ from pathlib import Path
 from macapp.core import paths
 from macapp.core.engine.jobs import Job
 from macapp.core.events import TerminalEvent
+from macapp.devtools.tiny_model import make_tiny_model
 
 FOLDER_NAME = "Tiny demo model"  # the folder's name is the model's name in the window and the history
 COMPLETE_MARK = ".qwen-desk-demo"  # written last: a folder without it is rebuilt
@@ -40,8 +41,6 @@ def ensure_demo_model() -> Path:
     dest = demo_model_dir()
     if (dest / COMPLETE_MARK).is_file():
         return dest
-    from macapp.devtools.tiny_model import make_tiny_model
-
     staging = Path(tempfile.mkdtemp(prefix=".demo-", dir=dest.parent))
     try:
         built = Path(make_tiny_model(staging / FOLDER_NAME, kind="moe", bits=4))

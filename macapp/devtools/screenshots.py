@@ -17,6 +17,10 @@ import threading
 import time
 from pathlib import Path
 
+from macapp.core.settings import Settings
+from macapp.devtools.tiny_model import make_tiny_model
+from macapp.devtools.tiny_vlm import make_tiny_vlm
+
 WHAT_IF = {"chip": "M4 Pro", "memory_gb": 24}
 SIZE = (1180, 760)
 TALL = 1040  # the advice shot's window height
@@ -121,10 +125,10 @@ def main(argv: list[str] | None = None) -> int:
     hub = HubStandIn().start()
     os.environ["HF_ENDPOINT"] = hub.url
 
-    from macapp.core.settings import Settings
-    from macapp.devtools.tiny_model import make_tiny_model
+    # The window's modules only now, after the environment above: huggingface_hub reads HF_HOME and HF_ENDPOINT once, when first imported.
     from macapp.ui.app import make_application
     from macapp.ui.main_window import CHAT, LIBRARY, SERVER, MainWindow
+    from macapp.ui.style import apply_style
 
     app = make_application()
     settings = Settings()
@@ -212,8 +216,6 @@ def main(argv: list[str] | None = None) -> int:
     window.server.stop(wait=True)
 
     # 6. Pictures: a sent message with one, and another waiting in the composer (a tiny model with a vision tower).
-    from macapp.devtools.tiny_vlm import make_tiny_vlm
-
     lib.open_local_folder(str(make_tiny_vlm(work / "tiny-qwen3.5-vl", kind="dense")))
     chat.controller.sampling_overrides = {}
     lib.request_load()
@@ -233,8 +235,6 @@ def main(argv: list[str] | None = None) -> int:
     chat.composer.input.setPlainText("")
 
     # 7. The library in dark appearance (the palette follows the system; forced here for the shot).
-    from macapp.ui.style import apply_style
-
     os.environ["QWEN_DESK_APPEARANCE"] = "dark"
     apply_style(app)
     window.show_page(LIBRARY)

@@ -11,7 +11,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from macapp.core.settings import Settings
 from macapp.devtools.screenshots import SIZE, WHAT_IF, _save, _wait
+from macapp.devtools.tiny_model import make_tiny_model
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     from PySide6.QtCore import Qt
     from PySide6.QtTest import QTest
 
-    from macapp.core.settings import Settings
+    # The window's modules only now, after the environment above: huggingface_hub reads HF_HOME and HF_HUB_OFFLINE once, when first imported.
     from macapp.ui.app import make_application
     from macapp.ui.main_window import CHAT, LIBRARY, SERVER, MainWindow
 
@@ -98,8 +100,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def long_context_shots(app, window, out: Path, work: Path) -> None:
-    from macapp.devtools.tiny_model import make_tiny_model
-    from macapp.ui.main_window import CHAT, LIBRARY
+    from macapp.ui.main_window import CHAT, LIBRARY  # why: as main's, after the environment it sets
     from tests.fixtures.models import with_native_length
 
     chat, lib = window.chat, window.library

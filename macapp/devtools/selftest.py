@@ -24,6 +24,14 @@ from typing import TextIO
 
 import macapp
 from macapp import __version__
+from macapp.core import catalog, hardware, paths
+from macapp.core.engine import Engine
+from macapp.core.fit import estimate
+from macapp.core.logs import setup_logging
+from macapp.core.sampling import SamplingParams
+from macapp.core.vision.images import PreparedImage
+from macapp.devtools.tiny_model import make_tiny_model
+from macapp.devtools.tiny_vlm import make_tiny_vlm
 
 log = logging.getLogger(__name__)
 
@@ -148,8 +156,6 @@ def check_qt() -> str:
     from PySide6.QtGui import QPixmap
     from PySide6.QtWidgets import QApplication, QLabel
 
-    from macapp.core import paths
-
     app = QApplication.instance() or QApplication([sys.argv[0]])
     label = QLabel("Qwen Desk")
     label.adjustSize()
@@ -168,8 +174,6 @@ def check_bundle() -> str:
     root = bundle_root()
     if root is None:
         return "running from source, not a bundle"
-    from macapp.core import paths
-
     missing = [name for name in ("icon.png", "Info.plist") if not (paths.resources_dir() / name).exists()]
     if missing:
         raise SelfTestFailure(f"resources missing from the bundle: {', '.join(missing)}")
@@ -220,8 +224,6 @@ def _codesign_problems(app: Path) -> list[str]:
 def check_data_folders() -> str:
     from huggingface_hub import constants
 
-    from macapp.core import paths
-
     folders = {"app home": paths.app_home(), "logs": paths.logs_dir(), "HF cache": Path(constants.HF_HUB_CACHE)}
     root = bundle_root()
     if root is not None:
@@ -235,9 +237,6 @@ def check_data_folders() -> str:
 
 
 def check_fit() -> str:
-    from macapp.core import catalog, hardware
-    from macapp.core.fit import estimate
-
     entries = catalog.load_catalog()
     if not entries:
         raise SelfTestFailure("the model catalog is empty")
@@ -255,8 +254,6 @@ def check_fit() -> str:
 
 
 def check_tiny_model(workdir: Path) -> tuple[str, Path]:
-    from macapp.devtools.tiny_model import make_tiny_model
-
     path = make_tiny_model(workdir / "tiny-moe-4bit", kind="moe", bits=4)
     size = sum(f.stat().st_size for f in Path(path).iterdir() if f.is_file())
     return f"moe 4-bit, {size / 1e6:.1f} MB at {path}", Path(path)
@@ -269,7 +266,7 @@ def check_chat(model_path: Path) -> str:
         raise SelfTestFailure("MLX reports no Metal GPU: this Mac cannot run the models on its GPU")
     started = time.monotonic()
     # On a Mac this runs on the GPU, so a bundle without MLX's mlx.metallib fails here.
-    via, text, tokens = _chat_few_tokens(model_path)
+    via, text, tokens = _chat_with_engine(model_path)
     elapsed = time.monotonic() - started
     if tokens < 1:
         raise SelfTestFailure(f"no tokens generated via {via}")
@@ -278,33 +275,8 @@ def check_chat(model_path: Path) -> str:
     return f"{tokens} tokens via {via} on {device} in {elapsed:.1f} s: {preview!r}"
 
 
-def _chat_few_tokens(model_path: Path) -> tuple[str, str, int]:
-    """Load the model and generate a few tokens: through the engine when it is there."""
-    try:
-        importlib.import_module("macapp.core.engine")
-    except ModuleNotFoundError as exc:
-        if exc.name != "macapp.core.engine":
-            raise
-        return _chat_with_mlx_lm(model_path)
-    return _chat_with_engine(model_path)
-
-
-def _chat_with_mlx_lm(model_path: Path) -> tuple[str, str, int]:
-    from mlx_lm import load, stream_generate
-
-    model, tokenizer = load(str(model_path))
-    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "Say hello."}], add_generation_prompt=True, tokenize=False)
-    text, tokens = "", 0
-    for response in stream_generate(model, tokenizer, prompt, max_tokens=CHAT_TOKENS):
-        text += response.text
-        tokens = response.generation_tokens
-    return "mlx_lm.stream_generate", text, tokens
-
-
 def _chat_with_engine(model_path: Path) -> tuple[str, str, int]:
-    from macapp.core.engine import Engine
-    from macapp.core.sampling import SamplingParams
-
+    """Load the model on the engine and generate a few tokens."""
     engine = Engine()
     try:
         engine.load(str(model_path)).result(timeout=ENGINE_TIMEOUT_S)
@@ -319,11 +291,6 @@ def _chat_with_engine(model_path: Path) -> tuple[str, str, int]:
 def check_picture(workdir: Path) -> str:
     """One picture through the engine on a tiny Qwen3.5 with a vision tower: its image tokens must reach the model."""
     from PIL import Image
-
-    from macapp.core.engine import Engine
-    from macapp.core.sampling import SamplingParams
-    from macapp.core.vision.images import PreparedImage
-    from macapp.devtools.tiny_vlm import make_tiny_vlm
 
     path = make_tiny_vlm(workdir / "tiny-vl")
     picture = Image.effect_mandelbrot((96, 64), (-2, -1, 1, 1), 30).convert("RGB")
@@ -388,8 +355,6 @@ def run_checks(workdir: Path) -> Iterator[CheckResult]:
 def run_self_test(out: TextIO | None = None) -> int:
     """Run every check, print a short report, return 0 when all passed and 1 otherwise."""
     out = out or sys.stdout
-    from macapp.core.logs import setup_logging
-
     log_file = setup_logging()
     where = f"bundle {bundle_root()}" if bundle_root() else f"source {Path(macapp.__file__).parent}"
     print(f"Qwen Desk {__version__} self-test ({where}; Python {platform.python_version()})", file=out)

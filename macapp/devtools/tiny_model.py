@@ -48,6 +48,8 @@ import json
 import shutil
 from pathlib import Path
 
+from macapp.core.modelfiles import mtp_side_file
+
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
 TOKENIZER_VOCAB = 448  # trained BPE size (specials included); the model's vocab is padded to 512.
 MODEL_VOCAB = 512
@@ -516,8 +518,6 @@ def make_tiny_model(
         if shard_head is not None:
             _add_to_shard(dest, shard_head)
     if head is not None and mtp_side:
-        from macapp.core.modelfiles import mtp_side_file
-
         mx.save_safetensors(str(mtp_side_file(dest)), head, metadata={"format": "mlx"})
     _write_tokenizer(dest, tokenizer, eos_ids)
     return dest
