@@ -16,10 +16,13 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
-from macapp.core.events import AnswerDelta, Failed, PromptProgress, ReasoningDelta, StatsUpdate
+from macapp.core.events import AnswerDelta, Event, Failed, PromptProgress, ReasoningDelta, StatsUpdate
 from macapp.core.serving.requests import Completed, FinishReason, RequestStarted, ToolCallStarted
+
+if TYPE_CHECKING:  # the engine package imports huggingface_hub; the window and the CLI import this module at start-up
+    from macapp.core.engine.jobs import Job
 
 log = logging.getLogger(__name__)
 
@@ -56,17 +59,17 @@ class RequestRecord:
 Observer = Callable[[RequestRecord], None]
 # Set by the HTTP front (refusals.RefusalDesk) per request: track() marks it, so an error answer to a request that
 # already has a record (a job that failed) is not listed a second time as a refusal.
-CURRENT_REQUEST: contextvars.ContextVar[dict | None] = contextvars.ContextVar("qwen_desk_request", default=None)
+CURRENT_REQUEST: contextvars.ContextVar[dict[str, bool] | None] = contextvars.ContextVar("qwen_desk_request", default=None)
 
 
 @dataclass
 class Activity:
     keep: int = 100  # finished records kept for the list
     _records: dict[int, RequestRecord] = field(default_factory=dict)
-    _jobs: dict[int, Any] = field(default_factory=dict)
+    _jobs: dict[int, Job] = field(default_factory=dict)
     _observers: list[Observer] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    _ids: Any = field(default_factory=lambda: itertools.count(1))
+    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _stopping: threading.Event = field(default_factory=threading.Event)
 
     @property
@@ -95,7 +98,7 @@ class Activity:
         with self._lock:
             return bool(self._jobs)
 
-    def track(self, job: Any, client: str, api: str, prompt_tokens: int) -> RequestRecord:
+    def track(self, job: Job, client: str, api: str, prompt_tokens: int) -> RequestRecord:
         """Follow `job` from now on; returns its first record."""
         if (current := CURRENT_REQUEST.get()) is not None:
             current["tracked"] = True
@@ -135,7 +138,7 @@ class Activity:
                 break
             del self._records[oldest]
 
-    def _on_event(self, record_id: int, event: Any) -> None:
+    def _on_event(self, record_id: int, event: Event) -> None:
         with self._lock:
             record = self._records.get(record_id)
             if record is None:
@@ -160,7 +163,7 @@ class Activity:
                 log.exception("request list observer %r failed", observer)
 
 
-def _apply(record: RequestRecord, event: Any) -> RequestRecord:
+def _apply(record: RequestRecord, event: Event) -> RequestRecord:
     """The record after one event (the same object when nothing the list shows changed)."""
     match event:
         case RequestStarted(prompt_tokens=prompt, cached_tokens=cached):

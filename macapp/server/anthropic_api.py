@@ -12,9 +12,8 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
-
-from macapp.core.events import AnswerDelta, ReasoningDelta
+from macapp.core.events import AnswerDelta, Event, ReasoningDelta
+from macapp.core.jsonvalue import JSONObject
 from macapp.core.serving.requests import (
     Completed,
     FinishReason,
@@ -38,7 +37,7 @@ STOP_REASONS = {
 THINKING_SIGNATURE = "qwen-desk-local-thinking"
 
 
-def parse_messages_request(body: dict[str, Any], client: str = "", for_counting: bool = False) -> MessagesCall:
+def parse_messages_request(body: JSONObject, client: str = "", for_counting: bool = False) -> MessagesCall:
     """A messages body (a JSON object) as the request it asks for, or a 400 naming the field at fault;
     `for_counting` (count_tokens): max_tokens may be left out."""
     return read(CountTokensBody if for_counting else MessagesBody, body, "anthropic").to_call(client)
@@ -47,7 +46,7 @@ def parse_messages_request(body: dict[str, Any], client: str = "", for_counting:
 # ------------------------------------------------------------------------------------------------ reply
 
 
-def usage_body(usage: Usage) -> dict[str, Any]:
+def usage_body(usage: Usage) -> dict[str, object]:
     return {
         "input_tokens": usage.read_tokens,
         "cache_creation_input_tokens": 0,
@@ -56,8 +55,8 @@ def usage_body(usage: Usage) -> dict[str, Any]:
     }
 
 
-def message_body(done: Completed, message_id: str, model: str, show_thinking: bool = True) -> dict[str, Any]:
-    content: list[dict[str, Any]] = []
+def message_body(done: Completed, message_id: str, model: str, show_thinking: bool = True) -> dict[str, object]:
+    content: list[dict[str, object]] = []
     if done.reasoning:
         content.append({"type": "thinking", "thinking": done.reasoning if show_thinking else "", "signature": THINKING_SIGNATURE})
     if done.text:
@@ -96,12 +95,12 @@ class EventWriter:
         """message_start is written."""
         return self._started
 
-    def start(self, usage: Usage | None = None) -> list[tuple[str, dict[str, Any]]]:
+    def start(self, usage: Usage | None = None) -> list[tuple[str, dict[str, object]]]:
         """message_start (with the prompt's read/reused split once the engine has it) and a ping; once only."""
         if self._started:
             return []
         self._started = True
-        message = {
+        message: dict[str, object] = {
             "id": self.id,
             "type": "message",
             "role": "assistant",
@@ -113,23 +112,23 @@ class EventWriter:
         }
         return [("message_start", {"type": "message_start", "message": message}), ("ping", {"type": "ping"})]
 
-    def _close(self) -> list[tuple[str, dict[str, Any]]]:
+    def _close(self) -> list[tuple[str, dict[str, object]]]:
         if self._open is None:
             return []
         out = [self._delta({"type": "signature_delta", "signature": THINKING_SIGNATURE})] if self._open == "thinking" else []
         self._open = None
         return [*out, ("content_block_stop", {"type": "content_block_stop", "index": self._index})]
 
-    def _begin(self, kind: str, block: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    def _begin(self, kind: str, block: dict[str, object]) -> list[tuple[str, dict[str, object]]]:
         out = self._close()
         self._index += 1
         self._open = kind
         return [*out, ("content_block_start", {"type": "content_block_start", "index": self._index, "content_block": block})]
 
-    def _delta(self, delta: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    def _delta(self, delta: dict[str, object]) -> tuple[str, dict[str, object]]:
         return "content_block_delta", {"type": "content_block_delta", "index": self._index, "delta": delta}
 
-    def events(self, event: Any) -> list[tuple[str, dict[str, Any]]]:
+    def events(self, event: Event) -> list[tuple[str, dict[str, object]]]:
         """The stream events for one job event. message_start waits for RequestStarted, the job's first event once
         the engine takes the request, so its usage already says how much of the prompt is read and how much reused
         (Claude Code reads it there); until then the route sends SSE comments as keep-alives."""
@@ -138,8 +137,8 @@ class EventWriter:
         out = self._block_events(event)
         return self.start() + out if out else out
 
-    def _block_events(self, event: Any) -> list[tuple[str, dict[str, Any]]]:
-        out: list[tuple[str, dict[str, Any]]] = []
+    def _block_events(self, event: Event) -> list[tuple[str, dict[str, object]]]:
+        out: list[tuple[str, dict[str, object]]] = []
         match event:
             case ReasoningDelta(text=text) if text:
                 if self._open != "thinking":

@@ -18,7 +18,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, AsyncIterator
+from typing import AsyncIterator, Callable
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -28,7 +28,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from macapp.core.events import Failed
+from macapp.core.download.local import downloaded_repos
+from macapp.core.events import Event, Failed
+from macapp.core.serving.requests import Completed, CompletionRequest
 from macapp.server import anthropic_api, openai_api
 from macapp.server.activity import Activity
 from macapp.server.completion import Backend, complete, count_tokens, ended_by_shutdown, refusal
@@ -38,7 +40,7 @@ from macapp.server.fields import parse_json_object
 from macapp.server.responses_route import ResponsesEndpoint
 from macapp.server.refusals import RefusalDesk
 from macapp.server.security import Guard, SecurityPolicy
-from macapp.server.sse import JobFeed, paced_frames, sse_comment, sse_frame
+from macapp.server.sse import JobFeed, SseResponse, paced_frames, sse_comment, sse_frame
 
 log = logging.getLogger(__name__)
 CLIENT_GONE = 499  # nginx's code for "the client closed the request": nobody reads it
@@ -52,15 +54,13 @@ def client_label(request: Request, api: str) -> str:
 
 
 def downloaded_model_names() -> list[str]:
-    from macapp.core.download.local import downloaded_repos
-
     try:
         return sorted(downloaded_repos())
     except OSError:
         return []
 
 
-def model_entry(name: str, loaded: str, created: int) -> dict[str, Any]:
+def model_entry(name: str, loaded: str, created: int) -> dict[str, object]:
     """One model as both SDKs read it: OpenAI's id/object/created/owned_by, Anthropic's type/display_name/created_at."""
     return {
         "id": name,
@@ -99,7 +99,7 @@ class Routes:
             raise ApiError(ErrorKind.NOT_FOUND, f"No model {name!r} here; requests that name it are answered by {loaded!r}.")
         return JSONResponse(model_entry(name, loaded, self.started))
 
-    async def chat_completions(self, request: Request) -> Response:
+    async def chat_completions(self, request: Request) -> Response | SseResponse:
         body = parse_json_object(await request.body())
         call = openai_api.parse_chat_request(body, self.config.default_thinking, client_label(request, "openai"))
         model = self.backend.model_name
@@ -113,7 +113,7 @@ class Routes:
             frames=lambda feed, _tokens: self._openai_frames(feed, writer),
         )
 
-    async def messages(self, request: Request) -> Response:
+    async def messages(self, request: Request) -> Response | SseResponse:
         body = parse_json_object(await request.body())
         call = anthropic_api.parse_messages_request(body, client_label(request, "anthropic"))
         model = self.backend.model_name
@@ -131,11 +131,19 @@ class Routes:
         call = anthropic_api.parse_messages_request(body, for_counting=True)
         return JSONResponse({"input_tokens": await run_in_threadpool(count_tokens, self.backend, call.request)})
 
-    async def _complete(self, request: Request, completion: Any, stream: bool, api: str, reply: Any, frames: Any) -> Response:
+    async def _complete(
+        self,
+        request: Request,
+        completion: CompletionRequest,
+        stream: bool,
+        api: str,
+        reply: Callable[[Completed, int], dict[str, object]],
+        frames: Callable[[JobFeed, int], AsyncIterator[bytes]],
+    ) -> Response | SseResponse:
         return await complete(request, self.backend, self.activity, self.config, completion, api, stream=stream, reply=reply, frames=frames)
 
     async def _openai_frames(self, feed: JobFeed, writer: openai_api.ChunkWriter) -> AsyncIterator[bytes]:
-        def translate(event: Any) -> list[bytes]:
+        def translate(event: Event) -> list[bytes]:
             if isinstance(event, Failed):
                 return [sse_frame(error_body(refusal(event), Flavor.OPENAI))]
             if ended_by_shutdown(event, self.activity):  # an error object, never a finish_reason
@@ -147,7 +155,7 @@ class Routes:
         yield sse_frame("[DONE]")
 
     async def _anthropic_frames(self, feed: JobFeed, writer: anthropic_api.EventWriter) -> AsyncIterator[bytes]:
-        def translate(event: Any) -> list[bytes]:
+        def translate(event: Event) -> list[bytes]:
             if isinstance(event, Failed):
                 return [sse_frame(error_body(refusal(event), Flavor.ANTHROPIC), "error")]
             if ended_by_shutdown(event, self.activity):  # an error event, never message_delta / message_stop

@@ -9,7 +9,7 @@ can still go out as a JSON error instead of inside a stream that has already sai
 from __future__ import annotations
 
 import math
-from typing import Any, AsyncIterator, Callable, Protocol
+from typing import AsyncIterator, Callable, Protocol
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -18,13 +18,14 @@ from starlette.responses import JSONResponse, Response
 from macapp.core import events as ev
 from macapp.core.events import Failed
 from macapp.core.engine import EngineError
+from macapp.core.engine.jobs import Job
 from macapp.core.serving.prepared import PreparedRequest
 from macapp.core.serving.requests import INVALID_REQUEST, Completed, CompletionRequest, FinishReason
 from macapp.core.serving.runner import QueueFull
 from macapp.server.activity import Activity
 from macapp.server.errors import ApiError, ErrorKind, invalid, shutting_down
 from macapp.server.config import ServerConfig
-from macapp.server.sse import KEEPALIVE, JobFeed, SseResponse, wait_or_disconnect
+from macapp.server.sse import JobFeed, KeepAlive, SseResponse, wait_or_disconnect
 
 
 class Backend(Protocol):
@@ -40,7 +41,7 @@ class Backend(Protocol):
     def prepare(self, request: CompletionRequest) -> PreparedRequest:
         """Render and check it once (any thread; EngineError when it cannot run), max_tokens clamped."""
 
-    def submit(self, prepared: PreparedRequest) -> Any:
+    def submit(self, prepared: PreparedRequest) -> Job:
         """Start it on the engine: a Job (see macapp.core.serving.requests); QueueFull beyond the queue limit."""
 
     def close(self) -> None:
@@ -95,7 +96,7 @@ def submit(backend: Backend, prepared: PreparedRequest) -> JobFeed:
     return JobFeed(job)
 
 
-def ended_by_shutdown(event: Any, activity: Activity) -> bool:
+def ended_by_shutdown(event: object, activity: Activity) -> bool:
     """A job the server's stop ended: its reply is not an answer (a client that left also cancels; it reads nothing)."""
     return isinstance(event, Completed) and event.finish_reason is FinishReason.CANCELLED and activity.stopping
 
@@ -108,7 +109,7 @@ async def raise_quick_refusal(feed: JobFeed, wait_s: float, activity: Activity) 
         raise refusal(first)
     if ended_by_shutdown(first, activity):
         raise shutting_down()
-    if first is not KEEPALIVE:
+    if not isinstance(first, KeepAlive):
         feed.push_back(first)
 
 
@@ -121,9 +122,9 @@ async def complete(
     api: str,
     *,
     stream: bool,
-    reply: Callable[[Completed, int], dict[str, Any]],
+    reply: Callable[[Completed, int], dict[str, object]],
     frames: Callable[[JobFeed, int], AsyncIterator[bytes]],
-) -> Response:
+) -> Response | SseResponse:
     """One completion, whatever its API: check the prompt fits, start it, and answer `reply(done, prompt_tokens)` as
     JSON, or the SSE stream of `frames(feed, prompt_tokens)` once no quick refusal came (that one still goes out as
     a JSON error). A client that leaves stops the job; a reply the server's stop cut short is a 503, not an answer."""
@@ -138,6 +139,7 @@ async def complete(
         return Response(status_code=CLIENT_GONE)
     if isinstance(done, Failed):
         raise refusal(done)
+    assert isinstance(done, Completed)  # a completion's job ends in Completed or Failed
     if ended_by_shutdown(done, activity):
         raise shutting_down(cut=bool(done.text or done.reasoning or done.tool_calls))
     return JSONResponse(reply(done, prompt_tokens))

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from macapp.core.engine import SessionOptions
+from macapp.core.engine import Engine, SessionOptions
 from macapp.core.engine.options import MTPMode
 from macapp.core.serving.runner import ServingEngine, ServingOptions
 
 
 def serving_backend(
-    engine: Any,
+    engine: Engine,
     context: int | None = None,
     kv_bits: int | None = None,
     queue_limit: int = 8,
@@ -33,8 +31,8 @@ def serving_backend(
     return ServingEngine(engine, options)
 
 
-def backend_for(engine: Any, **options: Any) -> ServingEngine:
+def backend_for(engine: Engine | None) -> ServingEngine:
     """As serving_backend, for the window: RuntimeError with the reason when no model is loaded."""
     if engine is None or engine.loaded is None:
         raise RuntimeError("Load a model first: the server answers with the model loaded for the chat.")
-    return serving_backend(engine, **options)
+    return serving_backend(engine)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
 
 from starlette.responses import JSONResponse
 
@@ -95,7 +94,7 @@ def flavor_for_path(path: str) -> Flavor:
     return Flavor.ANTHROPIC if path.startswith("/v1/messages") else Flavor.OPENAI
 
 
-def error_body(error: ApiError, flavor: Flavor) -> dict[str, Any]:
+def error_body(error: ApiError, flavor: Flavor) -> dict[str, object]:
     if flavor is Flavor.ANTHROPIC:
         return {"type": "error", "error": {"type": _ANTHROPIC_TYPES[error.kind], "message": error.message}}
     return {"error": {"message": error.message, "type": _OPENAI_TYPES[error.kind], "param": error.param, "code": error.code}}

@@ -8,8 +8,9 @@ import json
 import logging
 import math
 import re
-from typing import Any
+from typing import Iterable, Mapping, NoReturn
 
+from macapp.core.jsonvalue import JSONObject
 from macapp.server.errors import invalid
 
 log = logging.getLogger(__name__)
@@ -19,7 +20,7 @@ MAX_DEPTH = 128  # nesting of arrays and objects; real agents' bodies (tool sche
 _ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")  # only a \uD800-\uDFFF escape makes one
 
 
-def parse_json_object(raw: bytes) -> dict[str, Any]:
+def parse_json_object(raw: bytes) -> JSONObject:
     """The request body as a JSON object, or a 400 saying what is wrong with it."""
     if not raw.strip():
         raise invalid("The request body is empty: send a JSON object.")
@@ -35,7 +36,7 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def _no_constant(name: str) -> Any:
+def _no_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not a JSON number")
 
 
@@ -46,14 +47,14 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def check_structure(body: Any, surrogates: bool = True) -> None:
+def check_structure(body: object, surrogates: bool = True) -> None:
     """Refuse nesting deeper than MAX_DEPTH (the template, the tool parser and json.dumps recurse) and, when
     `surrogates`, a lone UTF-16 surrogate in any string (no tokenizer can encode one), naming where it is."""
-    stack: list[tuple[Any, int, str]] = [(body, 0, "")]
+    stack: list[tuple[object, int, str]] = [(body, 0, "")]
     while stack:
         value, depth, where = stack.pop()
         if isinstance(value, dict):
-            items: Any = value.items()
+            items: Iterable[tuple[object, object]] = value.items()
         elif isinstance(value, list):
             items = enumerate(value)
         else:
@@ -77,7 +78,7 @@ def _encodable(text: str) -> bool:
     return True
 
 
-def note_ignored(body: dict, used: frozenset[str], api: str) -> list[str]:
+def note_ignored(body: Mapping[str, object], used: frozenset[str], api: str) -> list[str]:
     """Log, once per name, the top-level fields of `body` this server does not use (they are accepted, not refused:
     agents send options a local model has no use for, such as Claude Code's `context_management`); returns the
     names logged now."""

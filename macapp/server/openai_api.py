@@ -12,9 +12,8 @@ import json
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
-
-from macapp.core.events import AnswerDelta, ReasoningDelta
+from macapp.core.events import AnswerDelta, Event, ReasoningDelta
+from macapp.core.jsonvalue import JSONObject
 from macapp.core.serving.requests import (
     Completed,
     FinishReason,
@@ -35,7 +34,7 @@ FINISH_REASONS = {
 }
 
 
-def parse_chat_request(body: dict[str, Any], default_thinking: bool, client: str = "") -> ChatCompletionCall:
+def parse_chat_request(body: JSONObject, default_thinking: bool, client: str = "") -> ChatCompletionCall:
     """A chat completions body (a JSON object) as the request it asks for, or a 400 naming the field at fault."""
     return read(ChatCompletionBody, body, "openai").to_call(default_thinking, client)
 
@@ -43,7 +42,7 @@ def parse_chat_request(body: dict[str, Any], default_thinking: bool, client: str
 # ------------------------------------------------------------------------------------------------ reply
 
 
-def usage_body(usage: Usage) -> dict[str, Any]:
+def usage_body(usage: Usage) -> dict[str, object]:
     return {
         "prompt_tokens": usage.prompt_tokens,
         "completion_tokens": usage.completion_tokens,
@@ -52,12 +51,12 @@ def usage_body(usage: Usage) -> dict[str, Any]:
     }
 
 
-def tool_call_body(call: ToolCall) -> dict[str, Any]:
+def tool_call_body(call: ToolCall) -> dict[str, object]:
     return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": json.dumps(call.arguments, ensure_ascii=False)}}
 
 
-def completion_body(done: Completed, completion_id: str, created: int, model: str) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": done.text if done.text or not done.tool_calls else None}
+def completion_body(done: Completed, completion_id: str, created: int, model: str) -> dict[str, object]:
+    message: dict[str, object] = {"role": "assistant", "content": done.text if done.text or not done.tool_calls else None}
     if done.reasoning:
         message["reasoning_content"] = done.reasoning
     if done.tool_calls:
@@ -82,7 +81,7 @@ class ChunkWriter:
     created: int = field(default_factory=lambda: int(time.time()))
     _started: bool = False
 
-    def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+    def _chunk(self, delta: dict[str, object], finish_reason: str | None = None) -> dict[str, object]:
         chunk = {
             "id": self.id,
             "object": "chat.completion.chunk",
@@ -94,7 +93,7 @@ class ChunkWriter:
             chunk["usage"] = None
         return chunk
 
-    def chunks(self, event: Any) -> list[dict[str, Any]]:
+    def chunks(self, event: Event) -> list[dict[str, object]]:
         out = []
         if not self._started and isinstance(event, (ReasoningDelta, AnswerDelta, ToolCallStarted, Completed)):
             self._started = True

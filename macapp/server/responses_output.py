@@ -14,9 +14,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any
-
-from macapp.core.events import AnswerDelta, Failed, ReasoningDelta
+from macapp.core.events import AnswerDelta, Event, Failed, ReasoningDelta
 from macapp.core.serving.requests import (
     ChatMessage,
     Completed,
@@ -41,7 +39,7 @@ STOPPED_MESSAGE = "The request was stopped before its reply was done (the server
 _TERMINAL_EVENTS = {"completed": "response.completed", "incomplete": "response.incomplete", "failed": "response.failed", "cancelled": "response.failed"}
 
 
-def usage_body(usage: Usage) -> dict[str, Any]:
+def usage_body(usage: Usage) -> dict[str, object]:
     return {
         "input_tokens": usage.prompt_tokens,
         "input_tokens_details": {"cached_tokens": usage.cached_tokens},
@@ -51,21 +49,21 @@ def usage_body(usage: Usage) -> dict[str, Any]:
     }
 
 
-def reasoning_item(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
+def reasoning_item(item_id: str, text: str, status: str = "completed") -> dict[str, object]:
     summary = [{"type": "summary_text", "text": text}] if text else []
     return {"type": "reasoning", "id": item_id, "summary": summary, "status": status}
 
 
-def text_part(text: str) -> dict[str, Any]:
+def text_part(text: str) -> dict[str, object]:
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
 
 
-def message_item(item_id: str, text: str | None, status: str = "completed") -> dict[str, Any]:
+def message_item(item_id: str, text: str | None, status: str = "completed") -> dict[str, object]:
     content = [text_part(text)] if text is not None else []
     return {"type": "message", "id": item_id, "role": "assistant", "status": status, "content": content}
 
 
-def call_item(item_id: str, call_id: str, name: str, arguments: str, status: str = "completed") -> dict[str, Any]:
+def call_item(item_id: str, call_id: str, name: str, arguments: str, status: str = "completed") -> dict[str, object]:
     return {"type": "function_call", "id": item_id, "call_id": call_id, "name": name, "arguments": arguments, "status": status}
 
 
@@ -73,7 +71,7 @@ def arguments_json(call: ToolCall) -> str:
     return json.dumps(call.arguments, ensure_ascii=False)
 
 
-def output_items(done: Completed) -> list[dict[str, Any]]:
+def output_items(done: Completed) -> list[dict[str, object]]:
     """The items of a finished reply: reasoning, the message (also when the reply is empty), the calls."""
     status = "incomplete" if done.finish_reason is FinishReason.LENGTH else "completed"
     items = []
@@ -85,7 +83,7 @@ def output_items(done: Completed) -> list[dict[str, Any]]:
     return items
 
 
-def error_of(error: ApiError) -> dict[str, Any]:
+def error_of(error: ApiError) -> dict[str, object]:
     """A failed response's `error`: Codex reads `code` (context_length_exceeded, …) and `message`."""
     return {"code": error.code or "server_error", "message": error.message}
 
@@ -95,11 +93,13 @@ class ResponseShell:
     """What every form of one response shares: its id, time, model and the request's echoed settings."""
 
     model: str
-    echo: dict[str, Any]
+    echo: dict[str, object]
     id: str = field(default_factory=lambda: new_id("resp"))
     created_at: int = field(default_factory=lambda: int(time.time()))
 
-    def body(self, status: str, output: list[dict[str, Any]], usage: dict[str, Any] | None = None, error: dict[str, Any] | None = None) -> dict[str, Any]:
+    def body(
+        self, status: str, output: list[dict[str, object]], usage: dict[str, object] | None = None, error: dict[str, object] | None = None
+    ) -> dict[str, object]:
         incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
         return {
             "id": self.id,
@@ -116,7 +116,7 @@ class ResponseShell:
         }
 
 
-def response_body(shell: ResponseShell, done: Completed) -> dict[str, Any]:
+def response_body(shell: ResponseShell, done: Completed) -> dict[str, object]:
     if done.model:
         shell.model = done.model
     return shell.body(_STATUS[done.finish_reason], output_items(done), usage_body(done.usage))
@@ -145,16 +145,16 @@ class StreamWriter:
     shell: ResponseShell
     _sequence: int = 0
     _open: _Open | None = None
-    _items: list[dict[str, Any]] = field(default_factory=list)
+    _items: list[dict[str, object]] = field(default_factory=list)
     _started: bool = False
-    final: dict[str, Any] | None = None  # the finished response object, once written
+    final: dict[str, object] | None = None  # the finished response object, once written
 
-    def _event(self, kind: str, **data: Any) -> dict[str, Any]:
+    def _event(self, kind: str, **data: object) -> dict[str, object]:
         event = {"type": kind, **data, "sequence_number": self._sequence}
         self._sequence += 1
         return event
 
-    def start(self) -> list[dict[str, Any]]:
+    def start(self) -> list[dict[str, object]]:
         """response.created and response.in_progress; once only."""
         if self._started:
             return []
@@ -162,21 +162,24 @@ class StreamWriter:
         body = self.shell.body("in_progress", [])
         return [self._event("response.created", response=body), self._event("response.in_progress", response=body)]
 
-    def events(self, event: Any) -> list[dict[str, Any]]:
+    def events(self, event: Event) -> list[dict[str, object]]:
         out = self.start()
         match event:
             case ReasoningDelta(text=text) if text:
                 if self._open is None or self._open.kind != "reasoning":
-                    out += self._begin("reasoning", reasoning_item(new_id("rs"), "", "in_progress"))
+                    item_id = new_id("rs")
+                    out += self._begin("reasoning", item_id, reasoning_item(item_id, "", "in_progress"))
                     out.append(self._part_event("response.reasoning_summary_part.added", {"type": "summary_text", "text": ""}))
                 out.append(self._delta("response.reasoning_summary_text.delta", text))
             case AnswerDelta(text=text) if text:
                 if self._open is None or self._open.kind != "message":
-                    out += self._begin("message", message_item(new_id("msg"), None, "in_progress"))
+                    item_id = new_id("msg")
+                    out += self._begin("message", item_id, message_item(item_id, None, "in_progress"))
                     out.append(self._part_event("response.content_part.added", text_part("")))
                 out.append(self._delta("response.output_text.delta", text))
             case ToolCallStarted(id=call_id, name=name):
-                out += self._begin("function_call", call_item(new_id("fc"), call_id, name, "", "in_progress"))
+                item_id = new_id("fc")
+                out += self._begin("function_call", item_id, call_item(item_id, call_id, name, "", "in_progress"))
                 assert self._open is not None
                 self._open.call_id, self._open.name = call_id, name
             case ToolCallFinished(call=call):
@@ -190,48 +193,49 @@ class StreamWriter:
                 pass  # failed() is called with the HTTP error it maps to
         return out
 
-    def failed(self, error: ApiError) -> list[dict[str, Any]]:
+    def failed(self, error: ApiError) -> list[dict[str, object]]:
         out = self.start() + self._close("incomplete")
         self.final = self.shell.body("failed", self._items, error=error_of(error))
         return out + [self._event("response.failed", response=self.final)]
 
-    def _completed(self, done: Completed) -> list[dict[str, Any]]:
+    def _completed(self, done: Completed) -> list[dict[str, object]]:
         status = _STATUS[done.finish_reason]
         out = self._close("incomplete" if status == "incomplete" else "completed")
         if not self._items:  # an empty reply: one empty message, as the JSON form has
-            out += self._begin("message", message_item(new_id("msg"), None, "in_progress"))
+            item_id = new_id("msg")
+            out += self._begin("message", item_id, message_item(item_id, None, "in_progress"))
             out.append(self._part_event("response.content_part.added", text_part("")))
             out += self._close()
         if done.model:
             self.shell.model = done.model
-        error = {"code": "server_error", "message": STOPPED_MESSAGE} if status == "cancelled" else None
+        error: dict[str, object] | None = {"code": "server_error", "message": STOPPED_MESSAGE} if status == "cancelled" else None
         self.final = self.shell.body(status, self._items, usage_body(done.usage), error)
         return out + [self._event(_TERMINAL_EVENTS[status], response=self.final)]
 
-    def _begin(self, kind: str, item: dict[str, Any]) -> list[dict[str, Any]]:
+    def _begin(self, kind: str, item_id: str, item: dict[str, object]) -> list[dict[str, object]]:
         out = self._close()
-        self._open = _Open(kind, len(self._items), item["id"])
+        self._open = _Open(kind, len(self._items), item_id)
         return out + [self._event("response.output_item.added", output_index=self._open.index, item=item)]
 
-    def _where(self) -> dict[str, Any]:
+    def _where(self) -> dict[str, object]:
         assert self._open is not None
         return {"item_id": self._open.id, "output_index": self._open.index}
 
-    def _part_event(self, kind: str, part: dict[str, Any]) -> dict[str, Any]:
+    def _part_event(self, kind: str, part: dict[str, object]) -> dict[str, object]:
         assert self._open is not None
         index = {"summary_index": 0} if self._open.kind == "reasoning" else {"content_index": 0}
         return self._event(kind, **self._where(), **index, part=part)
 
-    def _delta(self, kind: str, text: str) -> dict[str, Any]:
+    def _delta(self, kind: str, text: str) -> dict[str, object]:
         assert self._open is not None
         if self._open.kind != "function_call":
             self._open.text.append(text)
-        extra = {"summary_index": 0} if self._open.kind == "reasoning" else {}
+        extra: dict[str, object] = {"summary_index": 0} if self._open.kind == "reasoning" else {}
         if self._open.kind == "message":
             extra = {"content_index": 0, "logprobs": []}
         return self._event(kind, **self._where(), **extra, delta=text)
 
-    def _close(self, status: str = "completed") -> list[dict[str, Any]]:
+    def _close(self, status: str = "completed") -> list[dict[str, object]]:
         """Finish the open item: its done events and response.output_item.done."""
         open_, self._open = self._open, None
         if open_ is None:

@@ -5,12 +5,12 @@ client leaves), with the recent responses kept for `previous_response_id`."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, AsyncIterator, Callable
+from typing import AsyncIterator, Callable
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from macapp.core.events import Failed
+from macapp.core.events import Event, Failed
 from macapp.core.serving.requests import ChatMessage, Completed, FinishReason
 from macapp.server.activity import Activity
 from macapp.server.completion import Backend, complete, ended_by_shutdown, refusal
@@ -26,7 +26,7 @@ from macapp.server.responses_output import (
     response_body,
 )
 from macapp.server.responses_store import ResponseStore, StoredResponse
-from macapp.server.sse import JobFeed, paced_frames, sse_comment, sse_frame
+from macapp.server.sse import JobFeed, SseResponse, paced_frames, sse_comment, sse_frame
 
 API = "responses"  # the window's request list
 CLIENT_GONE = 499
@@ -69,20 +69,20 @@ class ResponsesEndpoint:
             )
         return stored.conversation
 
-    async def create(self, request: Request) -> Response:
+    async def create(self, request: Request) -> Response | SseResponse:
         try:
             return await self._create(request)
         except ApiError as error:
             raise _in_responses_terms(error) from error
 
-    async def _create(self, request: Request) -> Response:
+    async def _create(self, request: Request) -> Response | SseResponse:
         parsed = read_body(parse_json_object(await request.body()))
         call = parsed.to_call(self.config.default_thinking, self.label(request, API), self._previous(parsed.previous_response_id))
         shell = ResponseShell(self.backend.model_name, call.echo)
 
-        def reply(done: Completed, _prompt_tokens: int) -> dict[str, Any]:
+        def reply(done: Completed, _prompt_tokens: int) -> dict[str, object]:
             body = response_body(shell, done)
-            self._keep(call, done, body)
+            self._keep(call, done, shell.id, body)
             return body
 
         def frames(feed: JobFeed, _prompt_tokens: int) -> AsyncIterator[bytes]:
@@ -90,22 +90,22 @@ class ResponsesEndpoint:
 
         return await complete(request, self.backend, self.activity, self.config, call.request, API, stream=call.stream, reply=reply, frames=frames)
 
-    def _keep(self, call: ResponsesCall, done: Completed, body: dict[str, Any]) -> None:
+    def _keep(self, call: ResponsesCall, done: Completed, response_id: str, body: dict[str, object]) -> None:
         if call.store and done.finish_reason is not FinishReason.CANCELLED:
-            self.store.put(StoredResponse(body["id"], (*call.conversation, reply_message(done)), body))
+            self.store.put(StoredResponse(response_id, (*call.conversation, reply_message(done)), body))
 
     async def _frames(self, feed: JobFeed, writer: StreamWriter, call: ResponsesCall) -> AsyncIterator[bytes]:
-        def frames(events: list[dict[str, Any]]) -> list[bytes]:
-            return [sse_frame(e, e["type"]) for e in events]
+        def frames(events: list[dict[str, object]]) -> list[bytes]:
+            return [sse_frame(e, str(e["type"])) for e in events]
 
-        def translate(event: Any) -> list[bytes]:
+        def translate(event: Event) -> list[bytes]:
             if isinstance(event, Failed):
                 return frames(writer.failed(_in_responses_terms(refusal(event))))
             if ended_by_shutdown(event, self.activity):  # response.failed, never response.completed
                 return frames(writer.failed(shutting_down(cut=True)))
             out = frames(writer.events(event))
             if isinstance(event, Completed) and writer.final is not None:
-                self._keep(call, event, writer.final)
+                self._keep(call, event, writer.shell.id, writer.final)
             return out
 
         # response.created goes out at once (the real API's first event); keep-alives are comments, which every

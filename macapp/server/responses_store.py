@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
 
 from macapp.core.serving.requests import ChatMessage
 
@@ -18,7 +17,7 @@ MAX_BYTES = 256 * 1024 * 1024  # pictures sent in a conversation are held with i
 class StoredResponse:
     id: str
     conversation: tuple[ChatMessage, ...]  # its input (no instructions: they do not carry over) and its reply
-    body: dict[str, Any]  # the response object as it was answered
+    body: dict[str, object]  # the response object as it was answered
 
     @property
     def size(self) -> int:

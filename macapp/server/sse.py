@@ -15,12 +15,15 @@ import collections
 import json
 import threading
 import time
-from typing import Any, AsyncIterator, Callable
+from typing import TYPE_CHECKING, AsyncIterator, Callable
 
 import anyio
 from starlette.types import Receive, Scope, Send
 
-from macapp.core.events import TerminalEvent
+from macapp.core.events import Event, TerminalEvent
+
+if TYPE_CHECKING:  # only named: the engine package imports huggingface_hub
+    from macapp.core.engine.jobs import Job
 
 
 class KeepAlive:
@@ -36,18 +39,18 @@ class JobFeed:
     The worker only appends to a list; it wakes the loop once per batch (not once per token), so a fast decode
     costs the worker one lock and an append per event, and the loop takes whatever arrived since it last looked."""
 
-    def __init__(self, job: Any):
+    def __init__(self, job: Job):
         self.job = job
         self._loop = asyncio.get_running_loop()
         self._lock = threading.Lock()
-        self._arrived: list[Any] = []  # filled by the worker, taken by the loop
+        self._arrived: list[Event] = []  # filled by the worker, taken by the loop
         self._wake_pending = False
-        self._ready: collections.deque[Any] = collections.deque()  # loop side
+        self._ready: collections.deque[Event] = collections.deque()  # loop side
         self._signal = asyncio.Event()
         self.finished = False
         job.add_listener(self._deliver)
 
-    def _deliver(self, event: Any) -> None:  # on the worker thread (or this one, for past events)
+    def _deliver(self, event: Event) -> None:  # on the worker thread (or this one, for past events)
         with self._lock:
             self._arrived.append(event)
             if self._wake_pending:
@@ -65,7 +68,7 @@ class JobFeed:
             self._signal.clear()
         self._ready.extend(arrived)
 
-    async def next(self, timeout: float | None = None) -> Any:
+    async def next(self, timeout: float | None = None) -> Event | KeepAlive:
         """The next event, or KEEPALIVE after `timeout` seconds of silence."""
         while not self._ready:
             self._take()
@@ -80,10 +83,10 @@ class JobFeed:
             self.finished = True
         return event
 
-    def push_back(self, event: Any) -> None:
+    def push_back(self, event: Event) -> None:
         self._ready.appendleft(event)
 
-    async def events(self, keepalive_s: float) -> AsyncIterator[Any]:
+    async def events(self, keepalive_s: float) -> AsyncIterator[Event | KeepAlive]:
         """Every event up to and including the terminal one, with KEEPALIVE in the quiet stretches."""
         while True:
             event = await self.next(keepalive_s)
@@ -91,7 +94,7 @@ class JobFeed:
             if isinstance(event, TerminalEvent):
                 return
 
-    async def terminal(self) -> Any:
+    async def terminal(self) -> TerminalEvent:
         """Skip to the terminal event."""
         while True:
             event = await self.next()
@@ -100,14 +103,14 @@ class JobFeed:
 
 
 async def paced_frames(
-    feed: JobFeed, keepalive_s: float, translate: Callable[[Any], list[bytes]], keepalive: bytes | Callable[[], bytes]
+    feed: JobFeed, keepalive_s: float, translate: Callable[[Event], list[bytes]], keepalive: bytes | Callable[[], bytes]
 ) -> AsyncIterator[bytes]:
     """The frames `translate` makes of each event, with `keepalive` (or what it returns now) whenever nothing was
     written for `keepalive_s` (a long prefill reports progress, which writes nothing, so the pace is the writes', not
     the events')."""
     last = time.monotonic()
     async for event in feed.events(keepalive_s):
-        frames = [] if event is KEEPALIVE else translate(event)
+        frames = [] if isinstance(event, KeepAlive) else translate(event)
         if not frames and time.monotonic() - last >= keepalive_s:
             frames = [keepalive() if callable(keepalive) else keepalive]
         for frame in frames:
@@ -116,7 +119,7 @@ async def paced_frames(
             last = time.monotonic()
 
 
-def sse_frame(data: Any, event: str | None = None) -> bytes:
+def sse_frame(data: object, event: str | None = None) -> bytes:
     """One SSE event: an optional `event:` line and one `data:` line (JSON unless already a string)."""
     payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, separators=(",", ":"))
     head = f"event: {event}\n" if event else ""
@@ -136,10 +139,10 @@ async def watch_disconnect(receive: Receive, on_disconnect: Callable[[], None]) 
             return
 
 
-async def wait_or_disconnect(feed: JobFeed, receive: Receive) -> Any:
+async def wait_or_disconnect(feed: JobFeed, receive: Receive) -> TerminalEvent | None:
     """The job's terminal event; if the client goes away first, the job is stopped and None returned. A wait
     cancelled from outside (the server shutting down) stops the job too: nobody would read its reply."""
-    result: list[Any] = []
+    result: list[TerminalEvent] = []
     try:
         async with anyio.create_task_group() as group:
 
@@ -163,13 +166,13 @@ class SseResponse:
     """An ASGI `text/event-stream` response of `frames`; the job stops at once if the client disconnects
     (whether the loss shows as an `http.disconnect` or as a failed write), or if the server cancels it."""
 
-    headers = [
+    headers: list[tuple[bytes, bytes]] = [
         (b"content-type", b"text/event-stream; charset=utf-8"),
         (b"cache-control", b"no-cache"),
         (b"x-accel-buffering", b"no"),
     ]
 
-    def __init__(self, frames: AsyncIterator[bytes], job: Any):
+    def __init__(self, frames: AsyncIterator[bytes], job: Job):
         self.frames = frames
         self.job = job
 

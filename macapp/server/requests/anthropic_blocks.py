@@ -5,7 +5,7 @@ may hold is in its union (UserBlock, AssistantBlock, SystemBlock)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import AfterValidator, PrivateAttr, model_validator
 
@@ -119,7 +119,8 @@ ResultContent = Annotated[list[ResultBlock], string_or_parts("text", "{param} mu
 def result_content(blocks: list[ResultBlock]) -> tuple[str, tuple[ImagePart, ...]]:
     """A tool_result's text and pictures (Claude Code's Read of a picture file, a screenshot tool): the pictures go
     to the model inside the tool's response, as Qwen3.5's template renders them, on builds that see."""
-    texts, images = [], []
+    texts: list[str] = []
+    images: list[ImagePart] = []
     for block in blocks:
         match block:
             case TextBlock(text=text):
@@ -157,7 +158,7 @@ AssistantBlock = Annotated[
 SystemBlock = Annotated[Annotated[TextBlock, tag("text")], kinds("{param} must be 'text'.")]
 
 
-def as_blocks(value: Any) -> Any:
+def as_blocks(value: object) -> object:
     """A message's content: a string is one text block."""
     if isinstance(value, str):
         return [{"type": "text", "text": value}]

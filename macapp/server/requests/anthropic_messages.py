@@ -10,9 +10,9 @@ and "adaptive", off for "disabled" and "between_tools" (this model writes no pro
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, ClassVar, Literal, TypeVar
 
-from pydantic import AfterValidator, BeforeValidator, model_validator
+from pydantic import AfterValidator, BeforeValidator, JsonValue, model_validator
 
 from macapp.core.serving.requests import (
     ChatMessage,
@@ -38,7 +38,20 @@ from macapp.server.requests.anthropic_blocks import (
     as_blocks,
     result_content,
 )
-from macapp.server.requests.common import WHOLE, Count, Fraction, Model, Refusal, StopSequences, bounds, kinds, sampling_for, string_or_parts, tag
+from macapp.server.requests.common import (
+    WHOLE,
+    Count,
+    Fraction,
+    JSONObjectField,
+    Model,
+    Refusal,
+    StopSequences,
+    bounds,
+    kinds,
+    sampling_for,
+    string_or_parts,
+    tag,
+)
 
 ERROR_RESULT_PREFIX = "Error: "  # a tool_result with is_error, as the model reads it (the template has no flag)
 # thinking.display: "omitted" sends thinking blocks without their text; "summarized", Claude Code's "updates"
@@ -116,7 +129,10 @@ Message = Annotated[
 ]
 
 
-def _some_messages(messages: list[Any]) -> list[Any]:
+T = TypeVar("T")
+
+
+def _some_messages(messages: list[T]) -> list[T]:
     if not messages:
         raise Refusal("{param}: at least one message is required.")
     return messages
@@ -128,11 +144,11 @@ def _some_messages(messages: list[Any]) -> list[Any]:
 class Tool(Model):
     name: str
     description: str | None = None
-    input_schema: dict[str, Any] | None = None
+    input_schema: JSONObjectField | None = None
 
     @model_validator(mode="before")
     @classmethod
-    def _custom_only(cls, value: Any) -> Any:
+    def _custom_only(cls, value: object) -> object:
         if isinstance(value, dict) and (value.get("type", "custom") != "custom" or "input_schema" not in value):
             raise Refusal(f"{{param}}: only custom tools with an input_schema are supported (not {value.get('type')!r}).")
         return value
@@ -188,7 +204,7 @@ class EnabledThinking(_Thinking):
         return self.budget_tokens
 
 
-def _thinking_kind(value: Any) -> Any:
+def _thinking_kind(value: object) -> object:
     if not isinstance(value, dict):
         return None
     return "disabled" if not value else value.get("type")  # {}: off
@@ -204,7 +220,7 @@ Thinking = Annotated[
 
 
 class OutputConfig(Model):
-    format: Any = None  # `effort` is only a hint
+    format: JsonValue = None  # `effort` is only a hint
 
     @model_validator(mode="after")
     def _no_format(self) -> OutputConfig:
@@ -231,7 +247,7 @@ class CountTokensBody(Model):
     tool_choice: ToolChoiceBody | None = None
     stop_sequences: StopSequences = ()
     stream: bool | None = None
-    model: Any = None  # any name is served by the loaded model
+    model: JsonValue = None  # any name is served by the loaded model
 
     def chat_messages(self) -> tuple[ChatMessage, ...]:
         system = system_text(self.system)

@@ -11,10 +11,11 @@ import binascii
 import json
 import math
 import re
-from typing import Annotated, Any, Callable
+from typing import Annotated, Callable, NoReturn
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, PlainValidator, Tag
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, JsonValue, PlainValidator, Tag
 
+from macapp.core.jsonvalue import JSONObject
 from macapp.core.picture_data import ImagePart
 from macapp.core.sampling import SamplingParams, preset
 from macapp.server.errors import ApiError, invalid
@@ -49,12 +50,12 @@ def tag(name: str) -> Tag:
     return Tag(TAG_MARK + name)
 
 
-def kinds(refusal: str, field: str = "type", tag_of: Callable[[Any], Any] | None = None) -> Discriminator:
+def kinds(refusal: str, field: str = "type", tag_of: Callable[[object], object] | None = None) -> Discriminator:
     """Chooses a union's member by `value[field]`, or by `tag_of(value)`: the member tagged with that name. Any
     other kind is refused with `refusal` ({param}: `field`'s name, {kind}: its value as sent); a value that is not
     an object, as not an object."""
 
-    def chosen(value: Any) -> str | None:
+    def chosen(value: object) -> str | None:
         name = tag_of(value) if tag_of is not None else value.get(field) if isinstance(value, dict) else None
         return TAG_MARK + name if isinstance(name, str) else None
 
@@ -65,13 +66,13 @@ def kinds(refusal: str, field: str = "type", tag_of: Callable[[Any], Any] | None
 def refuse(template: str, suffix: str = ".type") -> PlainValidator:
     """A union member that takes no value: `template` ({param}, {at}) says why."""
 
-    def refusing(value: Any) -> Any:
+    def refusing(value: object) -> NoReturn:
         raise Refusal(template, suffix)
 
     return PlainValidator(refusing)
 
 
-def _whole(value: Any) -> Any:
+def _whole(value: object) -> object:
     return int(value) if isinstance(value, float) and value.is_integer() else value  # False for NaN and infinities
 
 
@@ -94,7 +95,7 @@ def bounds(minimum: int | None = None, maximum: int | None = None) -> AfterValid
 def within(low: float, high: float) -> PlainValidator:
     """A finite number (an integer too) from `low` to `high`, as a float."""
 
-    def check(value: Any) -> float:
+    def check(value: object) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or (isinstance(value, float) and not math.isfinite(value)):
             raise Refusal("{param} must be a number.")
         if not low <= value <= high:
@@ -108,7 +109,7 @@ def string_or_parts(text_type: str, refusal: str) -> BeforeValidator:
     """A content field that takes a string (one part `{"type": text_type, "text": ...}`), null (no parts) or a
     list of parts (as sent, for the union to read); anything else is refused with `refusal` ({param})."""
 
-    def as_parts(value: Any) -> Any:
+    def as_parts(value: object) -> object:
         if value is None:
             return []
         if isinstance(value, str):
@@ -125,7 +126,7 @@ Count = Annotated[int, WHOLE, bounds(1)]  # max_tokens and the like
 Fraction = Annotated[float, within(0, 1)]  # top_p, min_p, Anthropic's temperature
 
 
-def _stop(value: Any) -> tuple[str, ...]:
+def _stop(value: object) -> tuple[str, ...]:
     items = [value] if isinstance(value, str) else value if value is not None else []
     if not isinstance(items, list) or not all(isinstance(s, str) for s in items):
         raise Refusal("{param} must be a string or an array of strings.")
@@ -135,14 +136,14 @@ def _stop(value: Any) -> tuple[str, ...]:
 StopSequences = Annotated[tuple[str, ...], PlainValidator(_stop)]  # a string or strings (empty ones dropped); null: none
 
 
-def _logit_bias(value: Any) -> dict[int, float] | None:
+def _logit_bias(value: object) -> dict[int, float] | None:
     """Token id (a non-negative integer, as a string key) -> a finite bias in [-100, 100]. Ids beyond the
     vocabulary are the core's to refuse (sampling.check_logit_bias): only it knows the vocabulary."""
     if value is None:
         return None
     if not isinstance(value, dict):
         raise Refusal("{param} must be an object of token id -> bias.")
-    out = {}
+    out: dict[int, float] = {}
     for key, bias in value.items():
         if not _TOKEN_ID.fullmatch(key):
             raise Refusal(f"{{param}} keys are token ids (non-negative integers); {key!r} is not one.")
@@ -155,7 +156,7 @@ def _logit_bias(value: Any) -> dict[int, float] | None:
 LogitBias = Annotated[dict[int, float] | None, PlainValidator(_logit_bias)]
 
 
-def _arguments(value: Any) -> dict[str, Any]:
+def _arguments(value: object) -> JSONObject:
     """A call's arguments: a JSON string (OpenAI) or an object, always handed on as a mapping. A string's JSON is
     held to the body's own limits (nesting, lone surrogates): the template and the tokenizer read it too."""
     if isinstance(value, str):
@@ -177,7 +178,10 @@ def _arguments(value: Any) -> dict[str, Any]:
     return value
 
 
-Arguments = Annotated[dict[str, Any], PlainValidator(_arguments)]
+# A JSON object passed on whole. Fields are typed with pydantic's JsonValue: pydantic cannot build a schema from
+# jsonvalue's plain recursive alias (it recurses without end); to mypy the two are the same type.
+JSONObjectField = dict[str, JsonValue]
+Arguments = Annotated[JSONObjectField, PlainValidator(_arguments)]
 
 
 def base64_image(data: str, media_type: str, suffix: str = "") -> ImagePart:
@@ -187,7 +191,7 @@ def base64_image(data: str, media_type: str, suffix: str = "") -> ImagePart:
         raise Refusal("{param} is not valid base64 image data.", suffix) from None
 
 
-def data_url_image(url: Any, suffix: str = "") -> ImagePart:
+def data_url_image(url: object, suffix: str = "") -> ImagePart:
     """An image given as a `data:` URL; remote URLs are refused (the server fetches nothing from the network)."""
     if not isinstance(url, str):
         raise Refusal("{param} must be a string URL.", suffix)
@@ -200,10 +204,10 @@ def data_url_image(url: Any, suffix: str = "") -> ImagePart:
 DataUrlImage = Annotated[ImagePart, PlainValidator(data_url_image)]
 
 
-def sampling_for(thinking: bool, max_tokens: int | None, **overrides: Any) -> SamplingParams:
+def sampling_for(thinking: bool, max_tokens: int | None, **overrides: float | dict[int, float] | None) -> SamplingParams:
     """The model card's preset for the thinking mode, with the request's values over it (None: not given)."""
     try:
-        params = preset(thinking, max_tokens=max_tokens, **overrides)
+        params = preset(thinking, "general", max_tokens=max_tokens, **overrides)
         params.validate()
     except ValueError as exc:
         raise invalid(f"{exc}.") from exc

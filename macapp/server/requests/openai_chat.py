@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, replace
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal, TypeVar
 
-from pydantic import AfterValidator, BeforeValidator, PlainValidator, model_validator
+from pydantic import AfterValidator, BeforeValidator, JsonValue, PlainValidator, model_validator
 
 from macapp.core.picture_data import ImagePart
 from macapp.core.serving.requests import (
@@ -31,6 +31,7 @@ from macapp.server.requests.common import (
     Arguments,
     Count,
     Fraction,
+    JSONObjectField,
     LogitBias,
     Model,
     Refusal,
@@ -60,7 +61,7 @@ class TextPart(Model):
     text: str
 
 
-def _image_url(value: Any) -> ImagePart:
+def _image_url(value: object) -> ImagePart:
     """`{"url": "data:..."}`, or the URL itself."""
     return data_url_image(value.get("url") if isinstance(value, dict) else value, suffix=".url")
 
@@ -126,7 +127,7 @@ class ToolCallItem(Model):
         return ToolCall(self.id or f"call_{uuid.uuid4().hex[:24]}", self.function.name, self.function.arguments)
 
 
-def _none_if_empty(value: Any) -> Any:
+def _none_if_empty(value: object) -> object:
     """Clients send `tool_calls: {}`, "" or false for none: taken as none, as the API always has."""
     return value if value else None
 
@@ -171,7 +172,7 @@ Message = Annotated[
 class FunctionSpec(Model):
     name: str
     description: str | None = None
-    parameters: dict[str, Any] | None = None
+    parameters: JSONObjectField | None = None
 
 
 class Tool(Model):
@@ -182,7 +183,7 @@ class Tool(Model):
         return ToolSpec(self.function.name, self.function.description or "", self.function.parameters or {})
 
 
-def _mode(value: Any) -> ToolChoiceMode:
+def _mode(value: object) -> ToolChoiceMode:
     modes = {"auto": ToolChoiceMode.AUTO, "none": ToolChoiceMode.NONE, "required": ToolChoiceMode.REQUIRED}
     if value == "function":
         raise Refusal('{param} \'function\' needs the function\'s name: {"type": "function", "function": {"name": ...}}.')
@@ -211,7 +212,7 @@ class AllowedToolsChoice(Model):
     allowed_tools: AllowedTools
 
 
-def _choice_kind(value: Any) -> Any:
+def _choice_kind(value: object) -> object:
     if isinstance(value, str):
         return "mode"
     return value.get("type", "function") if isinstance(value, dict) else None
@@ -269,17 +270,17 @@ def _no_logprobs(on: bool) -> bool:
     return on
 
 
-def _not_legacy(value: Any) -> Any:
+def _not_legacy(value: JsonValue) -> JsonValue:
     if value is not None:
         raise Refusal("{param} (the deprecated form) is not supported: send tools and tool_choice.")
     return value
 
 
-Legacy = Annotated[Any, AfterValidator(_not_legacy)]
+Legacy = Annotated[JsonValue, AfterValidator(_not_legacy)]
 
 
 class ResponseFormat(Model):
-    type: Any = "text"
+    type: JsonValue = "text"
 
     @model_validator(mode="after")
     def _only_text(self) -> ResponseFormat:
@@ -288,7 +289,10 @@ class ResponseFormat(Model):
         return self
 
 
-def _some_messages(messages: list[Any]) -> list[Any]:
+T = TypeVar("T")
+
+
+def _some_messages(messages: list[T]) -> list[T]:
     if not messages:
         raise Refusal("messages must hold at least one message.")
     return messages
@@ -304,7 +308,7 @@ class ChatCompletionBody(Model):
     """The fields read, in the order they are checked (the first one at fault is the one named)."""
 
     messages: Annotated[list[Message], AfterValidator(_some_messages)]
-    model: Any = None  # any name is served by the loaded model
+    model: JsonValue = None  # any name is served by the loaded model
     chat_template_kwargs: TemplateKwargs | None = None
     reasoning_effort: str | None = None
     max_completion_tokens: Count | None = None

@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
+from macapp.core.jsonvalue import JSONObject
 from macapp.server.errors import ApiError, invalid
 from macapp.server.fields import note_ignored
 from macapp.server.requests.common import TAG_MARK, UNSUPPORTED, Model, Refusal
@@ -28,7 +29,7 @@ _WRONG_TYPE = {
 }
 
 
-def read(model: type[M], body: dict[str, Any], api: str) -> M:
+def read(model: type[M], body: JSONObject, api: str) -> M:
     """`body` as `model`; the top-level fields the model does not declare are accepted and logged once."""
     note_ignored(body, frozenset(model.model_fields), api)
     try:

@@ -11,13 +11,15 @@ budget. What silently ignored would hand the client something else than it asked
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import AfterValidator, PlainValidator, PrivateAttr, model_validator
+from pydantic import AfterValidator, JsonValue, ModelWrapValidatorHandler, PlainValidator, PrivateAttr, model_validator
+
+from macapp.core.jsonvalue import JSONObject
 
 from macapp.core.serving.requests import ChatMessage, CompletionRequest, Role, ToolChoice, ToolChoiceMode, ToolSpec
 from macapp.server.errors import invalid
-from macapp.server.requests.common import Count, Fraction, Model, Refusal, kinds, sampling_for, tag, within
+from macapp.server.requests.common import Count, Fraction, JSONObjectField, Model, Refusal, kinds, sampling_for, tag, within
 from macapp.server.requests.responses_input import Input, conversation
 
 # reasoning.effort: none / minimal are thinking off; the others on, with a thinking budget (None: the engine's own).
@@ -48,7 +50,7 @@ class ResponsesCall:
     conversation: tuple[ChatMessage, ...]  # the same without the instructions: what a continuation starts from
     stream: bool = False
     store: bool = True
-    echo: dict[str, Any] = field(default_factory=dict)  # what the response object repeats of the request
+    echo: dict[str, object] = field(default_factory=dict)  # what the response object repeats of the request
 
 
 # ------------------------------------------------------------------------------------------------ tools
@@ -60,7 +62,7 @@ class FunctionTool(Model):
     strict: bool | None = None
     name: str
     description: str | None = None
-    parameters: dict[str, Any] | None = None
+    parameters: JSONObjectField | None = None
 
     def to_spec(self) -> ToolSpec:
         return ToolSpec(self.name, self.description or "", self.parameters or {})
@@ -70,7 +72,7 @@ class LeftOutTool(Model):
     """web_search, namespace, custom, local_shell, ...: nothing here runs them."""
 
 
-def _tool_kind(value: Any) -> Any:
+def _tool_kind(value: object) -> str | None:
     kind = value.get("type", "function") if isinstance(value, dict) else None
     return "function" if kind == "function" else "left_out" if isinstance(kind, str) else None
 
@@ -81,7 +83,7 @@ Tool = Annotated[
 ]
 
 
-def _mode(value: Any) -> ToolChoiceMode:
+def _mode(value: object) -> ToolChoiceMode:
     if not isinstance(value, str) or value not in _MODES:
         raise Refusal(f"{{param}} {value!r} is not 'auto', 'none', 'required' or an object.")
     return _MODES[value]
@@ -91,7 +93,7 @@ class NamedTool(Model):
     name: str
 
 
-def _allowed_kind(value: Any) -> Any:
+def _allowed_kind(value: object) -> str | None:
     if not isinstance(value, dict):
         return None
     return "function" if value.get("type", "function") == "function" else "left_out"
@@ -112,7 +114,7 @@ class HostedChoice(Model):
     """A tool left out (see Tool): the model chooses among the rest."""
 
 
-def _choice_kind(value: Any) -> Any:
+def _choice_kind(value: object) -> object:
     if isinstance(value, str):
         return "mode"
     kind = value.get("type") if isinstance(value, dict) else None
@@ -169,7 +171,7 @@ class Reasoning(Model):
 
 
 class TextFormat(Model):
-    type: Any = "text"
+    type: JsonValue = "text"
 
     @model_validator(mode="after")
     def _only_text(self) -> TextFormat:
@@ -188,8 +190,8 @@ def _no_background(value: bool | None) -> bool | None:
     return value
 
 
-def _absent(message: str) -> Any:
-    def check(value: Any) -> Any:
+def _absent(message: str) -> AfterValidator:
+    def check(value: JsonValue) -> JsonValue:
         if value is not None:
             raise Refusal(message)
         return value
@@ -197,8 +199,10 @@ def _absent(message: str) -> Any:
     return AfterValidator(check)
 
 
-def _metadata(value: Any) -> dict[str, str] | None:
-    if value is not None and (not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values())):
+def _metadata(value: object) -> dict[str, str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
         raise Refusal("{param} must be an object of string values.")
     return value
 
@@ -216,8 +220,8 @@ class ResponsesBody(Model):
     reasoning: Reasoning | None = None
     text: TextOptions | None = None
     background: Annotated[bool | None, AfterValidator(_no_background)] = None
-    conversation: Annotated[Any, _absent("conversation (the Conversations API) is not supported: send the whole input, or previous_response_id.")] = None
-    prompt: Annotated[Any, _absent("prompt (stored prompt templates) is not supported: send instructions and input.")] = None
+    conversation: Annotated[JsonValue, _absent("conversation (the Conversations API) is not supported: send the whole input, or previous_response_id.")] = None
+    prompt: Annotated[JsonValue, _absent("prompt (stored prompt templates) is not supported: send instructions and input.")] = None
     max_output_tokens: Count | None = None
     temperature: Temperature | None = None
     top_p: Fraction | None = None
@@ -228,15 +232,15 @@ class ResponsesBody(Model):
     metadata: Annotated[dict[str, str] | None, PlainValidator(_metadata)] = None
     previous_response_id: str | None = None
     stream: bool | None = None
-    model: Any = None  # any name is served by the loaded model
-    truncation: Any = None  # "auto" or "disabled": a prompt over the context is refused either way
-    user: Any = None
-    _sent: dict[str, Any] = PrivateAttr(default_factory=dict)  # tools and tool_choice as sent, for the echo
+    model: JsonValue = None  # any name is served by the loaded model
+    truncation: JsonValue = None  # "auto" or "disabled": a prompt over the context is refused either way
+    user: JsonValue = None
+    _sent: JSONObject = PrivateAttr(default_factory=dict)  # tools and tool_choice as sent, for the echo
 
     @model_validator(mode="wrap")
     @classmethod
-    def _keep_sent(cls, value: Any, handler: Any) -> ResponsesBody:
-        body: ResponsesBody = handler(value)
+    def _keep_sent(cls, value: object, handler: ModelWrapValidatorHandler[ResponsesBody]) -> ResponsesBody:
+        body = handler(value)
         if isinstance(value, dict):
             body._sent = {"tools": value.get("tools") or [], "tool_choice": value.get("tool_choice")}
         return body
@@ -267,7 +271,7 @@ class ResponsesBody(Model):
         )
         return ResponsesCall(request, talk, bool(self.stream), store, self._echo(reasoning, sampling.temperature, sampling.top_p, parallel, store))
 
-    def _echo(self, reasoning: Reasoning, temperature: float, top_p: float, parallel: bool, store: bool) -> dict[str, Any]:
+    def _echo(self, reasoning: Reasoning, temperature: float, top_p: float, parallel: bool, store: bool) -> dict[str, object]:
         return {
             "instructions": self.instructions or None,
             "max_output_tokens": self.max_output_tokens,

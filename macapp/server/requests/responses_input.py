@@ -11,9 +11,9 @@ out of the prompt.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BeforeValidator, Field, PlainValidator
+from pydantic import AfterValidator, BeforeValidator, Field, JsonValue, PlainValidator
 
 from macapp.core.picture_data import ImagePart
 from macapp.core.serving.requests import ChatMessage, Role, ToolCall
@@ -56,7 +56,7 @@ class RefusalPart(Model):
     refusal: str
 
 
-def _input_image(value: Any) -> ImagePart:
+def _input_image(value: object) -> ImagePart:
     if value is None:
         raise Refusal("{param}: only image_url data: URLs are supported (no file_id: this server has no Files API).")
     return data_url_image(value.get("url") if isinstance(value, dict) else value)
@@ -82,7 +82,8 @@ Content = Annotated[list[Part], string_or_parts("input_text", "{param} must be a
 
 
 def text_and_images(parts: list[Part]) -> tuple[str, tuple[ImagePart, ...]]:
-    texts, images = [], []
+    texts: list[str] = []
+    images: list[ImagePart] = []
     for part in parts:
         match part:
             case TextPart(text=text) | RefusalPart(refusal=text):
@@ -137,7 +138,7 @@ class OutputItem(Model):
 
 
 class ReasoningPart(Model):
-    type: Any = None
+    type: JsonValue = None
     text: str | None = None
 
 
@@ -159,7 +160,7 @@ class SkippedItem(Model):
     pass
 
 
-def _item_kind(value: Any) -> Any:
+def _item_kind(value: object) -> object:
     kind = value.get("type", "message") if isinstance(value, dict) else None
     return "skipped" if isinstance(kind, str) and kind in SKIPPED_ITEMS else kind
 
@@ -177,7 +178,7 @@ Item = Annotated[
 ]
 
 
-def _as_items(value: Any) -> Any:
+def _as_items(value: object) -> object:
     if value is None:
         return []
     if isinstance(value, str):
