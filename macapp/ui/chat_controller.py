@@ -7,29 +7,36 @@ events at a time (EventBridge), each batch already recorded:
     turn_started(TurnStart) → reply_under_way() → reply_events(list)… → turn_settled(TurnEnd)
 
 A reply left behind (New Chat, another conversation) is stopped and still recorded when it ends. Each reply's
-EventBridge is released after its final batch, so finished replies hold no memory.
+EventBridge is released after its final batch, so finished replies hold no memory. What reads or edits the history
+for the window (listing, opening, delete / undo / rename, the swap of a read-only history) runs on its
+HistoryWorker; the result comes back by signal (conversations_listed, conversation_opened, history_edited).
 """
 
 from __future__ import annotations
 
 import enum
+import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Callable, TypeVar
 
 from PySide6.QtCore import QObject, Signal
 
-from macapp.core.engine import Engine, SessionOptions
-from macapp.core.long_context import notice
-from macapp.core.sampling import preset
+from macapp.core.catalog import ModelRef
 from macapp.core.conversation import ConversationModel, Turn, starts_reply
-from macapp.core.events import Failed, Finished, Loaded, Reply, TerminalEvent, TurnKind
-from macapp.core.recorder import ChatRecorder, TurnOutcome, TurnResult
-from macapp.core.settings import Settings
+from macapp.core.engine import ChatSession, Engine, Job, SessionOptions
+from macapp.core.events import Event, Failed, Finished, Loaded, Reply, TerminalEvent, TurnKind
 from macapp.core.history import Conversation, Store
+from macapp.core.long_context import notice
+from macapp.core.recorder import ChatRecorder, TurnOutcome, TurnResult
+from macapp.core.sampling import SamplingParams, preset
+from macapp.core.settings import Settings
+from macapp.core.vision.images import PreparedImage
 from macapp.ui.bridge import EventBridge
-from macapp.ui.chat_history import ChatHistory, HistoryStatus, HistoryWorker
+from macapp.ui.chat_history import ChatHistory, HistoryStatus, HistoryWorker, Switched, conversation_rows
 from macapp.ui.settings import sampling_for
 
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 VERBS = {TurnKind.SEND: "send", TurnKind.REGENERATE: "regenerate", TurnKind.EDIT: "edit"}
 
 
@@ -38,7 +45,7 @@ class TurnStart:
     kind: TurnKind
     text: str  # the user's message (send, edit); "" for a regenerate
     thinking: bool
-    images: tuple = ()  # pictures sent with the message (macapp.core.vision.images.PreparedImage)
+    images: tuple[PreparedImage, ...] = ()  # pictures sent with the message
 
 
 @dataclass(frozen=True)
@@ -89,6 +96,9 @@ class ChatController(QObject):
     turn_left = Signal()  # the reply in flight was stopped and left (unload, New Chat, another conversation)
     conversation_updated = Signal(object)  # a left reply of the open conversation was recorded: its Conversation
     conversations_changed = Signal()
+    conversations_listed = Signal(list)  # [(conversation id, title)] for the sidebar, read off the GUI thread (newest ask only)
+    conversation_opened = Signal(object)  # the saved Conversation now open, read off the GUI thread
+    give_back = Signal(str)  # a message taken for a turn that could not start after all: back in the input box
     history_edited = Signal(object)  # a HistoryEdit, once done off the GUI thread
     history_notice = Signal(str)  # the history cannot be written: chats are not saved (said once)
     status_text = Signal(str)  # a line for the meter
@@ -100,34 +110,39 @@ class ChatController(QObject):
         self.settings = settings
         self.history = ChatHistory()
         self.history_worker = HistoryWorker(self)  # the window's reads and edits of the history, off the GUI thread
-        self.engine = None  # created on the first load (its worker thread imports MLX, not us)
+        self.engine: Engine | None = None  # created on the first load (its worker thread imports MLX, not us)
         self.conversation = self._new_conversation()  # the open one: its session and recorder
-        self.model_ref = None
+        self.model_ref: ModelRef | None = None
         self.model_info: Loaded | None = None
-        self.load_job = None
+        self.load_job: Job | None = None
         self.loading_name = ""
         self.flight: _Flight | None = None  # the turn in flight, shown
-        self.sampling_overrides: dict[str, Any] = {}  # on top of the settings (benchmarks, devtools)
+        self.starting = False  # a turn waits for the read-only history's swap (on the worker) before it starts
+        self.opening: int | None = None  # the conversation being read to be opened, until it is (or another is asked)
+        self.sampling_overrides: dict[str, object] = {}  # on top of the settings (benchmarks, devtools)
         self._left: list[_Flight] = []  # turns left behind (New Chat), recorded until they end
         self._told_unsaved = False
+        self._listings = 0  # listings asked: only the newest one's rows are shown
+        self._opens = 0  # opens asked (and new chats): only the newest is made the open conversation
+        self._turns = 0  # turns started: a re-read asked before the newest turn began is not shown
 
     # -- state ----------------------------------------------------------------------------------------------------
     @property
     def busy(self) -> bool:
-        return self.flight is not None
+        return self.flight is not None or self.starting
 
     @property
-    def job(self) -> Any:
+    def job(self) -> Job | None:
         """The engine's Job of the turn in flight, or None."""
         return self.flight.turn.job if self.flight is not None else None
 
     @property
-    def session(self) -> Any:
+    def session(self) -> ChatSession | None:
         """The open conversation's engine session; None until the next turn makes one (from the history)."""
         return self.conversation.session
 
     @session.setter
-    def session(self, session: Any) -> None:
+    def session(self, session: ChatSession | None) -> None:
         self.conversation.session = session
 
     @property
@@ -167,60 +182,69 @@ class ChatController(QObject):
             self._tell_unsaved(status.unsaved)
         return status
 
-    def conversation_rows(self) -> list[tuple[int, str]]:
-        store = self.open_history().store
-        return [(c.id, c.display_title) for c in store.list_conversations(limit=200)]
+    def _on_worker(self, work: Callable[[Store], T], done: Callable[[T | None, Exception | None], None]) -> None:
+        """Run `work(store)` on the history's worker, `done` back on the GUI thread. The store is the one open when
+        the work runs (a read-only one asked for earlier may have been swapped for a scratch one by then)."""
+        self.open_history()
+        history = self.history
+
+        def run() -> T:
+            if history.store is None:
+                raise RuntimeError("the chat history is not open")
+            return work(history.store)
+
+        self.history_worker.run(run, done)
+
+    def list_conversations(self) -> None:
+        """Read the sidebar's rows on the history's worker; `conversations_listed` brings them (an older ask's are dropped)."""
+        self._listings += 1
+        asked = self._listings
+
+        def done(rows: list[tuple[int, str]] | None, error: Exception | None) -> None:
+            if error is not None:
+                log.warning("Could not list the conversations: %s", error)
+            elif rows is not None and asked == self._listings:
+                self.conversations_listed.emit(rows)
+
+        self._on_worker(conversation_rows, done)
 
     def delete_conversation(self, conversation_id: int, title: str) -> None:
         """Delete it on the history's worker; `history_edited` brings the snapshot that restore_conversation takes."""
-        store = self.open_history().store
 
         def done(snapshot: Conversation | None, error: Exception | None) -> None:
             name = snapshot.display_title if snapshot is not None else title
             self.history_edited.emit(HistoryEdit(EditKind.DELETE, conversation_id, name, snapshot, None if error is None else str(error)))
 
-        self.history_worker.run(lambda: store.delete(conversation_id), done)
+        self._on_worker(lambda store: store.delete(conversation_id), done)
 
     def restore_conversation(self, snapshot: Conversation) -> None:
         """Put a deleted conversation back, on the history's worker; `history_edited` says under which id."""
-        store = self.open_history().store
 
         def done(key: int | None, error: Exception | None) -> None:
             self.history_edited.emit(
                 HistoryEdit(EditKind.RESTORE, key if key is not None else snapshot.id, snapshot.display_title, None, None if error is None else str(error))
             )
 
-        self.history_worker.run(lambda: store.restore(snapshot), done)
+        self._on_worker(lambda store: store.restore(snapshot), done)
 
     def rename_conversation(self, conversation_id: int, title: str) -> None:
-        store = self.open_history().store
-
         def done(_result: None, error: Exception | None) -> None:
             self.history_edited.emit(HistoryEdit(EditKind.RENAME, conversation_id, title, None, None if error is None else str(error)))
 
-        self.history_worker.run(lambda: store.rename(conversation_id, title), done)
+        self._on_worker(lambda store: store.rename(conversation_id, title), done)
 
     def _tell_unsaved(self, text: str) -> None:
         if not self._told_unsaved:
             self._told_unsaved = True
             self.history_notice.emit(text)
 
-    def _writable(self) -> None:
-        switched = self.history.make_writable(self.conversation_id)
-        if switched is not None:
-            self.conversation.recorder = self._recorder_for(switched.conversation_id)
-            self._tell_unsaved(switched.reason)
-
-    def _recorder_for(self, conversation_id: int | None) -> ChatRecorder | None:
-        if conversation_id is None:
-            return None
-        return ChatRecorder.resume(self.store, conversation_id)
-
-    def _ensure_recorder(self) -> ChatRecorder:
-        conversation = self.conversation
+    def _ensure_recorder(self, ref: ModelRef) -> ChatRecorder:
+        conversation, store = self.conversation, self.store
         if conversation.recorder is None:
-            conversation.recorder = ChatRecorder(self.store, model=self.model_ref.name, system_prompt=self._system_prompt())
-        conversation.recorder.model = self.model_ref.name  # the reply records the model that wrote it
+            if store is None:
+                raise RuntimeError("the chat history is not open")
+            conversation.recorder = ChatRecorder(store, model=ref.name, system_prompt=self._system_prompt())
+        conversation.recorder.model = ref.name  # the reply records the model that wrote it
         return conversation.recorder
 
     def _system_prompt(self) -> str | None:
@@ -230,12 +254,12 @@ class ChatController(QObject):
         return ConversationModel(self._new_session, recorder, system_prompt=self._system_prompt(), saved=saved, strict=True)
 
     # -- model ----------------------------------------------------------------------------------------------------
-    def _ensure_engine(self):
+    def _ensure_engine(self) -> Engine:
         if self.engine is None:
             self.engine = Engine()
         return self.engine
 
-    def load_model(self, ref: Any) -> None:
+    def load_model(self, ref: ModelRef) -> None:
         """Load a ModelRef (with local_path) on the engine's worker thread; the window stays responsive."""
         if self.busy:
             self.stop()
@@ -251,12 +275,12 @@ class ChatController(QObject):
         bridge.delivered.connect(lambda batch, r=ref: self._on_load_events(r, batch))
         bridge.attach(self.load_job)
 
-    def load_context(self, ref: Any) -> int | None:
+    def load_context(self, ref: ModelRef) -> int | None:
         """The context to load `ref` for: the library's choice, at most the model's longest (None: not chosen)."""
         chosen = int(self.settings.get("library.context", 0) or 0)
         if chosen <= 0:
             return None
-        longest = getattr(getattr(ref, "arch", None), "max_position_embeddings", None)
+        longest = ref.arch.max_position_embeddings
         return min(chosen, longest) if longest else chosen
 
     def long_context_notice(self) -> str | None:
@@ -264,7 +288,7 @@ class ChatController(QObject):
         factor = self.model_info.yarn_factor if self.model_info is not None else None
         return notice(factor) if factor else None
 
-    def _on_load_events(self, ref: Any, batch: list[Any]) -> None:
+    def _on_load_events(self, ref: ModelRef, batch: list[Event]) -> None:
         match batch[-1]:
             case Loaded() as loaded:
                 self.model_ref, self.model_info = ref, loaded
@@ -303,36 +327,57 @@ class ChatController(QObject):
     # -- conversation ---------------------------------------------------------------------------------------------
     def new_chat(self) -> None:
         self._leave_turn()
+        self._opens += 1  # a conversation still being read is not opened after all
+        self.opening = None
         self.conversation = self._new_conversation()
         self.conversations_changed.emit()
         self.state_changed.emit()
 
-    def open_conversation(self, conversation_id: int) -> Conversation:
-        """The saved conversation to show; the next turn re-reads it once into a fresh engine session."""
+    def open_conversation(self, conversation_id: int) -> None:
+        """Open a saved conversation: read on the history's worker, then `conversation_opened` brings it (not if
+        another conversation or a new chat was asked for meanwhile); the next turn re-reads it once into a fresh
+        engine session. No turn starts while it is being read."""
         self._leave_turn()
-        store = self.open_history().store
-        conv = store.get_conversation(conversation_id)
-        recorder = ChatRecorder(store, conv.id, model=conv.model, system_prompt=conv.system_prompt, settings=conv.settings)
-        self.conversation = self._new_conversation(recorder, saved=conv)  # read for its next session off this thread
-        self.conversations_changed.emit()
-        self.state_changed.emit()
-        return conv
+        self._opens += 1
+        asked, self.opening = self._opens, conversation_id
 
-    def _new_session(self, system: str | None, messages: list[dict] | None) -> Any:
+        def read(store: Store) -> tuple[Store, Conversation]:
+            return store, store.get_conversation(conversation_id)
+
+        def done(read: tuple[Store, Conversation] | None, error: Exception | None) -> None:
+            if asked != self._opens:
+                return
+            self.opening = None
+            if read is None:  # e.g. deleted meanwhile
+                self.error.emit(f"Could not open the conversation: {error}")
+                self.state_changed.emit()
+                return
+            store, conv = read
+            recorder = ChatRecorder(store, conv.id, model=conv.model, system_prompt=conv.system_prompt, settings=conv.settings)
+            self.conversation = self._new_conversation(recorder, saved=conv)  # read for its next session off this thread
+            self.conversations_changed.emit()
+            self.state_changed.emit()
+            self.conversation_opened.emit(conv)
+
+        self.state_changed.emit()
+        self._on_worker(read, done)
+
+    def _new_session(self, system: str | None, messages: list[dict[str, object]] | None) -> ChatSession:
         """An engine session for the open conversation (the conversation model asks when its next turn needs one)."""
         # The context and KV-cache bits chosen in the library are the ones the fit was computed for.
         limit = int(self.settings.get("library.context", 0) or 0) or None
         if limit and self.model_info is not None:
             limit = min(limit, self.model_info.max_context)
+        ref = self.model_ref
         options = SessionOptions(
             context_limit=limit,
             kv_bits=self.settings.get("library.kv_bits"),
-            memory_budget_bytes=self.model_ref.load.memory_budget_bytes,  # set by "Load anyway"
+            memory_budget_bytes=ref.load.memory_budget_bytes if ref is not None else None,  # set by "Load anyway"
         )
-        return self.engine.new_session(system_prompt=system, messages=messages, options=options)
+        return self._ensure_engine().new_session(system_prompt=system, messages=messages, options=options)
 
     # -- turns ----------------------------------------------------------------------------------------------------
-    def sampling(self, thinking: bool):
+    def sampling(self, thinking: bool) -> tuple[SamplingParams, int | None]:
         """(SamplingParams, thinking budget) from the settings; ValueError when they cannot be used."""
         values = sampling_for(self.settings, thinking)
         budget = values.pop("thinking_budget", None)
@@ -340,7 +385,7 @@ class ChatController(QObject):
         params.validate()
         return params, budget
 
-    def send(self, text: str, thinking: bool, images: tuple = ()) -> bool:
+    def send(self, text: str, thinking: bool, images: tuple[PreparedImage, ...] = ()) -> bool:
         return self.run_turn(TurnKind.SEND, text, thinking, images)
 
     def regenerate(self, thinking: bool) -> bool:
@@ -349,10 +394,13 @@ class ChatController(QObject):
     def edit(self, text: str, thinking: bool) -> bool:
         return self.run_turn(TurnKind.EDIT, text, thinking)
 
-    def run_turn(self, kind: TurnKind, text: str, thinking: bool, images: tuple = ()) -> bool:
+    def run_turn(self, kind: TurnKind, text: str, thinking: bool, images: tuple[PreparedImage, ...] = ()) -> bool:
         """Start a turn (`images`: a send's pictures); False (with `error` emitted when there is something to say)
-        when it could not start. Bad settings are refused before anything is saved."""
-        if self.busy or self.model_ref is None or (kind is not TurnKind.REGENERATE and not text.strip()):
+        when it could not start. Bad settings are refused before anything is saved. On a read-only history the
+        turn starts once the history's worker has swapped it for a scratch one; if it cannot start then, `error`
+        says why and `give_back` returns the text."""
+        ref = self.model_ref
+        if self.busy or self.opening is not None or ref is None or (kind is not TurnKind.REGENERATE and not text.strip()):
             return False
         try:
             sampling, budget = self.sampling(thinking)
@@ -361,19 +409,62 @@ class ChatController(QObject):
             return False
         try:
             self.open_history()
-            self._writable()
-            self.conversation.system_prompt = self._system_prompt()  # a new chat's, when its session is made
-            self._ensure_recorder()
-            turn = self.conversation.start(kind, text, thinking=thinking, images=images, sampling=sampling, thinking_budget=budget)
         except Exception as exc:  # noqa: BLE001 - never raised into Qt's event loop; what was typed is kept
             self.error.emit(f"Could not {VERBS[kind]}: {exc}")
+            return False
+
+        def begin() -> bool:
+            return self._begin(ref, TurnStart(kind, text, thinking, images), sampling, budget)
+
+        if self.history.read_only:
+            self._make_writable_then(begin, kind, text)
+            return True
+        return begin()
+
+    def _begin(self, ref: ModelRef, start: TurnStart, sampling: SamplingParams, budget: int | None) -> bool:
+        try:
+            self.conversation.system_prompt = self._system_prompt()  # a new chat's, when its session is made
+            self._ensure_recorder(ref)
+            turn = self.conversation.start(start.kind, start.text, thinking=start.thinking, images=start.images, sampling=sampling, thinking_budget=budget)
+        except Exception as exc:  # noqa: BLE001 - never raised into Qt's event loop; what was typed is kept
+            self.error.emit(f"Could not {VERBS[start.kind]}: {exc}")
             self.state_changed.emit()
             return False
-        self._start(_Flight(TurnStart(kind, text, thinking, turn.images), turn))
+        self._start(_Flight(TurnStart(start.kind, start.text, start.thinking, turn.images), turn))
         return True
+
+    def _make_writable_then(self, begin: Callable[[], bool], kind: TurnKind, text: str) -> None:
+        """Swap the read-only history for a scratch one (the open conversation copied) on the history's worker,
+        then start the turn; if the conversation or the model changed meanwhile, the text is given back."""
+        conversation, conversation_id, history = self.conversation, self.conversation_id, self.history
+        self.starting = True
+        self.state_changed.emit()
+
+        def work() -> tuple[Switched | None, ChatRecorder | None]:
+            switched = history.make_writable(conversation_id)
+            if switched is None or switched.conversation_id is None or history.store is None:
+                return switched, None
+            return switched, ChatRecorder.resume(history.store, switched.conversation_id)
+
+        def done(result: tuple[Switched | None, ChatRecorder | None] | None, error: Exception | None) -> None:
+            self.starting = False
+            if result is not None and result[0] is not None:
+                switched, recorder = result
+                if conversation is self.conversation:
+                    conversation.recorder = recorder
+                self._tell_unsaved(switched.reason)
+            if error is not None:
+                self.error.emit(f"Could not {VERBS[kind]}: {error}")
+            elif conversation is self.conversation and self.model_ref is not None and begin():
+                return
+            self.give_back.emit(text)
+            self.state_changed.emit()
+
+        self.history_worker.run(work, done)
 
     def _start(self, flight: _Flight) -> None:
         self.flight = flight
+        self._turns += 1
         self.turn_started.emit(flight.start)
         self.status_text.emit("Starting…")
         self.state_changed.emit()
@@ -383,7 +474,7 @@ class ChatController(QObject):
         flight.bridge = bridge
         bridge.attach(flight.turn)  # past events (a quick refusal) are delivered right here
 
-    def _on_events(self, flight: _Flight, batch: list[Any]) -> None:
+    def _on_events(self, flight: _Flight, batch: list[Event]) -> None:
         """A batch of the turn's events, each already recorded (on the conversation's recording thread)."""
         ended = isinstance(batch[-1], TerminalEvent)
         if flight is not self.flight:  # left behind: recorded, not shown
@@ -404,16 +495,17 @@ class ChatController(QObject):
             self._settle(flight, batch[-1])
 
     def _tell_updated(self, conversation: ConversationModel, conversation_id: int) -> None:
-        """conversation_updated with the history's copy, read on the worker; dropped if another one was opened."""
-        store = self.store
+        """conversation_updated with the history's copy, read on the worker; dropped if another one was opened, or
+        if a turn started after it was asked (its copy would be older than what that turn shows)."""
+        turns = self._turns
 
         def done(saved: Conversation | None, error: Exception | None) -> None:  # an error: it was deleted meanwhile
-            if saved is not None and conversation is self.conversation and self.flight is None:
+            if saved is not None and conversation is self.conversation and self.flight is None and turns == self._turns:
                 self.conversation_updated.emit(saved)
 
-        self.history_worker.run(lambda: store.get_conversation(conversation_id), done)
+        self._on_worker(lambda store: store.get_conversation(conversation_id), done)
 
-    def _settle(self, flight: _Flight, terminal: Any) -> None:
+    def _settle(self, flight: _Flight, terminal: TerminalEvent) -> None:
         turn = flight.turn
         outcome = turn.outcome or TurnOutcome(turn.kind, TurnResult.UNDONE, turn.text)
         self.flight = None

@@ -1,6 +1,7 @@
 """The window's chat history: opened explicitly (after the first paint), with what happened said explicitly;
 the sidebar's search of it, debounced and run off the GUI thread; and the window's other reads and edits of it
-(delete, rename, undo) on a worker thread (HistoryWorker), each result delivered back on the GUI thread.
+(listing, opening a conversation, delete, rename, undo, the swap of a read-only history for a scratch one) on a
+worker thread (HistoryWorker), each result delivered back on the GUI thread.
 
 If the history cannot be opened, chats still work in a scratch history that is not kept; if it is read-only
 (written by a newer Qwen Desk), it is left untouched and the chat goes on in a scratch copy. Either way the
@@ -12,17 +13,19 @@ from __future__ import annotations
 import logging
 import tempfile
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable, Generic, TypeVar
 
-from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtCore import QCoreApplication, QEventLoop, QObject, QTimer, Signal
 
 from macapp.core.history import Store, StoreError
 from macapp.core.vision.pictures import FILES
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 SEARCH_DELAY_MS = 200  # the search runs once typing pauses this long, not on every keystroke
 
 NOT_SAVED_READ_ONLY = "This chat is not being saved: the history is read-only (written by a newer Qwen Desk). Update Qwen Desk to keep new chats."
@@ -60,9 +63,15 @@ class ChatHistory:
                 self.unsaved = f"{exc} Chats work but are not saved until Qwen Desk is restarted."
         return HistoryStatus(self.store, self.store.notice, self.unsaved)
 
+    @property
+    def read_only(self) -> bool:
+        """The history is open and takes no writes (make_writable swaps it before the next turn)."""
+        return self.store is not None and self.store.read_only
+
     def make_writable(self, conversation_id: int | None) -> Switched | None:
         """Before a turn is written: a read-only history is swapped for a scratch one (the open conversation
-        copied into it); returns what changed, or None when the history takes writes."""
+        copied into it); returns what changed, or None when the history takes writes. It reads and writes the
+        history: the window runs it on its HistoryWorker."""
         store = self.open().store
         if not store.read_only:
             return None
@@ -81,6 +90,11 @@ class ChatHistory:
 
 def _scratch_store() -> Store:
     return Store.open(Path(tempfile.mkdtemp(prefix="qwen-desk-unsaved-")) / "history.sqlite3", pictures=FILES)
+
+
+def conversation_rows(store: Store) -> list[tuple[int, str]]:
+    """The sidebar's conversations, newest first, as (id, title) rows."""
+    return [(c.id, c.display_title) for c in store.list_conversations(limit=200)]
 
 
 def search_rows(store: Store, query: str) -> list[tuple[int, str]]:
@@ -141,17 +155,29 @@ class ConversationSearch(QObject):
 
         threading.Thread(target=work, name="qwen-desk-search", daemon=True).start()
 
-    def _arrived(self, asked: int, query: str, rows: list | None) -> None:
+    def _arrived(self, asked: int, query: str, rows: list[tuple[int, str]] | None) -> None:
         if asked == self._asked and rows is not None:
             self.found.emit(query, rows)
+
+
+@dataclass(frozen=True)
+class _Done(Generic[T]):
+    """What one piece of work gave, on its way back to the GUI thread: its `done` and its result or error."""
+
+    done: Callable[[T | None, Exception | None], None]
+    result: T | None
+    error: Exception | None
+
+    def deliver(self) -> None:
+        self.done(self.result, self.error)
 
 
 class HistoryWorker(QObject):
     """The window's history reads and edits, one at a time in the order asked, on a thread of their own: the GUI
     thread never waits on the history's lock (a reply's writer or a search may hold it). `run(work, done)` calls
-    `done(result, error)` on the GUI thread once `work()` has run."""
+    `done(result, error)` on the GUI thread once `work()` has run (`result` None when it raised)."""
 
-    _finished = Signal(object, object, object)  # (done, result, error), from the worker thread
+    _finished = Signal(object)  # a _Done, from the worker thread
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -160,23 +186,32 @@ class HistoryWorker(QObject):
         self._closed = False
         self._finished.connect(self._deliver)  # queued: emitted from the worker thread
 
-    def run(self, work: Callable[[], Any], done: Callable[[Any, Exception | None], None]) -> None:
+    def run(self, work: Callable[[], T], done: Callable[[T | None, Exception | None], None]) -> None:
         def job() -> None:
             try:
-                result, error = work(), None
+                finished = _Done(done, work(), None)
             except Exception as exc:  # noqa: BLE001 - said by `done` (a read-only history, a vanished row)
-                result, error = None, exc
-            self._finished.emit(done, result, error)
+                finished = _Done(done, None, exc)
+            self._finished.emit(finished)
 
         if self._closed:  # the window is closing and the history with it (a left turn's last events may come now)
             return
         self.pending += 1
         self._pool.submit(job)
 
-    def _deliver(self, done: Callable[[Any, Exception | None], None], result: Any, error: Exception | None) -> None:
+    def _deliver(self, finished: _Done[object]) -> None:
         self.pending -= 1
         if not self._closed:  # after close the history is shut: nothing may read it on delivery
-            done(result, error)
+            finished.deliver()
+
+    def wait(self, timeout: float = 10.0) -> bool:
+        """Deliver everything asked so far, the GUI thread's events running meanwhile; False on timeout. Only for a
+        caller that asked to wait (a screenshot, a test): the window itself never does."""
+        deadline = time.monotonic() + timeout
+        while self.pending and time.monotonic() < deadline:
+            QCoreApplication.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 20)
+            time.sleep(0.002)
+        return not self.pending
 
     def close(self) -> None:
         """Wait for the work asked (before the history closes); results not yet delivered are dropped."""

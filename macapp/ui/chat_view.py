@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
+from macapp.core.catalog import ModelRef
 from macapp.core.events import Loaded, TurnKind
+from macapp.core.history import Conversation
 from macapp.core.recorder import TurnResult
 from macapp.core.settings import Settings
 from macapp.devtools.demo import SHORT_NOTICE, is_demo_model
@@ -96,6 +96,8 @@ class ChatView(QWidget):
         c.turn_settled.connect(self._on_turn_settled)
         c.turn_left.connect(self.messages.leave_turn)
         c.conversation_updated.connect(lambda conv: self.messages.show_conversation(conv.messages))
+        c.conversation_opened.connect(self._show_opened)
+        c.give_back.connect(self.composer.input.setPlainText)  # what they typed is never lost
         c.status_text.connect(self.meter.show_text)
         c.error.connect(self.show_error)
         c.history_notice.connect(self._show_notice)
@@ -109,7 +111,7 @@ class ChatView(QWidget):
     def thinking(self) -> bool:
         return self.composer.thinking.isChecked()
 
-    def load_model(self, ref: Any) -> None:
+    def load_model(self, ref: ModelRef) -> None:
         self.error.hide()
         self.controller.load_model(ref)
 
@@ -179,8 +181,11 @@ class ChatView(QWidget):
         self.composer.input.setFocus()
 
     def open_conversation(self, conversation_id: int) -> None:
-        """Show a saved conversation; the next message re-reads it once into a fresh engine session."""
-        conv = self.controller.open_conversation(conversation_id)
+        """Show a saved conversation once it is read (off the GUI thread: _show_opened); the next message re-reads
+        it once into a fresh engine session."""
+        self.controller.open_conversation(conversation_id)
+
+    def _show_opened(self, conv: Conversation) -> None:
         self.editing = False
         self.messages.show_conversation(conv.messages)
         self.meter.clear_meter()

@@ -149,6 +149,7 @@ class MainWindow(QMainWindow):
         self.conversation_search = ConversationSearch(lambda: self.chat.controller.store, parent=self)
         self.conversation_search.found.connect(self._show_found)
         self.sidebar.search_changed.connect(lambda _q: self.refresh_conversations())
+        self.chat.controller.conversations_listed.connect(self._show_listed)
         self.library.load_requested.connect(self.chat.load_model)
         self.library.machine_changed.connect(self.status.set_machine)
         self.library.hub_refreshed.connect(self._catalog_refreshed)
@@ -278,7 +279,7 @@ class MainWindow(QMainWindow):
             )
             if answer != QMessageBox.StandardButton.Yes:
                 return False
-        if key == self.chat.controller.conversation_id:
+        if key in (self.chat.controller.conversation_id, self.chat.controller.opening):
             self.chat.new_chat()
         self.chat.controller.delete_conversation(key, title)
         return True
@@ -317,9 +318,13 @@ class MainWindow(QMainWindow):
         query = self.sidebar.search.text().strip()
         if not query:
             self.conversation_search.cancel()
-            self.sidebar.set_conversations(self.chat.controller.conversation_rows(), self.chat.controller.conversation_id)
+            self.chat.controller.list_conversations()  # off the GUI thread: _show_listed shows them
             return
         self.conversation_search.find(query)  # debounced, off the GUI thread: _show_found shows what it finds
+
+    def _show_listed(self, rows: list[tuple[int, str]]) -> None:
+        if not self.sidebar.search.text().strip():  # a search typed meanwhile shows what it finds instead
+            self.sidebar.set_conversations(rows, self.chat.controller.conversation_id)
 
     def _show_found(self, query: str, rows: list) -> None:
         self.sidebar.set_conversations(rows, self.chat.controller.conversation_id, empty=f"No messages match “{query}”")
@@ -400,8 +405,11 @@ class MainWindow(QMainWindow):
             self.chat.meter.show_text("Waiting for the local server to finish a request; this reply starts right after.")
 
     def start_background_work(self, wait: bool = False) -> None:
-        """After the first paint: open the history, probe the hardware and the download state."""
+        """After the first paint: open the history, probe the hardware and the download state (with `wait`, until
+        the conversations are listed and the probe is done: a screenshot, a test)."""
         self.open_history()
+        if wait:
+            self.chat.controller.history_worker.wait()
         self.status.set_machine(self.library.machine)
         self.library.start(wait=wait)
 

@@ -23,7 +23,30 @@ def send(chat, qtbot, text, thinking=True):
     with qtbot.waitSignal(chat.controller.turn_started, timeout=1_000):
         qtbot.keyClick(chat.composer.input, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: not chat.busy, timeout=60_000)
+    history_settled(chat, qtbot)  # the sidebar's listing after the turn, read off the GUI thread
     return chat.messages.widgets()[-1]
+
+
+def history_settled(chat, qtbot) -> None:
+    """Wait until the history's worker has delivered everything asked of it (listings, opens, edits)."""
+    qtbot.waitUntil(lambda: chat.controller.history_worker.pending == 0, timeout=5_000)
+
+
+def open_conversation(window_or_chat, qtbot, key) -> None:
+    """Open a saved conversation (the window's or the chat page's way) and wait until it is shown (read off the GUI thread)."""
+    chat = getattr(window_or_chat, "chat", window_or_chat)
+    with qtbot.waitSignal(chat.controller.conversation_opened, timeout=5_000):
+        window_or_chat.open_conversation(key)
+    history_settled(chat, qtbot)
+
+
+@contextmanager
+def edited(window, qtbot):
+    """Waits for the delete, undo or rename asked inside the block (done off the GUI thread, said by signal) and
+    the listing that follows it."""
+    with qtbot.waitSignal(window.chat.controller.history_edited, timeout=5_000):
+        yield
+    history_settled(window.chat, qtbot)
 
 
 def answer_next_box(button_text: str) -> dict:

@@ -10,7 +10,7 @@ from PySide6.QtWidgets import QApplication, QFileDialog
 
 from macapp.ui.composer import Composer
 from tests.fixtures.vision import picture, tiny_vlm_path  # noqa: F401  (fixtures)
-from tests.ui.helpers import GREEDY
+from tests.ui.helpers import GREEDY, open_conversation
 
 
 @pytest.fixture
@@ -140,7 +140,7 @@ def test_a_message_with_pictures_shows_them_and_a_reopened_conversation_too(qtbo
     assert "(10 image)" in reply.stats_label.text()  # the reply's figures say how much of the prompt the pictures were
     conversation_id = chat.controller.conversation_id
     chat.new_chat()
-    chat.open_conversation(conversation_id)
+    open_conversation(chat, qtbot, conversation_id)
     reopened = chat.messages.widgets()[0]
     qtbot.waitUntil(lambda: len(reopened.thumbnails) == 2, timeout=10_000)  # read and made small off the GUI thread
     assert reopened.pictures[0].size == (96, 64)

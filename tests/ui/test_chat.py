@@ -7,7 +7,7 @@ from PySide6.QtCore import Qt
 
 from macapp.core.events import PromptProgress
 from macapp.devtools.tiny_model import SCRIPT_ANSWER, SCRIPT_REASONING
-from tests.ui.helpers import GREEDY, NO_END, send, worker_held
+from tests.ui.helpers import GREEDY, NO_END, edited, open_conversation, send, worker_held
 
 REASONING = "".join(SCRIPT_REASONING)
 ANSWER = "".join(SCRIPT_ANSWER)
@@ -115,7 +115,7 @@ def test_new_chat_then_reopen_restores_and_continues(chat, qtbot, window):
     qtbot.keyClick(window, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)  # Ctrl/Cmd+N
     assert chat.controller.conversation_id is None and chat.messages.widgets() == []
     assert window.sidebar.conversations.count() == 1
-    window.open_conversation(first_id)
+    open_conversation(window, qtbot, first_id)
     widgets = chat.messages.widgets()
     assert [w.role for w in widgets] == ["user", "assistant"]
     assert widgets[1].reasoning is not None and widgets[1].view.source_text == ANSWER
@@ -165,7 +165,7 @@ def test_delete_a_conversation_from_the_sidebar(chat, qtbot, window):
     send(chat, qtbot, "Short lived", thinking=False)
     key = chat.controller.conversation_id
     assert window.sidebar.conversations.count() == 1
-    with qtbot.waitSignal(window.chat.controller.history_edited, timeout=5_000):  # deleted off the GUI thread
+    with edited(window, qtbot):  # deleted off the GUI thread
         assert window.delete_conversation(key, confirm=False)
     assert window.sidebar.conversations.count() == 0 and chat.controller.conversation_id is None
     assert chat.controller.store.list_conversations() == []

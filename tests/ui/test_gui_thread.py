@@ -11,7 +11,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QImage
 
 from tests.fixtures.vision import picture, tiny_vlm_path  # noqa: F401  (fixtures)
-from tests.ui.helpers import GREEDY
+from tests.ui.helpers import GREEDY, open_conversation
 
 
 @pytest.fixture
@@ -73,7 +73,7 @@ def test_a_send_with_pictures_and_its_reopening_do_no_blocking_work_on_the_gui_t
     assert [m.role.value for m in saved] == ["user", "assistant"] and len(saved[0].images) == 2
 
     chat.new_chat()
-    chat.open_conversation(conversation_id)
+    open_conversation(chat, qtbot, conversation_id)
     reopened = chat.messages.widgets()[0]
     qtbot.waitUntil(lambda: len(reopened.thumbnails) == 2, timeout=10_000)
 

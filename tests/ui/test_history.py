@@ -4,6 +4,7 @@ import pytest
 
 from macapp.core import paths
 from macapp.core.history import Store
+from tests.ui.helpers import edited
 
 
 @pytest.fixture
@@ -71,11 +72,6 @@ def test_a_history_that_cannot_be_opened_does_not_stop_the_app(make_window):
     assert w.chat.controller.store.create_conversation(model="tiny").id  # a scratch history still takes chats
 
 
-def edited(window, qtbot):
-    """Waits for the delete, undo or rename asked inside the block (done off the GUI thread, said by signal)."""
-    return qtbot.waitSignal(window.chat.controller.history_edited, timeout=5_000)
-
-
 def test_delete_offers_undo_that_puts_the_conversation_back(make_window, qtbot):
     keep, gone = seed(("Keep this one", "ok"), ("Delete this one", "ok"))
     w = make_window()
@@ -117,7 +113,7 @@ def test_search_filters_the_conversations_and_clearing_shows_all(make_window, qt
     search(w, qtbot, "zebra")
     assert titles(w) == [] and "zebra" in w.sidebar.empty_note.text() and w.sidebar.empty_note.isVisibleTo(w)
     w.sidebar.search.clear()
-    assert len(titles(w)) == 2
+    qtbot.waitUntil(lambda: len(titles(w)) == 2, timeout=5_000)  # listed again, off the GUI thread
 
 
 def test_typing_a_search_runs_it_once_off_the_gui_thread(make_window, qtbot):
@@ -216,3 +212,49 @@ def test_history_worker_after_close_takes_no_more_work(qtbot):
     worker.run(lambda: ran.append("ran"), lambda result, error: got.append(result))
     qtbot.wait(100)
     assert ran == [] and got == [1] and worker.pending == 0
+
+
+def test_listing_and_opening_run_off_the_gui_thread(make_window, qtbot, monkeypatch):
+    import threading
+
+    from tests.ui.helpers import history_settled, open_conversation
+
+    first, second = seed(("First question", "An answer"), ("Second question", "Another answer"))
+    w = make_window()
+    store = w.chat.controller.store
+    store.rename(first, "Renamed meanwhile")  # the next listing shows it
+    threads: dict[str, list[threading.Thread]] = {}
+    for name in ("list_conversations", "get_conversation"):
+        real = getattr(store, name)
+
+        def noting(*args, _real=real, _name=name, **kwargs):  # the real call, and the thread it ran on
+            threads.setdefault(_name, []).append(threading.current_thread())
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(store, name, noting)
+    w.refresh_conversations()
+    history_settled(w.chat, qtbot)
+    assert sorted(titles(w)) == ["Renamed meanwhile", "Second question"]
+    open_conversation(w, qtbot, second)
+    widgets = w.chat.messages.widgets()
+    assert w.chat.controller.conversation_id == second
+    assert [m.role for m in widgets] == ["user", "assistant"] and widgets[0].text == "Second question"
+    assert w.sidebar.conversations.currentItem().text() == "Second question"  # the open one is marked in the list
+    assert sorted(threads) == ["get_conversation", "list_conversations"]
+    assert all(seen and threading.main_thread() not in seen for seen in threads.values()), threads
+
+
+def test_a_conversation_asked_for_then_left_for_a_new_chat_is_not_opened(make_window, qtbot):
+    from tests.ui.helpers import history_settled
+
+    (key,) = seed(("Not wanted after all", "ok"))
+    w = make_window()
+    store = w.chat.controller.store
+    opened = []
+    w.chat.controller.conversation_opened.connect(opened.append)
+    with store.database.lock:  # the history is busy: the read waits on the worker
+        w.open_conversation(key)
+        assert w.chat.controller.opening == key and w.chat.controller.conversation_id is None
+        w.new_chat()  # asked before the read came back
+    history_settled(w.chat, qtbot)
+    assert opened == [] and w.chat.controller.conversation_id is None and w.chat.messages.widgets() == []

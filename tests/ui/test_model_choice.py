@@ -66,13 +66,13 @@ def test_choosing_in_the_picker_loads_that_model(window, library, tiny_moe_path,
 
 
 def test_a_reopened_conversation_without_a_model_says_load_one_and_offers_its_own(chat, window, qtbot, tiny_moe_path):
-    from tests.ui.helpers import send
+    from tests.ui.helpers import open_conversation, send
 
     send(chat, qtbot, "hello", thinking=False)
     key = chat.controller.conversation_id
     chat.unload_model()
     window.new_chat()
-    window.open_conversation(key)
+    open_conversation(window, qtbot, key)
     prompt = chat.load_prompt
     assert prompt.isVisibleTo(window)
     assert "Load a model to continue" in prompt.text.text()
@@ -85,10 +85,12 @@ def test_a_reopened_conversation_without_a_model_says_load_one_and_offers_its_ow
 
 
 def test_a_conversations_model_that_is_not_on_disk_is_named(window, qtbot):
+    from tests.ui.helpers import open_conversation
+
     chat = window.chat
     store = chat.controller.open_history().store
     conv = store.create_conversation("Qwen3.5-397B-A17B", None, {})
-    window.open_conversation(conv.id)
+    open_conversation(window, qtbot, conv.id)
     assert chat.load_prompt.isVisibleTo(window) and not chat.load_prompt.load_button.isVisibleTo(window)
     assert "Qwen3.5-397B-A17B is not on this Mac" in chat.load_prompt.text.text()
 

@@ -63,7 +63,7 @@ def test_start_copy_serve_and_stop(panel, window, chat, qtbot):
     assert env["ANTHROPIC_BASE_URL"] == url and env["CLAUDE_CODE_ATTRIBUTION_HEADER"] == "0"
     assert env["ANTHROPIC_MODEL"] == window.server.model_name and env["ANTHROPIC_AUTH_TOKEN"]
 
-    conversations_before = len(chat.controller.conversation_rows())
+    conversations_before = len(chat.controller.store.list_conversations())
     results: list = []
     thread = ask(url, results)
     qtbot.waitUntil(lambda: not thread.is_alive(), timeout=60_000)
@@ -75,7 +75,7 @@ def test_start_copy_serve_and_stop(panel, window, chat, qtbot):
     qtbot.waitUntil(lambda: not thread.is_alive(), timeout=60_000)
     qtbot.waitUntil(lambda: panel.table.rowCount() == 2 and panel.table.item(1, 5).text() == "done", timeout=10_000)
     assert int(panel.table.item(1, 2).text()) > 0 and panel.table.item(0, 2).text() == "0"
-    assert len(chat.controller.conversation_rows()) == conversations_before  # not written to the chat history
+    assert len(chat.controller.store.list_conversations()) == conversations_before  # not written to the chat history
 
     with qtbot.waitSignal(window.server.stopped, timeout=20_000):
         panel.toggle.click()  # stop (off the GUI thread)
