@@ -309,3 +309,45 @@ def test_a_message_the_history_cannot_save_is_not_sent_and_is_given_back(chat, q
     assert reply.view.source_text == ANSWER
     saved = store.get_conversation(chat.controller.conversation_id).messages
     assert [m.content for m in saved] == ["Now it saves", ANSWER]
+
+
+def test_the_read_only_history_is_swapped_off_the_gui_thread(chat, qtbot, monkeypatch):
+    send(chat, qtbot, "Saved before", thinking=False)
+    history = chat.controller.history
+    read_only = chat.controller.store
+    read_only.database.read_only = True  # what Store.open gives for a history written by a newer app
+    threads = []
+    real = history.make_writable
+
+    def noting(conversation_id):  # the real swap, and the thread it ran on
+        threads.append(threading.current_thread())
+        return real(conversation_id)
+
+    monkeypatch.setattr(history, "make_writable", noting)
+    reply = send(chat, qtbot, "After it became read-only", thinking=False)
+    assert reply.view.source_text == ANSWER and not chat.error.isVisible()
+    assert len(threads) == 1 and threads[0] is not threading.main_thread()
+    assert chat.controller.store is not read_only and chat.controller.unsaved
+    assert [m.role for m in chat.controller.store.get_conversation(chat.controller.conversation_id).messages] == ["user", "assistant"] * 2
+
+
+def test_a_re_read_older_than_the_newest_turn_is_not_shown(chat, qtbot, monkeypatch):
+    """A left reply's re-read (_tell_updated) delivered after a whole later turn started and ended is dropped: its
+    copy of the conversation is older than what that turn shows."""
+    send(chat, qtbot, "First", thinking=False)
+    controller = chat.controller
+    stale = controller.store.get_conversation(controller.conversation_id)  # what a read made before the next turn gives
+    gate = threading.Event()
+    controller.history_worker.run(lambda: gate.wait(30), lambda _r, _e: None)  # the worker is busy meanwhile
+    real = controller.store.get_conversation
+    monkeypatch.setattr(controller.store, "get_conversation", lambda key: stale if key == stale.id else real(key))
+    updated = []
+    controller.conversation_updated.connect(updated.append)
+    controller._tell_updated(controller.conversation, controller.conversation_id)  # what a left reply's end asks
+    chat.composer.input.setPlainText("Second")
+    qtbot.keyClick(chat.composer.input, Qt.Key.Key_Return)  # a whole turn, while the re-read waits
+    qtbot.waitUntil(lambda: not chat.busy, timeout=60_000)
+    gate.set()
+    qtbot.waitUntil(lambda: controller.history_worker.pending == 0, timeout=5_000)
+    assert updated == []  # the stale copy was dropped
+    assert [w.role for w in chat.messages.widgets()] == ["user", "assistant"] * 2
