@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, TypeAlias, Union
 
 from macapp.core.jsonvalue import JSONObject, JSONValue
 
@@ -39,7 +39,7 @@ SCORES_BLOCK_BYTES = 1 << 29  # most bytes one block of attention scores may tak
 SCORE_BYTES = 2  # bf16 scores (the queries' dtype)
 
 if TYPE_CHECKING:
-    KVBuffer = mx.array | tuple[mx.array, ...]  # a KV layer's keys or values: an array, or quantized (packed, scales, biases)
+    KVBuffer: TypeAlias = Union[mx.array, tuple[mx.array, ...]]  # a KV layer's keys or values: an array, or quantized (packed, scales, biases)
 
 
 class NoYarn(ValueError):
