@@ -9,12 +9,18 @@ so a finished reply's events are not kept for the window's life.
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from typing import Callable, Protocol
 
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
-from macapp.core.events import TerminalEvent
-from macapp.ui.throttle import Throttle
+from macapp.core.events import Event, TerminalEvent
+from macapp.ui.throttle import Fed, Throttle
+
+
+class Listenable(Protocol):
+    """What a bridge attaches to: an engine Job, a conversation's Turn."""
+
+    def add_listener(self, callback: Callable[[Event], None]) -> None: ...
 
 
 class EventBridge(QObject):
@@ -33,7 +39,7 @@ class EventBridge(QObject):
         self._wake.connect(self._flush)  # queued when emitted from another thread
 
     # -- producer side (any thread) -------------------------------------------------------------------------
-    def feed(self, event: Any) -> None:
+    def feed(self, event: Fed) -> None:
         if self.finished:  # nothing comes after the terminal event; the bridge may be deleted by now
             return
         if self.throttle.offer(event):
@@ -42,11 +48,10 @@ class EventBridge(QObject):
             except RuntimeError:  # the GUI thread's timer delivered the terminal event first and deleted the bridge
                 pass
 
-    def attach(self, job: Any) -> Any:
+    def attach(self, job: Listenable) -> None:
         """Listen to a core Job's events; call on the GUI thread (it starts the delivery timer)."""
         self.start()
         job.add_listener(_WeakFeed(self))
-        return job
 
     # -- consumer side (GUI thread) -------------------------------------------------------------------------
     def start(self) -> None:
@@ -70,7 +75,7 @@ class EventBridge(QObject):
         if batch:
             self._deliver(batch)
 
-    def _deliver(self, batch: list[Any]) -> None:
+    def _deliver(self, batch: list[Fed]) -> None:
         if self.finished:
             return
         terminal = isinstance(batch[-1], TerminalEvent)
@@ -90,7 +95,7 @@ class _WeakFeed:
     def __init__(self, bridge: EventBridge) -> None:
         self._bridge = weakref.ref(bridge)
 
-    def __call__(self, event: Any) -> None:
+    def __call__(self, event: Event) -> None:
         bridge = self._bridge()
         if bridge is not None:
             bridge.feed(event)

@@ -380,7 +380,8 @@ class ChatController(QObject):
     def sampling(self, thinking: bool) -> tuple[SamplingParams, int | None]:
         """(SamplingParams, thinking budget) from the settings; ValueError when they cannot be used."""
         values = sampling_for(self.settings, thinking)
-        budget = values.pop("thinking_budget", None)
+        thinking_budget = values.pop("thinking_budget", None)
+        budget = int(thinking_budget) if thinking_budget is not None else None
         params = preset(thinking).with_overrides(**{**values, **self.sampling_overrides})
         params.validate()
         return params, budget
@@ -448,8 +449,8 @@ class ChatController(QObject):
 
         def done(result: tuple[Switched | None, ChatRecorder | None] | None, error: Exception | None) -> None:
             self.starting = False
-            if result is not None and result[0] is not None:
-                switched, recorder = result
+            switched, recorder = result if result is not None else (None, None)
+            if switched is not None:
                 if conversation is self.conversation:
                     conversation.recorder = recorder
                 self._tell_unsaved(switched.reason)
@@ -476,7 +477,8 @@ class ChatController(QObject):
 
     def _on_events(self, flight: _Flight, batch: list[Event]) -> None:
         """A batch of the turn's events, each already recorded (on the conversation's recording thread)."""
-        ended = isinstance(batch[-1], TerminalEvent)
+        last = batch[-1]
+        ended = isinstance(last, TerminalEvent)
         if flight is not self.flight:  # left behind: recorded, not shown
             if ended:
                 self._release(flight)
@@ -491,8 +493,8 @@ class ChatController(QObject):
             flight.under_way = True
             self.reply_under_way.emit()
         self.reply_events.emit(batch)
-        if ended:
-            self._settle(flight, batch[-1])
+        if isinstance(last, TerminalEvent):
+            self._settle(flight, last)
 
     def _tell_updated(self, conversation: ConversationModel, conversation_id: int) -> None:
         """conversation_updated with the history's copy, read on the worker; dropped if another one was opened, or

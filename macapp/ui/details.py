@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import html
 import re
-from typing import Any
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
@@ -12,11 +11,13 @@ from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QLabel, QPushBut
 
 from macapp.core.fit.cluster import hosts_needed
 from macapp.core.fit.prefill_time import format_duration
-from macapp.core.hub.mtp import MtpWhere
+from macapp.core.fit.estimate import Estimate
+from macapp.core.hardware import MachineProfile
+from macapp.core.hub.mtp import MtpStatus, MtpWhere
 from macapp.core.long_context import notice
 from macapp.core.memory import format_bytes
 from macapp.ui.downloads import DownloadPanel
-from macapp.ui.library_model import images_words, mtp_for
+from macapp.ui.library_model import Row, images_words, mtp_for
 from macapp.ui.style import BAR_COLOURS
 from macapp.ui.widgets import Badge, ElidedLabel, StackedBar
 
@@ -28,7 +29,7 @@ SEGMENTS = [
 ]
 
 
-def mtp_words(status: Any, repo: str | None = None) -> str:
+def mtp_words(status: MtpStatus, repo: str | None = None) -> str:
     """The MTP head for the details pane: 'MTP: available', 'MTP: X MB to fetch' or 'MTP: none', and why."""
     match status.where:
         case MtpWhere.IN_BUILD:
@@ -189,7 +190,7 @@ class DetailsPanel(QFrame):
         lay.addWidget(self.body)
         self.show_row(None, None, 0, None)
 
-    def show_row(self, row: Any, machine: Any, context: int, kv_bits: int | None) -> None:
+    def show_row(self, row: Row | None, machine: MachineProfile | None, context: int, kv_bits: int | None) -> None:
         previous = getattr(self, "row", None)
         self.row = row
         if row is not None and (previous is None or previous.key != row.key):
@@ -235,16 +236,16 @@ class DetailsPanel(QFrame):
         self.load_button.setText("Load" if est.verdict != "too_big" else "Load…")
         self.load_button.setToolTip("" if downloaded else "Download the model first")
 
-    def _show_long_context(self, est: Any) -> None:
+    def _show_long_context(self, est: Estimate) -> None:
         """Past the model's native length it loads with YaRN; the same sentence as `qwen-desk chat` prints."""
-        factor = getattr(est, "yarn_factor", None)
+        factor = est.yarn_factor
         self.long_context.setVisible(bool(factor))
         if factor:
-            native = getattr(est, "native_context", 0) or 0
+            native = est.native_context
             past = f" ({est.context:,} tokens is past its native {native:,})" if native else ""
             self.long_context.setText(f"Loads in {notice(factor)}{past}")
 
-    def _show_reading_and_advice(self, row: Any) -> None:
+    def _show_reading_and_advice(self, row: Row) -> None:
         est = row.estimate
         if est.ttft_estimate_s is not None:
             self.reading.setText(
@@ -257,7 +258,7 @@ class DetailsPanel(QFrame):
         self.advice.setVisible(bool(lines))
         self.advice.setText(advice_html(lines))
 
-    def _show_cluster_note(self, row: Any, machine: Any, context: int, kv_bits: int | None) -> None:
+    def _show_cluster_note(self, row: Row, machine: MachineProfile | None, context: int, kv_bits: int | None) -> None:
         too_big = row.estimate.verdict == "too_big" and machine is not None
         needed = hosts_needed(row.ref, context, machine, kv_bits) if too_big else None
         self.cluster_note.setVisible(too_big)

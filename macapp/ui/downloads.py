@@ -5,18 +5,19 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QMessageBox, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
 from macapp.core.catalog import Origin, hub_offline, hub_reachable
 from macapp.core.download import delete_model, inspect_repo, manager
+from macapp.core.catalog import ModelRef
 from macapp.core.download import events as ev
 from macapp.core.download.errors import DownloadError, DownloadErrorKind
 from macapp.core.download.job import DownloadJob, JobState
 from macapp.core.memory import format_bytes
 from macapp.ui.bridge import EventBridge
+from macapp.ui.library_model import Row
 
 
 def format_eta(seconds: float | None) -> str:
@@ -96,7 +97,7 @@ class DownloadPanel(QFrame):
         self._buttons(download=downloadable)
         self.setVisible(bool(text) or downloadable)
 
-    def set_progress(self, p: Any) -> None:
+    def set_progress(self, p: ev.Progress) -> None:
         self.updates += 1
         self.setVisible(True)
         self.headline.setText(f"Downloading… {format_bytes(p.bytes_done)} of {format_bytes(p.bytes_total)} ({100 * p.fraction:.0f}%)")
@@ -181,7 +182,7 @@ class DownloadController(QObject):
     def __init__(self, panel: DownloadPanel, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.panel = panel
-        self.row = None
+        self.row: Row | None = None
         self.jobs: dict[str, _WindowJob] = {}  # by repo
         panel.start_clicked.connect(self.start)
         panel.resume_clicked.connect(self.start)
@@ -189,12 +190,12 @@ class DownloadController(QObject):
         panel.cancel_clicked.connect(self.cancel)
 
     # -- queries (core) -----------------------------------------------------------------------------------------
-    def local_path(self, ref: Any) -> Path | None:
+    def local_path(self, ref: ModelRef) -> Path | None:
         local = inspect_repo(ref.repo) if ref.repo else None
         return local.path if local is not None and local.complete else None
 
     # -- panel --------------------------------------------------------------------------------------------------
-    def show_for(self, row: Any) -> None:
+    def show_for(self, row: Row | None) -> None:
         self.row = row
         if row is None or row.ref.repo is None:
             self.panel.set_idle("", downloadable=False)
@@ -331,7 +332,7 @@ class DownloadController(QObject):
     def _current_job(self) -> _WindowJob | None:
         return self.jobs.get(self.row.ref.repo) if self.row is not None and self.row.ref.repo else None
 
-    def _on_events(self, repo: str, batch: list[Any]) -> None:
+    def _on_events(self, repo: str, batch: list[ev.DownloadEvent]) -> None:
         job = self.jobs.get(repo)
         if job is None:
             return

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
@@ -27,7 +26,7 @@ from macapp.core import catalog, hardware
 from macapp.core.fit import estimate
 from macapp.core.memory import format_bytes
 from macapp.core.settings import Settings
-from macapp.core.vision.builds import build_vision, refresh_catalog_and_pictures
+from macapp.core.vision.builds import BuildVision, build_vision, refresh_catalog_and_pictures
 from macapp.ui.details import DetailsPanel
 from macapp.ui.downloads import DownloadController
 from macapp.ui.library_model import FIT_COL, BadgeDelegate, LibraryModel, Row, short_context
@@ -222,7 +221,7 @@ class LibraryPage(QWidget):
         self.context_spin.setValue(tokens)
 
     # -- data ---------------------------------------------------------------------------------------------------
-    def _sees(self, ref: Any) -> Any:
+    def _sees(self, ref: catalog.ModelRef) -> BuildVision:
         """Whether a build accepts pictures (macapp.core.vision.builds), read once per build and catalog load."""
         key = (ref.repo, str(ref.local_path), len(self.entries))
         if key not in self._vision:

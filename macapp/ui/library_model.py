@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QRectF, Qt
 from PySide6.QtGui import QFont
@@ -12,7 +11,9 @@ from PySide6.QtWidgets import QStyledItemDelegate, QStyleOptionViewItem, QWidget
 
 from macapp.core import catalog
 from macapp.core.fit import advice, prefill_time
-from macapp.core.hub.mtp import status_for
+from macapp.core.fit.estimate import Estimate
+from macapp.core.hardware import MachineProfile
+from macapp.core.hub.mtp import MtpStatus, status_for
 from macapp.core.hub.record import records_stamp
 from macapp.core.memory import format_bytes
 from macapp.core.modelfiles import mtp_side_file
@@ -27,7 +28,7 @@ def short_context(tokens: int) -> str:
     return f"{tokens // 1024}K" if tokens % 1024 == 0 else f"{tokens:,}"
 
 
-def images_words(est: Any) -> str:
+def images_words(est: Estimate) -> str:
     """Whether a build accepts pictures, for the library and the details pane."""
     if est.accepts_images is False:
         return "Pictures: no — this build is text-only"
@@ -40,11 +41,11 @@ def images_words(est: Any) -> str:
 
 @dataclass
 class Row:
-    ref: Any  # catalog.ModelRef
-    estimate: Any  # estimate.Estimate
+    ref: catalog.ModelRef
+    estimate: Estimate
     downloaded: bool = False
     local_path: Path | None = None
-    advice: Any = None  # advice.Advice, filled on demand by LibraryModel.advice_for
+    advice: advice.Advice | None = None  # filled on demand by LibraryModel.advice_for
 
     @property
     def key(self) -> str:
@@ -61,7 +62,7 @@ class LibraryModel(QAbstractTableModel):
         self.rows: list[Row] = []
         self.context = 32768
         self.live_status: dict[str, str] = {}  # repo -> "Downloading 42%" while a download runs
-        self.machine: Any = None
+        self.machine: MachineProfile | None = None
         self.loaded_path: Path | None = None  # the folder the chat has loaded: its row says "Loaded"
 
     def is_loaded(self, row: Row) -> bool:
@@ -132,14 +133,14 @@ class LibraryModel(QAbstractTableModel):
                 idx = self.index(i, 5)
                 self.dataChanged.emit(idx, idx)
 
-    def set_rows(self, rows: list[Row], context: int, machine: Any = None) -> None:
+    def set_rows(self, rows: list[Row], context: int, machine: MachineProfile | None = None) -> None:
         self.beginResetModel()
         self.rows = rows
         self.context = context
         self.machine = machine  # the profile the rows were estimated for (for the advice)
         self.endResetModel()
 
-    def advice_for(self, row: Row):
+    def advice_for(self, row: Row) -> advice.Advice:
         """The ways out for a row that does not fit (computed when first asked: tooltip or details)."""
         if row.advice is None:
             candidates = [r.ref for r in self.rows if r.ref.origin is catalog.Origin.CATALOG]
@@ -147,10 +148,10 @@ class LibraryModel(QAbstractTableModel):
         return row.advice
 
 
-_MTP_SEEN: dict[str, tuple[tuple, Any]] = {}  # row key -> (what it was read from, hub.mtp.MtpStatus)
+_MTP_SEEN: dict[str, tuple[tuple[tuple[int, int], str, int], MtpStatus]] = {}  # row key -> (what it was read from, its MTP head)
 
 
-def mtp_for(row: Row):
+def mtp_for(row: Row) -> MtpStatus:
     """Where the row's MTP head comes from (hub.mtp.MtpStatus), from local files and cached hub records only (never
     the network: fine on the GUI thread); read again only when the records or the side file changed."""
     side = mtp_side_file(row.local_path) if row.local_path is not None else None
@@ -169,7 +170,7 @@ def _mtime(path: Path | None) -> int:
         return 0
 
 
-def fit_tooltip(row: Row, ways_out) -> str:
+def fit_tooltip(row: Row, ways_out: advice.Advice) -> str:
     """The badge's tooltip: memory against the budget, the prompt-reading time, and the ways out when it does not fit."""
     est = row.estimate
     lines = [f"Needs {format_bytes(est.total_bytes)} of {format_bytes(est.budget_bytes)} GPU budget"]

@@ -11,12 +11,10 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Any
-
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QVBoxLayout, QWidget
 
-from macapp.core.events import AnswerDelta, ReasoningDelta, StatsUpdate, TerminalEvent, TurnKind
+from macapp.core.events import AnswerDelta, Event, ReasoningDelta, StatsUpdate, TerminalEvent, TurnKind
 from macapp.core.recorder import TurnResult
 from macapp.core.history import Message, Role
 from macapp.core.vision import pictures as saved_files
@@ -167,7 +165,7 @@ class MessageList(QScrollArea):
             self._pending.hidden = []
             self._changed()
 
-    def show_events(self, batch: list[Any]) -> None:
+    def show_events(self, batch: list[Event]) -> None:
         """Add a batch's text and stats to the reply in flight; repaint once (the final batch: at settle)."""
         msg = self.current
         if msg is None:

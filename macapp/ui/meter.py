@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from PySide6.QtWidgets import QLabel, QWidget
 
-from macapp.core.events import PromptProgress, StatsUpdate
+from macapp.core.events import Event, GenerationStats, PromptProgress, StatsUpdate
 from macapp.core.memory import format_bytes
 
 
-def stats_summary(stats: Any) -> str:
+def stats_summary(stats: GenerationStats) -> str:
     """'128 tokens · 41.2 tok/s · prompt 412 tokens at 1830 tok/s · first token 0.21 s · peak 1.3 GB'.
 
     Takes the engine's GenerationStats or the history's ReplyStats (None where unknown). Generation tok/s
@@ -50,7 +48,7 @@ class Meter(QLabel):
     def clear_meter(self) -> None:
         self.setText(" ")
 
-    def show_events(self, batch: list[Any]) -> None:
+    def show_events(self, batch: list[Event]) -> None:
         """The latest reading progress or generation figures of a batch of the reply's events."""
         for event in batch:
             match event:
@@ -63,10 +61,10 @@ class Meter(QLabel):
         pct = int(100 * processed / total) if total else 0
         self.setText(f"reading… {pct}%  ({processed:,} of {total:,} tokens)")
 
-    def show_stats(self, stats: Any) -> None:
+    def show_stats(self, stats: GenerationStats) -> None:
         self.setText(f"Generating · {stats_summary(stats)}")
 
-    def show_context(self, stats: Any, limit: int | None) -> None:
+    def show_context(self, stats: GenerationStats, limit: int | None) -> None:
         """Between replies: how much of the context the conversation uses."""
         used = getattr(stats, "context_tokens", None)
         if not used:

@@ -10,7 +10,7 @@ requests never touch the chat history.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from PySide6.QtCore import QObject, Qt, Signal, Slot
 from PySide6.QtGui import QGuiApplication
@@ -32,6 +32,10 @@ from macapp.core.secrets import KeyRejected, KeyStore
 from macapp.server.activity import Activity, RequestRecord, RequestState
 from macapp.server.client_settings import client_settings
 from macapp.server.config import DEFAULT_PORT, ServerConfig
+
+if TYPE_CHECKING:  # both import mlx-lm: only once the server starts
+    from macapp.core.serving.runner import ServingEngine
+    from macapp.server.local_server import LocalServer
 
 COLUMNS = ("Client", "Tokens in", "Reused", "Out", "tok/s", "State")
 STATE_TEXT = {
@@ -65,15 +69,15 @@ class ServerController(QObject):
     request_updated = Signal(object)  # RequestRecord
     busy_changed = Signal(bool)  # a server request is in flight (the chat's replies wait meanwhile)
 
-    def __init__(self, backend_factory: Callable[[], Any], parent: QObject | None = None) -> None:
+    def __init__(self, backend_factory: Callable[[], ServingEngine], parent: QObject | None = None) -> None:
         """`backend_factory()` makes the server's Backend on the loaded model (raises RuntimeError if none)."""
         super().__init__(parent)
         self.backend_factory = backend_factory
         self.activity = Activity()
         self.activity.add_observer(self.request_updated.emit)  # from the worker: a queued signal
         self.request_updated.connect(self._track_busy)
-        self.server: Any = None
-        self.backend: Any = None
+        self.server: LocalServer | None = None
+        self.backend: ServingEngine | None = None
         self.model_name = ""
         self._busy = False
         self._starting = False

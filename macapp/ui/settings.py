@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
@@ -30,7 +29,7 @@ FIELDS = [  # key, label, kind, minimum, maximum, step, tooltip
 ]
 
 
-def card_presets(thinking: bool) -> dict[str, Any]:
+def card_presets(thinking: bool) -> dict[str, float | None]:
     """The model card's sampling values for a mode (macapp.core.sampling), as the panel shows them."""
     card = preset(thinking).to_dict()
     values = {key: card[key] for key, *_rest in FIELDS}
@@ -43,7 +42,7 @@ def mode_key(thinking: bool) -> str:
     return "chat.sampling.thinking" if thinking else "chat.sampling.instant"
 
 
-def sampling_for(settings: Settings, thinking: bool) -> dict[str, Any]:
+def sampling_for(settings: Settings, thinking: bool) -> dict[str, float | None]:
     """The user's sampling values for a mode: the card's presets with the user's changes on top."""
     values = card_presets(thinking)
     values.update(settings.get(mode_key(thinking), {}) or {})
@@ -67,7 +66,7 @@ class SettingsDialog(QDialog):
         self.mode_label.setWordWrap(True)
         form = QFormLayout()
         form.setLabelAlignment(Qt.AlignmentFlag.AlignRight)
-        self.inputs: dict[str, Any] = {}
+        self.inputs: dict[str, ClampingSpinBox | ClampingDoubleSpinBox] = {}
         for key, label, kind, lo, hi, step, tip in FIELDS:
             box = ClampingDoubleSpinBox(self) if kind is float else ClampingSpinBox(self)
             box.setRange(lo, hi)
@@ -128,14 +127,14 @@ class SettingsDialog(QDialog):
         self._show(sampling_for(self.settings, self.thinking))
         self.system_prompt.setPlainText(self.settings.get("chat.system_prompt", "") or "")
 
-    def _show(self, values: dict[str, Any]) -> None:
+    def _show(self, values: dict[str, float | None]) -> None:
         for key, box in self.inputs.items():
             box.setValue(values.get(key, 0) or 0)
         self.max_tokens.setValue(int(values.get("max_tokens", 8192) or 8192))
         self.thinking_budget.setValue(int(values.get("thinking_budget") or 0))
 
-    def values(self) -> dict[str, Any]:
-        out: dict[str, Any] = {k: box.value() for k, box in self.inputs.items()}
+    def values(self) -> dict[str, float | None]:
+        out: dict[str, float | None] = {k: box.value() for k, box in self.inputs.items()}
         out["max_tokens"] = self.max_tokens.value()
         out["thinking_budget"] = self.thinking_budget.value() or None
         return out

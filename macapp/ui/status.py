@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from collections.abc import Callable
 
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QLabel, QPushButton, QStatusBar, QWidget
 
+from macapp.core.hardware import MachineProfile
 from macapp.core.memory import app_memory, format_bytes
 
 
@@ -44,13 +43,13 @@ class StatusArea(QStatusBar):
         self._timer.start()
         self.refresh_memory()
 
-    def set_machine(self, machine: Any) -> None:
+    def set_machine(self, machine: MachineProfile) -> None:
         ram_gb = machine.memory_bytes / 1024**3  # as Apple labels it: a "24 GB" Mac has 24 GiB
-        what_if = "what" in str(getattr(machine, "source", "")).lower()
+        what_if = "what" in machine.source.lower()
         prefix = "What if: " if what_if else ""
         self.machine_label.setText(f"{prefix}{machine.chip} · {ram_gb:.0f} GB memory")
         self.budget_label.setText(f"GPU budget {format_bytes(machine.budget_bytes)}")
-        src = getattr(machine, "source", "")
+        src = machine.source
         self.machine_label.setToolTip(f"Detected from: {src}" if src else "")
 
     def show_notice(self, text: str) -> None:
