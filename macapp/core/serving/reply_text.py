@@ -34,6 +34,8 @@ def completed(m: LoadedModel, text: "ReplyText", streamed: StreamedReply, usage:
         model=m.info.name,
         ttft_s=reply.stats.ttft_s,
         generation_tps=reply.stats.generation_tps,
+        mtp_acceptance=reply.stats.mtp_acceptance if reply.stats.mtp_steps else None,
+        mtp_tokens_per_step=reply.stats.mtp_tokens_per_step if reply.stats.mtp_steps else None,
     )
 
 
