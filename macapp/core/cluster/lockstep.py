@@ -32,7 +32,7 @@ import dataclasses
 import enum
 import itertools
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from macapp.core import events as ev
 from macapp.core.cache_layers import CacheLayers
@@ -41,6 +41,10 @@ from macapp.core.engine.errors import EngineError
 from macapp.core.engine.model_proxy import ModelProxy
 from macapp.core.engine.snapshots import CacheSnapshot, ObservedCache, restore_snapshot, take_snapshot
 from macapp.core.engine import checkpoints as ckpt
+
+if TYPE_CHECKING:  # naming MLX's types costs nothing at start-up
+    import mlx.core as mx
+    import mlx.nn as nn
 
 HEADER = 8  # op, up to 6 fields, payload length
 INLINE = 8  # payloads this short travel in the header's all_sum (a decode step is one token)
@@ -69,11 +73,11 @@ class RankLost(EngineError):
 class Channel:
     """Rank 0 to every rank, over the group: `send` on rank 0, `receive` elsewhere (both block until all join)."""
 
-    def __init__(self, group: Any):
+    def __init__(self, group: mx.distributed.Group):
         self.group = group
         self.rank = group.rank()
 
-    def _all_sum(self, values: Any) -> Any:
+    def _all_sum(self, values: mx.array) -> mx.array:
         import mlx.core as mx
 
         try:
@@ -96,29 +100,39 @@ class Channel:
     def receive(self) -> tuple[Op, list[int], list[int]]:
         import mlx.core as mx
 
-        message = self._all_sum(mx.zeros((HEADER + INLINE,), dtype=mx.int32)).tolist()
+        message = ints(self._all_sum(mx.zeros((HEADER + INLINE,), dtype=mx.int32)))
         header, n = message[:HEADER], message[HEADER - 1]
         if n <= INLINE:
             payload = message[HEADER : HEADER + n]
         else:
-            payload = self._all_sum(mx.zeros((n,), dtype=mx.int32)).tolist()
+            payload = ints(self._all_sum(mx.zeros((n,), dtype=mx.int32)))
         return Op(header[0]), header[1:-1], payload
+
+
+def ints(values: mx.array) -> list[int]:
+    """A 1-D int32 array's values (TypeError for anything else)."""
+    out = values.tolist()
+    found = [v for v in out if isinstance(v, int)] if isinstance(out, list) else []
+    if not isinstance(out, list) or len(found) != len(out):
+        raise TypeError(f"expected a 1-D array of integers, got {type(out).__name__}")
+    return found
 
 
 # --- what every rank runs the same way ---
 
 
-def _head(lm: Any, hidden: Any) -> Any:
+def _head(lm: nn.Module, hidden: mx.array) -> mx.array:
     """The output head of mlx-lm's Qwen3.5 TextModel (tied embedding, or lm_head gathered across a tensor group)."""
     if lm.args.tie_word_embeddings:
-        return lm.model.embed_tokens.as_linear(hidden)
+        tied: mx.array = lm.model.embed_tokens.as_linear(hidden)
+        return tied
     from mlx_lm.models.base import gather_last_axis
 
     out = lm.lm_head(hidden)
     return gather_last_axis(out, lm.sharding_group) if lm.sharding_group is not None else out
 
 
-def forward(model: Any, tokens: Any, cache: CacheLayers) -> Any:
+def forward(model: nn.Module, tokens: mx.array, cache: CacheLayers) -> mx.array:
     """One forward call, evaluated here on every rank alike: the cache states and the last position's logits."""
     import mlx.core as mx
 
@@ -173,7 +187,7 @@ class LockstepModel(ModelProxy):
     runs_pictures = False  # the ranks run only token forward passes in lock step
     pictures_refusal = "Pictures are not supported on several Macs yet: send them in a chat on one Mac."
 
-    def __init__(self, model: Any, group: Any, watchdog: Watchdog | None = None):
+    def __init__(self, model: nn.Module, group: mx.distributed.Group, watchdog: Watchdog | None = None):
         """`watchdog`: the bound on every wait for the followers (default: adaptive limits)."""
         self._model = model
         self._channel = Channel(group)
@@ -183,11 +197,11 @@ class LockstepModel(ModelProxy):
         self._checkpoints: dict[int, int] = {}  # id(ckpt.Checkpoint) -> the id the followers know it by
         self.closed = False
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> Any:  # whatever mlx-lm's model object has
         return getattr(self._model, name)
 
     @property
-    def inner(self) -> Any:
+    def inner(self) -> nn.Module:
         return self._model
 
     def _send(self, op: Op, *fields: int, payload: list[int] | None = None) -> None:
@@ -211,14 +225,14 @@ class LockstepModel(ModelProxy):
         weakref.finalize(cache, self._freed.append, (Op.NEW_CACHE.value, cache_id))
         return cache
 
-    def __call__(self, inputs: Any, cache: Any = None, input_embeddings: Any = None) -> Any:
+    def __call__(self, inputs: mx.array, cache: CacheLayers | None = None, input_embeddings: mx.array | None = None) -> mx.array:
         if not isinstance(cache, MirroredCache):
             raise TypeError("a model shared across several Macs runs only with its own caches (make_cache)")
         if input_embeddings is not None:
             raise ValueError("images are not supported on several Macs yet")
         if inputs.ndim != 2 or inputs.shape[0] != 1:
             raise ValueError("a model shared across several Macs runs one sequence at a time")
-        tokens = inputs.reshape(-1).tolist()
+        tokens = ints(inputs.reshape(-1))
         self._send(Op.FORWARD, cache.cache_id, *quantization_of(cache), payload=tokens)
         with self._watchdog.waiting(Wait.CALL):
             return forward(self._model, inputs, cache)
@@ -236,7 +250,7 @@ class LockstepModel(ModelProxy):
         snap_id = cache.snapshot_ids[id(snap)]
         self._send(Op.RESTORE, cache.cache_id, snap_id, *quantization_of(cache))
 
-    def _snapshot_gone(self, cache_ref: Any, key: int, snap_id: int) -> None:
+    def _snapshot_gone(self, cache_ref: weakref.ref[MirroredCache], key: int, snap_id: int) -> None:
         cache = cache_ref()
         if cache is not None:
             cache.snapshot_ids.pop(key, None)
@@ -297,11 +311,11 @@ def _own(cache: ObservedCache) -> MirroredCache:
 class Follower:
     """A rank other than 0: runs rank 0's commands on its own shard until told to stop."""
 
-    def __init__(self, model: Any, group: Any):
+    def __init__(self, model: nn.Module, group: mx.distributed.Group):
         self.model = model
         self.channel = Channel(group)
         self.caches: dict[int, CacheLayers] = {}
-        self.snapshots: dict[int, tuple[int, Any]] = {}  # snapshot id -> (cache id, snapshot)
+        self.snapshots: dict[int, tuple[int, CacheSnapshot]] = {}  # snapshot id -> (cache id, snapshot)
         self.checkpoints: dict[int, ckpt.Checkpoint] = {}  # checkpoint id -> this rank's checkpoint
 
     def run(self) -> None:

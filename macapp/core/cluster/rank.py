@@ -13,7 +13,7 @@ import signal
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from macapp.core import events as ev
 from macapp.core.cluster.fingerprint import fingerprint
@@ -22,6 +22,12 @@ from macapp.core.cluster.split import Shard
 from macapp.core.cluster.watchdog import Wait, Watchdog
 from macapp.core.engine import Engine, EngineError, check_model_folder, locate_model
 from macapp.core.engine.model_folder import ModelReader, configured_for, long_context_mode
+from macapp.core.jsonvalue import JSONObject
+
+if TYPE_CHECKING:  # naming MLX's types costs nothing at start-up
+    import mlx.core as mx
+    import mlx.nn as nn
+    from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 ENV = "QWEN_DESK_CLUSTER"
 READY = "qwen-desk-cluster: rank {rank} of {size} joined"  # on stderr, for the launcher's start-up watch
@@ -69,7 +75,7 @@ def rank() -> int:
     return int(os.environ.get("MLX_RANK", "0"))
 
 
-def join(spec: RankSpec) -> Any:
+def join(spec: RankSpec) -> mx.distributed.Group:
     """The distributed group, after saying so on stderr (the launcher waits for every rank's line)."""
     import mlx.core as mx
 
@@ -82,7 +88,7 @@ def join(spec: RankSpec) -> Any:
     return group
 
 
-def start_rank0(spec: RankSpec) -> Any:
+def start_rank0(spec: RankSpec) -> mx.distributed.Group:
     """Rank 0's set-up: Ctrl-C stops a reply again (mlx.launch's children start with it ignored), the launcher
     learns our pid (to pass Ctrl-C on) and hears when we are done; then join the group."""
     import atexit
@@ -92,16 +98,18 @@ def start_rank0(spec: RankSpec) -> Any:
     return join(spec)
 
 
-def read_shard(path: Path, group: Any, shard: Shard) -> tuple[Any, Any, dict[str, Any]]:
+def read_shard(path: Path, group: mx.distributed.Group, shard: Shard) -> tuple[nn.Module, TokenizerWrapper, JSONObject]:
     """This rank's part of the model in `path` (mlx-lm's sharded_load), its tokenizer and config."""
     from mlx_lm.utils import sharded_load
 
-    groups = {"tensor_group": group} if shard is Shard.TENSOR else {"pipeline_group": group}
-    model, tokenizer, config = sharded_load(str(path), return_config=True, **groups)
+    if shard is Shard.TENSOR:
+        model, tokenizer, config = sharded_load(str(path), tensor_group=group, return_config=True)
+    else:
+        model, tokenizer, config = sharded_load(str(path), pipeline_group=group, return_config=True)
     return model, tokenizer, config
 
 
-def ranks_with_other_files(group: Any, path: Path) -> list[int]:
+def ranks_with_other_files(group: mx.distributed.Group, path: Path) -> list[int]:
     """The ranks whose model files differ from rank 0's (macapp.core.cluster.fingerprint), asked of the whole
     group at once; every rank calls it at the same point, before reading its shard. RankLost if a peer is gone."""
     import mlx.core as mx
@@ -118,12 +126,13 @@ def ranks_with_other_files(group: Any, path: Path) -> list[int]:
     return [r for r, row in enumerate(rows) if row != rows[0]]
 
 
-def reader_for_rank0(group: Any, shard: Shard, watchdog: Watchdog | None = None) -> ModelReader:
+def reader_for_rank0(group: mx.distributed.Group, shard: Shard, watchdog: Watchdog | None = None) -> ModelReader:
     """The engine's model reader on rank 0: the shard, wrapped so that every call is mirrored on the followers.
     Every wait for the others, loading included, is bounded by `watchdog` (a rank stuck while loading ends the run)."""
     dog = watchdog or Watchdog()
 
-    def read(path: Path) -> tuple[Any, Any, dict[str, Any]]:
+    # Any: ModelReader names nn.Module, and a LockstepModel (a ModelProxy) stands in for one
+    def read(path: Path) -> tuple[Any, TokenizerWrapper, JSONObject]:
         with dog.waiting(Wait.FILES):
             differ = ranks_with_other_files(group, path)
         if differ:
@@ -147,13 +156,13 @@ class Rank0Engine(Engine):
     batches = False  # the lockstep channel carries one model call at a time: requests are served one by one
 
 
-def engine_for_rank0(spec: RankSpec, group: Any | None = None) -> Rank0Engine:
+def engine_for_rank0(spec: RankSpec, group: mx.distributed.Group | None = None) -> Rank0Engine:
     """Rank 0's engine, on `group` (default: join the launched run's)."""
     dog = Watchdog(spec.stall_limit_s, spec.load_limit_s)
     return Rank0Engine(read_model=reader_for_rank0(group or start_rank0(spec), spec.shard, dog))
 
 
-def follow(spec: RankSpec, model_spec: str, group: Any | None = None, context: int | None = None) -> int:
+def follow(spec: RankSpec, model_spec: str, group: mx.distributed.Group | None = None, context: int | None = None) -> int:
     """A follower rank's whole life: join (unless `group` is given), load the same folder (in long-context mode when
     `context`, the command's --context, is past its native length, as rank 0 does), follow rank 0 until it shuts
     us down; the exit status (0, 1 for a model that cannot load, MODEL_DIFFERS, FOLLOWER_LOST)."""
