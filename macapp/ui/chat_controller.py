@@ -418,7 +418,7 @@ class ChatController(QObject):
             return self._begin(ref, TurnStart(kind, text, thinking, images), sampling, budget)
 
         if self.history.read_only:
-            self._make_writable_then(begin, kind, text)
+            self._make_writable_then(begin, ref, kind, text)
             return True
         return begin()
 
@@ -434,7 +434,7 @@ class ChatController(QObject):
         self._start(_Flight(TurnStart(start.kind, start.text, start.thinking, turn.images), turn))
         return True
 
-    def _make_writable_then(self, begin: Callable[[], bool], kind: TurnKind, text: str) -> None:
+    def _make_writable_then(self, begin: Callable[[], bool], ref: ModelRef, kind: TurnKind, text: str) -> None:
         """Swap the read-only history for a scratch one (the open conversation copied) on the history's worker,
         then start the turn; if the conversation or the model changed meanwhile, the text is given back."""
         conversation, conversation_id, history = self.conversation, self.conversation_id, self.history
@@ -456,7 +456,7 @@ class ChatController(QObject):
                 self._tell_unsaved(switched.reason)
             if error is not None:
                 self.error.emit(f"Could not {VERBS[kind]}: {error}")
-            elif conversation is self.conversation and self.model_ref is not None and begin():
+            elif conversation is self.conversation and self.model_ref is ref and begin():
                 return
             self.give_back.emit(text)
             self.state_changed.emit()
