@@ -98,6 +98,8 @@ def request_line(record: RequestRecord) -> str:
     if record.state is RequestState.REFUSED:
         return f"qwen-desk: {record.client}: refused {record.status}: {record.error}"
     speed = f" at {record.tokens_per_s:.1f} tok/s" if record.tokens_per_s else ""
+    if record.mtp_tokens_per_step is not None and record.mtp_acceptance is not None:
+        speed += f" (MTP {record.mtp_tokens_per_step:.2f} tokens/step, {record.mtp_acceptance:.0%} of drafts kept)"
     end = record.state.value + (f": {record.error}" if record.error else "")
     return f"qwen-desk: {record.client}: {record.prompt_tokens} tokens in ({record.cached_tokens} reused), {record.completion_tokens} out{speed} - {end}"
 

@@ -52,6 +52,8 @@ class RequestRecord:
     cached_tokens: int = 0  # of it, reused from a checkpoint
     completion_tokens: int = 0
     tokens_per_s: float = 0.0
+    mtp_tokens_per_step: float | None = None  # when the MTP head drafted for the reply (tokens per verify pass)
+    mtp_acceptance: float | None = None
     error: str = ""
     status: int = 0  # the HTTP status of a refusal (0 for a request that ran)
 
@@ -183,6 +185,8 @@ def _apply(record: RequestRecord, event: Event) -> RequestRecord:
                 cached_tokens=usage.cached_tokens,
                 completion_tokens=usage.completion_tokens,
                 tokens_per_s=event.generation_tps,
+                mtp_tokens_per_step=event.mtp_tokens_per_step,
+                mtp_acceptance=event.mtp_acceptance,
             )
         case Failed(message=message):
             return replace(record, state=RequestState.FAILED, error=message)

@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # both import mlx-lm: only once the server starts
     from macapp.server.local_server import LocalServer
 
 COLUMNS = ("Client", "Tokens in", "Reused", "Out", "tok/s", "State")
+SPEED_COLUMN = COLUMNS.index("tok/s")
 STATE_TEXT = {
     RequestState.WAITING: "waiting for the engine",
     RequestState.READING: "reading the prompt",
@@ -311,6 +312,8 @@ class ServerPanel(QWidget):
         )
         for column, value in enumerate(values):
             item = QTableWidgetItem(str(value))
+            if column == SPEED_COLUMN and record.mtp_tokens_per_step is not None and record.mtp_acceptance is not None:
+                item.setToolTip(f"MTP: {record.mtp_tokens_per_step:.2f} tokens per verify pass, {record.mtp_acceptance:.0%} of drafts kept")
             if 0 < column < len(COLUMNS) - 1:  # the figures
                 item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
             self.table.setItem(row, column, item)

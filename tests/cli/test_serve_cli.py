@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 import re
 import selectors
@@ -156,3 +158,5 @@ def test_port_in_use_is_a_clear_line(capsys, tiny_dense_path):
 def test_request_line():
     record = RequestRecord(3, "127.0.0.1:5000 anthropic (claude-cli/2.0)", "anthropic", 0.0, RequestState.DONE, 5000, 4900, 21, 412.25)
     assert request_line(record) == "qwen-desk: 127.0.0.1:5000 anthropic (claude-cli/2.0): 5000 tokens in (4900 reused), 21 out at 412.2 tok/s - done"
+    drafted = dataclasses.replace(record, mtp_tokens_per_step=2.5, mtp_acceptance=0.75)
+    assert request_line(drafted).endswith("at 412.2 tok/s (MTP 2.50 tokens/step, 75% of drafts kept) - done")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from macapp.core.engine import Job
 from macapp.core.events import AnswerDelta, Failed, PromptProgress
 from macapp.core.serving.requests import Completed, FinishReason, RequestStarted, Usage
@@ -27,7 +29,16 @@ def test_a_record_follows_its_job_to_the_end():
     assert states == [RequestState.WAITING, RequestState.READING, RequestState.ANSWERING, RequestState.DONE]
     last = activity.records()[-1]
     assert (last.prompt_tokens, last.cached_tokens, last.completion_tokens, last.tokens_per_s) == (50, 40, 3, 12.5)
+    assert (last.mtp_tokens_per_step, last.mtp_acceptance) == (None, None)  # the head did not draft
     assert not activity.busy()
+
+
+def test_a_reply_the_mtp_head_drafted_for_keeps_its_figures():
+    activity = Activity()
+    job = Job("serve")
+    activity.track(job, "127.0.0.1:5000 openai", "openai", prompt_tokens=50)
+    job.emit(dataclasses.replace(completed(), mtp_tokens_per_step=2.5, mtp_acceptance=0.75))
+    assert (activity.records()[-1].mtp_tokens_per_step, activity.records()[-1].mtp_acceptance) == (2.5, 0.75)
 
 
 def test_the_reused_tokens_show_as_soon_as_the_engine_takes_the_request():

@@ -13,7 +13,9 @@ import pytest
 from PySide6.QtGui import QGuiApplication
 
 from macapp.devtools.tiny_model import SCRIPT_ANSWER
+from macapp.server.activity import RequestRecord, RequestState
 from macapp.ui.main_window import SERVER
+from macapp.ui.server_panel import SPEED_COLUMN
 from tests.ui.helpers import worker_held
 
 ANSWER = "".join(SCRIPT_ANSWER)
@@ -107,3 +109,12 @@ def test_start_without_a_model_says_why(window, qtbot):
         window.server_panel.toggle.click()
     assert "Load a model first" in window.server_panel.message.text()
     assert window.server_panel.toggle.text() == "Start" and not window.server.running
+
+
+def test_a_reply_the_mtp_head_drafted_for_says_so_on_its_speed(window):
+    panel = window.server_panel
+    panel.show_record(RequestRecord(1, "127.0.0.1:5000 openai", "openai", 0.0, RequestState.DONE, 10, 0, 5, 50.0, mtp_tokens_per_step=2.5, mtp_acceptance=0.75))
+    panel.show_record(RequestRecord(2, "127.0.0.1:5001 openai", "openai", 0.0, RequestState.DONE, 10, 0, 5, 40.0))
+    drafted, plain = panel.table.item(0, SPEED_COLUMN), panel.table.item(1, SPEED_COLUMN)
+    assert drafted.text() == "50.0" and drafted.toolTip() == "MTP: 2.50 tokens per verify pass, 75% of drafts kept"
+    assert plain.text() == "40.0" and plain.toolTip() == ""
