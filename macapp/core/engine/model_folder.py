@@ -7,7 +7,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Collection, Literal, Mapping, Protocol, Sequence, overload
+from typing import TYPE_CHECKING, Callable, Collection, Literal, Mapping, Protocol, Sequence, overload
 
 from macapp.core import events as ev
 from macapp.core.catalog import REPO_ID, SUPPORTED_MODEL_TYPES, Arch, resolve_model
@@ -162,7 +162,7 @@ def locate_model(spec: str) -> Path:
         ) from exc
 
 
-def check_model_folder(path: Path) -> dict[str, Any]:
+def check_model_folder(path: Path) -> JSONObject:
     """The folder's config.json if it looks like a Qwen3.5-family MLX model; EngineError with the reason otherwise."""
     config_file = path / "config.json"
     if not config_file.is_file():
