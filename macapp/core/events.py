@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import enum
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 # Failure codes (Failed.code): bad input is refused before any work; "error" is anything unexpected.
 NOT_FOUND = "not_found"  # no such folder, or a repo that is not downloaded
@@ -63,17 +62,18 @@ class GenerationStats:
     mtp_tokens_per_step: float = 0.0  # tokens each verify pass gave (kept drafts + the model's own)
     mtp_passes: int = 0  # the main model's forward passes for the reply (plain decoding: one per token)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
-def format_stats(stats: Any) -> str:
+def format_stats(stats: object) -> str:
     """One line like mlx_lm.chat's, e.g. 'prompt 120 tokens at 410.0 tok/s · generation 412 tokens at 38.2 tok/s ·
     30 reasoning · first token 0.31 s · peak 2.10 GB · context 532'. Takes a GenerationStats or any object with
     those field names (the history's ReplyStats); figures that are None or absent are left out."""
 
-    def get(name: str) -> Any:
-        return getattr(stats, name, None)
+    def get(name: str) -> float | None:
+        value = getattr(stats, name, None)
+        return value if isinstance(value, (int, float)) else None
 
     parts = []
     for label, tokens, tps in (("prompt", get("prompt_tokens"), get("prompt_tps")), ("generation", get("generation_tokens"), get("generation_tps"))):
@@ -85,8 +85,9 @@ def format_stats(stats: Any) -> str:
         parts.append(f"{get('reasoning_tokens')} reasoning")
     if get("ttft_s") is not None:
         parts.append(f"first token {get('ttft_s'):.2f} s")
-    if get("peak_memory_bytes") is not None:
-        parts.append(f"peak {get('peak_memory_bytes') / 1e9:.2f} GB")
+    peak = get("peak_memory_bytes")
+    if peak is not None:
+        parts.append(f"peak {peak / 1e9:.2f} GB")
     if get("context_tokens") is not None:
         parts.append(f"context {get('context_tokens')}")
     if get("mtp_steps"):

@@ -44,7 +44,7 @@ class SamplingParams:
         """A copy with the given fields changed; None values are ignored (so CLI flags can pass through)."""
         return replace(self, **{k: v for k, v in overrides.items() if v is not None})
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
     def validate(self) -> None:

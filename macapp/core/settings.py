@@ -7,8 +7,9 @@ import os
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Mapping
 
+from macapp.core.jsonvalue import JSONObject, JSONValue
 from macapp.core.paths import settings_path
 
 
@@ -18,27 +19,27 @@ class Settings:
     def __init__(self, path: Path | None = None) -> None:
         self.path = Path(path) if path else settings_path()
         self._lock = threading.Lock()
-        self._data: dict[str, Any] = self._read()
+        self._data: JSONObject = self._read()
 
-    def _read(self) -> dict[str, Any]:
+    def _read(self) -> JSONObject:
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return {}
         return data if isinstance(data, dict) else {}
 
-    def get(self, key: str, default: Any = None) -> Any:
+    def get(self, key: str, default: JSONValue = None) -> JSONValue:
         with self._lock:
             return self._data.get(key, default)
 
-    def set(self, key: str, value: Any) -> None:
+    def set(self, key: str, value: JSONValue) -> None:
         with self._lock:
             if self._data.get(key) == value:
                 return
             self._data[key] = value
             self._write()
 
-    def update(self, values: dict[str, Any]) -> None:
+    def update(self, values: Mapping[str, JSONValue]) -> None:
         with self._lock:
             self._data.update(values)
             self._write()

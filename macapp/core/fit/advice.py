@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 from enum import Enum
-from typing import Any, Iterable
+from typing import Iterable
 
 from macapp.core.fit import estimate
 from macapp.core.catalog import ModelRef
@@ -45,7 +45,7 @@ class Advice:
     headline: str  # one sentence: why it does not fit ("" when it fits)
     steps: tuple[Step, ...] = field(default_factory=tuple)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         data = asdict(self)
         for step in data["steps"]:
             step["remedy"] = step["remedy"].value

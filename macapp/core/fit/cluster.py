@@ -14,7 +14,6 @@ hosts than KV heads, the repeated KV heads, reported as `duplicated`).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from macapp.core.fit import estimate, weights
 from macapp.core.catalog import Arch, ModelRef
@@ -73,7 +72,7 @@ class ClusterEstimate:
     single: estimate.Estimate
     derivation: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The one-Mac fit JSON with `verdict`, `max_context` and the speeds judged per host, plus the cluster fields."""
         data = self.single.to_json()
         data.update(
@@ -97,7 +96,7 @@ class ClusterEstimate:
         return data
 
 
-def _share_json(h: HostShare) -> dict[str, Any]:
+def _share_json(h: HostShare) -> dict[str, object]:
     data = asdict(h)
     data["layers"] = list(h.layers)
     return data

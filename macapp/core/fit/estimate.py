@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 from macapp.core.fit import prefill_time
 from macapp.core.catalog import Arch, ModelRef
@@ -83,7 +83,7 @@ class Estimate:
     mtp_fetch_bytes: int = 0  # to download from `mtp_source_repo` (to_fetch)
     mtp_source_repo: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return asdict(self)
 
 
