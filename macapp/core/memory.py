@@ -5,8 +5,12 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import psutil
+
+if TYPE_CHECKING:
+    import mlx.nn as nn
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,14 @@ def app_memory() -> AppMemory:
         except (AttributeError, RuntimeError):
             active = peak = None
     return AppMemory(rss_bytes=int(rss), mlx_active_bytes=active, mlx_peak_bytes=peak)
+
+
+def parameter_bytes(module: "nn.Module") -> int:
+    """The bytes of an MLX module's parameters."""
+    from mlx.utils import tree_flatten
+
+    flat = tree_flatten(module.parameters())
+    return int(sum(v.nbytes for v in (flat.values() if isinstance(flat, dict) else (v for _, v in flat))))
 
 
 def format_bytes(n: int | float | None) -> str:

@@ -14,6 +14,7 @@ from macapp.core.catalog import REPO_ID, SUPPORTED_MODEL_TYPES, Arch, resolve_mo
 from macapp.core import long_context
 from macapp.core.download.hfcache import hub_cache_dir
 from macapp.core.jsonvalue import JSONObject
+from macapp.core.memory import parameter_bytes
 from macapp.core.long_context import yarn_longest
 from macapp.core.context_limit import ContextError, check_config_context, rope_of
 from macapp.core.engine.errors import EngineError
@@ -283,14 +284,6 @@ class _HeadTarget:
     model: "nn.Module"
     config: JSONObject
     path: Path
-
-
-def parameter_bytes(module: "nn.Module") -> int:
-    """The bytes of an MLX module's parameters."""
-    from mlx.utils import tree_flatten
-
-    flat = tree_flatten(module.parameters())
-    return int(sum(v.nbytes for v in (flat.values() if isinstance(flat, dict) else (v for _, v in flat))))
 
 
 def _mtp_head(model: "nn.Module", config: JSONObject, path: Path) -> tuple[MTPHead | None, str]:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from macapp.core.memory import parameter_bytes
 from macapp.core.modelfiles import MTP_PREFIX, mtp_side_file, text_config
 
 
@@ -109,8 +110,6 @@ def load_mtp_head(loaded: HeadTarget, model_dir: Path | None = None) -> MTPHead 
         raise MTPHeadError(f"the MTP head in {files[0].name} does not fit this model: {exc}") from exc
     drafter.eval()
     import mlx.core as mx
-
-    from macapp.core.engine.model_folder import parameter_bytes
 
     mx.eval(drafter.parameters())
     drafter.bind(loaded.model)
