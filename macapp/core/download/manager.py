@@ -11,7 +11,7 @@ from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from macapp.core.download import events as ev
 from macapp.core.download.events import FileState
@@ -22,6 +22,11 @@ from macapp.core.memory import format_bytes
 from macapp.core.download.integrity import file_matches
 from macapp.core.download.plan import DownloadPlan, plan_download
 from macapp.core.download.transfer import ConnectionDropped, PartialFile, fetch_into
+
+if TYPE_CHECKING:  # httpx2 is imported when a download runs
+    import httpx2
+
+    from macapp.core.catalog import ModelRef
 
 _MARKS_LOCK = threading.Lock()
 
@@ -75,7 +80,7 @@ class DownloadResult:
     resumed_bytes: int = 0  # bytes found on disk (earlier runs, other tools) and not fetched again
     refetched: tuple[str, ...] = ()  # files whose hash check failed and that were fetched again
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "repo": self.repo,
             "revision": self.revision,
@@ -176,7 +181,7 @@ def download(
     target: str | DownloadPlan,
     *,
     revision: str = "main",
-    model: Any = None,
+    model: ModelRef | None = None,
     context: int | None = None,
     on_event: Callable[[ev.DownloadEvent], None] | None = None,
     cancel: CancelToken | None = None,
@@ -207,7 +212,7 @@ def download(
 def _download(
     target: str | DownloadPlan,
     revision: str,
-    model: Any,
+    model: ModelRef | None,
     context: int | None,
     emit: Emit,
     cancel: CancelToken,
@@ -413,7 +418,7 @@ class _Worker:
     tracker: _Tracker
     stop: threading.Event
     messages: queue.Queue[ev.DownloadEvent]
-    client: Any
+    client: httpx2.Client
     headers: dict[str, str]
     base: str
     settings: DownloadSettings

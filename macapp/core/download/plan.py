@@ -7,13 +7,17 @@ import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from macapp.core import hardware
 from macapp.core.download import hfcache, hubapi
 from macapp.core.download.errors import DownloadCancelled, DownloadError, DownloadErrorKind
 from macapp.core.download.hfcache import LocalFile, RemoteFile
 from macapp.core.memory import format_bytes
+
+if TYPE_CHECKING:
+    from macapp.core.catalog import ModelRef
+    from macapp.core.fit.estimate import Estimate
 
 DEFAULT_DISK_MARGIN = 512 * 1024**2  # kept free on top of what the download needs (plus 1% of it)
 
@@ -28,7 +32,7 @@ class DownloadPlan:
     disk_free: int
     disk_margin: int
     from_cache_only: bool = False  # the hub was not asked (offline) or could not be reached
-    fit: Any = None  # macapp.core.fit.estimate.Estimate when the sizing model could run
+    fit: Estimate | None = None  # when the sizing model could run
     fit_note: str = ""  # why there is no fit verdict
     all_files: tuple[RemoteFile, ...] = field(default=(), repr=False)  # the whole listing (stored for huggingface_hub)
     made_at: float = field(default_factory=time.time, compare=False)
@@ -87,7 +91,7 @@ def disk_margin_for(to_fetch: int, minimum: int = DEFAULT_DISK_MARGIN) -> int:
     return minimum + to_fetch // 100
 
 
-def _fit(model: Any, weights_bytes: int, context: int | None) -> tuple[Any, str]:
+def _fit(model: ModelRef | None, weights_bytes: int, context: int | None) -> tuple[Estimate | None, str]:
     """The sizing model's verdict for this build on this machine, or a note saying why there is none."""
     if model is None:
         return None, "no catalog entry or config for this model"
@@ -107,7 +111,7 @@ def plan_download(
     repo: str,
     revision: str = "main",
     *,
-    model: Any = None,
+    model: ModelRef | None = None,
     context: int | None = None,
     token: str | None = None,
     disk_margin: int | None = None,
