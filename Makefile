@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The tests run in two processes (pytest-xdist; each test file stays in one, so its fixtures are built once):
+# CI's two cores. PYTEST_WORKERS=0 runs them in this one process.
+PYTEST_WORKERS ?= 2
 
 .PHONY: setup run test lint bench app dmg clean screenshots
 
@@ -24,7 +27,7 @@ test: $(STAMP)
 	$(BIN)/ruff format --check --quiet macapp tests bench packaging
 	$(BIN)/lint-imports
 	$(BIN)/mypy
-	QT_QPA_PLATFORM=offscreen MLX_DISABLE_COMPILE=1 $(BIN)/python -m pytest -q --durations=15 $(PYTEST_ARGS)
+	QT_QPA_PLATFORM=offscreen MLX_DISABLE_COMPILE=1 $(BIN)/python -m pytest -q --durations=15 -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check macapp tests bench packaging
