@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, TypeVar
+from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar, Union
 
 from macapp.core.history.errors import ReadOnlyStoreError, StoreError
 
@@ -25,6 +25,7 @@ _SQLITE_NOTADB = 26
 
 T = TypeVar("T")
 Migrate = Callable[[sqlite3.Connection, int], None]
+SQLValue = Union[str, bytes, int, float, None]  # what an SQLite column holds (a parameter or a value read)
 Functions = Mapping[str, tuple[int, Callable[..., Any]]]  # SQL name -> (number of arguments, function)
 
 
@@ -191,7 +192,7 @@ class Database:
         with self.lock:
             return user_version(self.conn)
 
-    def query(self, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> list[sqlite3.Row]:
+    def query(self, sql: str, params: Sequence[SQLValue] = ()) -> list[sqlite3.Row]:
         """All rows of one statement (read outside any transaction)."""
         with self.lock:
             return self.conn.execute(sql, params).fetchall()

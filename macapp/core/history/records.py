@@ -42,13 +42,13 @@ class ReplyStats:
     image_tokens: int | None = None  # of prompt_tokens, the pictures' (schema 4)
 
     @classmethod
-    def from_any(cls, obj: Any) -> ReplyStats:
+    def from_any(cls, obj: object) -> ReplyStats:
         """Build from a ReplyStats, a dict, or any object with these attribute names (e.g. the engine's stats)."""
         if obj is None:
             return cls()
         if isinstance(obj, cls):
             return obj
-        get: Callable[[str], Any]
+        get: Callable[[str], object]
         if isinstance(obj, dict):
             get = obj.get
         else:

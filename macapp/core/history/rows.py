@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import sqlite3
 from dataclasses import fields
-from typing import Any
 
+from macapp.core.history.db import SQLValue
 from macapp.core.history.records import STAT_FIELDS, Conversation, Message, MessageState, ReplyStats, Role
+from macapp.core.jsonvalue import JSONObject
 from macapp.core.picture_data import refs_from_json, refs_to_json
 
 # A message row: every Message field but `stats`, whose fields are columns of their own.
@@ -20,11 +21,11 @@ FINISH_REPLY = "UPDATE messages SET " + ", ".join(f"{name} = ?" for name in ("co
 SELECT_CONVERSATIONS = "SELECT c.*, (SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id) AS message_count FROM conversations c"
 
 
-def stats_values(stats: ReplyStats) -> tuple[Any, ...]:
+def stats_values(stats: ReplyStats) -> tuple[SQLValue, ...]:
     return tuple(getattr(stats, name) for name in STAT_FIELDS)
 
 
-def message_values(m: Message, *, id: int | None, conversation_id: int, position: int) -> tuple[Any, ...]:
+def message_values(m: Message, *, id: int | None, conversation_id: int, position: int) -> tuple[SQLValue, ...]:
     """The row for `m` in MESSAGE_COLUMNS order, under the given id (None: a new one), conversation and position."""
     values = {name: getattr(m, name) for name in MESSAGE_FIELDS}
     values.update(
@@ -33,7 +34,7 @@ def message_values(m: Message, *, id: int | None, conversation_id: int, position
     return tuple(values[name] for name in MESSAGE_FIELDS) + stats_values(m.stats)
 
 
-def finish_values(m: Message) -> tuple[Any, ...]:
+def finish_values(m: Message) -> tuple[SQLValue, ...]:
     """Parameters of FINISH_REPLY for `m`."""
     return (m.content, m.reasoning, m.state, m.finish_reason, *stats_values(m.stats), m.id)
 
@@ -44,7 +45,7 @@ def message_from_row(row: sqlite3.Row) -> Message:
     return Message(**values, stats=ReplyStats(**{name: row[name] for name in STAT_FIELDS}))
 
 
-def settings_json(settings: dict[str, Any] | None) -> str:
+def settings_json(settings: JSONObject | None) -> str:
     return json.dumps(settings or {}, sort_keys=True)
 
 

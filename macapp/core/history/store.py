@@ -17,12 +17,12 @@ import logging
 import sqlite3
 import time
 from pathlib import Path
-from typing import Any
+from macapp.core.jsonvalue import JSONObject
 
 from macapp.core import paths
 from macapp.core.picture_data import ImageRef, PictureFiles
 from macapp.core.history import rows, schema, transfer
-from macapp.core.history.db import Database, open_or_set_aside
+from macapp.core.history.db import Database, SQLValue, open_or_set_aside
 from macapp.core.history.errors import NotFoundError, StoreError
 from macapp.core.history.records import (
     ROLES,
@@ -132,7 +132,7 @@ class Store:
         self,
         model: str = "",
         system_prompt: str | None = None,
-        settings: dict[str, Any] | None = None,
+        settings: JSONObject | None = None,
         title: str = "",
     ) -> Conversation:
         now = time.time()
@@ -155,7 +155,7 @@ class Store:
     def list_conversations(self, limit: int | None = None) -> list[Conversation]:
         """Newest activity first; messages not loaded (see `message_count`)."""
         sql = f"{rows.SELECT_CONVERSATIONS} ORDER BY c.updated DESC, c.id DESC"
-        params: tuple[Any, ...] = ()
+        params: tuple[SQLValue, ...] = ()
         if limit is not None:
             sql += " LIMIT ?"
             params = (limit,)
@@ -226,7 +226,7 @@ class Store:
         reasoning: str = "",
         thinking: bool = False,
         state: MessageState | str = MessageState.COMPLETE,
-        stats: Any = None,
+        stats: object = None,
         finish_reason: str | None = None,
         model: str | None = None,
         images: tuple[ImageRef, ...] = (),
@@ -261,7 +261,7 @@ class Store:
             values = rows.message_values(message, id=None, conversation_id=conversation_id, position=message.position)
             message.id = _inserted(conn.execute(rows.INSERT_MESSAGE, values))
             title_update = ""
-            params: list[Any] = [message.created]
+            params: list[SQLValue] = [message.created]
             if role is Role.USER and not conv["title"] and title_from_text(content):
                 title_update = ", title = ?"
                 params.append(title_from_text(content))
@@ -335,7 +335,7 @@ class Store:
         """Messages (content or reasoning) containing every term of `query`, case-insensitive; newest conversations first."""
         return self._search.run(query, limit)
 
-    def export_dict(self, conversation_id: int, include_reasoning: bool = True) -> dict[str, Any]:
+    def export_dict(self, conversation_id: int, include_reasoning: bool = True) -> dict[str, object]:
         """The conversation as a JSON-ready dict (the `export_json` document)."""
         return transfer.export_dict(self.get_conversation(conversation_id), include_reasoning)
 
@@ -345,7 +345,7 @@ class Store:
     def export_markdown(self, conversation_id: int, include_reasoning: bool = True) -> str:
         return transfer.export_markdown(self.get_conversation(conversation_id), include_reasoning)
 
-    def import_json(self, data: dict[str, Any] | str | bytes) -> int:
+    def import_json(self, data: JSONObject | str | bytes) -> int:
         """Add a conversation from an exported JSON document (or any {messages: [{role, content}]}); returns its new id."""
         conv = transfer.conversation_from_document(data, self.pictures)
         with self.database.write() as conn:

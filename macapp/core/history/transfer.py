@@ -6,11 +6,11 @@ import json
 import time
 from dataclasses import asdict
 from datetime import datetime, timezone
-from typing import Any
 
 from macapp import __version__
 from macapp.core.history.errors import ImportFormatError
 from macapp.core.history.records import ROLES, Conversation, Message, MessageState, ReplyStats, Role, title_from_text
+from macapp.core.jsonvalue import JSONObject
 from macapp.core.picture_data import ImageRef, PictureFiles, data_url
 
 EXPORT_FORMAT = "qwen-desk.conversation"
@@ -21,7 +21,7 @@ def iso_time(ts: float) -> str:
     return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def parse_time(value: Any, default: float) -> float:
+def parse_time(value: object, default: float) -> float:
     """A timestamp from seconds or an ISO 8601 string (UTC when it has no zone); `default` when neither."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
@@ -36,11 +36,11 @@ def parse_time(value: Any, default: float) -> float:
     return default
 
 
-def export_dict(conv: Conversation, include_reasoning: bool = True) -> dict[str, Any]:
+def export_dict(conv: Conversation, include_reasoning: bool = True) -> dict[str, object]:
     """The conversation (with its messages) as a JSON-ready dict (the `export_json` document)."""
     messages = []
     for m in conv.messages:
-        item: dict[str, Any] = {
+        item: dict[str, object] = {
             "role": m.role.value,
             "content": m.content,
             "reasoning": m.reasoning if include_reasoning else None,
@@ -100,7 +100,7 @@ def export_markdown(conv: Conversation, include_reasoning: bool = True) -> str:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def _message_from_document(i: int, raw: Any, now: float, pictures: PictureFiles | None) -> Message:
+def _message_from_document(i: int, raw: object, now: float, pictures: PictureFiles | None) -> Message:
     if not isinstance(raw, dict) or raw.get("role") not in ROLES or not isinstance(raw.get("content", ""), str):
         raise ImportFormatError(f"Message {i + 1} needs a role ({', '.join(ROLES)}) and text content; got {str(raw)[:80]!r}.")
     # A reply exported while it streamed is not streaming any more; anything unknown counts as complete.
@@ -122,12 +122,12 @@ def _message_from_document(i: int, raw: Any, now: float, pictures: PictureFiles 
     )
 
 
-def _export_pictures(refs: tuple[ImageRef, ...]) -> list[dict[str, Any]]:
+def _export_pictures(refs: tuple[ImageRef, ...]) -> list[dict[str, object]]:
     """Each picture with its bytes as a data: URL, so an exported conversation carries its pictures."""
     return [{"name": ref.name, "width": ref.width, "height": ref.height, "data_url": data_url(ref)} for ref in refs]
 
 
-def _import_pictures(i: int, raw: Any, pictures: PictureFiles | None) -> tuple[ImageRef, ...]:
+def _import_pictures(i: int, raw: object, pictures: PictureFiles | None) -> tuple[ImageRef, ...]:
     """Pictures of an imported message, stored into the pictures folder by `pictures`; a bad one fails the import,
     by name, and so does a picture where no PictureFiles were given (it would be lost)."""
     if not raw:
@@ -149,7 +149,7 @@ def _import_pictures(i: int, raw: Any, pictures: PictureFiles | None) -> tuple[I
     return tuple(refs)
 
 
-def conversation_from_document(data: dict[str, Any] | str | bytes, pictures: PictureFiles | None = None) -> Conversation:
+def conversation_from_document(data: JSONObject | str | bytes, pictures: PictureFiles | None = None) -> Conversation:
     """A new conversation (ids 0) from an exported JSON document, or any {messages: [{role, content}]}; its pictures
     are stored by `pictures`."""
     if isinstance(data, (str, bytes)):
@@ -157,18 +157,20 @@ def conversation_from_document(data: dict[str, Any] | str | bytes, pictures: Pic
             data = json.loads(data)
         except ValueError as exc:
             raise ImportFormatError(f"Not JSON: {exc}") from exc
-    if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
+    raw_messages = data.get("messages") if isinstance(data, dict) else None
+    if not isinstance(data, dict) or not isinstance(raw_messages, list):
         raise ImportFormatError('Expected a JSON object with a "messages" list (as written by history export).')
     fmt = data.get("format")
     if fmt not in (None, EXPORT_FORMAT):
         raise ImportFormatError(f"Unknown format {fmt!r}; expected {EXPORT_FORMAT!r}.")
     now = time.time()
-    messages = [_message_from_document(i, raw, now, pictures) for i, raw in enumerate(data["messages"])]
+    messages = [_message_from_document(i, raw, now, pictures) for i, raw in enumerate(raw_messages)]
     first_user = next((m.content for m in messages if m.role is Role.USER), "")
-    title = data.get("title") if isinstance(data.get("title"), str) else ""
+    title_field, prompt_field = data.get("title"), data.get("system_prompt")
+    title = title_field if isinstance(title_field, str) else ""
     settings_field = data.get("settings")
-    settings: dict[str, Any] = settings_field if isinstance(settings_field, dict) else {}
-    system_prompt = data.get("system_prompt") if isinstance(data.get("system_prompt"), str) else None
+    settings: JSONObject = settings_field if isinstance(settings_field, dict) else {}
+    system_prompt = prompt_field if isinstance(prompt_field, str) else None
     return Conversation(
         id=0,
         title=title or title_from_text(first_user),

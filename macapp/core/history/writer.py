@@ -7,7 +7,7 @@ import logging
 import sqlite3
 import threading
 import time
-from typing import Any, Protocol
+from typing import Protocol
 
 from macapp.core.history.errors import StoreError
 from macapp.core.history.records import Message, MessageState, ReplyStats
@@ -103,7 +103,7 @@ class ReplyWriter:
             if self._dirty and not self._closed:
                 self._flush()
 
-    def finish(self, stats: Any = None, finish_reason: str | None = None, stopped: bool = False) -> Message:
+    def finish(self, stats: object = None, finish_reason: str | None = None, stopped: bool = False) -> Message:
         """Commit the final text, stats, finish reason and state ('stopped' or 'complete'); returns the message."""
         with self._lock:
             if self._timer is not None:
