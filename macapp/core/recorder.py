@@ -35,7 +35,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from macapp.core.events import AnswerDelta, Failed, Finished, ReasoningDelta, TerminalEvent, TurnKind
+from macapp.core.events import AnswerDelta, Event, Failed, Finished, ReasoningDelta, TerminalEvent, TurnKind
 from macapp.core.history import DEFAULT_COMMIT_INTERVAL_S, Message, ReplyWriter, Role, Store, StoreError
 from macapp.core.vision.pictures import save_picture
 
@@ -193,7 +193,7 @@ class RecordedTurn:
     def settled(self) -> bool:
         return self.outcome is not None
 
-    def feed(self, event: Any) -> None:
+    def feed(self, event: Event) -> None:
         """Record one engine event; never raises. Events after the terminal one are ignored."""
         with self.recorder._lock:
             if self.outcome is not None:

@@ -25,7 +25,7 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Iterator, Sequence
 
 # The files an MLX chat needs: the same patterns mlx_lm.load fetches (mlx_lm.utils.DEFAULT_ALLOW_PATTERNS), so a
 # model we fetched is complete for mlx-lm and one mlx-lm fetched is complete for us. Copied, not imported: importing
@@ -146,7 +146,7 @@ def write_listing(rdir: Path, commit: str, files: list[RemoteFile]) -> None:
     """Store the hub's listing in huggingface_hub's tree-cache format, so both tools can judge completeness offline."""
     entries = {}
     for f in sorted(files, key=lambda f: f.path):
-        info: dict[str, Any] = {"size": f.size, "blob_id": f.blob_id}
+        info: dict[str, object] = {"size": f.size, "blob_id": f.blob_id}
         if f.sha256:
             info.update(lfs_sha256=f.sha256, lfs_size=f.size)
         entries[f.path] = info

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import prod
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # naming MLX's types costs nothing at start-up
+    import mlx.core as mx
 
 DTYPE_BYTES = {
     "BF16": 2,
@@ -57,12 +60,12 @@ class QuantRule:
         bits, group = spec
         return count * bits // 8 + 2 * (count // group) * DTYPE_BYTES[self.dtype]
 
-    def quantize(self, tensors: dict[str, Any]) -> dict[str, Any]:
+    def quantize(self, tensors: dict[str, mx.array]) -> dict[str, mx.array]:
         """The head's tensors as the build would store them (mx arrays in, mx arrays out)."""
         import mlx.core as mx
 
         dtype = {"BF16": mx.bfloat16, "F16": mx.float16, "F32": mx.float32}[self.dtype]
-        out: dict[str, Any] = {}
+        out: dict[str, mx.array] = {}
         for name, value in tensors.items():
             if mx.issubdtype(value.dtype, mx.floating):
                 value = value.astype(dtype)

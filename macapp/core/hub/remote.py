@@ -11,12 +11,15 @@ import re
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, TypeVar
+from typing import TYPE_CHECKING, Callable, Iterator, TypeVar
 
 from macapp.core.download import hubapi
 from macapp.core.download.errors import DownloadError, DownloadErrorKind
 from macapp.core.download.transfer import ConnectionDropped
 from macapp.core.modelfiles import SafetensorsHeader, header_length, parse_safetensors_header
+
+if TYPE_CHECKING:  # httpx2 is imported when a reader is made
+    import httpx2
 
 FIRST_READ = 64 * 1024  # most headers fit (a 40-shard Qwen3.5 repo: ~20-60 KB each): one request, not two
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
@@ -29,7 +32,7 @@ class RemoteHeader:
     etag: str  # the file's ETag as served (sha256 for LFS files): checked again when tensor bytes are fetched
 
 
-def response_etag(response: Any) -> str:
+def response_etag(response: httpx2.Response) -> str:
     """The file's etag from a resolve answer (the LFS one when the hub links it), quotes removed."""
     value = response.headers.get("X-Linked-Etag") or response.headers.get("ETag") or ""
     return value.strip().removeprefix("W/").strip('"')
@@ -98,7 +101,7 @@ class RangeReader:
         raise AssertionError("unreachable")
 
     @contextmanager
-    def stream(self, path: str, start: int, end: int) -> Iterator[tuple[Any, Iterator[bytes]]]:
+    def stream(self, path: str, start: int, end: int) -> Iterator[tuple[httpx2.Response, Iterator[bytes]]]:
         """Bytes [start, end) of `path` as (response, chunks). Refuses an answer that is not that exact range (a server
         ignoring Range would otherwise send the whole file)."""
         from huggingface_hub.utils import hf_raise_for_status

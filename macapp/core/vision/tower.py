@@ -7,9 +7,11 @@ global, nothing to drop by hand. mlx-vlm is imported only when a tower is attach
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import mlx.nn as nn
+
     from macapp.core.vision.runner import VisionModel
 
 
@@ -19,7 +21,7 @@ class TowerSlot:
     def __init__(self) -> None:
         self.vision: "VisionModel | None" = None
 
-    def attach(self, text_model: Any, path: str | Path) -> "VisionModel":
+    def attach(self, text_model: nn.Module, path: str | Path) -> "VisionModel":
         """The tower, attached now unless it already is (vision.runner.attach_vision; VisionLoadError)."""
         if self.vision is None:
             from macapp.core.vision.runner import attach_vision  # why: runner imports mlx-vlm; loading a model must not
