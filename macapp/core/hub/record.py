@@ -19,6 +19,7 @@ from typing import Any, Iterable
 
 from macapp.core import paths
 from macapp.core.download import hubapi
+from macapp.core.jsonvalue import JSONObject
 from macapp.core.hub.remote import RangeReader
 from macapp.core.tensor_roles import TensorRole, tensor_role, tied_embeddings
 from macapp.core.vision.capability import has_vision_config
@@ -56,10 +57,10 @@ class HubTensor:
 class HubModelRecord:
     repo: str
     revision: str  # the commit it was read at
-    config: dict[str, Any]
+    config: JSONObject
     files: tuple[HubFile, ...]
     tensors: tuple[HubTensor, ...] = ()
-    processor: dict[str, Any] = field(default_factory=dict)  # preprocessor_config.json ({}: none, or text-only)
+    processor: JSONObject = field(default_factory=dict)  # preprocessor_config.json ({}: none, or text-only)
     headers_error: str = ""  # why the tensors are not known ("" when every safetensors header was read)
     fetched_at: float = 0.0
     base_model: str = ""  # the model card's base_model (what a conversion was made from), "" when it names none
@@ -96,7 +97,7 @@ class HubModelRecord:
             return self.role_bytes(TensorRole.LANGUAGE) or None
         return sum(f.size for f in self.files if f.path.endswith(".safetensors")) or None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {
             "repo": self.repo,
             "revision": self.revision,
@@ -153,7 +154,7 @@ def _small_file(repo: str, commit: str, name: str, required: bool) -> str | None
     return Path(path).read_text()
 
 
-def _small_json(repo: str, commit: str, name: str, required: bool) -> dict[str, Any]:
+def _small_json(repo: str, commit: str, name: str, required: bool) -> JSONObject:
     text = _small_file(repo, commit, name, required)
     data = json.loads(text) if text is not None else {}
     return data if isinstance(data, dict) else {}
@@ -206,7 +207,7 @@ def _cache_path() -> Path:
     return paths.cache_dir() / RECORDS_CACHE
 
 
-_MEMO: dict[str, tuple[tuple[int, int], dict[str, Any]]] = {}  # path -> ((mtime_ns, size), parsed): parsed once per change
+_MEMO: dict[str, tuple[tuple[int, int], JSONObject]] = {}  # path -> ((mtime_ns, size), parsed): parsed once per change
 
 
 _PARSED: dict[str, tuple[tuple[int, int], "HubModelRecord | None"]] = {}  # cache path + repo -> (stamp, record)
@@ -221,7 +222,7 @@ def records_stamp() -> tuple[int, int]:
     return (st.st_mtime_ns, st.st_size)
 
 
-def _read_all() -> dict[str, Any]:
+def _read_all() -> JSONObject:
     path = _cache_path()
     stamp = records_stamp()
     hit = _MEMO.get(str(path))
