@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from math import prod
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from macapp.core.download import hubapi
 from macapp.core.download.errors import RESUME_HINT, DownloadCancelled, DownloadError, DownloadErrorKind, is_disk_full
@@ -33,6 +33,7 @@ from macapp.core.download.manager import CancelToken
 from macapp.core.download.transfer import ConnectionDropped
 from macapp.core.hub.mtp import SIDE_FILE_MARK, folder_rule, source_repo_for
 from macapp.core.hub.mtp_quant import DTYPE_BYTES, QuantRule
+from macapp.core.jsonvalue import JSONObject
 from macapp.core.hub.record import HubModelRecord, HubTensor, cached_record, fetch_record, store_records
 from macapp.core.hub.remote import RangeReader, response_etag
 from macapp.core.memory import format_bytes
@@ -84,7 +85,7 @@ class MtpFetchPlan:
     def state_path(self) -> Path:
         return self.side_file.with_name(self.side_file.name + ".part.json")
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> JSONObject:
         return {"source_repo": self.source_repo, "commit": self.commit, "ranges": [[r.file, r.start, r.end, r.etag] for r in self.ranges]}
 
 
@@ -99,7 +100,7 @@ class MtpFetchResult:
     resumed_bytes: int  # found in the .part from an earlier run
     head_bytes: int  # the side file's tensor bytes (quantized)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "side_file": str(self.side_file),
             "source_repo": self.source_repo,
@@ -122,7 +123,7 @@ def merged_ranges(tensors: list[HubTensor], etags: dict[str, str]) -> tuple[Byte
     return tuple(out)
 
 
-def _read_state(path: Path) -> dict[str, Any] | None:
+def _read_state(path: Path) -> JSONObject | None:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -145,7 +146,8 @@ def plan_mtp_fetch(folder: Path, build_repo: str | None = None, source_repo: str
             repo=build_repo,
         )
     earlier = _read_state(side.with_name(side.name + ".part.json"))
-    revision = earlier["commit"] if earlier and earlier.get("source_repo") == source else "main"
+    commit = earlier.get("commit") if earlier and earlier.get("source_repo") == source else None
+    revision = commit if isinstance(commit, str) and commit else "main"
     record = _source_record(source, revision, token)
     store_records([record])  # the fit and the library then know the bytes to fetch without asking again
     if not record.headers_read:
@@ -358,7 +360,7 @@ def _source_tensors(plan: MtpFetchPlan) -> tuple[dict[str, mx.array], dict[str, 
     data = plan.part_path.read_bytes()
     if len(data) != plan.fetch_bytes:
         raise DownloadError(DownloadErrorKind.INTEGRITY, f"the fetched MTP bytes are {len(data)}, not {plan.fetch_bytes}", repo=plan.source_repo)
-    header: dict[str, Any] = {}
+    header: JSONObject = {}
     digests: dict[str, str] = {}
     pos = 0
     for t in plan.tensors:
