@@ -33,10 +33,11 @@ import logging
 import sqlite3
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from macapp.core.events import AnswerDelta, Event, Failed, Finished, ReasoningDelta, TerminalEvent, TurnKind
 from macapp.core.history import DEFAULT_COMMIT_INTERVAL_S, Message, ReplyWriter, Role, Store, StoreError
+from macapp.core.jsonvalue import JSONObject
 from macapp.core.vision.pictures import save_picture
 
 if TYPE_CHECKING:
@@ -104,7 +105,7 @@ class ChatRecorder:
         *,
         model: str = "",
         system_prompt: str | None = None,
-        settings: dict[str, Any] | None = None,
+        settings: JSONObject | None = None,
         interval: float = DEFAULT_COMMIT_INTERVAL_S,
     ) -> None:
         self.store = store
@@ -141,11 +142,11 @@ class ChatRecorder:
             self._turn = turn
             return turn
 
-    def agrees_with(self, messages: list[dict[str, Any]]) -> bool:
+    def agrees_with(self, messages: Sequence[Mapping[str, object]]) -> bool:
         """True when the history holds the same turns as `messages` (a session's, role/content/reasoning dicts)."""
 
-        def key(m: dict[str, Any]) -> tuple[str, str, str]:
-            return m["role"], m.get("content") or "", m.get("reasoning") or ""
+        def key(m: Mapping[str, object]) -> tuple[str, str, str]:
+            return str(m["role"]), str(m.get("content") or ""), str(m.get("reasoning") or "")
 
         want = [key(m) for m in messages if m["role"] != "system"]
         if self.conversation_id is None:
