@@ -39,7 +39,7 @@ class ImageRef:
         return f"{self.sha256}.png"
 
     @classmethod
-    def from_dict(cls, raw: Any) -> "ImageRef":
+    def from_dict(cls, raw: object) -> "ImageRef":
         if not isinstance(raw, dict) or not _SHA256.match(str(raw.get("sha256", ""))):
             raise ValueError(f"not a picture reference: {str(raw)[:80]!r}")
         return cls(str(raw["sha256"]), str(raw.get("name") or "picture"), int(raw.get("width") or 0), int(raw.get("height") or 0))

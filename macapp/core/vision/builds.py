@@ -21,11 +21,12 @@ import logging
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
 from macapp.core import catalog, paths
 from macapp.core.catalog import CatalogEntry, ModelRef
 from macapp.core.download.local import inspect_repo
+from macapp.core.jsonvalue import JSONObject, JSONValue
 from macapp.core.hub.record import HubModelRecord, cached_record, refresh_records
 from macapp.core.hub.settings import hub_reachable, hub_settings
 from macapp.core.tensor_roles import TensorRole
@@ -88,7 +89,7 @@ def from_record(record: HubModelRecord) -> BuildVision:
 
 
 @functools.cache
-def _catalog_rows() -> dict[str, tuple[dict[str, Any], Any]]:
+def _catalog_rows() -> dict[str, tuple[JSONObject, JSONValue]]:
     """repo → (the model's row, its build's `vision` flag) from resources/catalog.json."""
     data = json.loads((paths.resources_dir() / "catalog.json").read_text())
     rows = {}
@@ -102,7 +103,8 @@ def _from_catalog(repo: str | None) -> BuildVision:
     row, flag = _catalog_rows().get(repo or "", ({}, None))
     config = {"vision_config": row.get("vision_config"), "text_config": row.get("text_config") or {}}
     if flag is False:
-        return BuildVision(False, VisionCost(), Source.CATALOG, row.get("vision_note", "its MLX conversion is text-only"))
+        note = row.get("vision_note", "its MLX conversion is text-only")
+        return BuildVision(False, VisionCost(), Source.CATALOG, str(note))
     cost = vision_cost(config) if config["vision_config"] else None
     if flag is None:
         return BuildVision(None, cost, Source.CATALOG, "not known until its files are read: `qwen-desk models --refresh`")
