@@ -1,12 +1,16 @@
 """One request alone: decode speed through the batch vs the one-at-a-time path, same engine, same run (by hand).
 
     .venv/bin/python bench/batch_solo.py [--model PATH] [--tokens 256] [--repeat 7]
+    .venv/bin/python bench/batch_solo.py --mtp right|random [--layers 32]   # + the lone request drafting with MTP
 
 Issue 18's target: batching must not slow a single client (>= 0.97x of the path it replaced). Both paths are
 kept in the runner (`ServingOptions(batching=False)` is the one-at-a-time path, mlx-lm's stream_generate), so
 they are compared in one process, interleaved, greedy, end-of-turn tokens banned so every reply is `--tokens`
 long. Decode tok/s is the engine's own figure (tokens after the first over the time after the first).
 A request alone in the batch runs outside mlx-lm's generator (core/engine/solo.py) until another arrives.
+With `--mtp` the tiny model gets an MTP head (always right, or random: macapp/devtools/tiny_model.py, as
+bench/mtp_bench.py) and the lone request in the batch also runs with `--mtp auto` and `on` (issue 21: MTP for a
+batch of one); those replies are checked token for token against the plain batch's.
 """
 
 from __future__ import annotations
@@ -29,15 +33,18 @@ def main() -> int:
     parser.add_argument("--model", help="model folder (default: a tiny random 16-layer Qwen3.5, built now)")
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--mtp", choices=("right", "random"), help="give the tiny model this MTP head and time the lone request drafting too")
+    parser.add_argument("--layers", type=int, default=16, help="the tiny model's layers (hidden 64)")
     args = parser.parse_args()
-    from macapp.core.engine import Engine
+    from macapp.core.engine import Engine, SessionOptions
+    from macapp.core.engine.options import MTPMode
     from macapp.core.sampling import greedy
     from macapp.core.serving.requests import ChatMessage, CompletionRequest, Role
     from macapp.core.serving.runner import ServingEngine, ServingOptions
     from macapp.devtools.tiny_model import make_tiny_model
 
     with tempfile.TemporaryDirectory(prefix="batch-solo-") as tmp:
-        model = args.model or str(make_tiny_model(Path(tmp) / "tiny-16", kind="dense", num_layers=16))
+        model = args.model or str(make_tiny_model(Path(tmp) / f"tiny-{args.layers}", kind="dense", num_layers=args.layers, mtp=args.mtp))
         engine = Engine()
         engine.load(model).result(600)
         tok = engine.model.tokenizer
@@ -46,18 +53,28 @@ def main() -> int:
             messages=(ChatMessage(Role.USER, "Write at length about rivers."),),
             sampling=greedy(args.tokens, logit_bias=banned),
         )
+        plain = SessionOptions(mtp=MTPMode.OFF)
         paths = {
-            "batch": ServingEngine(engine, ServingOptions(pool_bytes=0)),
-            "one at a time": ServingEngine(engine, ServingOptions(pool_bytes=0, batching=False)),
+            "batch": ServingEngine(engine, ServingOptions(session=plain, pool_bytes=0)),
+            "one at a time": ServingEngine(engine, ServingOptions(session=plain, pool_bytes=0, batching=False)),
         }
+        if args.mtp:
+            for mode in (MTPMode.AUTO, MTPMode.ON):
+                paths[f"batch, MTP {mode.value}"] = ServingEngine(engine, ServingOptions(session=SessionOptions(mtp=mode), pool_bytes=0))
         for serving in paths.values():  # warm-up
             serving.submit(request).wait(600)
         speeds: dict[str, list[float]] = {name: [] for name in paths}
+        per_step: dict[str, list[float]] = {name: [] for name in paths}
         for _ in range(args.repeat):
+            texts = {}
             for name, serving in paths.items():
                 done = serving.submit(request).wait(600)
                 assert done.usage.completion_tokens == args.tokens, done
                 speeds[name].append(done.generation_tps)
+                per_step[name].append(done.mtp_tokens_per_step or 1.0)
+                texts[name] = done.text
+            assert all(text == texts["batch"] for text in texts.values()), "a path's reply differs from the plain batch's"
+
         engine.close()
     batch, alone = statistics.median(speeds["batch"]), statistics.median(speeds["one at a time"])
     print("## One request alone: the batch vs the one-at-a-time path (bench/batch_solo.py)\n")
@@ -69,6 +86,12 @@ def main() -> int:
     print(f"- decode tok/s: batch {batch:.1f}, one at a time {alone:.1f}: ratio {batch / alone:.3f} (target >= 0.97)")
     print(f"- median of the ratios of back-to-back pairs (cancels a machine whose load drifts): {pairs:.3f}")
     print(f"- every run, batch: {', '.join(f'{v:.0f}' for v in speeds['batch'])}; one at a time: {', '.join(f'{v:.0f}' for v in speeds['one at a time'])}")
+    for name in [n for n in paths if n.startswith("batch, MTP")]:
+        tps = statistics.median(speeds[name])
+        pair = statistics.median(m / b for m, b in zip(speeds[name], speeds["batch"]))
+        print(
+            f"- {name} ({args.mtp} head): {tps:.1f} tok/s, {tps / batch:.2f}x the plain batch (pairs {pair:.2f}x), {statistics.median(per_step[name]):.2f} tokens per verify pass"
+        )
     return 0
 
 
