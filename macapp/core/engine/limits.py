@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from macapp.core import events as ev
 from macapp.core.engine.errors import EngineError
-from macapp.core.engine.options import SessionOptions
+from macapp.core.engine.options import MTPMode, SessionOptions
 from macapp.core.fit import estimate
 from macapp.core.sampling import SamplingParams, preset
 
@@ -61,9 +61,11 @@ def memory_needed(m: "LoadedModel", options: SessionOptions, prompt_len: int, co
     arch = m.arch
     if arch is None:
         raise ValueError(f"{m.info.name}: its config could not be sized, so its memory cannot be estimated")
+    drafts = m.mtp_head is not None and options.kv_bits is None and options.mtp is not MTPMode.OFF
     return (
         m.weights_bytes
         + estimate.kv_cache_bytes(arch, context, options.kv_bits)
+        + (estimate.mtp_cache_bytes(arch, context, m.mtp_head.depth) if drafts and m.mtp_head is not None else 0)
         + estimate.state_bytes(arch)
         + estimate.prefill_bytes(arch, prompt_len, options.prefill_step_size)
         + estimate.runtime_bytes(m.weights_bytes)

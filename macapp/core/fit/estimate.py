@@ -105,6 +105,13 @@ def kv_cache_bytes(arch: Arch, tokens: int, kv_bits: int | None = None, all_laye
     return int(allocated * kv_bytes_per_token(arch, kv_bits, all_layers=all_layers))
 
 
+def mtp_cache_bytes(arch: Arch, tokens: int, head_layers: int = 1) -> int:
+    """The MTP head's own KV cache over `tokens` of context (its layers are full-attention layers of the model's
+    shape; never quantized: MTP does not run on a quantized cache)."""
+    per_layer = kv_cache_bytes(arch, tokens) // max(arch.full_attention_layers, 1)
+    return per_layer * head_layers
+
+
 def state_bytes(arch: Arch) -> int:
     """The fixed DeltaNet state: a float32 recurrent state (value heads × 128 × 128) and a bf16 conv state per linear layer."""
     key_dim = arch.linear_num_key_heads * arch.linear_key_head_dim

@@ -7,7 +7,9 @@ import pytest
 from macapp.core import events as ev
 from macapp.core.engine import SessionOptions
 from macapp.core.engine.limits import context_limit, memory_needed
+from macapp.core.engine.options import MTPMode
 from macapp.core.events import Failed
+from macapp.core.fit import estimate
 from macapp.core.sampling import SamplingParams, greedy
 from tests.core.engine.helpers import ANSWER, TIMEOUT
 
@@ -66,3 +68,11 @@ def test_the_memory_estimate_grows_with_the_context_and_shrinks_with_kv_quantiza
     assert memory_needed(m, SessionOptions(kv_bits=4), 100, 100_000) < long
     assert context_limit(m, SessionOptions(context_limit=64), 10, 20, None) == 64
     assert context_limit(m, SessionOptions(context_limit=10**9), 10, 20, None) == m.info.max_context
+
+
+def test_the_mtp_heads_own_cache_counts_when_it_may_draft(tiny_mtp, load_tiny):
+    m = load_tiny(tiny_mtp("moe", "successor"))
+    drafting, plain = memory_needed(m, SessionOptions(), 100, 100_000), memory_needed(m, SessionOptions(mtp=MTPMode.OFF), 100, 100_000)
+    one_layer = estimate.kv_cache_bytes(m.arch, 100_000) // m.arch.full_attention_layers
+    assert drafting - plain == one_layer * m.mtp_head.depth > 0
+    assert memory_needed(m, SessionOptions(kv_bits=4), 100, 100_000) < plain  # a quantized cache: no MTP, no head cache
