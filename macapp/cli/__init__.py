@@ -6,12 +6,15 @@ import argparse
 import importlib
 import os
 import sys
+from typing import TypeAlias
 
 from macapp import __version__
 from macapp.core.logs import setup_logging
 
 # Each module defines `register(subparsers)`, which adds its parser and sets `func(args) -> int`.
 SUBCOMMAND_MODULES = ("fit", "download", "chat", "history", "serve", "demo")
+# What `register` is given (a string: argparse's class is generic only in typeshed, not at run time).
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 class UsageError(Exception):

@@ -16,12 +16,13 @@ import json
 import sys
 from typing import TextIO
 
-from macapp.cli import UsageError
+from macapp.cli import Subparsers, UsageError
 from macapp.cli.cluster import add_run_arguments, engine_for, launch_or_follow
 from macapp.cli.model import add_cache_arguments, add_model_argument, add_mtp_argument, check_cache_arguments, load_model, mtp_mode, mtp_notice
 from macapp.core import events as ev
 from macapp.core.conversation import ConversationModel, Turn
 from macapp.core.engine import ChatSession, Engine, SessionOptions
+from macapp.core.engine.messages import ChatMessage
 from macapp.core.events import AnswerDelta, Failed, Finished, ReasoningDelta, Reply, TerminalEvent, TurnKind, format_stats
 from macapp.core.fit.estimate import DEFAULT_PREFILL_STEP
 from macapp.core.history import NotFoundError, Store, StoreError
@@ -40,7 +41,7 @@ HELP = (
 INPUT_CODES = (ev.EMPTY_PROMPT, ev.CONTEXT_LIMIT, ev.MEMORY_BUDGET, ev.NOTHING_TO_REDO, ev.BAD_IMAGE, ev.TEXT_ONLY)
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "chat",
         help="chat with a model in the terminal, or run scripted turns (--prompt, --json)",
@@ -132,10 +133,10 @@ class History:
     """The chat's history: the store and the one recorder (macapp.core.recorder); records nothing with
     --no-history or a read-only history. A storage failure is said on stderr and the chat goes on."""
 
-    def __init__(self, enabled: bool, model: str, system: str | None, settings: dict, resume: int | None):
+    def __init__(self, enabled: bool, model: str, system: str | None, settings: dict[str, object], resume: int | None):
         self.store = None
         self.recorder = None
-        self.messages: list[dict] | None = None  # a resumed conversation, for the session to read once
+        self.messages: list[ChatMessage] | None = None  # a resumed conversation, for the session to read once
         self._resumed: int | None = None
         if not enabled and resume is None:
             return
@@ -187,7 +188,7 @@ class Chat:
     def session(self) -> ChatSession | None:
         return self.conversation.session
 
-    def _new_session(self, system: str | None, messages: list[dict] | None) -> ChatSession:
+    def _new_session(self, system: str | None, messages: list[ChatMessage] | None) -> ChatSession:
         return self.engine.new_session(system_prompt=system, messages=messages, options=self.options)
 
     def turn(
@@ -359,6 +360,7 @@ def _interactive(args: argparse.Namespace, chat: Chat, images: tuple[PreparedIma
         if isinstance(last, Failed):
             print(f"[{last.message}]", file=sys.stderr)
             continue
+        assert isinstance(last, Finished)
         reply = last.reply
         last_reply = reply
         print(stats_line(reply) if reply.kept else "[stopped before the reply began; nothing kept]", file=sys.stderr)

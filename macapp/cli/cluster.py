@@ -6,6 +6,7 @@ import argparse
 import json
 import signal
 import sys
+from types import FrameType
 
 from macapp.cli import UsageError
 from macapp.core import hardware
@@ -159,11 +160,11 @@ def _launch(args: argparse.Namespace, prompts: list[str], reads_input: bool) -> 
     print(f"[{len(hosts)} hosts, {plan.shard.value} split{note}, {plan.backend} backend; rank 0 is {hosts[0].ssh}]", file=sys.stderr)
     run = ClusterRun(plan, _rank_argv(prompts), interactive=reads_input)
 
-    def on_sigint(_sig, _frame) -> None:
+    def on_sigint(_sig: int, _frame: FrameType | None) -> None:
         if not run.interrupt():
             print("\n[Ctrl-C reaches rank 0 only when it runs on this Mac (127.0.0.1 first in the hostfile); /quit ends the chat]", file=sys.stderr)
 
-    def on_stop(sig, _frame) -> None:
+    def on_stop(sig: int, _frame: FrameType | None) -> None:
         run.stop(sig)
 
     previous = {sig: signal.signal(sig, handler) for sig, handler in ((signal.SIGINT, on_sigint), (signal.SIGTERM, on_stop), (signal.SIGHUP, on_stop))}

@@ -12,13 +12,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from macapp.cli import chat
+from macapp.cli import Subparsers, chat
 from macapp.devtools.demo import NOTICE, ensure_demo_model
 
 DEMO_MAX_TOKENS = 200  # random weights may never write an end token: keep each reply short
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "demo",
         help="try it without a download: a tiny demo model (writes nonsense) and the chat",

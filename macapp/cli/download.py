@@ -11,18 +11,21 @@ import json
 import shlex
 import sys
 import time
+from pathlib import Path
+from typing import TextIO
 
-from macapp.cli import UsageError
+from macapp.cli import Subparsers, UsageError
 from macapp.core import catalog
 from macapp.core import download as dl
 from macapp.core.fit.estimate import mtp_words
 from macapp.core.hub.mtp import MtpStatus, MtpWhere, folder_status, hub_status, source_repo_for
 from macapp.core.hub.mtp_fetch import fetch_mtp_head, plan_mtp_fetch
 from macapp.core.hub.record import record_for
+from macapp.core.jsonvalue import JSONObject
 from macapp.core.memory import format_bytes  # decimal units (GB = 1e9), like `qwen-desk fit` and the window
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "download",
         help="download a model into the Hugging Face cache (resumable, verified)",
@@ -123,7 +126,7 @@ def _download(args: argparse.Namespace, repo: str, model: catalog.ModelRef) -> i
         args,
         f"ready: {repo} ({format_bytes(result.bytes_total)}, {len(result.files)} files, hashes checked; {format_bytes(fetched)} fetched now) in {result.path}",
     )
-    extra: dict = {}
+    extra: dict[str, object] = {}
     if args.mtp:
         try:
             extra["mtp"] = _fetch_mtp(args, repo, result.path)
@@ -139,7 +142,7 @@ def _download(args: argparse.Namespace, repo: str, model: catalog.ModelRef) -> i
     return 0
 
 
-def _fetch_mtp(args: argparse.Namespace, repo: str, folder) -> dict:
+def _fetch_mtp(args: argparse.Namespace, repo: str, folder: Path) -> dict[str, object]:
     """The MTP head for the downloaded build in `folder`: kept where it is, or fetched now. Returns its JSON."""
     status = folder_status(folder, repo)
     if status.usable:
@@ -174,7 +177,7 @@ def _fetch_mtp(args: argparse.Namespace, repo: str, folder) -> dict:
     return {"ready": True, "where": "fetched", **fetched.to_json()}
 
 
-def _mtp_dry_run(args: argparse.Namespace, repo: str, plan: dl.DownloadPlan) -> dict:
+def _mtp_dry_run(args: argparse.Namespace, repo: str, plan: dl.DownloadPlan) -> JSONObject:
     """What --mtp would do, from the hub records (the build's and the original's headers, no tensor data)."""
     try:
         if plan.complete:
@@ -199,7 +202,7 @@ def _mtp_dry_run(args: argparse.Namespace, repo: str, plan: dl.DownloadPlan) -> 
 class _MtpProgress:
     """The head's fetch: a line redrawn in place on a terminal, a plain line every few seconds otherwise."""
 
-    def __init__(self, stream, plain_every_s: float = 5.0) -> None:
+    def __init__(self, stream: TextIO, plain_every_s: float = 5.0) -> None:
         self.stream = stream
         self.tty = hasattr(stream, "isatty") and stream.isatty()
         self.plain_every_s = plain_every_s
@@ -247,7 +250,7 @@ def _describe_plan(plan: dl.DownloadPlan) -> str:
     return "\n".join(lines)
 
 
-def _plan_json(plan: dl.DownloadPlan) -> dict:
+def _plan_json(plan: dl.DownloadPlan) -> dict[str, object]:
     return {
         "repo": plan.repo,
         "revision": plan.revision,
@@ -318,7 +321,7 @@ def _delete(args: argparse.Namespace, repo: str) -> int:
 class _ProgressView:
     """A one-line bar redrawn in place on a terminal; plain lines (at most every few seconds) otherwise."""
 
-    def __init__(self, stream, plain_every_s: float = 5.0) -> None:
+    def __init__(self, stream: TextIO, plain_every_s: float = 5.0) -> None:
         self.stream = stream
         self.tty = hasattr(stream, "isatty") and stream.isatty()
         self.plain_every_s = plain_every_s

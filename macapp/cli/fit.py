@@ -6,12 +6,14 @@ import argparse
 import json
 import re
 import sys
+from typing import TypedDict
 
-from macapp.cli import UsageError
+from macapp.cli import Subparsers, UsageError
 from macapp.cli.cluster import VERDICT_WORDS, add_fit_arguments, check_fit_arguments, run_cluster_fit
 from macapp.core import catalog, hardware, long_context
 from macapp.core.download import downloaded_repos
 from macapp.core.fit import advice, estimate, prefill_time
+from macapp.core.fit.picture_cost import VisionCost
 from macapp.core.hub.mtp import MtpStatus, status_for
 from macapp.core.vision.builds import build_vision, downloaded_folder, refresh_catalog_and_pictures
 
@@ -19,7 +21,7 @@ DEFAULT_CONTEXT = estimate.DEFAULT_CONTEXT
 IMAGES_WORDS = {True: "yes", False: "text only", None: "?"}
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
     fit = subparsers.add_parser("fit", help="will a model fit this Mac (or another) at a context length?")
     fit.add_argument("model", help="catalog name (Qwen3.5-35B-A3B), hub repo id, or local folder")
     fit.add_argument("--bits", type=int, choices=(4, 8), help="MLX build (default 4 for catalog names)")
@@ -122,7 +124,15 @@ def run_fit(args: argparse.Namespace) -> int:
     return 0
 
 
-def vision_args(model: catalog.ModelRef, images: bool) -> dict:
+class VisionArgs(TypedDict):
+    """estimate.estimate's picture arguments."""
+
+    vision: VisionCost | None
+    accepts_images: bool | None
+    images: bool
+
+
+def vision_args(model: catalog.ModelRef, images: bool) -> VisionArgs:
     """What estimate.estimate needs to count (or just report) a build's pictures."""
     seen = build_vision(model)
     return {"vision": seen.cost, "accepts_images": seen.accepts_images, "images": images}
@@ -208,15 +218,17 @@ def run_models(args: argparse.Namespace) -> int:
     machine = hardware.detect_machine()
     downloaded = {repo.lower() for repo in downloaded_repos()}
     refs = [catalog.resolve_model(entry.build(bits).repo) for entry in entries for bits in sorted(entry.builds)]
-    rows = []
+    rows: list[dict[str, object]] = []
+    shown: list[tuple[estimate.Estimate, bool]] = []
     for model in refs:
         # A model with a shorter maximum is judged at its maximum (the row says which context it used).
         context = min(args.context, model.arch.max_position_embeddings)
         e = estimate.estimate(model, context, machine, kv_bits=args.kv_bits, **vision_args(model, args.images), mtp=mtp_status(model))
         row = e.to_json()
-        row["downloaded"] = (model.repo or "").lower() in downloaded
+        row["downloaded"] = is_downloaded = (model.repo or "").lower() in downloaded
         row["advice"] = advice.advise(model, e, machine, refs).to_json()
         rows.append(row)
+        shown.append((e, is_downloaded))
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -224,26 +236,29 @@ def run_models(args: argparse.Namespace) -> int:
     print(
         f"{'model':<20} {'bits':>4} {'weights':>9} {'total':>9} {'verdict':<8} {'tok/s':>6} {'read prompt':>12} {'max context':>12} {'images':<9}  downloaded"
     )
-    for r in rows:
-        tps = f"{r['decode_tps_estimate']:.0f}" if r["decode_tps_estimate"] else "—"
-        ttft = prefill_time.format_duration(r["ttft_estimate_s"]) if r["ttft_estimate_s"] is not None else "—"
+    for e, is_downloaded in shown:  # the table reads the estimates the JSON rows were made from
+        tps = f"{e.decode_tps_estimate:.0f}" if e.decode_tps_estimate else "—"
+        ttft = prefill_time.format_duration(e.ttft_estimate_s) if e.ttft_estimate_s is not None else "—"
         print(
-            f"{r['model']:<20} {r['bits']:>4} {_gb(r['weights_bytes']):>9} {_gb(r['total_bytes']):>9} "
-            f"{VERDICT_WORDS[r['verdict']]:<8} {tps:>6} {ttft:>12} {r['max_context']:>12,} {IMAGES_WORDS[r['accepts_images']]:<9}  {'yes' if r['downloaded'] else ''}"
+            f"{e.model:<20} {e.bits:>4} {_gb(e.weights_bytes):>9} {_gb(e.total_bytes):>9} "
+            f"{VERDICT_WORDS[e.verdict]:<8} {tps:>6} {ttft:>12} {e.max_context:>12,} {IMAGES_WORDS[e.accepts_images]:<9}  {'yes' if is_downloaded else ''}"
         )
     print(f"read prompt: the estimated time to read a {args.context:,}-token prompt before the first word of the answer")
-    factors = {r["yarn_factor"] for r in rows if r["yarn_factor"]}
+    factors = {e.yarn_factor for e, _ in shown if e.yarn_factor}
     if factors:
-        print(f"{long_context.notice(max(factors))} (past the native {min(r['native_context'] for r in rows):,} tokens)")
+        print(f"{long_context.notice(max(factors))} (past the native {min(e.native_context for e, _ in shown):,} tokens)")
     _print_wired_limit_notes(rows)
     return 0
 
 
-def _print_wired_limit_notes(rows: list[dict]) -> None:
-    """Too-big builds that a raised iogpu.wired_limit_mb would let in, with the exact command (the fit command has the rest)."""
+def _print_wired_limit_notes(rows: list[dict[str, object]]) -> None:
+    """Too-big builds that a raised iogpu.wired_limit_mb would let in, with the exact command (the fit command has the rest).
+    `rows` are `qwen-desk models --json`'s: an estimate's JSON with its advice's under "advice"."""
     notes = []
     for r in rows:
-        for step in r["advice"]["steps"]:
+        ways_out = r["advice"]
+        steps = ways_out["steps"] if isinstance(ways_out, dict) else []
+        for step in steps:
             if step["remedy"] == advice.Remedy.WIRED_LIMIT.value:
                 notes.append(f"  {r['model']} {r['bits']}-bit: `{step['command']}` (leaves {_gb(step['leaves_bytes'])} for macOS)")
     if notes:

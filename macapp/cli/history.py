@@ -8,7 +8,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from macapp.cli import UsageError
+from macapp.cli import Subparsers, UsageError
 from macapp.core.history import (
     ImportFormatError,
     NotFoundError,
@@ -30,7 +30,7 @@ def _conversation_id(text: str) -> int:
     return value
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "history",
         help="list, show, search, export and import saved conversations",

@@ -14,6 +14,7 @@ from macapp.core.context_limit import ContextError, check_config_context
 from macapp.core.engine import Engine, EngineError
 from macapp.core.engine.model_folder import display_name, locate_model
 from macapp.core.engine.options import MTPMode
+from macapp.core.jsonvalue import JSONObject
 
 # A load that fails for one of these is the user's to fix (exit 2, the message as it is); anything else exits 1.
 LOAD_CODES = (ev.NOT_FOUND, ev.NOT_A_MODEL, ev.CORRUPT, ev.CANCELLED, ev.CONTEXT_LIMIT)
@@ -51,7 +52,7 @@ def check_cache_arguments(args: argparse.Namespace) -> None:
         raise UsageError(f"--context: {exc}") from None
 
 
-def _local_config(spec: str | None) -> tuple[str, dict] | None:
+def _local_config(spec: str | None) -> tuple[str, JSONObject] | None:
     """(display name, config.json) of the folder `spec` names on this machine, reading nothing else."""
     try:
         folder = locate_model(spec or "")
@@ -69,7 +70,8 @@ def load_model(engine: Engine, spec: str, context: int | None = None, mtp: MTPMo
     try:
         job = engine.load(spec, context=context) if mtp is None else engine.load(spec, context=context, mtp=mtp)
         info = job.result()
-        if info is not None and info.yarn_factor:
+        assert isinstance(info, ev.Loaded)  # a load job ends with Loaded (result() raises a Failed)
+        if info.yarn_factor:
             print(f"[{info.name}: {long_context.notice(info.yarn_factor)}]", file=sys.stderr)
         return info
     except EngineError as exc:

@@ -17,15 +17,17 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
+from types import FrameType
 
-from macapp.cli import UsageError
+from macapp.cli import Subparsers, UsageError
 from macapp.cli.cluster import add_run_arguments, engine_for, launch_or_follow
 from macapp.cli.model import add_cache_arguments, add_model_argument, add_mtp_argument, check_cache_arguments, load_model, mtp_mode, mtp_notice
 from macapp.server.activity import RequestRecord, RequestState
 from macapp.server.config import DEFAULT_HOST, DEFAULT_PORT, ServerConfig, is_loopback
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "serve",
         help="serve a model to other tools (OpenAI- and Anthropic-compatible local API)",
@@ -128,18 +130,18 @@ class _Signals:
     def __init__(self) -> None:
         self.caught: list[int] = []
         self._got = threading.Event()
-        self._previous: dict[int, object] = {}
+        self._previous: dict[int, Callable[[int, FrameType | None], object] | int | None] = {}
 
     def __enter__(self) -> "_Signals":
         for s in (signal.SIGINT, signal.SIGTERM):
             self._previous[s] = signal.signal(s, self._handler)
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         for s, handler in self._previous.items():
             signal.signal(s, handler)
 
-    def _handler(self, signum, _frame) -> None:
+    def _handler(self, signum: int, _frame: FrameType | None) -> None:
         self.caught.append(signum)
         self._got.set()
 
