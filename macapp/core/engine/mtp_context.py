@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Sequence
 
 if TYPE_CHECKING:
     import mlx.core as mx
-    from mlx_lm.models.cache import KVCache
+    from mlx_vlm.models.cache import KVCache  # the drafter's own cache layers (mlx-vlm's, not mlx-lm's)
 
     from macapp.core.engine.mtp_head import MTPHead
 

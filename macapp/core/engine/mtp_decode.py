@@ -32,7 +32,7 @@ that keeps none) the head starts empty at each stream and sees only its tokens: 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Generator, Iterator, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Generator, Iterator, NamedTuple, Sequence, cast
 
 from macapp.core.cache_layers import CacheLayers
 from macapp.core.engine.mtp_accept import Acceptor
@@ -41,6 +41,7 @@ from macapp.core.engine.snapshots import CacheSnapshot, ObservedCache, restore_s
 from macapp.core.sampling import SamplingParams
 
 if TYPE_CHECKING:
+    import mlx.core as mx
     from mlx_lm.sample_utils import LogitsProcessor, Sampler
 
     from macapp.core.engine.model_folder import LoadedModel
@@ -129,11 +130,11 @@ class Decoder:
         self.fed: list[int] = []
         self.given: list[int] = []
         self.handed_over = False
-        self.last_hidden: Any = None  # the target's hidden state before the last given token
+        self.last_hidden: mx.array | None = None  # the target's hidden state before the last given token
         self.live = False  # the head's own cache follows this stream's tokens
 
     # -- the model -------------------------------------------------------------------------------------
-    def _forward(self, tokens: list[int]) -> tuple[Any, Any]:
+    def _forward(self, tokens: list[int]) -> tuple[mx.array, mx.array]:
         """Read `tokens` into the cache: (post-norm hidden states (1, n, H), logits (n, V))."""
         import mlx.core as mx
         from mlx_lm.generate import generation_stream
@@ -159,7 +160,7 @@ class Decoder:
             if not in_round:
                 self._tell_context(first, tokens, hidden)
 
-    def _tell_context(self, first: int, tokens: list[int], hidden: Any) -> None:
+    def _tell_context(self, first: int, tokens: list[int], hidden: mx.array) -> None:
         if self.context is not None:
             self.context.read(first, tokens, hidden)
 
@@ -220,6 +221,7 @@ class Decoder:
                 self.head.drafter.reset(self.m.model)
                 self.head.drafter.set_shared_kv({}, self.length - 1)  # the pair (b, hidden before b) sits there
             self.live = True
+        assert self.last_hidden is not None, "start() reads the segment before the first round"
         given, self.last_hidden = self._round(b, self.last_hidden, depth)
         return given
 
@@ -227,7 +229,7 @@ class Decoder:
         """`token` of the round was handed on."""
         self.given.append(token)
 
-    def _plain_step(self, b: int) -> tuple[int, Any]:
+    def _plain_step(self, b: int) -> tuple[int, mx.array]:
         start = time.perf_counter()
         hidden, logits = self._forward([b])
         self.fed = [b]
@@ -237,14 +239,14 @@ class Decoder:
         self._tell_context(self.length - 1, [b], hidden)  # after the measurement: feeding the head is MTP's cost
         return token, hidden
 
-    def _round(self, b: int, last_hidden: Any, depth: int) -> tuple[list[int], Any]:
+    def _round(self, b: int, last_hidden: mx.array, depth: int) -> tuple[list[int], mx.array]:
         """Draft `depth` tokens after `b`, verify, commit; the tokens the round gives and the hidden after them."""
         import mlx.core as mx
 
         drafter = self.head.drafter
         t0 = time.perf_counter()
         draft_array = drafter.draft_block(b, last_hidden, None, depth + 1, None, greedy=True)
-        drafts = [int(t) for t in draft_array[0].tolist()]
+        drafts = [int(t) for t in cast("list[int]", draft_array[0].tolist())]  # a row of token ids
         t1 = time.perf_counter()
         self.base = take_snapshot(self.cache, self.length)
         hidden, logits = self._forward([b, *drafts])
@@ -317,7 +319,7 @@ class Decoder:
             self.context.trim_to(self.length)
 
 
-def _with_prefix(processor: "LogitsProcessor", prefix: Any) -> "LogitsProcessor":
+def _with_prefix(processor: "LogitsProcessor", prefix: "mx.array | None") -> "LogitsProcessor":
     """A logits processor that sees `prefix` before the tokens it is given."""
     if prefix is None:
         return processor

@@ -24,21 +24,42 @@ import json
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
+from macapp.core.jsonvalue import JSONObject
 from macapp.core.memory import parameter_bytes
 from macapp.core.modelfiles import MTP_PREFIX, mtp_side_file, text_config
+
+if TYPE_CHECKING:  # naming MLX's and mlx-vlm's types costs nothing at start-up
+    import mlx.core as mx
+    import mlx.nn as nn
+    from mlx_vlm.models.cache import KVCache
+    from mlx_vlm.speculative.drafters.qwen3_5_mtp import Qwen3_5MTPDraftModel
 
 
 class HeadTarget(Protocol):
     """What load_mtp_head reads of the model it loads a head for (a LoadedModel, or one being loaded)."""
 
     @property
-    def model(self) -> Any: ...  # the mlx-lm model object the head drafts for
+    def model(self) -> nn.Module: ...  # the mlx-lm model object the head drafts for
     @property
-    def config(self) -> dict[str, Any]: ...
+    def config(self) -> JSONObject: ...
     @property
     def path(self) -> Path: ...
+
+
+class MTPDrafter(Protocol):
+    """What the engine calls on mlx-vlm's Qwen3.5 MTP drafter (Qwen3_5MTPDraftModel), loaded and bound to its model:
+    its own KV cache (make_cache, reset, set_shared_kv) and a round's draft and commit (mtp_decode.py, mtp_context.py)."""
+
+    def make_cache(self) -> list[KVCache]: ...
+    def reset(self, target_model: nn.Module) -> list[KVCache]: ...  # the list it keeps as its cache from now on
+    def set_shared_kv(self, shared_kv_states: dict[str, mx.array], kv_offset: int) -> None: ...
+    def draft_block(self, last_bonus: int, hidden: mx.array, cache: None, block_size: int, sampler: None, *, greedy: bool) -> mx.array: ...
+    def accept_verified_tokens(
+        self, verify_hidden: mx.array, draft_tokens: mx.array, accepted: int, new_tokens: list[int], sampler: None, *, greedy: bool
+    ) -> None: ...
+    def draft_eval_state(self) -> list[object]: ...  # the arrays (and Nones) a round leaves to evaluate
 
 
 class MTPHeadError(Exception):
@@ -49,8 +70,8 @@ class MTPHeadError(Exception):
 class MTPHead:
     """A loaded MTP head, bound to the main model it drafts for (`target`: the mlx-lm model object)."""
 
-    drafter: Any  # mlx_vlm's Qwen3_5MTPDraftModel
-    target: Any
+    drafter: MTPDrafter  # mlx_vlm's Qwen3_5MTPDraftModel
+    target: nn.Module
     source: Path  # the file its tensors came from (a shard of the build, or the side file)
     nbytes: int  # memory its own weights take (the embedding and lm_head are the main model's)
     depth: int  # the checkpoint's mtp_num_hidden_layers
@@ -78,11 +99,11 @@ def _tensor_names(path: Path) -> list[str]:
     return [k for k in header if k != "__metadata__"] if isinstance(header, dict) else []
 
 
-def read_mtp_tensors(files: list[Path]) -> dict[str, Any]:
+def read_mtp_tensors(files: list[Path]) -> dict[str, mx.array]:
     """Every `mtp.*` tensor of `files` (mx.arrays, names as stored)."""
     import mlx.core as mx
 
-    out: dict[str, Any] = {}
+    out: dict[str, mx.array] = {}
     for path in files:
         tensors = mx.load(str(path))
         if not isinstance(tensors, dict):  # a safetensors file loads as a dict (no metadata asked)
@@ -117,18 +138,18 @@ def load_mtp_head(loaded: HeadTarget, model_dir: Path | None = None) -> MTPHead 
     return MTPHead(drafter=drafter, target=loaded.model, source=files[0], nbytes=nbytes, depth=depth)
 
 
-def _drafter(config: dict[str, Any]) -> Any:
+def _drafter(config: JSONObject) -> Qwen3_5MTPDraftModel:
     from mlx_vlm.speculative.drafters.qwen3_5_mtp import Model, ModelConfig
 
     return Model(ModelConfig.from_dict({"text_config": dict(config)}))
 
 
-def _quantize_like(drafter: Any, weights: dict[str, Any]) -> None:
+def _quantize_like(drafter: nn.Module, weights: dict[str, mx.array]) -> None:
     """Quantize the drafter's layers that have `.scales` in `weights`, each with the bits and group size its own
     tensors say (packed uint32 width and scales per row against the layer's input size)."""
     import mlx.nn as nn
 
-    def spec(path: str, module: Any) -> dict[str, int] | bool:
+    def spec(path: str, module: nn.Module) -> dict[str, int] | bool:
         scales = weights.get(f"{path}.scales")
         if scales is None or not hasattr(module, "to_quantized"):
             return False
