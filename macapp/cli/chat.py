@@ -26,6 +26,7 @@ from macapp.core.engine.messages import ChatMessage
 from macapp.core.events import AnswerDelta, Failed, Finished, ReasoningDelta, Reply, TerminalEvent, TurnKind, format_stats
 from macapp.core.fit.estimate import DEFAULT_PREFILL_STEP
 from macapp.core.history import NotFoundError, Store, StoreError
+from macapp.core.jsonvalue import JSONObject
 from macapp.core.recorder import ChatRecorder
 from macapp.core.sampling import SamplingParams, preset
 from macapp.core.vision.images import ImageError, PreparedImage, open_image
@@ -133,7 +134,7 @@ class History:
     """The chat's history: the store and the one recorder (macapp.core.recorder); records nothing with
     --no-history or a read-only history. A storage failure is said on stderr and the chat goes on."""
 
-    def __init__(self, enabled: bool, model: str, system: str | None, settings: dict[str, object], resume: int | None):
+    def __init__(self, enabled: bool, model: str, system: str | None, settings: JSONObject, resume: int | None):
         self.store = None
         self.recorder = None
         self.messages: list[ChatMessage] | None = None  # a resumed conversation, for the session to read once

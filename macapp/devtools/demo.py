@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from macapp.core import paths
+from macapp.core.engine import Engine
 from macapp.core.engine.jobs import Job
 from macapp.core.events import TerminalEvent
 from macapp.devtools.tiny_model import make_tiny_model
@@ -58,7 +59,7 @@ class DemoReady(TerminalEvent):
     path: str
 
 
-def build_job(engine) -> Job:
+def build_job(engine: Engine) -> Job:
     """Make (or find) the demo model on the engine's worker thread; the job ends with DemoReady or Failed."""
 
     def work(job: Job) -> None:

@@ -14,7 +14,7 @@ import sys
 from macapp.core.hardware import detect_machine
 
 
-def probe_report() -> dict:
+def probe_report() -> dict[str, object]:
     machine = detect_machine()
     return {
         "platform": f"{platform.system()} {platform.machine()}",

@@ -15,13 +15,19 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from macapp.core.jsonvalue import JSONObject
 from macapp.core.settings import Settings
 from macapp.devtools.tiny_model import make_tiny_model
 from macapp.devtools.tiny_vlm import make_tiny_vlm
 
-WHAT_IF = {"chip": "M4 Pro", "memory_gb": 24}
+if TYPE_CHECKING:
+    from PySide6.QtWidgets import QApplication, QTableWidget, QWidget
+
+WHAT_IF: JSONObject = {"chip": "M4 Pro", "memory_gb": 24}
 SIZE = (1180, 760)
 TALL = 1040  # the advice shot's window height
 NO_END = {"logit_bias": {2: -100.0, 0: -100.0}}  # keeps the tiny model talking (its end tokens are 0 and 2)
@@ -36,7 +42,7 @@ def _no_broken_bytes(model: Path) -> dict[int, float]:
     return {i: -100.0 for i in range(tok.get_vocab_size()) if "\ufffd" in tok.decode([i])}
 
 
-def _wait(app, condition, timeout_s: float = 60.0) -> None:
+def _wait(app: QApplication, condition: Callable[[], object], timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
         if time.monotonic() > deadline:
@@ -45,14 +51,14 @@ def _wait(app, condition, timeout_s: float = 60.0) -> None:
         time.sleep(0.01)
 
 
-def _pause(app, seconds: float) -> None:
+def _pause(app: QApplication, seconds: float) -> None:
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         app.processEvents()
         time.sleep(0.01)
 
 
-def _save(app, window, path: Path) -> None:
+def _save(app: QApplication, window: QWidget, path: Path) -> None:
     from PySide6.QtCore import QEvent
 
     _pause(app, 0.2)
@@ -66,10 +72,11 @@ def _save(app, window, path: Path) -> None:
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]  # (host, port) for an AF_INET socket
+        return port
 
 
-def _ask_both_apis(url: str, done: list) -> threading.Thread:
+def _ask_both_apis(url: str, done: list[str]) -> threading.Thread:
     """Two requests to the local server, as other tools send them: one per API, off the GUI thread."""
     import anthropic
     import openai
@@ -88,6 +95,13 @@ def _ask_both_apis(url: str, done: list) -> threading.Thread:
     thread = threading.Thread(target=run, name="shots-clients", daemon=True)
     thread.start()
     return thread
+
+
+def _cell_text(table: QTableWidget, row: int, column: int) -> str:
+    item = table.item(row, column)
+    if item is None:
+        raise LookupError(f"no cell at row {row}, column {column}")
+    return item.text()
 
 
 def _landscape(path: Path, size: tuple[int, int], seed: int) -> Path:
@@ -128,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     # The window's modules only now, after the environment above: huggingface_hub reads HF_HOME and HF_ENDPOINT once, when first imported.
     from macapp.ui.app import make_application
     from macapp.ui.main_window import CHAT, LIBRARY, SERVER, MainWindow
+    from macapp.ui.messages import AssistantMessage
     from macapp.ui.style import apply_style
 
     app = make_application()
@@ -167,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     panel = lib.details.download_panel
     _wait(app, lambda: "Downloading" in panel.headline.text() and panel.progress.value() > 400 and "/s" in panel.detail.text())
     _save(app, window, out / "download.png")
+    if lib.downloads is None:  # started by the click above
+        raise RuntimeError("the library has no download controller")
     lib.downloads.pause()
     _wait(app, lambda: panel.headline.text().startswith("Paused"), 10)
 
@@ -182,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     chat.send("What is the answer to the question?")
     _wait(app, lambda: not chat.busy)
     first = chat.messages.widgets()[-1]
+    if not isinstance(first, AssistantMessage):
+        raise RuntimeError("the last message is not the reply")
     first.reasoning.set_expanded(True)
     chat.composer.thinking.setChecked(False)
     chat.controller.sampling_overrides = {"logit_bias": {**NO_END["logit_bias"], **_no_broken_bytes(model)}}
@@ -207,9 +226,12 @@ def main(argv: list[str] | None = None) -> int:
     server.port.setValue(_free_port())
     server.toggle.click()
     _wait(app, lambda: window.server.running and server.toggle.text() == "Stop")
-    done: list = []
-    clients = _ask_both_apis(window.server.server.base_url, done)
-    _wait(app, lambda: not clients.is_alive() and server.table.rowCount() == 2 and all(server.table.item(r, 5).text() == "done" for r in range(2)), 120)
+    done: list[str] = []
+    serving = window.server.server
+    if serving is None:
+        raise RuntimeError("the local server did not start")
+    clients = _ask_both_apis(serving.base_url, done)
+    _wait(app, lambda: not clients.is_alive() and server.table.rowCount() == 2 and all(_cell_text(server.table, r, 5) == "done" for r in range(2)), 120)
     if len(done) != 2:
         raise RuntimeError("a request to the local server failed")
     _save(app, window, out / "server.png")

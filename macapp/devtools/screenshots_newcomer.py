@@ -10,10 +10,16 @@ import socket
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from macapp.core.settings import Settings
 from macapp.devtools.screenshots import SIZE, WHAT_IF, _save, _wait
 from macapp.devtools.tiny_model import make_tiny_model
+
+if TYPE_CHECKING:
+    from PySide6.QtWidgets import QApplication
+
+    from macapp.ui.main_window import MainWindow
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,7 +59,10 @@ def main(argv: list[str] | None = None) -> int:
 
     # 2. The library after a restart would list the folder; the loaded row says so; speed and status apart.
     window.show_page(LIBRARY)
-    lib.select(str(chat.controller.model_ref.local_path))
+    demo = chat.controller.model_ref
+    if demo is None:
+        raise RuntimeError("the demo model is not loaded")
+    lib.select(str(demo.local_path))
     _save(app, window, out / "newcomer-library.png")
 
     # 3. The conversation reopened with no model loaded: why Send is off, and its own model offered.
@@ -66,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     # 4. Temperature 50 typed: clamped to 2.00 and said so.
     chat.show_settings()
     dialog = chat.settings_dialog
+    if dialog is None:
+        raise RuntimeError("the chat settings did not open")
     box = dialog.inputs["temperature"]
     box.lineEdit().selectAll()
     QTest.keyClicks(box.lineEdit(), "50")
@@ -99,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def long_context_shots(app, window, out: Path, work: Path) -> None:
+def long_context_shots(app: QApplication, window: MainWindow, out: Path, work: Path) -> None:
     from macapp.ui.main_window import CHAT, LIBRARY  # why: as main's, after the environment it sets
     from tests.fixtures.models import with_native_length
 

@@ -26,6 +26,7 @@ import macapp
 from macapp import __version__
 from macapp.core import catalog, hardware, paths
 from macapp.core.engine import Engine
+from macapp.core.events import Reply
 from macapp.core.fit import estimate
 from macapp.core.logs import setup_logging
 from macapp.core.sampling import SamplingParams
@@ -153,10 +154,12 @@ def _dist_version(dist: str) -> str:
 def check_qt() -> str:
     if sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # no screen: Qt would abort the process
-    from PySide6.QtGui import QPixmap
+    from PySide6.QtGui import QGuiApplication, QPixmap
     from PySide6.QtWidgets import QApplication, QLabel
 
     app = QApplication.instance() or QApplication([sys.argv[0]])
+    if not isinstance(app, QGuiApplication):  # a QCoreApplication of someone else's: no widgets can be made
+        raise SelfTestFailure("a Qt application without a GUI is already running in this process")
     label = QLabel("Qwen Desk")
     label.adjustSize()
     image = label.grab().toImage()
@@ -283,6 +286,7 @@ def _chat_with_engine(model_path: Path) -> tuple[str, str, int]:
         session = engine.new_session()
         sampling = SamplingParams(max_tokens=CHAT_TOKENS, seed=0)
         reply = session.send("Say hello.", thinking=False, sampling=sampling).result(timeout=ENGINE_TIMEOUT_S)
+        assert isinstance(reply, Reply)  # a chat job ends with its Reply (result() raises a Failed)
     finally:
         engine.close()
     return "the engine", reply.reasoning + reply.text, reply.stats.generation_tokens
@@ -307,6 +311,7 @@ def check_picture(workdir: Path) -> str:
             )
             .result(timeout=ENGINE_TIMEOUT_S)
         )
+        assert isinstance(reply, Reply)
     finally:
         engine.close()
     if reply.stats.image_tokens < 1:

@@ -47,8 +47,14 @@ import io
 import json
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from macapp.core.modelfiles import mtp_side_file
+
+if TYPE_CHECKING:
+    import mlx.core as mx
+    import mlx.nn as nn
+    from tokenizers import Tokenizer
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
 TOKENIZER_VOCAB = 448  # trained BPE size (specials included); the model's vocab is padded to 512.
@@ -150,7 +156,7 @@ def _corpus(seed: int) -> list[str]:
     return [text[i : i + 400] for i in range(0, len(text), 400)] + ["".join(SCRIPT_REASONING) + "\n\n" + "".join(SCRIPT_ANSWER) + "\n\n"] * 50
 
 
-def _train_tokenizer(seed: int):
+def _train_tokenizer(seed: int) -> Tokenizer:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
     tok = Tokenizer(models.BPE())
@@ -167,11 +173,11 @@ def _train_tokenizer(seed: int):
     return tok
 
 
-def _text_config(kind: str, hidden_size: int, num_layers: int) -> dict:
+def _text_config(kind: str, hidden_size: int, num_layers: int) -> dict[str, object]:
     if hidden_size % 64 or num_layers % 4:
         raise ValueError("hidden_size must be a multiple of 64 and num_layers a multiple of 4")
     heads = max(2, hidden_size // 64)
-    cfg = {
+    cfg: dict[str, object] = {
         "model_type": "qwen3_5_moe_text" if kind == "moe" else "qwen3_5_text",
         "hidden_size": hidden_size,
         "num_hidden_layers": num_layers,
@@ -219,7 +225,7 @@ def _text_config(kind: str, hidden_size: int, num_layers: int) -> dict:
     return cfg
 
 
-def _full_config(kind: str, text_config: dict, eos_ids: list[int]) -> dict:
+def _full_config(kind: str, text_config: dict[str, object], eos_ids: list[int]) -> dict[str, object]:
     text_config = dict(text_config, eos_token_id=eos_ids[1])
     return {
         "architectures": ["Qwen3_5MoeForConditionalGeneration" if kind == "moe" else "Qwen3_5ForConditionalGeneration"],
@@ -231,7 +237,7 @@ def _full_config(kind: str, text_config: dict, eos_ids: list[int]) -> dict:
     }
 
 
-def _add_script_tokens(tokenizer, pieces: list[str]) -> None:
+def _add_script_tokens(tokenizer: Tokenizer, pieces: list[str]) -> None:
     """Make each piece of a custom answer script one token (an added token unless BPE already has it)."""
     from tokenizers import AddedToken
 
@@ -241,8 +247,16 @@ def _add_script_tokens(tokenizer, pieces: list[str]) -> None:
         raise ValueError(f"the answer script needs {len(new)} new tokens: more than the model's vocabulary holds")
 
 
-def _script_ids(tokenizer, answer_pieces: list[str] | None = None) -> tuple[list[int], list[int], dict[str, int]]:
-    special = {t: tokenizer.token_to_id(t) for t in SPECIAL_TOKENS}
+def token_id(tokenizer: Tokenizer, token: str) -> int:
+    """The id of a token the tiny tokenizer holds (SPECIAL_TOKENS, the vision ones tiny_vlm adds)."""
+    found = tokenizer.token_to_id(token)
+    if found is None:
+        raise RuntimeError(f"tiny tokenizer: no token {token!r}")
+    return found
+
+
+def _script_ids(tokenizer: Tokenizer, answer_pieces: list[str] | None = None) -> tuple[list[int], list[int], dict[str, int]]:
+    special = {t: token_id(tokenizer, t) for t in SPECIAL_TOKENS}
 
     def one(text: str) -> int:
         ids = tokenizer.encode(text, add_special_tokens=False).ids
@@ -259,7 +273,7 @@ def _script_ids(tokenizer, answer_pieces: list[str] | None = None) -> tuple[list
     return reasoning, answer, special
 
 
-def _cycle(tokenizer, chain: list[int], seed: int) -> list[int]:
+def _cycle(tokenizer: Tokenizer, chain: list[int], seed: int) -> list[int]:
     """The "right" model's script: `chain` without its final <|im_end|>, then every other ordinary token (in a
     seeded order), then back to the chain's start."""
     import random
@@ -271,11 +285,11 @@ def _cycle(tokenizer, chain: list[int], seed: int) -> list[int]:
     return body + rest + body[:1]
 
 
-def _shape_weights(model, tokenizer, seed: int, answer_pieces: list[str] | None = None, cycle: bool = False) -> None:
+def _shape_weights(model: nn.Module, tokenizer: Tokenizer, seed: int, answer_pieces: list[str] | None = None, cycle: bool = False) -> None:
     """Give the random model its greedy script (see the module docstring); layers stay random.
     `cycle`: the "right" model's script (every ordinary token has a successor; the layers write less)."""
     import mlx.core as mx
-    from mlx.utils import tree_flatten, tree_unflatten
+    from mlx.utils import tree_unflatten
 
     reasoning, answer, special = _script_ids(tokenizer, answer_pieces)
     chain = [special["\n"], *reasoning, special["</think>"], special["\n\n"], *answer, special["<|im_end|>"]]
@@ -287,7 +301,7 @@ def _shape_weights(model, tokenizer, seed: int, answer_pieces: list[str] | None 
     embed = mx.random.normal((MODEL_VOCAB, hidden), key=k1)
     unit = embed / mx.linalg.norm(embed, axis=-1, keepdims=True)
     head = mx.random.normal((MODEL_VOCAB, hidden), key=k2) * (0.6 / hidden**0.5)
-    rows = {}
+    rows: dict[int, list[int]] = {}
     for prev, nxt in zip(chain, chain[1:]):
         rows.setdefault(nxt, []).append(prev)
     head_rows = [head[i] for i in range(MODEL_VOCAB)]
@@ -297,7 +311,7 @@ def _shape_weights(model, tokenizer, seed: int, answer_pieces: list[str] | None 
     lm.lm_head.weight = mx.stack(head_rows)
     # Scale what each block writes into the residual stream: the script survives and context still counts.
     updates = []
-    for path, value in tree_flatten(lm.model.parameters()):
+    for path, value in _flat_arrays(lm.model.parameters()):
         if path.endswith(("o_proj.weight", "out_proj.weight", "down_proj.weight")):
             updates.append((path, value * (CYCLE_WRITE_SCALE if cycle else 2.5)))
     lm.model.update(tree_unflatten(updates))
@@ -309,7 +323,7 @@ def _shape_weights(model, tokenizer, seed: int, answer_pieces: list[str] | None 
             layer.linear_attn.A_log = mx.log(mx.random.uniform(0.05, 0.5, shape, key=k3))
 
 
-def _hub_weights(weights: dict, kind: str, text_config: dict, head: dict | None = None) -> dict:
+def _hub_weights(weights: dict[str, mx.array], kind: str, num_layers: int, hidden: int, head: dict[str, mx.array] | None = None) -> dict[str, mx.array]:
     """The Hugging Face checkpoint layout of MLX-layout weights (the inverse of mlx-lm's sanitize)."""
     import mlx.core as mx
 
@@ -320,7 +334,7 @@ def _hub_weights(weights: dict, kind: str, text_config: dict, head: dict | None 
         ".q_norm.weight",
         ".k_norm.weight",
     )
-    out = {}
+    out: dict[str, mx.array] = {}
     for key, value in weights.items():
         if "switch_mlp" in key:
             continue
@@ -334,13 +348,12 @@ def _hub_weights(weights: dict, kind: str, text_config: dict, head: dict | None 
             value = value - 1.0
         out[new] = value
     if kind == "moe":
-        for layer in range(text_config["num_hidden_layers"]):
+        for layer in range(num_layers):
             p = f"language_model.model.layers.{layer}.mlp.switch_mlp"
             gate, up = weights[f"{p}.gate_proj.weight"], weights[f"{p}.up_proj.weight"]
             hub = f"model.language_model.layers.{layer}.mlp.experts"
             out[f"{hub}.gate_up_proj"] = mx.concatenate([gate, up], axis=-2)
             out[f"{hub}.down_proj"] = weights[f"{p}.down_proj.weight"]
-    hidden = text_config["hidden_size"]
     if head is not None:
         out.update(head)
     else:
@@ -361,18 +374,17 @@ _ZERO_CENTRED = (
 )
 
 
-def _mtp_tensors(config: dict, head: str, bits: int | None) -> dict:
+def _mtp_tensors(config: dict[str, object], hidden: int, head: str, bits: int | None) -> dict[str, mx.array]:
     """The `mtp.*` tensors of a tiny head (see the module docstring), quantized like a `bits` build."""
     import mlx.core as mx
     import mlx.nn as nn
-    from mlx.utils import tree_flatten, tree_unflatten
+    from mlx.utils import tree_unflatten
     from mlx_vlm.speculative.drafters.qwen3_5_mtp import Model, ModelConfig
 
     drafter = Model(ModelConfig.from_dict({"text_config": config["text_config"]}))
-    hidden = config["text_config"]["hidden_size"]
     if head != "random":
         updates = [("fc.weight", mx.concatenate([mx.eye(hidden), mx.zeros((hidden, hidden))], axis=1))]
-        for path, value in tree_flatten(drafter.parameters()):
+        for path, value in _flat_arrays(drafter.parameters()):
             if path.endswith(("o_proj.weight", "down_proj.weight")):
                 updates.append((path, mx.zeros_like(value)))
         drafter.update(tree_unflatten(updates))
@@ -384,8 +396,8 @@ def _mtp_tensors(config: dict, head: str, bits: int | None) -> dict:
                 hasattr(m, "to_quantized") and ({"group_size": 64, "bits": 8} if p.endswith(gates) else {"group_size": 64, "bits": bits})
             ),
         )
-    out = {}
-    for path, value in tree_flatten(drafter.parameters()):
+    out: dict[str, mx.array] = {}
+    for path, value in _flat_arrays(drafter.parameters()):
         if path.endswith(_ZERO_CENTRED) and value.ndim == 1:
             value = value - 1.0  # the original checkpoint's convention
         out["mtp." + path] = value
@@ -398,12 +410,25 @@ def _mtp_tensors(config: dict, head: str, bits: int | None) -> dict:
     return out
 
 
-def _add_to_shard(dest: Path, tensors: dict) -> None:
+def _flat_arrays(tree: object) -> list[tuple[str, mx.array]]:
+    """mlx.utils.tree_flatten of a module's parameters: its (dotted path, array) pairs."""
+    from mlx.utils import tree_flatten
+
+    flat = tree_flatten(tree)
+    if not isinstance(flat, list):  # tree_flatten returns its destination, a list unless one is given
+        raise TypeError("tree_flatten returned a dict")
+    return flat
+
+
+def _add_to_shard(dest: Path, tensors: dict[str, mx.array]) -> None:
     """Put `tensors` into the build's model.safetensors (and its index), as a conversion that kept them would."""
     import mlx.core as mx
 
     shard = dest / "model.safetensors"
-    weights = dict(mx.load(str(shard)))
+    loaded = mx.load(str(shard))
+    if not isinstance(loaded, dict):  # a .safetensors file loads as a dict of arrays
+        raise TypeError(f"{shard} did not load as named arrays")
+    weights = dict(loaded)
     weights.update(tensors)
     mx.save_safetensors(str(shard), weights, metadata={"format": "mlx"})
     index = dest / "model.safetensors.index.json"
@@ -413,7 +438,7 @@ def _add_to_shard(dest: Path, tensors: dict) -> None:
         index.write_text(json.dumps(data, indent=4))
 
 
-def _write_tokenizer(dest: Path, tokenizer, eos_ids: list[int]) -> None:
+def _write_tokenizer(dest: Path, tokenizer: Tokenizer, eos_ids: list[int]) -> None:
     tokenizer.save(str(dest / "tokenizer.json"))
     added = {  # transformers reads the added tokens from here: the answer script's too
         str(i): {
@@ -473,7 +498,6 @@ def make_tiny_model(
     token): e.g. a tool call, for tests of the API server (tests/fixtures/scripted.py).
     `mtp`: one of MTP_HEADS (module docstring), in the build's shard or with `mtp_side` in its side file."""
     import mlx.core as mx
-    from mlx.utils import tree_flatten
     from mlx_lm.utils import _get_classes, quantize_model, save_config, save_model
 
     if kind not in ("moe", "dense"):
@@ -492,7 +516,7 @@ def make_tiny_model(
     tokenizer = _train_tokenizer(seed)
     if answer:
         _add_script_tokens(tokenizer, list(answer))
-    eos_ids = [tokenizer.token_to_id("<|im_end|>"), tokenizer.token_to_id("<|endoftext|>")]
+    eos_ids = [token_id(tokenizer, "<|im_end|>"), token_id(tokenizer, "<|endoftext|>")]
     text_config = _text_config(kind, hidden_size, num_layers)
     config = _full_config(kind, text_config, eos_ids)
 
@@ -501,11 +525,11 @@ def make_tiny_model(
     model = model_class(args_class.from_dict(config))
     _shape_weights(model, tokenizer, seed, list(answer) if answer else None, cycle=mtp == "right")
     mx.eval(model.parameters())
-    head = _mtp_tensors(config, mtp, bits) if mtp else None
+    head = _mtp_tensors(config, hidden_size, mtp, bits) if mtp else None
     shard_head = head if head is not None and not mtp_side else None
 
     if hub_layout:
-        weights = _hub_weights(dict(tree_flatten(model.parameters())), kind, text_config, shard_head)
+        weights = _hub_weights(dict(_flat_arrays(model.parameters())), kind, num_layers, hidden_size, shard_head)
         mx.save_safetensors(str(dest / "model.safetensors"), weights, metadata={"format": "pt"})
         (dest / "config.json").write_text(json.dumps(config, indent=2))
     else:

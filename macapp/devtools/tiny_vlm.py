@@ -21,8 +21,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from macapp.core.jsonvalue import JSONObject
 from macapp.devtools import tiny_model
+
+if TYPE_CHECKING:
+    import mlx.nn as nn
 
 VISION_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
 PATCH_SIZE = 16
@@ -31,7 +36,7 @@ TEMPORAL_PATCH_SIZE = 2
 MIN_PIXELS = 32 * 32  # one image token at least
 MAX_PIXELS = 256 * 256  # at most 64 image tokens: the processor scales anything bigger down to this
 
-VISION_CONFIG = {
+VISION_CONFIG: JSONObject = {
     "depth": 2,
     "hidden_act": "gelu_pytorch_tanh",
     "hidden_size": 64,
@@ -90,7 +95,7 @@ def _add_vision_tokens(dest: Path) -> dict[str, int]:
     tok = Tokenizer.from_file(str(dest / "tokenizer.json"))
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in VISION_TOKENS])
     tok.save(str(dest / "tokenizer.json"))
-    ids = {t: tok.token_to_id(t) for t in VISION_TOKENS}
+    ids = {t: tiny_model.token_id(tok, t) for t in VISION_TOKENS}
     config_file = dest / "tokenizer_config.json"
     config = json.loads(config_file.read_text())
     for token, token_id in ids.items():
@@ -107,10 +112,12 @@ def _add_vision_tokens(dest: Path) -> dict[str, int]:
     return ids
 
 
-def vlm_config(text_folder_config: dict, ids: dict[str, int]) -> dict:
+def vlm_config(text_folder_config: JSONObject, ids: dict[str, int]) -> JSONObject:
     """The full config.json: the text model's, a real-shaped `vision_config` and the vision token ids."""
     config = dict(text_folder_config)
     text = config["text_config"]
+    if not isinstance(text, dict):
+        raise ValueError("config.json has no text_config")
     config["vision_config"] = dict(VISION_CONFIG, model_type=config["model_type"], out_hidden_size=text["hidden_size"])
     config.update(
         image_token_id=ids["<|image_pad|>"],
@@ -129,7 +136,7 @@ def make_tiny_vlm(dest: Path, kind: str = "dense", *, seed: int = 0, hidden_size
     from mlx.utils import tree_flatten
 
     dest = tiny_model.make_tiny_model(Path(dest), kind=kind, seed=seed, hidden_size=hidden_size, num_layers=num_layers)
-    text_model, _ = mlx_lm.load(str(dest))
+    text_model = mlx_lm.load(str(dest))[0]  # (model, tokenizer)
     text_weights = dict(tree_flatten(text_model.parameters()))
     ids = _add_vision_tokens(dest)
     config = vlm_config(json.loads((dest / "config.json").read_text()), ids)
@@ -151,15 +158,14 @@ def make_tiny_vlm(dest: Path, kind: str = "dense", *, seed: int = 0, hidden_size
     return dest
 
 
-def _vlm_model(config: dict, seed: int):
+def _vlm_model(config: JSONObject, seed: int) -> nn.Module:
     import mlx.core as mx
+    from mlx_vlm.models import qwen3_5, qwen3_5_moe
 
-    if config["model_type"] == "qwen3_5_moe":
-        from mlx_vlm.models.qwen3_5_moe import Model, ModelConfig
-    else:
-        from mlx_vlm.models.qwen3_5 import Model, ModelConfig
     mx.random.seed(seed + 7)
-    return Model(ModelConfig.from_dict(config))
+    if config["model_type"] == "qwen3_5_moe":
+        return qwen3_5_moe.Model(qwen3_5_moe.ModelConfig.from_dict(config))
+    return qwen3_5.Model(qwen3_5.ModelConfig.from_dict(config))
 
 
 def main(argv: list[str] | None = None) -> int:
