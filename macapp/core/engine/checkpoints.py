@@ -18,14 +18,18 @@ onto a newer KV block (by the pool), restored into a fresh cache.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Sequence, cast
 
 from macapp.core.cache_layers import CacheLayers
 from macapp.core.engine.snapshots import CacheMirror, ObservedCache
 
 if TYPE_CHECKING:  # where a picture's tokens sit in a cache (vision.runner imports MLX: for the type only)
+    import mlx.core as mx
+
     from macapp.core.engine.mtp_context import HeadCheckpoint
     from macapp.core.vision.runner import PictureSpan
+
+    KVArrays = mx.array | tuple[mx.array, ...]  # a KV layer's keys or values (QuantizedKVCache: data, scales, biases)
 
 Key = tuple[int | str, ...]  # token ids; a picture's image tokens are its digest (macapp.core.serving.pictures)
 
@@ -35,8 +39,8 @@ class KVBuffers:
     """A full-attention layer's key/value buffers (a tuple of arrays each when quantized)."""
 
     cls: type  # KVCache or QuantizedKVCache
-    keys: Any
-    values: Any
+    keys: KVArrays
+    values: KVArrays
     quantization: tuple[int, int] | None  # (group_size, bits) of a QuantizedKVCache
 
 
@@ -58,7 +62,7 @@ class KVLayer:
 @dataclass(frozen=True)
 class RecurrentState:
     cls: type  # ArraysCache
-    arrays: tuple[Any, ...]
+    arrays: tuple[mx.array | None, ...]
 
 
 Layer = KVLayer | RecurrentState
@@ -84,13 +88,13 @@ class Checkpoint:
         return sum(span.delta for span in self.spans)
 
 
-def _views(x: Any, offset: int) -> Any:
+def _views(x: KVArrays, offset: int) -> KVArrays:
     if isinstance(x, (tuple, list)):
         return tuple(a[..., :offset, :] for a in x)
     return x[..., :offset, :]
 
 
-def _arrays(x: Any) -> list[Any]:
+def _arrays(x: KVArrays) -> list[mx.array]:
     return list(x) if isinstance(x, (tuple, list)) else [x]
 
 
@@ -108,9 +112,10 @@ def snapshot(cache: CacheLayers, tokens: Sequence[int | str], spans: Sequence[Pi
             if c.keys is None or c.offset != len(tokens):
                 raise ValueError(f"a KV layer holds {c.offset} tokens, not the {len(tokens)} of the checkpoint")
             quant = (c.group_size, c.bits) if isinstance(c, QuantizedKVCache) else None
+            keys, values = cast("KVArrays", c.keys), cast("KVArrays", c.values)  # mlx-lm types them as the Nones they start as
             layers.append(KVLayer(len(buffers)))
-            buffers.append(KVBuffers(type(c), _views(c.keys, c.offset), _views(c.values, c.offset), quant))
-            kv_bytes += sum(a.nbytes for a in _arrays(c.keys) + _arrays(c.values))
+            buffers.append(KVBuffers(type(c), _views(keys, c.offset), _views(values, c.offset), quant))
+            kv_bytes += sum(a.nbytes for a in _arrays(keys) + _arrays(values))
         elif isinstance(c, ArraysCache):
             if c.lengths is not None or c.left_padding is not None:
                 raise ValueError("cannot checkpoint a batched DeltaNet cache")

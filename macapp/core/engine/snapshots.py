@@ -10,11 +10,13 @@ DeltaNet arrays of its point alive (`CacheSnapshot.nbytes`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from macapp.core.cache_layers import CacheLayers
 
 if TYPE_CHECKING:
+    import mlx.core as mx
+
     from macapp.core.engine.checkpoints import Checkpoint
 
 
@@ -34,7 +36,7 @@ class CacheMirror(Protocol):
     def checkpoint_restored(self, checkpoint: Checkpoint, layers: CacheLayers) -> CacheLayers: ...
 
 
-class ObservedCache(list[Any]):
+class ObservedCache(CacheLayers):
     """A prompt cache (mlx-lm's list of layers) with a `mirror` told of its snapshots and checkpoints."""
 
     mirror: CacheMirror | None = None
@@ -51,9 +53,9 @@ class KVLength:
 class ArraysState:
     """An ArraysCache (DeltaNet) layer at a snapshot: its `state` then (the arrays, never written in place)."""
 
-    arrays: tuple[Any, ...]
-    left_padding: Any
-    lengths: Any
+    arrays: tuple[mx.array | None, ...]  # None: a slot the model has not filled yet
+    left_padding: mx.array | None
+    lengths: mx.array | None
 
     @property
     def nbytes(self) -> int:
