@@ -28,7 +28,7 @@ import collections
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from macapp.core.cache_layers import CacheLayers
 from macapp.core.engine.batch_reply import Next, SequenceReply
@@ -45,6 +45,7 @@ from macapp.core.engine.errors import EngineError
 from macapp.core.events import Failed, Finished, PromptProgress, Reply
 
 if TYPE_CHECKING:
+    from mlx_lm.generate import BatchGenerator
     from mlx_lm.sample_utils import LogitsProcessor, Sampler
 
     from macapp.core.engine.engine import Engine
@@ -203,12 +204,12 @@ class BatchLoop:
             self.active = 0
             gen.close()
 
-    def _insert(self, gen: Any, active: dict[int, Sequence], job: Job, starter: Starter, m: "LoadedModel") -> None:
+    def _insert(self, gen: "BatchGenerator", active: dict[int, Sequence], job: Job, starter: Starter, m: "LoadedModel") -> None:
         seq = _start(job, starter, m)
         if seq is not None:
             _join(gen, active, seq, seq.segments, seq.prompt.layers, seq.prompt.tokens)
 
-    def _alone(self, gen: Any, active: dict[int, Sequence], job: Job, starter: Starter, m: "LoadedModel") -> None:
+    def _alone(self, gen: "BatchGenerator", active: dict[int, Sequence], job: Job, starter: Starter, m: "LoadedModel") -> None:
         """Run a lone sequence outside the batch (solo.py) until it ends or another arrives: then it joins the batch."""
         seq = _start(job, starter, m)
         if seq is None:
@@ -241,7 +242,7 @@ class BatchLoop:
         with self._lock:
             return bool(self._inbox) and not waiting_jobs()
 
-    def _step(self, gen: Any, active: dict[int, Sequence]) -> None:
+    def _step(self, gen: "BatchGenerator", active: dict[int, Sequence]) -> None:
         prompt_responses, responses = gen.next()
         self.steps += 1
         remove: list[int] = []  # stopped while reading their prompt
@@ -317,7 +318,7 @@ def _start(job: Job, starter: Starter, m: "LoadedModel") -> Sequence | None:
     return seq
 
 
-def _join(gen: Any, active: dict[int, Sequence], seq: Sequence, segments: list[list[int]], layers: CacheLayers, tokens: list[int]) -> None:
+def _join(gen: "BatchGenerator", active: dict[int, Sequence], seq: Sequence, segments: list[list[int]], layers: CacheLayers, tokens: list[int]) -> None:
     """Insert `seq` into the batch: `layers` hold `tokens`, `segments` are still to read."""
     (uid,) = gen.insert_segments(
         [segments],

@@ -8,14 +8,14 @@ budget, stop and context cap from it.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Callable, Generator, NamedTuple
+from typing import TYPE_CHECKING, Callable, Generator, NamedTuple
 
 from macapp.core.cache_layers import CacheLayers
 from macapp.core.engine import mtp_decode
 from macapp.core.engine.clock import STATS_INTERVAL_S, TurnClock
 from macapp.core.engine.mtp_policy import DepthPolicy, MTPCounts
 from macapp.core.engine.options import KVQuantization, MTPMode
-from macapp.core.events import AnswerDelta, GenerationStats, PromptProgress, ReasoningDelta, Reply, StatsUpdate
+from macapp.core.events import AnswerDelta, Event, GenerationStats, PromptProgress, ReasoningDelta, Reply, StatsUpdate
 from macapp.core.sampling import SamplingParams, make_sampler_and_processors
 from macapp.core.fit.estimate import DEFAULT_PREFILL_STEP
 from macapp.core.thinking import ANSWER, ThinkingSplitter
@@ -23,10 +23,10 @@ from macapp.core.thinking import ANSWER, ThinkingSplitter
 if TYPE_CHECKING:
     from mlx_lm.generate import GenerationResponse
 
-    from macapp.core.engine.model_folder import LoadedModel
+    from macapp.core.engine.model_folder import LoadedModel, Tokenizer
     from macapp.core.engine.mtp_context import HeadContext
 
-Emit = Callable[[Any], None]
+Emit = Callable[[Event], None]
 
 
 class StreamedReply(NamedTuple):
@@ -205,7 +205,7 @@ def with_mtp(stats: GenerationStats, counts: MTPCounts) -> GenerationStats:
     return stats
 
 
-def leading_space(tokenizer: Any, tokens: list[int], text: str) -> str:
+def leading_space(tokenizer: Tokenizer, tokens: list[int], text: str) -> str:
     """mlx-lm's BPE streaming detokenizer drops the leading space of a stream's first text (as if nothing came
     before it); here the prompt did, and a reply that goes on from a partial one ("The answer" + " is") needs it."""
     if text.startswith(" ") or not tokenizer.decode(tokens).startswith(" "):

@@ -21,7 +21,7 @@ last, which the batch reads as a plain step would. In the batch (more than one s
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable, cast
 
 from macapp.core.cache_layers import CacheLayers
 from macapp.core.engine.batch_reply import Next
@@ -33,6 +33,8 @@ from macapp.core.engine.reply import drafting, pick_policy
 from macapp.core.events import PromptProgress
 
 if TYPE_CHECKING:
+    import mlx.core as mx
+
     from macapp.core.engine.batch import Sequence
     from macapp.core.engine.model_folder import LoadedModel
     from macapp.core.engine.mtp_head import MTPHead
@@ -132,7 +134,7 @@ class SoloRun:
                 seq.on_segment(at, self._copy(), self.head.checkpoint(at) if self.head is not None else None)  # a copy, as the batch's
         return None
 
-    def _feed(self, tokens: list[int]) -> Any:
+    def _feed(self, tokens: list[int]) -> mx.array:
         """Read `tokens` (the last one's logits are kept) and sample the next token, not yet read; lazily."""
         import mlx.core as mx
 
@@ -146,18 +148,19 @@ class SoloRun:
         logits = self.m.model(mx.array(last)[None], cache=self.layers)[:, -1, :]
         self.steps += 1
         context = self._held(last)
-        for processor in self.seq.processors:
-            logits = processor(context, logits)
+        if context is not None:  # kept whenever the sequence has processors (__init__)
+            for processor in self.seq.processors:
+                logits = processor(context, logits)
         logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
         y = self.seq.sampler(logprobs)
         mx.async_eval(y)
         return y
 
-    def _decode(self, y: Any, someone_waits: Callable[[], bool]) -> HandOver | Ended | list[int]:
+    def _decode(self, y: mx.array, someone_waits: Callable[[], bool]) -> HandOver | Ended | list[int]:
         """Decode from `y` (sampled, not read). Returns where it stopped, or the tokens to read next (the budget)."""
         reply = self.seq.reply
         while True:
-            token = int(y.item())
+            token = int(cast(int, y.item()))  # a token id (mlx types item() as any scalar)
             if someone_waits():
                 return self._hand_over(token)
             finish = self._finish_of(token)
@@ -250,11 +253,12 @@ class SoloRun:
         """The layers as they are now, in cache objects of their own (sharing the arrays: checkpoints.py)."""
         return PromptCache.restore(PromptCache(self.layers, self.tokens).checkpoint()).layers
 
-    def _held(self, tokens: list[int]) -> Any:
+    def _held(self, tokens: list[int]) -> mx.array | None:
         """`tokens` were read into the layers; returns every token they hold, as the logits processors see them."""
         import mlx.core as mx
 
         self.tokens.extend(tokens)
         if self.context is None:
             return None
-        return self.context.update_and_fetch(mx.array(tokens, dtype=mx.int32))
+        held: mx.array = self.context.update_and_fetch(mx.array(tokens, dtype=mx.int32))
+        return held
