@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from macapp.core import events as ev
 from macapp.core.cache_layers import CacheLayers
@@ -24,10 +24,15 @@ from macapp.core.engine.turns import ThinkingMode, TurnMemory, TurnPlan
 from macapp.core.events import Finished, PromptProgress, Reply
 from macapp.core.sampling import SamplingParams
 from macapp.core.engine import pictures as engine_pictures
+from macapp.core.engine.pictures import Picture
 
 if TYPE_CHECKING:
+    from macapp.core.engine.batch import Sequence as BatchedSequence
     from macapp.core.engine.engine import Engine
     from macapp.core.vision.runner import EncodedTurn
+
+
+Turn = Callable[[Job, bool], "BatchedSequence | None"]  # a turn's work: batched, it returns the Sequence the batch reads
 
 
 class ChatSession:
@@ -85,7 +90,7 @@ class ChatSession:
         thinking: bool = True,
         sampling: SamplingParams | None = None,
         thinking_budget: int | None = None,
-        images: Sequence[Any] | None = None,
+        images: Sequence[Picture] | None = None,
     ) -> Job:
         """Add a user message and stream the reply. `sampling` None: the model card's preset for the mode. `images`:
         pictures for this message (paths, encoded bytes or vision.images.PreparedImage), run through mlx-vlm."""
@@ -128,26 +133,30 @@ class ChatSession:
         self.last_job = job
         return job
 
-    def _submit_turn(self, turn: Callable[[Job, bool], Any], images: Sequence[Any] | None = None) -> Job:
+    def _submit_turn(self, turn: Turn, images: Sequence[Picture] | None = None) -> Job:
         """A turn as a job of its own, or, while the local API serves from this engine, as one more sequence of its
         batch (so the chat neither waits for the agents' replies nor makes them wait): `turn(job, batched)` then runs
         when the batch takes it and returns the Sequence to insert."""
         batch = self.engine.batch_loop() if self._joins_batch(images) else None
         if batch is None:
-            return self._submit(lambda job: turn(job, False))
+
+            def alone(job: Job) -> None:
+                turn(job, False)  # a job of its own: the turn returns nothing
+
+            return self._submit(alone)
         job = self.engine.new_job("chat")
         self.last_job = job
         batch.add(job, lambda _m: self._in_batch(job, turn))
         return job
 
-    def _joins_batch(self, images: Sequence[Any] | None) -> bool:
+    def _joins_batch(self, images: Sequence[Picture] | None) -> bool:
         """Text turns join the API's batch; pictures (mlx-vlm's model, mRoPE positions) and a quantized KV cache (the
         batch cannot quantize) run as jobs of their own."""
         if not self.engine.serving or images or self.options.kv_bits is not None:
             return False
         return not engine_pictures.pictures_in(self._messages)
 
-    def _in_batch(self, job: Job, turn: Callable[[Job, bool], Any]) -> Any:
+    def _in_batch(self, job: Job, turn: Turn) -> BatchedSequence | None:
         try:
             return turn(job, True)
         except EngineError:
@@ -172,13 +181,13 @@ class ChatSession:
         thinking: bool,
         sampling: SamplingParams | None,
         budget: int | None,
-        images: Sequence[Any] | None = None,
+        images: Sequence[Picture] | None = None,
         batched: bool = False,
-    ) -> Any:
+    ) -> BatchedSequence | None:
         clock = TurnClock()
         if job.stopped:
             job.emit(Finished(Reply(thinking=thinking, finish_reason="stopped", kept=False)))
-            return
+            return None
         turns.require_text(text)
         m = self._require_model()
         pictures = engine_pictures.open_pictures(images)
@@ -204,11 +213,11 @@ class ChatSession:
         sampling: SamplingParams | None,
         budget: int | None,
         batched: bool = False,
-    ) -> Any:
+    ) -> BatchedSequence | None:
         clock = TurnClock()
         if job.stopped:
             job.emit(Finished(Reply(finish_reason="stopped", kept=False)))
-            return
+            return None
         last_user = turns.last_user_index(self._messages, new_text)
         m = self._require_model()
         plan = turns.plan_redo(
@@ -233,7 +242,7 @@ class ChatSession:
         sampling: SamplingParams | None,
         budget: int | None,
         batched: bool = False,
-    ) -> Any:
+    ) -> BatchedSequence | None:
         """Run the turn (batched: return the Sequence the batch reads and answers it with; batched_turn.py)."""
         params = limits.turn_sampling(sampling, plan.mode.thinking, budget, self.options)
         if plan.restore is not None:
@@ -256,6 +265,7 @@ class ChatSession:
             raise
         if reply is not None:
             job.emit(Finished(reply))
+        return None
 
     def _encode_pictures(self, m: LoadedModel, plan: TurnPlan, cached: int, clock: TurnClock) -> EncodedTurn:
         """The plan's prompt with its pictures encoded by the tower (once, here: its time is in the TTFT), after
@@ -337,7 +347,7 @@ class ChatSession:
             self._prompt.rewind(plan.restore)
         return plan.turn_start or self._prompt.mark()
 
-    def _with_pictures(self, m: LoadedModel, encoded: Any) -> LoadedModel:
+    def _with_pictures(self, m: LoadedModel, encoded: EncodedTurn | None) -> LoadedModel:
         """The model as this session's turns with pictures run it: mlx-vlm's language model with explicit mRoPE
         positions (sharing the loaded weights), on this session's cache and its picture spans."""
         vision = engine_pictures.vision_for(m)
