@@ -4,10 +4,8 @@ most one call (`ToolChoice.parallel` off) ends after the first. Shared by the ba
 
 from __future__ import annotations
 
-from typing import Any
-
 from macapp.core.engine import Job, LoadedModel, StreamedReply
-from macapp.core.events import AnswerDelta, ReasoningDelta
+from macapp.core.events import AnswerDelta, Event, ReasoningDelta
 from macapp.core.serving.render import RenderedPrompt
 from macapp.core.serving.requests import Completed, CompletionRequest, FinishReason, ToolCall, ToolCallFinished, ToolCallStarted, Usage
 from macapp.core.serving.stops import StopMatcher
@@ -59,7 +57,7 @@ class ReplyText:
     def should_stop(self) -> bool:
         return self.stops.matched is not None or self.job.stopped or (self.single_call and bool(self.calls))
 
-    def emit(self, event: Any) -> None:
+    def emit(self, event: Event) -> None:
         if isinstance(event, AnswerDelta):
             self._pieces(self.parser.feed(event.text) if self.parser is not None else [event.text])
         elif isinstance(event, ReasoningDelta) and self.stops.matched is not None:

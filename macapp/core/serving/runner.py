@@ -24,7 +24,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from macapp.core import events as ev
 from macapp.core.engine import Engine, EngineError, Job, LoadedModel, SessionOptions, TurnClock, prefill, stream_reply, wired_memory
@@ -83,7 +83,7 @@ class ServingEngine:
         self._lock = threading.Lock()
         self._pending = 0  # submitted, not yet ended (the running ones included)
         self._mean_s = FIRST_GUESS_S  # a request's measured duration, from its start to its end (EWMA)
-        self._limit_for: Any = None  # the model the batch limit was sized for
+        self._limit_for: LoadedModel | None = None  # the model the batch limit was sized for
         self._limit = 1
         self._mtp_model: LoadedModel | None = None  # the model `_mtp_policy` measures (worker thread only)
         self._mtp_policy = DepthPolicy(self.options.session.mtp)
@@ -231,7 +231,7 @@ class ServingEngine:
         except RuntimeError:  # the engine is closed: it dropped everything already
             self.pool.clear()
 
-    def _on_event(self, event: Any) -> None:
+    def _on_event(self, event: ev.Event) -> None:
         if isinstance(event, ev.TerminalEvent):
             with self._lock:
                 self._pending -= 1
