@@ -79,7 +79,9 @@ class HeadContext:
             pairs, states = list(tokens[skip:]), hidden[:, skip - 1 : -1, :]
         if pairs:
             self._append(pairs, states)
-        self.carry = (first + n - 1, hidden[:, -1:, :])
+        last = mx.array(hidden[:, -1:, :])  # a copy: a slice would keep the whole chunk's hidden states alive
+        mx.eval(last)
+        self.carry = (first + n - 1, last)
 
     def lend(self) -> None:
         """Make this context the drafter's cache for the rounds that follow (its first draft pairs the given token

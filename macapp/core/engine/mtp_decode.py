@@ -213,17 +213,28 @@ class Decoder:
             token, self.last_hidden = self._plain_step(b)
             self.live = False
             return [token]
-        if not self.live:
-            if self.context is not None:
-                self.context.align(self.length)
-                self.context.lend()
-            else:
-                self.head.drafter.reset(self.m.model)
-                self.head.drafter.set_shared_kv({}, self.length - 1)  # the pair (b, hidden before b) sits there
-            self.live = True
         assert self.last_hidden is not None, "start() reads the segment before the first round"
+        if not self.live:
+            self._go_live(b, self.last_hidden)
         given, self.last_hidden = self._round(b, self.last_hidden, depth)
         return given
+
+    def _go_live(self, b: int, last_hidden: mx.array) -> None:
+        """Before a first round (or the first after plain steps): the drafter's cache is the context's (or a new one),
+        and the pair (b, hidden before b) is read into it as a verified token, which seeds the round's first draft.
+        Read by draft_block instead, the pair would count among the round's drafts, and accept_verified_tokens
+        would keep one draft too few and write the model's own next token one position early."""
+        import mlx.core as mx
+
+        drafter = self.head.drafter
+        if self.context is not None:
+            self.context.align(self.length)
+            self.context.lend()
+        else:
+            drafter.reset(self.m.model)
+            drafter.set_shared_kv({}, self.length - 1)  # the pair (b, hidden before b) sits there
+        drafter.accept_verified_tokens(last_hidden, mx.zeros((1, 0), dtype=mx.int32), 0, [b], None, greedy=True)
+        self.live = True
 
     def gave(self, token: int) -> None:
         """`token` of the round was handed on."""

@@ -9,10 +9,13 @@ import pytest
 from mlx_lm.models.cache import make_prompt_cache
 
 from macapp.core.engine import Engine, SessionOptions
+from macapp.core.engine.clock import TurnClock
 from macapp.core.engine.mtp_context import HeadContext
+from macapp.core.engine.mtp_policy import DepthPolicy
 from macapp.core.engine.options import MTPMode
 from macapp.core.engine.prefill import prefill
 from macapp.core.engine.prompt_cache import PromptCache
+from macapp.core.engine.reply import stream_reply
 from macapp.core.sampling import greedy
 from macapp.core.serving.requests import ChatMessage, Role
 from macapp.core.serving.runner import ServingEngine, ServingOptions
@@ -162,3 +165,39 @@ def test_an_agent_loop_through_the_pool_keeps_the_heads_context_and_one_policy(t
         assert longest.head.base == 0 and longest.head.keys[0].shape[2] == longest.length - 1  # no gap since the start
     finally:
         e.close()
+
+
+def test_after_a_drafting_reply_every_entry_is_the_one_a_whole_read_gives(tiny_mtp, load_tiny):
+    """Rounds whose drafts were all rejected (a random head) leave only verified entries: each equals mlx-vlm's own
+    fill over the whole conversation read in one pass, position for position (the round's given token is read into
+    the head as a verified one before it drafts, so nothing lands a position early)."""
+    m = load_tiny(tiny_mtp("dense", "random"))
+    tokens = ids_of(m, "Why is the sky blue? Please think very carefully first.")
+    prompt = PromptCache.new(m)
+    context = prompt.head_context(m.mtp_head)
+    prefill(m, prompt.layers, tokens[:-1], head=context)
+    prompt.extend(tokens[:-1])
+    policy = DepthPolicy(MTPMode.ON)
+    streamed = stream_reply(
+        m,
+        prompt.layers,
+        tokens[-1:],
+        cached=len(tokens) - 1,
+        limit=4096,
+        params=greedy(24),
+        thinking=True,
+        emit=lambda _event: None,
+        clock=TurnClock(),
+        mtp=MTPMode.ON,
+        mtp_policy=policy,
+        mtp_context=context,
+    )
+    stats = streamed.reply.stats
+    assert stats.mtp_steps > 3 and stats.mtp_accepted == 0  # the random head's drafts: every one rejected
+    held = [*tokens[:-1], *streamed.tokens_added]  # tokens_added begins with the prompt's last token
+    assert context.base == 0 and context.end == len(held) - 1 and context.carry[0] == len(held) - 1
+    want = reference(m, held, bonus=7)._cache[0]
+    got = context.layers[0]
+    n = len(held) - 1
+    assert mx.abs(got.keys[..., :n, :] - want.keys[..., :n, :]).max().item() < CLOSE
+    assert mx.abs(got.values[..., :n, :] - want.values[..., :n, :]).max().item() < CLOSE
