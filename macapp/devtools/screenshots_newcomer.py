@@ -69,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     key = chat.controller.conversation_id
     chat.unload_model()
     window.new_chat()
-    window.open_conversation(key)
+    window.open_conversation(key)  # read on the history's worker: wait for it to arrive
+    _wait(app, lambda: chat.controller.conversation_id == key and chat.controller.history_worker.pending == 0, 20)
     _save(app, window, out / "newcomer-load-prompt.png")
 
     # 4. Temperature 50 typed: clamped to 2.00 and said so.
@@ -99,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # 6. A deleted conversation's Undo: in the status bar, which keeps its figures.
     window.delete_conversation(key, confirm=False)
+    _wait(app, lambda: chat.controller.history_worker.pending == 0, 20)  # the delete runs on the history's worker
     window.show_page(CHAT)
     _save(app, window, out / "newcomer-undo.png")
 

@@ -436,8 +436,10 @@ class ChatController(QObject):
 
     def _make_writable_then(self, begin: Callable[[], bool], ref: ModelRef, kind: TurnKind, text: str) -> None:
         """Swap the read-only history for a scratch one (the open conversation copied) on the history's worker,
-        then start the turn; if the conversation or the model changed meanwhile, the text is given back."""
+        then start the turn; if the conversation or the model changed meanwhile (or another conversation or a new
+        chat was asked for: it is being read), the text is given back."""
         conversation, conversation_id, history = self.conversation, self.conversation_id, self.history
+        opens = self._opens
         self.starting = True
         self.state_changed.emit()
 
@@ -456,7 +458,7 @@ class ChatController(QObject):
                 self._tell_unsaved(switched.reason)
             if error is not None:
                 self.error.emit(f"Could not {VERBS[kind]}: {error}")
-            elif conversation is self.conversation and self.model_ref is ref and begin():
+            elif conversation is self.conversation and self._opens == opens and self.model_ref is ref and begin():
                 return
             self.give_back.emit(text)
             self.state_changed.emit()

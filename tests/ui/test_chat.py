@@ -331,6 +331,29 @@ def test_the_read_only_history_is_swapped_off_the_gui_thread(chat, qtbot, monkey
     assert [m.role for m in chat.controller.store.get_conversation(chat.controller.conversation_id).messages] == ["user", "assistant"] * 2
 
 
+def test_a_turn_waiting_for_the_swap_does_not_start_once_a_conversation_is_being_opened(chat, qtbot, monkeypatch):
+    send(chat, qtbot, "Saved before", thinking=False)
+    history = chat.controller.history
+    chat.controller.store.database.read_only = True  # what Store.open gives for a history written by a newer app
+    release = threading.Event()
+    real = history.make_writable
+
+    def held(conversation_id):  # the real swap, once the window has moved on
+        release.wait(10)
+        return real(conversation_id)
+
+    monkeypatch.setattr(history, "make_writable", held)
+    chat.composer.thinking.setChecked(False)
+    chat.composer.input.setPlainText("Wait for me")
+    qtbot.keyClick(chat.composer.input, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: chat.controller.starting, timeout=5_000)
+    chat.controller.open_conversation(chat.controller.conversation_id)  # asked while the swap runs (read after it)
+    release.set()
+    qtbot.waitUntil(lambda: not chat.controller.starting and chat.controller.opening is None, timeout=10_000)
+    assert chat.controller.flight is None and not chat.busy  # no turn on the conversation the window left
+    assert chat.composer.input.toPlainText() == "Wait for me"  # what they typed is given back
+
+
 def test_a_re_read_older_than_the_newest_turn_is_not_shown(chat, qtbot, monkeypatch):
     """A left reply's re-read (_tell_updated) delivered after a whole later turn started and ended is dropped: its
     copy of the conversation is older than what that turn shows."""
