@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
     from macapp.core.engine.model_folder import LoadedModel, Tokenizer
     from macapp.core.engine.mtp_context import HeadContext
+    from macapp.core.engine.prompt_cache import PromptCache
 
 Emit = Callable[[Event], None]
 
@@ -153,6 +154,14 @@ def pick_policy(model: "LoadedModel", cache: CacheLayers, kv: KVQuantization, mo
     policy = policy if policy is not None else DepthPolicy()
     policy.mode = mode
     return None if policy.off and mode is MTPMode.AUTO else policy
+
+
+def head_context(model: "LoadedModel", prompt: "PromptCache", policy: DepthPolicy | None) -> "HeadContext | None":
+    """The MTP head's context over `prompt` (PromptCache.head_context) when a stream over it drafts now with the
+    policy pick_policy gave (None: plain decoding, so the prompt is read without feeding the head)."""
+    if model.mtp_head is None or policy is None or not drafting(policy):
+        return None
+    return prompt.head_context(model.mtp_head)
 
 
 def drafting(policy: DepthPolicy) -> bool:

@@ -17,7 +17,7 @@ from macapp.core.engine.mtp_context import HeadContext
 from macapp.core.engine.mtp_policy import DepthPolicy
 from macapp.core.engine.options import SessionOptions
 from macapp.core.engine.prefill import prefill, wired_memory
-from macapp.core.engine.reply import StreamedReply, drafting, pick_policy, stream_reply
+from macapp.core.engine.reply import StreamedReply, head_context, pick_policy, stream_reply
 from macapp.core.engine.prompt_cache import PromptCache
 from macapp.core.engine.snapshots import CacheSnapshot
 from macapp.core.engine.turns import ThinkingMode, TurnMemory, TurnPlan
@@ -298,7 +298,7 @@ class ChatSession:
             m = self._with_pictures(m, encoded)
         self._messages = list(plan.history)
         clock.reading(len(plan.prompt))
-        context = self._head_context(m)
+        context = head_context(m, self._live, pick_policy(m, self._live.layers, self.options.kv, self.options.mtp, self.mtp_policy))
         with wired_memory(m):
             if not self._read_prompt(job, m, clock, plan, turn_start, previous, encoded, context):
                 return None
@@ -331,13 +331,6 @@ class ChatSession:
             )
         self._settle_reply(m, plan, streamed)
         return streamed.reply
-
-    def _head_context(self, m: LoadedModel) -> HeadContext | None:
-        """The MTP head's context over this session's cache, when this turn's reply drafts with the head."""
-        policy = pick_policy(m, self._live.layers, self.options.kv, self.options.mtp, self.mtp_policy)
-        if m.mtp_head is None or policy is None or not drafting(policy):
-            return None
-        return self._live.head_context(m.mtp_head)
 
     def _rewind(self, m: LoadedModel, plan: TurnPlan) -> CacheSnapshot:
         """Make sure there is a cache and go back to the plan's point in it; return where the turn starts."""

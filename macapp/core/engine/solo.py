@@ -29,7 +29,7 @@ from macapp.core.engine.mtp_decode import Decoder
 from macapp.core.engine.mtp_policy import DepthPolicy
 from macapp.core.engine.options import KVQuantization
 from macapp.core.engine.prompt_cache import PromptCache
-from macapp.core.engine.reply import drafting, pick_policy
+from macapp.core.engine.reply import drafting, head_context, pick_policy
 from macapp.core.events import PromptProgress
 
 if TYPE_CHECKING:
@@ -74,8 +74,7 @@ class SoloRun:
         # the batch's caches are never quantized (runner.py batches no --kv-bits request)
         self.policy = pick_policy(m, self.layers, KVQuantization(), seq.mtp, seq.mtp_policy)
         # the MTP head's context (mtp_context.py), fed as the prompt is read, when this sequence drafts
-        head = m.mtp_head
-        self.head = own.head_context(head) if head is not None and self.policy is not None and drafting(self.policy) else None
+        self.head = head_context(m, own, self.policy)
 
     def run(self, someone_waits: Callable[[], bool]) -> HandOver | Ended:
         """Read the prompt, then decode, until the reply ends or `someone_waits()` (asked at every boundary)."""

@@ -33,7 +33,7 @@ from macapp.core.engine.limits import context_limit
 from macapp.core.fit import estimate
 from macapp.core.engine.mtp_context import HeadContext
 from macapp.core.engine.mtp_policy import DepthPolicy
-from macapp.core.engine.reply import drafting, pick_policy
+from macapp.core.engine.reply import head_context, pick_policy
 from macapp.core.events import PromptProgress
 from macapp.core.serving import batched
 from macapp.core.serving import pictures as request_pictures
@@ -309,7 +309,7 @@ class ServingEngine:
             prompt = replace(prompt, embeddings=self._begin_pictures(pictures, cache, clock))
         text = ReplyText(job, rendered, request)
         policy = self.mtp_policy_for(m)
-        context = self._head_context(run, cache, policy)
+        context = head_context(run, cache, pick_policy(run, cache.layers, opts.kv, opts.mtp, policy))
         with wired_memory(m):
             clock.reading(len(tokens) - cached)
             read = self._read(job, run, pool, cache, prompt, cached, context)
@@ -350,14 +350,6 @@ class ServingEngine:
         encoded = request_pictures.begin(pictures, cache)
         clock.image_tokens = encoded.image_tokens if encoded is not None else 0
         return encoded.embeddings if encoded is not None else None
-
-    def _head_context(self, m: LoadedModel, cache: PromptCache, policy: DepthPolicy) -> HeadContext | None:
-        """The MTP head's context over `cache` when the reply drafts with the head (mtp_context.py)."""
-        opts = self.options.session
-        picked = pick_policy(m, cache.layers, opts.kv, opts.mtp, policy)
-        if m.mtp_head is None or picked is None or not drafting(picked):
-            return None
-        return cache.head_context(m.mtp_head)
 
     def _read(
         self, job: Job, m: LoadedModel, pool: CheckpointPool, cache: PromptCache, prompt: "_Prompt", cached: int, context: HeadContext | None = None
