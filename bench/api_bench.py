@@ -309,7 +309,7 @@ def tiny_tool_model(folder: Path) -> Path:
     from macapp.devtools.tiny_model import make_tiny_model
     from tests.fixtures.scripted import TOOL_CALL_ANSWER
 
-    return make_tiny_model(folder / "scripted-tool-call", kind="dense", answer=TOOL_CALL_ANSWER)
+    return make_tiny_model(folder / "scripted-tool-call", kind="dense", answer=TOOL_CALL_ANSWER, firm=True)
 
 
 def clients_bench(args: argparse.Namespace, tmp: Path) -> str:

@@ -38,6 +38,12 @@ quantized like the build), in the build's model.safetensors or, with ``mtp_side=
   and answer scripts first, never ``<|im_end|>``) and whose layers write little into the residual, so the
   model's greedy next token is the successor of the token before it, whatever the context: the head is
   right at every step (the upper bound). Its logits still depend on the context; replies run to max_tokens.
+
+``firm=True`` keeps the script under the model card's sampling, not only greedy: a stronger successor (the
+"right" model's) over the same layers. For models that answer requests sent as agents send them, with no
+sampling fields, so the server's thinking preset applies (temperature 1.0 and a presence penalty of 1.5 over
+the prompt's tail, which holds the script's own tokens in an agent's follow-up): with the ordinary margin the
+top token's share fell to about 0.5 there, and a test of the reply's tool call failed one run in a few.
 """
 
 from __future__ import annotations
@@ -61,6 +67,7 @@ TOKENIZER_VOCAB = 448  # trained BPE size (specials included); the model's vocab
 MODEL_VOCAB = 512
 MTP_HEADS = ("random", "successor", "right")
 CYCLE_WRITE_SCALE = 0.25  # the "right" model's layers: their writes stay well under the successor's margin
+SCRIPT_MARGIN, FIRM_SCRIPT_MARGIN = 1.6, 4.0  # the successor's weight in lm_head (module docstring: ``firm``)
 
 # Greedy script: each word is one token of the tiny tokenizer (checked when the model is built).
 # Every token of the script is distinct, so each one has a single successor.
@@ -285,9 +292,12 @@ def _cycle(tokenizer: Tokenizer, chain: list[int], seed: int) -> list[int]:
     return body + rest + body[:1]
 
 
-def _shape_weights(model: nn.Module, tokenizer: Tokenizer, seed: int, answer_pieces: list[str] | None = None, cycle: bool = False) -> None:
+def _shape_weights(
+    model: nn.Module, tokenizer: Tokenizer, seed: int, answer_pieces: list[str] | None = None, cycle: bool = False, firm: bool = False
+) -> None:
     """Give the random model its greedy script (see the module docstring); layers stay random.
-    `cycle`: the "right" model's script (every ordinary token has a successor; the layers write less)."""
+    `cycle`: the "right" model's script (every ordinary token has a successor; the layers write less).
+    `firm`: the script survives the card's sampling (a stronger successor)."""
     import mlx.core as mx
     from mlx.utils import tree_unflatten
 
@@ -306,7 +316,7 @@ def _shape_weights(model: nn.Module, tokenizer: Tokenizer, seed: int, answer_pie
         rows.setdefault(nxt, []).append(prev)
     head_rows = [head[i] for i in range(MODEL_VOCAB)]
     for nxt, prevs in rows.items():
-        head_rows[nxt] = head_rows[nxt] + (4.0 if cycle else 1.6) * sum(unit[p] for p in prevs)
+        head_rows[nxt] = head_rows[nxt] + (FIRM_SCRIPT_MARGIN if cycle or firm else SCRIPT_MARGIN) * sum(unit[p] for p in prevs)
     lm.model.embed_tokens.weight = embed
     lm.lm_head.weight = mx.stack(head_rows)
     # Scale what each block writes into the residual stream: the script survives and context still counts.
@@ -491,12 +501,14 @@ def make_tiny_model(
     answer: list[str] | None = None,
     mtp: str | None = None,
     mtp_side: bool = False,
+    firm: bool = False,
 ) -> Path:
     """Write a tiny random-weights Qwen3.5 model folder at `dest` and return `dest`.
 
     `answer` replaces SCRIPT_ANSWER with other pieces (each made one token, distinct from every other script
     token): e.g. a tool call, for tests of the API server (tests/fixtures/scripted.py).
-    `mtp`: one of MTP_HEADS (module docstring), in the build's shard or with `mtp_side` in its side file."""
+    `mtp`: one of MTP_HEADS (module docstring), in the build's shard or with `mtp_side` in its side file.
+    `firm`: the script holds under the card's sampling too (module docstring)."""
     import mlx.core as mx
     from mlx_lm.utils import _get_classes, quantize_model, save_config, save_model
 
@@ -523,7 +535,7 @@ def make_tiny_model(
     mx.random.seed(seed)
     model_class, args_class = _get_classes(config)
     model = model_class(args_class.from_dict(config))
-    _shape_weights(model, tokenizer, seed, list(answer) if answer else None, cycle=mtp == "right")
+    _shape_weights(model, tokenizer, seed, list(answer) if answer else None, cycle=mtp == "right", firm=firm)
     mx.eval(model.parameters())
     head = _mtp_tensors(config, hidden_size, mtp, bits) if mtp else None
     shard_head = head if head is not None and not mtp_side else None

@@ -99,3 +99,36 @@ def test_bad_arguments_are_refused(tmp_path):
         make_tiny_model(tmp_path / "x", kind="mamba")
     with pytest.raises(ValueError, match="bits"):
         make_tiny_model(tmp_path / "x", bits=3)
+
+
+def _top_shares_under_the_card_preset(path) -> tuple[str, list[float]]:
+    """The greedy reply to an agent's follow-up (its tail holds the script's own answer) and, at each step, the
+    top token's share of the probability after the thinking preset's penalties and temperature."""
+    from mlx_lm.generate import generate_step
+
+    from macapp.core.sampling import make_sampler_and_processors, preset
+
+    model, tokenizer = mlx_lm.load(str(path))
+    params = preset(True, "general")
+    _, processors = make_sampler_and_processors(params)
+    turns = [{"role": "user", "content": "hello there"}, {"role": "assistant", "content": PLAIN_REPLY}, {"role": "user", "content": "and again"}]
+    prompt = mx.array(_prompt(tokenizer, True, turns))
+    reply: list[int] = []
+    shares = []
+    for token, logprobs in generate_step(prompt, model, max_tokens=40):
+        logits = logprobs[None]
+        for process in processors:
+            logits = process(mx.concatenate([prompt, mx.array(reply, dtype=prompt.dtype)]), logits)
+        shares.append(mx.max(mx.softmax(logits[0] / params.temperature)).item())
+        reply.append(int(token))
+        if int(token) in tokenizer.eos_token_ids:
+            break
+    return tokenizer.decode(reply[:-1]), shares
+
+
+def test_a_firm_script_holds_under_the_cards_sampling_where_the_plain_one_wavers(tmp_path):
+    plain_reply, plain = _top_shares_under_the_card_preset(make_tiny_model(tmp_path / "plain", kind="dense"))
+    firm_reply, firm = _top_shares_under_the_card_preset(make_tiny_model(tmp_path / "firm", kind="dense", firm=True))
+    assert plain_reply == firm_reply == THINKING_REPLY
+    assert min(firm) > 0.999  # top_p 0.95 keeps only the script's token: the sampled reply is the greedy one
+    assert min(plain) < 0.95  # what the agent replays met before (a tool call sampled away one run in a few)

@@ -75,7 +75,7 @@ def tool_model(tiny_models_dir: Path, agent: str) -> Path:
     from macapp.devtools.tiny_model import make_tiny_model
 
     tool, argument = TOOLS[agent]
-    return make_tiny_model(tiny_models_dir / f"agent-{agent}", kind="dense", answer=answer(tool, argument))
+    return make_tiny_model(tiny_models_dir / f"agent-{agent}", kind="dense", answer=answer(tool, argument), firm=True)
 
 
 def wait_idle(served, timeout: float = 30) -> None:
