@@ -292,9 +292,7 @@ def _cycle(tokenizer: Tokenizer, chain: list[int], seed: int) -> list[int]:
     return body + rest + body[:1]
 
 
-def _shape_weights(
-    model: nn.Module, tokenizer: Tokenizer, seed: int, answer_pieces: list[str] | None = None, cycle: bool = False, firm: bool = False
-) -> None:
+def _shape_weights(model: nn.Module, tokenizer: Tokenizer, seed: int, answer_pieces: list[str] | None = None, cycle: bool = False, firm: bool = False) -> None:
     """Give the random model its greedy script (see the module docstring); layers stay random.
     `cycle`: the "right" model's script (every ordinary token has a successor; the layers write less).
     `firm`: the script survives the card's sampling (a stronger successor)."""
