@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Callable
 from macapp.core.cache_layers import CacheLayers
 from macapp.core.engine.batch_reply import Next, SequenceReply
 from macapp.core.engine.jobs import Job
-from macapp.core.engine.mtp_context import HeadCheckpoint
+from macapp.core.engine.mtp_context import HeadCheckpoint, HeadContext
 from macapp.core.engine.mtp_policy import DepthPolicy, MTPCounts
 from macapp.core.engine.options import MTPMode
 from macapp.core.engine.prompt_cache import PromptCache
@@ -75,7 +75,9 @@ class Sequence:
     on_segment: Callable[[int, CacheLayers, HeadCheckpoint | None], None] | None = None
     # (the reply, the cache holding it when `keep_cache`) once it ended; None: stopped or failed while reading.
     # The loop settles the job after it.
-    on_done: Callable[[StreamedReply | None, CacheLayers | None], None] = lambda _reply, _cache: None
+    # (the reply or None, the cache with keep_cache, and with it the MTP head's context over that cache if the
+    # sequence read with it to the end: solo.py)
+    on_done: Callable[[StreamedReply | None, CacheLayers | None, HeadContext | None], None] = lambda _reply, _cache, _head: None
     keep_cache: bool = False  # hand the sequence's cache to on_done (a chat session goes on from it)
     mtp: MTPMode = MTPMode.OFF  # the MTP head drafts while the sequence is alone (solo.py); the batch decodes plain
     mtp_policy: DepthPolicy | None = None  # the conversation's measurements (None: a fresh one)
@@ -228,8 +230,8 @@ class BatchLoop:
             self.steps += solo.steps
             self.mtp = self.mtp.plus(seq.reply.mtp)
         match outcome:
-            case Ended(layers=layers, reply_done=True):
-                _done(seq, seq.reply.finish(), layers if seq.keep_cache else None)
+            case Ended(layers=layers, reply_done=True, head=head):
+                _done(seq, seq.reply.finish(), *((layers, head) if seq.keep_cache else (None, None)))
             case Ended():
                 _done(seq, None, None)
             case _:
@@ -331,9 +333,9 @@ def _join(gen: "BatchGenerator", active: dict[int, Sequence], seq: Sequence, seg
     active[uid] = seq
 
 
-def _done(seq: Sequence, streamed: StreamedReply | None, cache: CacheLayers | None) -> None:
+def _done(seq: Sequence, streamed: StreamedReply | None, cache: CacheLayers | None, head: HeadContext | None = None) -> None:
     try:
-        seq.on_done(streamed, cache)
+        seq.on_done(streamed, cache, head)
     finally:
         seq.job.settle()
 

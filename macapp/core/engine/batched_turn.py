@@ -9,7 +9,8 @@ The batch reads and writes copies of the caches it is given (mlx-lm merges them 
 nothing of the session changes until the turn is over: a stop while reading undoes the turn by changing nothing
 but the plan's rewind, and the reply's cache comes back in `on_done`. Two points are taken from the batch: the
 cache before the prompt's last token (regenerate's snapshot, from the segment's end) and the cache after the
-reply. Each is a copy of the KV cache (mlx-lm's `extract`), the price of sharing the batch.
+reply. Each is a copy of the KV cache (mlx-lm's `extract`), the price of sharing the batch. A turn that ran alone
+in the batch (solo.py) with the MTP head hands its head's context back too, so the conversation's goes on.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from macapp.core.engine.batch import Sequence
 from macapp.core.engine.batch_reply import Limits, SequenceReply
 from macapp.core.engine.clock import TurnClock
 from macapp.core.engine.jobs import Job
-from macapp.core.engine.mtp_context import HeadCheckpoint
+from macapp.core.engine.mtp_context import HeadCheckpoint, HeadContext
 from macapp.core.engine.reply import StreamedReply
 from macapp.core.engine.prompt_cache import PromptCache
 from macapp.core.engine.turns import TurnMemory, TurnPlan
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 @dataclass
 class _Read:
     before_last: CacheLayers | None = None  # the cache just before the prompt's last token (from the batch)
+    head_before_last: HeadCheckpoint | None = None  # the MTP head's context there, where the prompt was read with it
     undone: bool = False  # a stop while reading already answered the turn (Job.stop's early Finished)
 
 
@@ -65,11 +67,11 @@ def sequence(
     if head and plan.undo_on_stop:
         job.arm_early_reply(stopped)
 
-    def on_segment(_at: int, cache: CacheLayers, _head: HeadCheckpoint | None) -> None:
-        read.before_last = cache
+    def on_segment(_at: int, cache: CacheLayers, head_context: HeadCheckpoint | None) -> None:
+        read.before_last, read.head_before_last = cache, head_context
         read.undone = plan.undo_on_stop and job.disarm_early_reply()
 
-    def on_done(streamed: StreamedReply | None, cache: CacheLayers | None) -> None:
+    def on_done(streamed: StreamedReply | None, cache: CacheLayers | None, context: HeadContext | None) -> None:
         if streamed is None or read.undone or cache is None:
             session._undo(m, plan, turn_start, previous)
             stopped.reply.stats.elapsed_s = clock.elapsed()
@@ -90,7 +92,9 @@ def sequence(
             mode=plan.mode,
         )
         session._messages.append(session._user_message(plan))
-        prompt.adopt(cache, head)
+        prompt.adopt(cache, head, context)
+        if context is not None and read.head_before_last is not None:
+            context.keep_mark(read.head_before_last)  # regenerate's rewind to before_last goes on pairing
         session._settle_reply(m, plan, streamed)
         job.emit(Finished(streamed.reply))
 

@@ -104,6 +104,16 @@ class HeadContext:
         if self.carry is not None:
             self.kept[self.carry[0] + 1] = self.carry[1]
 
+    def inherit_marks(self, other: HeadContext) -> None:
+        """This context went on from a copy of `other` (the same tokens up to where it branched): keep the hidden
+        states `other` kept at its marks, so a rewind to one of them goes on pairing here too."""
+        self.kept = {**other.kept, **self.kept}
+
+    def keep_mark(self, checkpoint: HeadCheckpoint) -> None:
+        """A mark of this sequence was taken where `checkpoint` was (on another copy of its cache): remember."""
+        if checkpoint.carry is not None:
+            self.kept.setdefault(checkpoint.carry[0] + 1, checkpoint.carry[1])
+
     def trim_to(self, length: int) -> None:
         """The prompt cache holds `length` tokens now (a settled stream, a rewind): drop the entries after them."""
         keep = length - 1 - self.base

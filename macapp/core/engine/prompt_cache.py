@@ -92,11 +92,15 @@ class PromptCache:
             self.head.trim_to(mark.length)
         self._head_checkpoint = None  # it may hold entries after the mark
 
-    def adopt(self, layers: CacheLayers, added: Sequence[Any]) -> None:
+    def adopt(self, layers: CacheLayers, added: Sequence[Any], head: HeadContext | None = None) -> None:
         """Go on from `layers`, a copy of this cache that read `added` after what this one holds (the batch hands
-        back its own copy when a sequence ends)."""
+        back its own copy when a sequence ends), and from `head`, the MTP head's context over the copy where it
+        read with one (None: this cache's own context did not follow the copy, and is dropped)."""
         self.layers = layers
         self.tokens.extend(added)
+        if head is not None and self.head is not None:
+            head.inherit_marks(self.head)
+        self.head, self._head_checkpoint = head, None
 
     def checkpoint(self) -> Checkpoint:
         """A checkpoint of the cache as it is (no copy at the time: checkpoints.py), with the pictures read so far

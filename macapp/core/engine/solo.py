@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
     from macapp.core.engine.batch import Sequence
     from macapp.core.engine.model_folder import LoadedModel
+    from macapp.core.engine.mtp_context import HeadContext
     from macapp.core.engine.mtp_head import MTPHead
 
 
@@ -55,6 +56,7 @@ class Ended:
 
     layers: CacheLayers
     reply_done: bool
+    head: HeadContext | None = None  # the MTP head's context over `layers` when the sequence read with it
 
 
 class SoloRun:
@@ -171,7 +173,7 @@ class SoloRun:
                 case Next.GO_ON:
                     continue
                 case Next.END:
-                    return Ended(self.layers, reply_done=True)
+                    return Ended(self.layers, reply_done=True, head=self.head)
                 case Next.CLOSE_REASONING:
                     return list(reply.segment)
 
@@ -211,7 +213,7 @@ class SoloRun:
                         continue
                     case Next.END:
                         settled()
-                        return Ended(self.layers, reply_done=True)
+                        return Ended(self.layers, reply_done=True, head=self.head)
                     case Next.CLOSE_REASONING:
                         settled()
                         return list(reply.segment)
@@ -231,7 +233,7 @@ class SoloRun:
                 return HandOver(self.layers, self.tokens, [[token, *self.seq.reply.segment]])
             case Next.END:
                 self._read_last(token)  # the cache holds the reply's last token, as the batch's does
-                return Ended(self.layers, reply_done=True)
+                return Ended(self.layers, reply_done=True, head=self.head)
 
     def _read_last(self, token: int) -> None:
         import mlx.core as mx

@@ -7,6 +7,8 @@ import threading
 
 import pytest
 
+from macapp.core.engine import Engine, SessionOptions
+from macapp.core.engine.options import MTPMode
 from macapp.core.events import AnswerDelta
 from macapp.core.sampling import greedy
 from macapp.core.serving.requests import ChatMessage, Completed, Role
@@ -89,3 +91,34 @@ def test_a_stop_while_the_batch_reads_the_prompt_undoes_the_turn(moe):
         assert again.kept and again.text
     finally:
         serving.close()
+
+
+def test_a_turn_alone_in_the_batch_drafts_and_hands_the_heads_context_back(tiny_mtp):
+    """With a server up, a chat turn alone in the batch drafts with the MTP head (solo.py) and the conversation goes
+    on from the head's context the batch hands back: after each turn, regenerate included, it covers every token
+    from the first, as in a conversation with no server (tests/core/engine/test_mtp_context.py)."""
+    e = Engine()
+    try:
+        e.load(str(tiny_mtp("moe", "successor"))).result(timeout=TIMEOUT)
+        serving = ServingEngine(e, ServingOptions(pool_bytes=0))
+        plain = e.new_session(options=SessionOptions(mtp=MTPMode.OFF))
+        fast = e.new_session(options=SessionOptions(mtp=MTPMode.ON))
+        turns = [
+            lambda s: s.send("hello there", thinking=True, sampling=greedy(40)),
+            lambda s: s.send("and now?", thinking=False, sampling=greedy(40)),
+            lambda s: s.regenerate(sampling=greedy(30)),
+            lambda s: s.send("one more", thinking=True, sampling=greedy(40)),
+        ]
+        for turn in turns:
+            steps = serving.batch.steps
+            a, b = turn(plain).result(timeout=TIMEOUT), turn(fast).result(timeout=TIMEOUT)
+            assert serving.batch.steps > steps  # both ran in the batch
+            assert (b.text, b.reasoning, b.token_ids) == (a.text, a.reasoning, a.token_ids)
+            assert b.stats.mtp_steps > 0 and a.stats.mtp_steps == 0
+            context = fast._live.head
+            assert context is not None and context.base == 0  # never started again: it followed every token
+            assert context.end == len(fast.tokens) - 1 and context.carry[0] == len(fast.tokens) - 1
+        assert plain._live.head is None
+        serving.close()
+    finally:
+        e.close()
