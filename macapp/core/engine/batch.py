@@ -73,10 +73,9 @@ class Sequence:
     reply: SequenceReply
     # (prompt tokens read so far, the cache holding them, the MTP head's context over them if it was kept: solo.py)
     on_segment: Callable[[int, CacheLayers, HeadCheckpoint | None], None] | None = None
-    # (the reply, the cache holding it when `keep_cache`) once it ended; None: stopped or failed while reading.
+    # (the reply, the cache holding it when `keep_cache` and the MTP head's context over that cache where the
+    # sequence read with it to the end: solo.py) once it ended; None: stopped or failed while reading.
     # The loop settles the job after it.
-    # (the reply or None, the cache with keep_cache, and with it the MTP head's context over that cache if the
-    # sequence read with it to the end: solo.py)
     on_done: Callable[[StreamedReply | None, CacheLayers | None, HeadContext | None], None] = lambda _reply, _cache, _head: None
     keep_cache: bool = False  # hand the sequence's cache to on_done (a chat session goes on from it)
     mtp: MTPMode = MTPMode.OFF  # the MTP head drafts while the sequence is alone (solo.py); the batch decodes plain
