@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/batch_solo.py [--model PATH] [--tokens 256] [--repeat 7]
     .venv/bin/python bench/batch_solo.py --mtp right|random [--layers 32]   # + the lone request drafting with MTP
+    .venv/bin/python bench/batch_solo.py --companion 16 [--mtp right]   # + a short request sharing the batch at first
 
 Issue 18's target: batching must not slow a single client (>= 0.97x of the path it replaced). Both paths are
 kept in the runner (`ServingOptions(batching=False)` is the one-at-a-time path, mlx-lm's stream_generate), so
@@ -11,6 +12,9 @@ A request alone in the batch runs outside mlx-lm's generator (core/engine/solo.p
 With `--mtp` the tiny model gets an MTP head (always right, or random: macapp/devtools/tiny_model.py, as
 bench/mtp_bench.py) and the lone request in the batch also runs with `--mtp auto` and `on` (issue 21: MTP for a
 batch of one); those replies are checked token for token against the plain batch's.
+With `--companion N` each batch path also runs the request beside a short one (N tokens) that the batch takes
+with it: the batch decodes both plainly, then the request left alone goes on outside the batch, drafting again
+with MTP (engine/batch.py `alone_again`); its tok/s is compared with the same path's lone run.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import platform
 import statistics
 import sys
 import tempfile
+import threading
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -35,11 +40,12 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--mtp", choices=("right", "random"), help="give the tiny model this MTP head and time the lone request drafting too")
     parser.add_argument("--layers", type=int, default=16, help="the tiny model's layers (hidden 64)")
+    parser.add_argument("--companion", type=int, default=0, help="also run each batch path beside a short request of this many tokens")
     args = parser.parse_args()
     from macapp.core.engine import Engine, SessionOptions
     from macapp.core.engine.options import MTPMode
     from macapp.core.sampling import greedy
-    from macapp.core.serving.requests import ChatMessage, CompletionRequest, Role
+    from macapp.core.serving.requests import ChatMessage, Completed, CompletionRequest, Role
     from macapp.core.serving.runner import ServingEngine, ServingOptions
     from macapp.devtools.tiny_model import make_tiny_model
 
@@ -61,14 +67,28 @@ def main() -> int:
         if args.mtp:
             for mode in (MTPMode.AUTO, MTPMode.ON):
                 paths[f"batch, MTP {mode.value}"] = ServingEngine(engine, ServingOptions(session=SessionOptions(mtp=mode), pool_bytes=0))
+        companion = CompletionRequest(messages=(ChatMessage(Role.USER, "And briefly, lakes?"),), sampling=greedy(args.companion, logit_bias=banned))
+        shared = {f"{name} + companion": serving for name, serving in paths.items() if args.companion and name.startswith("batch")}
+
+        def beside(serving: ServingEngine) -> Completed:
+            """The request and the companion, taken by the batch together (the worker is held while both queue)."""
+            release = threading.Event()
+            blocker = engine.submit("bench", lambda _job: release.wait(600))
+            jobs = [serving.submit(request), serving.submit(companion)]
+            release.set()
+            blocker.wait(600)
+            done, other = (job.wait(600) for job in jobs)
+            assert isinstance(done, Completed) and isinstance(other, Completed), (done, other)
+            return done
+
         for serving in paths.values():  # warm-up
             serving.submit(request).wait(600)
-        speeds: dict[str, list[float]] = {name: [] for name in paths}
-        per_step: dict[str, list[float]] = {name: [] for name in paths}
+        speeds: dict[str, list[float]] = {name: [] for name in [*paths, *shared]}
+        per_step: dict[str, list[float]] = {name: [] for name in [*paths, *shared]}
         for _ in range(args.repeat):
             texts = {}
-            for name, serving in paths.items():
-                done = serving.submit(request).wait(600)
+            for name, serving in [*paths.items(), *shared.items()]:
+                done = beside(serving) if name in shared else serving.submit(request).wait(600)
                 assert done.usage.completion_tokens == args.tokens, done
                 speeds[name].append(done.generation_tps)
                 per_step[name].append(done.mtp_tokens_per_step or 1.0)
@@ -80,7 +100,7 @@ def main() -> int:
     print("## One request alone: the batch vs the one-at-a-time path (bench/batch_solo.py)\n")
     print(
         f"Machine: {platform.system()} {platform.machine()}, {os.cpu_count()} CPUs. Date: {datetime.now(timezone.utc):%Y-%m-%d}. "
-        f"Model: {args.model or 'tiny random Qwen3.5, dense, 16 layers'}. {args.tokens} tokens, greedy, medians of {args.repeat} interleaved runs.\n"
+        f"Model: {args.model or f'tiny random Qwen3.5, dense, {args.layers} layers'}. {args.tokens} tokens, greedy, medians of {args.repeat} interleaved runs.\n"
     )
     pairs = statistics.median(b / a for b, a in zip(speeds["batch"], speeds["one at a time"]))
     print(f"- decode tok/s: batch {batch:.1f}, one at a time {alone:.1f}: ratio {batch / alone:.3f} (target >= 0.97)")
@@ -91,6 +111,13 @@ def main() -> int:
         pair = statistics.median(m / b for m, b in zip(speeds[name], speeds["batch"]))
         print(
             f"- {name} ({args.mtp} head): {tps:.1f} tok/s, {tps / batch:.2f}x the plain batch (pairs {pair:.2f}x), {statistics.median(per_step[name]):.2f} tokens per verify pass"
+        )
+    for name in shared:
+        lone = name.removesuffix(" + companion")
+        tps, alone_tps = statistics.median(speeds[name]), statistics.median(speeds[lone])
+        print(
+            f"- {name} ({args.companion} tokens): {tps:.1f} tok/s, {tps / alone_tps:.2f}x the same path alone, "
+            f"{statistics.median(per_step[name]):.2f} tokens per verify pass"
         )
     return 0
 

@@ -9,7 +9,8 @@ step, calls the generator's `next()` once (one decode step for the batch and one
 reading), and hands each sequence its token (`SequenceReply.take`). Each keeps its own sampler, logits
 processors, max tokens, thinking budget, stop and cancellation; prompts are inserted in segments so the
 generator pauses at their boundaries and the caller can checkpoint there (`Sequence.on_segment`). A sequence
-that arrives at an empty batch runs alone, outside the generator, until another arrives (solo.py says why).
+that arrives at an empty batch runs alone, outside the generator, until another arrives (solo.py says why); one
+left alone mid-reply when the others end goes back to running alone.
 
 What BatchGenerator lacks and this adds (a wrapper, not a second batching engine): the thinking budget, which
 must feed tokens the model did not sample (the sequence is taken out with its cache and inserted again with the
@@ -27,8 +28,8 @@ from __future__ import annotations
 import collections
 import logging
 import threading
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Callable, cast
 
 from macapp.core.cache_layers import CacheLayers
 from macapp.core.engine.batch_reply import Next, SequenceReply
@@ -38,7 +39,7 @@ from macapp.core.engine.mtp_policy import DepthPolicy, MTPCounts
 from macapp.core.engine.options import MTPMode
 from macapp.core.engine.prompt_cache import PromptCache
 from macapp.core.engine.reply import StreamedReply
-from macapp.core.engine.solo import Ended, SoloRun
+from macapp.core.engine.solo import Ended, HandOver, SoloRun
 from macapp.core.engine.worker import waiting_jobs
 from macapp.core import events as ev
 from macapp.core.engine.errors import EngineError
@@ -112,6 +113,7 @@ class BatchLoop:
         self.steps = 0  # generator steps so far (and forward passes of sequences alone)
         self.alone = 0  # sequences that began alone, outside mlx-lm's batch (solo.py)
         self.handed_over = 0  # ... and joined it when another arrived
+        self.alone_again = 0  # sequences left alone mid-reply that went on outside the batch
         self.mtp = MTPCounts()  # what the MTP head did for the sequences alone, all of them
 
     # -- any thread ------------------------------------------------------------------------------------
@@ -195,6 +197,8 @@ class BatchLoop:
                             return
                     continue
                 self._step(gen, active)
+                if len(active) == 1 and not self._someone_else():
+                    self._alone_again(gen, active, m)
         except Exception as exc:  # an MLX error mid-step: every sequence in the batch ends with it
             log.exception("the batch failed")
             for seq in active.values():
@@ -218,8 +222,27 @@ class BatchLoop:
         self.active = self.peak = max(self.peak, 1)
         self.alone += 1
         solo = SoloRun(m, seq, self.prefill_step)
+        self._solo(gen, active, seq, solo, lambda: solo.run(self._someone_waits))
+
+    def _alone_again(self, gen: "BatchGenerator", active: dict[int, Sequence], m: "LoadedModel") -> None:
+        """The one sequence left mid-reply goes on outside the batch (solo.py: faster, and drafts with the MTP head)
+        until it ends or another arrives. Left in the batch when it is not decoding yet (still reading), or when
+        this mlx-lm's generator does not show the token it sampled for it."""
+        ((uid, seq),) = active.items()
+        token = _sampled_not_read(gen, uid)
+        if token is None or seq.job.stopped:
+            return
+        ((layers, tokens),) = gen.remove([uid], return_prompt_caches=True).values()
+        del active[uid]
+        self.alone_again += 1
+        solo = SoloRun(m, seq, self.prefill_step, at=HandOver(layers, list(tokens), []))
+        self._solo(gen, active, seq, solo, lambda: solo.go_on(token, self._someone_waits))
+
+    def _solo(self, gen: "BatchGenerator", active: dict[int, Sequence], seq: Sequence, solo: SoloRun, run: Callable[[], HandOver | Ended]) -> None:
+        """Run `seq` alone (`run`: solo.run or solo.go_on) and end it, or insert it into the batch where it stopped."""
+        before = replace(seq.reply.mtp)  # its counts grow in place; a sequence may be alone more than once
         try:
-            outcome = solo.run(self._someone_waits)
+            outcome = run()
         except Exception as exc:  # an MLX error: this sequence ends with it
             log.exception("the lone sequence failed")
             seq.job.emit(_failure(exc))
@@ -227,7 +250,7 @@ class BatchLoop:
             return
         finally:
             self.steps += solo.steps
-            self.mtp = self.mtp.plus(seq.reply.mtp)
+            self.mtp = self.mtp.plus(seq.reply.mtp.minus(before))
         match outcome:
             case Ended(layers=layers, reply_done=True, head=head):
                 _done(seq, seq.reply.finish(), *((layers, head) if seq.keep_cache else (None, None)))
@@ -237,6 +260,11 @@ class BatchLoop:
                 self.handed_over += 1
                 seq.joined_at = seq.read
                 _join(gen, active, seq, outcome.segments, outcome.layers, outcome.tokens)
+
+    def _someone_else(self) -> bool:
+        """A sequence waits to be taken, or another job waits for the worker (the batch then hands it over)."""
+        with self._lock:
+            return bool(self._inbox) or waiting_jobs() > 0
 
     def _someone_waits(self) -> bool:
         """Another sequence the batch may take arrived (a job waiting for the worker is not one: it waits for this)."""
@@ -330,6 +358,16 @@ def _join(gen: "BatchGenerator", active: dict[int, Sequence], seq: Sequence, seg
         logits_processors=[seq.processors],
     )
     active[uid] = seq
+
+
+def _sampled_not_read(gen: "BatchGenerator", uid: int) -> int | None:
+    """The token mlx-lm's generator sampled for `uid` and reads at its next step; None when `uid` is not decoding
+    (still reading its prompt) or this mlx-lm keeps it elsewhere (GenerationBatch's own fields: no public call)."""
+    batch = getattr(gen, "_generation_batch", None)
+    uids, sampled = getattr(batch, "uids", None), getattr(batch, "_next_tokens", None)
+    if not isinstance(uids, list) or sampled is None or uid not in uids:
+        return None
+    return int(cast(int, sampled[uids.index(uid)].item()))  # a token id (mlx types item() as any scalar)
 
 
 def _done(seq: Sequence, streamed: StreamedReply | None, cache: CacheLayers | None, head: HeadContext | None = None) -> None:

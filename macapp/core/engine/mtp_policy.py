@@ -54,6 +54,9 @@ class MTPCounts:
     def plus(self, other: "MTPCounts") -> "MTPCounts":
         return MTPCounts(*(a + b for a, b in zip(astuple(self), astuple(other))))
 
+    def minus(self, other: "MTPCounts") -> "MTPCounts":
+        return MTPCounts(*(a - b for a, b in zip(astuple(self), astuple(other))))
+
     @property
     def acceptance_rate(self) -> float:
         return self.accepted / self.drafted if self.drafted else 0.0

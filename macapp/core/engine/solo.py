@@ -16,6 +16,10 @@ mtp_decode's rounds, each round's tokens handed to `take` one at a time in order
 thinking budget mid-round settles the cache to the tokens taken (mtp_decode's snapshot and re-read); another
 sequence arriving is looked at between rounds: the round's tokens all taken, the cache settled to all but the
 last, which the batch reads as a plain step would. In the batch (more than one sequence) there is no MTP.
+
+When the others end and one sequence is left mid-reply, the batch hands it back here (`go_on`): its cache (a
+copy, mlx-lm's `extract`) and the token the generator sampled for it but has not read, so it decodes alone again
+and drafts again, as a request arriving at an empty batch would (the head's context starts again there).
 """
 
 from __future__ import annotations
@@ -62,14 +66,19 @@ class Ended:
 class SoloRun:
     """One sequence's reading and decoding on its own (worker thread only; see the module docstring)."""
 
-    def __init__(self, m: "LoadedModel", seq: "Sequence", prefill_step: int):
+    def __init__(self, m: "LoadedModel", seq: "Sequence", prefill_step: int, at: HandOver | None = None):
+        """`at`: where the batch left the sequence (its own copy of the cache; go_on decodes on from there)."""
         from mlx_lm.models.cache import TokenBuffer
 
         self.m, self.seq, self.prefill_step = m, seq, prefill_step
         prompt = seq.prompt  # read into a copy, as the batch does: a stopped read leaves `prompt` as it was
-        own = PromptCache.restore(prompt.checkpoint()) if len(prompt) else PromptCache.new(m)
+        if at is not None:
+            own = PromptCache(at.layers, list(at.tokens))
+        else:
+            own = PromptCache.restore(prompt.checkpoint()) if len(prompt) else PromptCache.new(m)
         self.layers = own.layers
-        self.tokens: list[int] = list(seq.prompt.tokens)
+        self.tokens: list[int] = list(own.tokens)
+        self.segments = [list(s) for s in (at.segments if at is not None else seq.segments)]
         self.context = TokenBuffer(self.tokens) if seq.processors else None
         self.eos = set(m.tokenizer.eos_token_ids)
         self.steps = 0  # forward passes
@@ -84,7 +93,7 @@ class SoloRun:
         from mlx_lm.generate import generation_stream
 
         seq = self.seq
-        segments = [list(s) for s in seq.segments]
+        segments = self.segments
         with mx.stream(generation_stream):
             while True:
                 handed = self._read(segments, someone_waits)
@@ -103,6 +112,23 @@ class SoloRun:
                 if isinstance(outcome, (HandOver, Ended)):
                     return outcome
                 segments = [outcome]  # the thinking budget's closing tag, to read before sampling on
+
+    def go_on(self, token: int, someone_waits: Callable[[], bool]) -> HandOver | Ended:
+        """Decode on from where the batch left the sequence (`at`): `token` is the one it sampled and has not read,
+        handed to the reply here as the batch's next step would have."""
+        import mlx.core as mx
+        from mlx_lm.generate import generation_stream
+
+        match self.seq.reply.take(token, self._finish_of(token)):
+            case Next.END:
+                with mx.stream(generation_stream):
+                    self._read_last(token)
+                return Ended(self.layers, reply_done=True, head=self.head)
+            case Next.CLOSE_REASONING:
+                self.segments = [[token, *self.seq.reply.segment]]
+            case Next.GO_ON:
+                self.segments = [[token]]
+        return self.run(someone_waits)
 
     def _read(self, segments: list[list[int]], someone_waits: Callable[[], bool]) -> HandOver | None:
         """Read every segment but the last, chunk by chunk, telling `on_segment` of each boundary."""

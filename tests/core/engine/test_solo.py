@@ -7,6 +7,8 @@ import threading
 
 import pytest
 
+from macapp.core.engine import Engine, SessionOptions
+from macapp.core.engine.options import MTPMode
 from macapp.core.events import AnswerDelta, PromptProgress, ReasoningDelta
 from macapp.core.sampling import greedy
 from macapp.core.serving.requests import ChatMessage, Completed, FinishReason, Role
@@ -103,3 +105,49 @@ def test_a_stop_while_alone_ends_the_reply_within_a_token(moe):
     job.stop()
     done = job.wait(TIMEOUT)
     assert done.usage.completion_tokens < 400
+
+
+def both_in_the_batch(serving, engine, first_request, second_request):
+    """Submit both while the worker is busy, so the batch takes them together (neither begins alone)."""
+    release = threading.Event()
+    blocker = engine.submit("test", lambda _job: release.wait(TIMEOUT))
+    try:
+        first, second = serving.submit(first_request), serving.submit(second_request)
+    finally:
+        release.set()
+    blocker.wait(TIMEOUT)
+    return first, second
+
+
+def test_the_one_left_when_the_others_end_goes_on_alone_with_the_one_at_a_time_reply(moe):
+    serving = ServingEngine(moe, ServingOptions(pool_bytes=0))
+    batch = serving.batch
+    alone, again = batch.alone, batch.alone_again
+    long_request = ask(USER, sampling=off_script(moe, 120))
+    short_request = ask(ChatMessage(Role.USER, "Another question entirely"), sampling=off_script(moe, 12))
+    first, second = both_in_the_batch(serving, moe, long_request, short_request)
+    a, b = first.wait(TIMEOUT), second.wait(TIMEOUT)
+    assert batch.alone == alone and batch.alone_again == again + 1  # began in the batch, ended alone
+    for got, request in ((a, long_request), (b, short_request)):
+        expected = sequential(moe, request)
+        assert got.text == expected.text and got.usage == expected.usage, request
+
+
+def test_the_one_left_alone_drafts_with_the_mtp_head_again(tiny_mtp):
+    """Above one sequence the batch decodes plainly; once the others end, the one left drafts again (solo.py)."""
+    e = Engine()
+    try:
+        e.load(str(tiny_mtp("moe", "right"))).result(timeout=TIMEOUT)
+        serving = ServingEngine(e, ServingOptions(session=SessionOptions(mtp=MTPMode.ON), pool_bytes=0))
+        long_request, short_request = ask(USER, max_tokens=96), ask(ChatMessage(Role.USER, "Another question entirely"), max_tokens=8)
+        first, second = both_in_the_batch(serving, e, long_request, short_request)
+        a, b = first.wait(TIMEOUT), second.wait(TIMEOUT)
+        assert serving.batch.alone == 0 and serving.batch.alone_again == 1
+        assert b.mtp_tokens_per_step is None  # never alone: plain in the batch
+        assert a.mtp_tokens_per_step is not None and a.mtp_tokens_per_step > 1.5  # the always-right head, alone again
+        plain = ServingEngine(e, ServingOptions(session=SessionOptions(mtp=MTPMode.OFF), pool_bytes=0, batching=False))
+        for got, request in ((a, long_request), (b, short_request)):
+            expected = plain.submit(request).wait(TIMEOUT)
+            assert got.text == expected.text and got.usage == expected.usage, request
+    finally:
+        e.close()
