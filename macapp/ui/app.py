@@ -6,7 +6,7 @@ import sys
 
 from PySide6.QtCore import QCoreApplication, Qt, QTimer
 from PySide6.QtGui import QIcon
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QWidget
 
 from macapp import APP_NAME, __version__
 from macapp.core.paths import resources_dir
@@ -19,8 +19,10 @@ from macapp.ui.style import apply_style, follow_system_appearance
 
 def make_application(argv: list[str] | None = None) -> QApplication:
     start_worker()  # before any widget: see start_worker (this imports no MLX)
-    app = QApplication.instance()
-    if app is None:
+    existing = QApplication.instance()
+    if isinstance(existing, QApplication):
+        app = existing
+    else:
         QCoreApplication.setAttribute(Qt.ApplicationAttribute.AA_DontShowIconsInMenus, True)
         app = QApplication(argv if argv is not None else sys.argv[:1])
     app.setApplicationName(APP_NAME)
@@ -35,9 +37,10 @@ def make_application(argv: list[str] | None = None) -> QApplication:
     return app
 
 
-def save_window_png(window, path: str) -> None:
+def save_window_png(window: QWidget, path: str) -> None:
     """Render the window (no screen needed: works with QT_QPA_PLATFORM=offscreen)."""
     app = QApplication.instance()
+    assert app is not None  # a widget exists, so an application does
     for _ in range(5):
         app.processEvents()
     if not window.grab().save(path):

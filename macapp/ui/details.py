@@ -151,7 +151,8 @@ class DetailsPanel(QFrame):
         body.setContentsMargins(0, 0, 6, 0)
         body.setSpacing(8)
         scroll = QScrollArea(self.body)
-        self.scroll = scroll
+        self.scroll_area = scroll
+        self.scroll = scroll  # type: ignore[method-assign, assignment]  # the tests' name: it hides QWidget.scroll(dx, dy), unused here
         scroll.setWidget(info)
         scroll.setWidgetResizable(True)
         scroll.setFrameShape(QFrame.Shape.NoFrame)
@@ -194,7 +195,7 @@ class DetailsPanel(QFrame):
         previous = getattr(self, "row", None)
         self.row = row
         if row is not None and (previous is None or previous.key != row.key):
-            self.scroll.verticalScrollBar().setValue(0)  # another model: start at its header, not mid-way down
+            self.scroll_area.verticalScrollBar().setValue(0)  # another model: start at its header, not mid-way down
         self.empty.setVisible(row is None)
         self.body.setVisible(row is not None)
         if row is None:
@@ -260,7 +261,7 @@ class DetailsPanel(QFrame):
 
     def _show_cluster_note(self, row: Row, machine: MachineProfile | None, context: int, kv_bits: int | None) -> None:
         too_big = row.estimate.verdict == "too_big" and machine is not None
-        needed = hosts_needed(row.ref, context, machine, kv_bits) if too_big else None
+        needed = hosts_needed(row.ref, context, machine, kv_bits) if too_big and machine is not None else None
         self.cluster_note.setVisible(too_big)
         if needed is not None:
             self.cluster_note.setText(

@@ -9,12 +9,13 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QMessageBox, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
-from macapp.core.catalog import Origin, hub_offline, hub_reachable
+from macapp.core.catalog import Origin, hub_offline
 from macapp.core.download import delete_model, inspect_repo, manager
 from macapp.core.catalog import ModelRef
 from macapp.core.download import events as ev
 from macapp.core.download.errors import DownloadError, DownloadErrorKind
 from macapp.core.download.job import DownloadJob, JobState
+from macapp.core.hub.settings import hub_reachable
 from macapp.core.memory import format_bytes
 from macapp.ui.bridge import EventBridge
 from macapp.ui.library_model import Row
@@ -80,7 +81,7 @@ class DownloadPanel(QFrame):
         self.updates = 0
         self.set_idle("", downloadable=False)
 
-    def _buttons(self, download=False, pause=False, resume=False, cancel=False) -> None:
+    def _buttons(self, download: bool = False, pause: bool = False, resume: bool = False, cancel: bool = False) -> None:
         self.download_button.setVisible(download)
         self.pause_button.setVisible(pause)
         self.resume_button.setVisible(resume)
@@ -221,7 +222,7 @@ class DownloadController(QObject):
             case JobState.PAUSED:
                 self.panel.set_paused(job.bytes_kept, job.last.bytes_total if job.last else None)
             case JobState.FAILED:
-                self.panel.set_failed(str(job.error), ACTIONS.get(job.error.kind, ""))
+                self.panel.set_failed(str(job.error), ACTIONS.get(job.error.kind, "") if job.error is not None else "")
         if job.notice and job.state is JobState.RUNNING:
             self.panel.show_warning(job.notice, kind="notice")
 
@@ -286,7 +287,7 @@ class DownloadController(QObject):
     def cancel(self) -> None:
         """Stop the download, then ask whether to keep the part fetched (to resume later) or delete it."""
         job = self._current_job()
-        if not job:
+        if not job or self.row is None or not self.row.ref.repo:  # a current job is the row's: it has both
             return
         repo = self.row.ref.repo
         if job.state is JobState.RUNNING:

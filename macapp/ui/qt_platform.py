@@ -67,7 +67,7 @@ NO_DISPLAY_MESSAGE = (
 )
 
 
-def will_use_xcb(environ: dict[str, str] | os._Environ, platform: str = sys.platform) -> bool:
+def will_use_xcb(environ: dict[str, str] | os._Environ[str], platform: str = sys.platform) -> bool:
     """Whether Qt will try its xcb plugin: on Linux, asked for explicitly, or by default on an X11 session."""
     if not platform.startswith("linux"):
         return False
@@ -97,7 +97,7 @@ def find_missing_xcb_libraries() -> list[str]:
     return missing_libraries(result.stdout)
 
 
-def has_no_display(environ: dict[str, str] | os._Environ, platform: str = sys.platform) -> bool:
+def has_no_display(environ: dict[str, str] | os._Environ[str], platform: str = sys.platform) -> bool:
     """Linux with neither an X11 nor a Wayland display to talk to (a platform named by hand is the user's call)."""
     if not platform.startswith("linux"):
         return False
@@ -107,7 +107,7 @@ def has_no_display(environ: dict[str, str] | os._Environ, platform: str = sys.pl
     return not environ.get("DISPLAY") and not environ.get("WAYLAND_DISPLAY")
 
 
-def choose_screenshot_platform(environ: dict[str, str] | os._Environ = os.environ, platform: str = sys.platform) -> bool:
+def choose_screenshot_platform(environ: dict[str, str] | os._Environ[str] = os.environ, platform: str = sys.platform) -> bool:
     """For `--screenshot` without a display and no platform named: use Qt's offscreen one. True when it did."""
     if environ.get("QT_QPA_PLATFORM") or not has_no_display(environ, platform):
         return False
@@ -115,7 +115,7 @@ def choose_screenshot_platform(environ: dict[str, str] | os._Environ = os.enviro
     return True
 
 
-def platform_problem(environ: dict[str, str] | os._Environ = os.environ, platform: str = sys.platform) -> str | None:
+def platform_problem(environ: dict[str, str] | os._Environ[str] = os.environ, platform: str = sys.platform) -> str | None:
     """The message to print instead of letting Qt abort, or None when the window can open."""
     if not will_use_xcb(environ, platform):
         return None

@@ -139,9 +139,10 @@ class ServerController(QObject):
             threading.Thread(target=down, name="qwen-desk-server-stop", daemon=True).start()
 
     def settings_text(self) -> str:
-        if not self.running:
+        server = self.server
+        if server is None or not self.running:
             return ""
-        return client_settings(self.server.base_url, self.server.config.api_key, self.model_name)
+        return client_settings(server.base_url, server.config.api_key, self.model_name)
 
     @Slot(object)
     def _track_busy(self, _record: RequestRecord) -> None:
@@ -201,7 +202,9 @@ class ServerPanel(QWidget):
         header.setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
         self.table.setShowGrid(False)
         for column in range(1, len(COLUMNS) - 1):  # the figures, right-aligned under their headings
-            self.table.horizontalHeaderItem(column).setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            item = self.table.horizontalHeaderItem(column)
+            if item is not None:  # set just above, from the column labels
+                item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         self._rows: dict[int, int] = {}  # record id -> row
 
         controls = QHBoxLayout()

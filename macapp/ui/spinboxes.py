@@ -7,25 +7,51 @@ never learns why. These let the number be typed, set the nearest allowed value w
 
 from __future__ import annotations
 
-from PySide6.QtCore import Signal
+from typing import Protocol
+
+from PySide6.QtCore import QLocale, Signal, SignalInstance
 from PySide6.QtGui import QValidator
-from PySide6.QtWidgets import QDoubleSpinBox, QSpinBox
+from PySide6.QtWidgets import QDoubleSpinBox, QLineEdit, QSpinBox, QWidget
 
 PARTIAL = ("", "-", "+", ".", ",", "-.", "+.")
+
+
+class _ClampingBox(Protocol):
+    """What the mixin's methods use of the box they are mixed into (its own members and the Qt spin box's)."""
+
+    _typed: str | None
+
+    @property
+    def editingFinished(self) -> SignalInstance: ...
+    @property
+    def clamped(self) -> SignalInstance: ...
+    def lineEdit(self) -> QLineEdit: ...
+    def prefix(self) -> str: ...
+    def suffix(self) -> str: ...
+    def specialValueText(self) -> str: ...
+    def locale(self) -> QLocale: ...
+    def minimum(self) -> float: ...
+    def maximum(self) -> float: ...
+    def setValue(self, value: float, /) -> None: ...
+    def _body(self, text: str) -> str: ...
+    def _remember_typed(self, text: str) -> None: ...
+    def _clamp_typed(self) -> None: ...
 
 
 class _Clamping:
     """Shared by both boxes (a mixin before the Qt class): accept any number, clamp it at editingFinished."""
 
-    def _setup_clamping(self) -> None:
-        self._typed: str | None = None
+    _typed: str | None
+
+    def _setup_clamping(self: _ClampingBox) -> None:
+        self._typed = None
         self.lineEdit().textEdited.connect(self._remember_typed)
         self.editingFinished.connect(self._clamp_typed)
 
-    def _body(self, text: str) -> str:
+    def _body(self: _ClampingBox, text: str) -> str:
         return text.removeprefix(self.prefix()).removesuffix(self.suffix()).strip()
 
-    def validate(self, text: str, pos: int):  # noqa: D102 - Qt override
+    def validate(self: _ClampingBox, text: str, pos: int) -> tuple[QValidator.State, str, int]:  # noqa: D102 - Qt override
         if self.specialValueText() and text == self.specialValueText():
             return QValidator.State.Acceptable, text, pos
         body = self._body(text)
@@ -34,10 +60,10 @@ class _Clamping:
         _value, ok = self.locale().toDouble(body)
         return (QValidator.State.Intermediate if ok else QValidator.State.Invalid), text, pos
 
-    def _remember_typed(self, text: str) -> None:
+    def _remember_typed(self: _ClampingBox, text: str) -> None:
         self._typed = text
 
-    def _clamp_typed(self) -> None:
+    def _clamp_typed(self: _ClampingBox) -> None:
         typed, self._typed = self._typed, None
         if typed is None:
             return
@@ -55,7 +81,7 @@ class _Clamping:
 class ClampingDoubleSpinBox(_Clamping, QDoubleSpinBox):
     clamped = Signal(str, float)  # what was typed, the value used instead
 
-    def __init__(self, parent=None) -> None:
+    def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._setup_clamping()
 
@@ -63,9 +89,9 @@ class ClampingDoubleSpinBox(_Clamping, QDoubleSpinBox):
 class ClampingSpinBox(_Clamping, QSpinBox):
     clamped = Signal(str, float)
 
-    def __init__(self, parent=None) -> None:
+    def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._setup_clamping()
 
-    def setValue(self, value) -> None:  # noqa: N802
+    def setValue(self, value: float) -> None:  # noqa: N802
         super().setValue(int(round(value)))

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import QRectF, QSize, Qt
+from PySide6.QtCore import QRectF, QSize, QSizeF, Qt
 from PySide6.QtGui import (
     QColor,
     QFont,
     QFontDatabase,
     QPainter,
+    QPaintEvent,
     QPalette,
+    QResizeEvent,
     QTextBlockFormat,
     QTextCursor,
     QTextDocument,
@@ -148,11 +150,11 @@ class MarkdownView(QTextBrowser):
                 cursor.setBlockFormat(fmt)
             block = block.next()
 
-    def _fit_height(self, size) -> None:
+    def _fit_height(self, size: QSizeF) -> None:
         margins = self.contentsMargins()
         self.setFixedHeight(int(size.height()) + margins.top() + margins.bottom() + 2)
 
-    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt)
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 (Qt)
         super().resizeEvent(event)
         self._fit_height(self.document().size())
 
@@ -212,7 +214,7 @@ class StackedBar(QWidget):
         self.budget = budget
         self.update()
 
-    def paintEvent(self, event) -> None:  # noqa: N802
+    def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802
         total = sum(v for _, v, _ in self.segments)
         scale_max = max(total, self.budget, 1.0) * 1.04
         p = QPainter(self)
@@ -252,7 +254,7 @@ class ElidedLabel(QLabel):
         self.setToolTip(text)
         self._elide()
 
-    def resizeEvent(self, event) -> None:  # noqa: N802
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802
         super().resizeEvent(event)
         self._elide()
 
