@@ -13,20 +13,25 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QSize, Qt, Signal
 from PySide6.QtGui import QImage, QPixmap
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QScrollArea, QToolButton, QWidget
 
 from macapp.core.vision import images
-from macapp.core.vision.images import ImageError
+from macapp.core.vision.images import ImageError, PreparedImage
+
+if TYPE_CHECKING:  # Pillow is imported on the first picture, not when the window paints
+    from PIL import Image
 
 THUMB = 64
 IMAGE_FILTER = "Pictures (*.png *.jpg *.jpeg *.gif *.webp *.bmp *.tif *.tiff)"
 
 
-def preview(image, size: int = THUMB) -> QImage:
+def preview(image: Image.Image, size: int = THUMB) -> QImage:
     """A PIL image made small (twice `size`, for sharp scaling) as a QImage: the costly part of a thumbnail, safe
     on any thread (the picture's data is copied once, small)."""
     small = image.copy()
@@ -38,14 +43,14 @@ def preview(image, size: int = THUMB) -> QImage:
 _previews: dict[int, QImage] = {}  # id(picture) -> its preview, made where it was read; gone with the picture
 
 
-def remember_preview(picture, small: QImage) -> None:
+def remember_preview(picture: PreparedImage, small: QImage) -> None:
     """Keep `small` as `picture`'s preview for as long as the picture lives (any thread)."""
     key = id(picture)
     _previews[key] = small
     weakref.finalize(picture, _previews.pop, key, None)
 
 
-def preview_of(picture, size: int = THUMB) -> QImage:
+def preview_of(picture: PreparedImage, size: int = THUMB) -> QImage:
     """The picture's preview made when it was read (off the GUI thread), else one made now."""
     small = _previews.get(id(picture))
     return small if small is not None else preview(picture.image, size)
@@ -56,7 +61,7 @@ def pixmap_of(small: QImage, size: int = THUMB) -> QPixmap:
     return QPixmap.fromImage(small).scaled(size, size, Qt.AspectRatioMode.KeepAspectRatio, Qt.TransformationMode.SmoothTransformation)
 
 
-def thumbnail(image, size: int = THUMB) -> QPixmap:
+def thumbnail(image: Image.Image, size: int = THUMB) -> QPixmap:
     """A Qt pixmap of a PIL image, scaled to fit `size` (preview() then pixmap_of(), here on one thread)."""
     return pixmap_of(preview(image, size), size)
 
@@ -65,14 +70,14 @@ def qimage_png(image: QImage) -> bytes:
     data = QByteArray()
     buffer = QBuffer(data)
     buffer.open(QIODevice.OpenModeFlag.WriteOnly)
-    image.save(buffer, "PNG")
+    image.save(buffer, "PNG")  # type: ignore[call-overload]  # the stub says bytes; PySide6 takes only str here (bytes raise)
     return bytes(data.data())
 
 
 class Thumb(QWidget):
     removed = Signal(object)
 
-    def __init__(self, picture, parent: QWidget | None = None, small: QImage | None = None) -> None:
+    def __init__(self, picture: PreparedImage, parent: QWidget | None = None, small: QImage | None = None) -> None:
         super().__init__(parent)
         self.picture = picture
         self.order = 0  # when it was added (AttachmentStrip keeps that order)
@@ -155,9 +160,13 @@ class AttachmentStrip(QScrollArea):
         self.setVisible(False)
 
     # -- adding (any thread reads; the GUI thread only places thumbnails)
-    def add_files(self, paths: list[str | Path]) -> None:
+    def add_files(self, paths: Iterable[str | Path]) -> None:
         for path in paths:
-            self._read(lambda p=path: images.open_image(p), str(path))
+
+            def read(p: str | Path = path) -> PreparedImage:
+                return images.open_image(p)
+
+            self._read(read, str(path))
 
     def add_image_data(self, data: bytes, name: str = "pasted picture") -> None:
         self._read(lambda: images.image_from_bytes(data, name), name)
@@ -166,13 +175,14 @@ class AttachmentStrip(QScrollArea):
         copy = image.copy()  # encoded as PNG on the reading thread, from a copy of its own
         self._read(lambda: images.image_from_bytes(qimage_png(copy), name), name)
 
-    def _read(self, read, name: str) -> None:
+    def _read(self, read: Callable[[], PreparedImage], name: str) -> None:
         self.pending += 1
         self._added += 1
         order, batch = self._added, self._batch
 
         def work() -> None:
-            small = None
+            small: QImage | None = None
+            result: PreparedImage | ImageError
             try:
                 result = read()
                 small = preview(result.image, THUMB * 2)  # big enough for the sent message's thumbnail too
@@ -189,10 +199,11 @@ class AttachmentStrip(QScrollArea):
         threading.Thread(target=work, name="read-picture", daemon=True).start()
         self.changed.emit()  # Send waits for this one
 
-    def _arrived(self, batch: int, order: int, result, small: QImage | None = None) -> None:
+    def _arrived(self, batch: int, order: int, result: PreparedImage | ImageError, small: QImage | None = None) -> None:
         if batch != self._batch:
             return  # read for a message already sent or cleared: its pending count went with it
         self.pending -= 1
+        tile: Unreadable | Thumb
         if isinstance(result, ImageError):
             tile = Unreadable(result, self.widget())
             self.error.emit(tile.message)
@@ -214,9 +225,9 @@ class AttachmentStrip(QScrollArea):
         self.changed.emit()
 
     # -- reading
-    def tiles(self) -> list[QWidget]:
+    def tiles(self) -> list[Thumb | Unreadable]:
         """Every tile, good and unreadable, in the order they were added."""
-        items = (self.row.itemAt(i).widget() for i in range(self.row.count()))
+        items = (item.widget() for i in range(self.row.count()) if (item := self.row.itemAt(i)) is not None)
         return [w for w in items if isinstance(w, (Thumb, Unreadable))]
 
     def thumbs(self) -> list[Thumb]:
@@ -229,10 +240,10 @@ class AttachmentStrip(QScrollArea):
         """Why each unreadable file could not be used (what the composer shows under the strip)."""
         return [w.message for w in self.unreadable()]
 
-    def pictures(self) -> tuple:
+    def pictures(self) -> tuple[PreparedImage, ...]:
         return tuple(t.picture for t in self.thumbs())
 
-    def take(self) -> tuple:
+    def take(self) -> tuple[PreparedImage, ...]:
         """The pictures for the message being sent; the strip is empty after."""
         pictures = self.pictures()
         self.clear()

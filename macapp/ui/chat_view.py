@@ -13,6 +13,7 @@ from macapp.devtools.demo import SHORT_NOTICE, is_demo_model
 from macapp.ui.chat_controller import ChatController, TurnEnd, TurnStart
 from macapp.ui.composer import Composer
 from macapp.ui.message_list import MessageList
+from macapp.ui.messages import UserMessage
 from macapp.ui.meter import Meter
 from macapp.ui.model_bar import Choice, LoadPrompt, ModelPicker
 from macapp.ui.settings import SettingsDialog
@@ -151,7 +152,10 @@ class ChatView(QWidget):
         i = self.messages.last_index("user")
         if self.busy or i is None:
             return
-        self.composer.input.setPlainText(self.messages.widgets()[i].text)
+        message = self.messages.widgets()[i]
+        if not isinstance(message, UserMessage):  # never: last_index("user") finds a user message
+            return
+        self.composer.input.setPlainText(message.text)
         self.composer.input.setFocus()
         self.editing = True
         self.meter.show_text("Editing your last message — Send replaces it and its reply; Esc cancels")
@@ -218,7 +222,7 @@ class ChatView(QWidget):
 
     def _update_model_controls(self, loaded: bool, loading: bool) -> None:
         ref = self.controller.model_ref
-        path = ref.local_path if loaded else None
+        path = ref.local_path if loaded and ref is not None else None  # loaded: the controller has a model_ref
         self.model_picker.set_choices(self.model_choices, path)
         if loaded or loading:
             self.load_prompt.hide()

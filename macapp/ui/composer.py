@@ -53,7 +53,7 @@ class InputBox(QPlainTextEdit):
             return
         super().insertFromMimeData(source)
 
-    def _fit(self, *_args) -> None:
+    def _fit(self, *_args: object) -> None:
         lines = max(1, min(8, int(self.document().size().height())))
         h = self.fontMetrics().lineSpacing() * lines + 14
         self.setFixedHeight(h)

@@ -11,26 +11,32 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
+from typing import TypeVar
+
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QImage
 from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QVBoxLayout, QWidget
 
 from macapp.core.events import AnswerDelta, Event, ReasoningDelta, StatsUpdate, TerminalEvent, TurnKind
 from macapp.core.recorder import TurnResult
 from macapp.core.history import Message, Role
+from macapp.core.picture_data import ImageRef
 from macapp.core.vision import pictures as saved_files
+from macapp.core.vision.images import PreparedImage
 from macapp.ui import attachments
 from macapp.ui.chat_controller import TurnEnd, TurnStart
 from macapp.ui.messages import FAILED_NOTE, AssistantMessage, UserMessage, reply_note
 
 log = logging.getLogger(__name__)
+M = TypeVar("M", UserMessage, AssistantMessage)
 
 
 @dataclass(eq=False)
 class _Pending:
     """The widgets of the turn in flight, and those of the turn it replaces (hidden meanwhile)."""
 
-    added: list[QWidget] = field(default_factory=list)
-    hidden: list[QWidget] = field(default_factory=list)
+    added: list[UserMessage | AssistantMessage] = field(default_factory=list)
+    hidden: list[UserMessage | AssistantMessage] = field(default_factory=list)
 
 
 class MessageList(QScrollArea):
@@ -64,10 +70,10 @@ class MessageList(QScrollArea):
         self._pictures_read.connect(self._show_read_pictures)  # queued: emitted from the reading thread
 
     # -- what is shown ----------------------------------------------------------------------------------------
-    def widgets(self) -> list[QWidget]:
+    def widgets(self) -> list[UserMessage | AssistantMessage]:
         """The message widgets, in order (a replaced turn's hidden ones included while it is pending)."""
         items = (self._layout.itemAt(i) for i in range(1, self._layout.count() - 1))
-        return [item.widget() for item in items if item.widget() is not None]
+        return [w for item in items if item is not None and isinstance(w := item.widget(), (UserMessage, AssistantMessage))]
 
     def last_index(self, role: str) -> int | None:
         widgets = self.widgets()
@@ -86,7 +92,7 @@ class MessageList(QScrollArea):
 
     def show_conversation(self, messages: list[Message]) -> None:
         self.clear()
-        with_pictures: list[tuple[UserMessage, tuple]] = []
+        with_pictures: list[tuple[UserMessage, tuple[ImageRef, ...]]] = []
         for m in messages:
             if m.role is Role.USER:
                 message = self._add(UserMessage(m.content, self.container))
@@ -105,7 +111,7 @@ class MessageList(QScrollArea):
         if with_pictures:
             self._read_pictures(with_pictures)
 
-    def _read_pictures(self, messages: list[tuple[UserMessage, tuple]]) -> None:
+    def _read_pictures(self, messages: list[tuple[UserMessage, tuple[ImageRef, ...]]]) -> None:
         """Read saved messages' pictures (ImageRef) and make their previews on a thread; each message shows its
         own when they arrive."""
         shown = self._shown
@@ -123,7 +129,7 @@ class MessageList(QScrollArea):
 
         threading.Thread(target=work, name="qwen-desk-read-pictures", daemon=True).start()
 
-    def _show_read_pictures(self, shown: int, message: UserMessage, pictures: tuple, previews: tuple) -> None:
+    def _show_read_pictures(self, shown: int, message: UserMessage, pictures: tuple[PreparedImage, ...], previews: tuple[QImage, ...]) -> None:
         if shown != self._shown or message not in self.widgets():
             return  # another conversation is shown now (its widgets may be deleted)
         message.show_pictures(pictures, previews)
@@ -151,7 +157,7 @@ class MessageList(QScrollArea):
         return self.current
 
     @staticmethod
-    def _replaced_pictures(hidden: list[QWidget], start: TurnStart) -> tuple:
+    def _replaced_pictures(hidden: list[UserMessage | AssistantMessage], start: TurnStart) -> tuple[PreparedImage, ...]:
         """An edit keeps the message's pictures: those of the user message it replaces."""
         if start.kind is TurnKind.EDIT and hidden and isinstance(hidden[0], UserMessage):
             return hidden[0].pictures
@@ -179,7 +185,7 @@ class MessageList(QScrollArea):
                 case StatsUpdate(stats=stats):
                     msg.stats = stats
         if not isinstance(batch[-1], TerminalEvent):
-            msg.render()
+            msg.render_text()
             self.renders += 1
 
     def settle(self, end: TurnEnd) -> None:
@@ -217,7 +223,7 @@ class MessageList(QScrollArea):
         self._changed()
 
     # -- helpers ------------------------------------------------------------------------------------------------
-    def _add(self, widget: QWidget) -> QWidget:
+    def _add(self, widget: M) -> M:
         self._layout.insertWidget(self._layout.count() - 1, widget)
         return widget
 

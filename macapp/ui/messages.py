@@ -5,10 +5,14 @@ from __future__ import annotations
 import time
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QTextDocument
+from PySide6.QtGui import QImage, QTextDocument
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QToolButton, QVBoxLayout, QWidget
 
+from macapp.core.events import GenerationStats
+from macapp.core.history import ReplyStats
+from macapp.core.picture_data import ImageRef
 from macapp.core.vision import pictures as saved_files
+from macapp.core.vision.images import PreparedImage
 from macapp.ui.attachments import THUMB, pixmap_of, preview_of
 from macapp.ui.meter import stats_summary
 from macapp.ui.widgets import MarkdownView
@@ -56,7 +60,7 @@ class ReasoningBlock(QFrame):
     def append(self, text: str) -> None:
         self.text += text
 
-    def render(self) -> None:
+    def render_text(self) -> None:
         """Add what arrived since the last render (no rebuild of the whole text while it streams)."""
         shown = self.body.source_text
         if self.text.startswith(shown):
@@ -84,7 +88,7 @@ class ReasoningBlock(QFrame):
         return self.body.isVisibleTo(self)
 
 
-def saved_pictures(refs) -> tuple:
+def saved_pictures(refs: tuple[ImageRef, ...]) -> tuple[PreparedImage, ...]:
     """A saved message's pictures, read back from the pictures folder (a missing file is left out)."""
     if not refs:
         return ()
@@ -92,11 +96,11 @@ def saved_pictures(refs) -> tuple:
 
 
 class UserMessage(QFrame):
-    def __init__(self, text: str, parent: QWidget | None = None, pictures: tuple = ()) -> None:
+    def __init__(self, text: str, parent: QWidget | None = None, pictures: tuple[PreparedImage, ...] = ()) -> None:
         super().__init__(parent)
         self.role = "user"
         self.text = text
-        self.pictures: tuple = ()  # vision.images.PreparedImage, shown as thumbnails above the text
+        self.pictures: tuple[PreparedImage, ...] = ()  # vision.images.PreparedImage, shown as thumbnails above the text
         self.thumbnails: list[QLabel] = []
         self.bubble = bubble = QFrame(self)
         bubble.setObjectName("UserBubble")
@@ -117,7 +121,7 @@ class UserMessage(QFrame):
         lay.addStretch(1)
         lay.addWidget(bubble, 100)
 
-    def show_pictures(self, pictures: tuple, previews: tuple = ()) -> None:
+    def show_pictures(self, pictures: tuple[PreparedImage, ...], previews: tuple[QImage, ...] = ()) -> None:
         """Show the message's pictures above its text (once); `previews`: their small QImages (attachments.preview),
         made off the GUI thread for a reopened conversation."""
         if pictures and not self.pictures:
@@ -145,7 +149,7 @@ class AssistantMessage(QFrame):
         self.role = "assistant"
         self.answer = ""
         self.reasoning: ReasoningBlock | None = None
-        self.stats = None
+        self.stats: GenerationStats | ReplyStats | None = None
         self._dirty_answer = False
         self._dirty_reasoning = False
         self._lay = QVBoxLayout(self)
@@ -178,17 +182,17 @@ class AssistantMessage(QFrame):
         self.answer += text
         self._dirty_answer = True
 
-    def render(self, final: bool = False) -> None:
+    def render_text(self, final: bool = False) -> None:
         """Repaint what changed since the last batch (called at most a few tens of times a second)."""
         if self._dirty_reasoning and self.reasoning is not None and self.reasoning.expanded:
-            self.reasoning.render()
+            self.reasoning.render_text()
         if self._dirty_answer or final:
             text = self.answer.lstrip("\n")
             # While streaming only the new part is laid out; the finished reply is rendered whole, exactly.
             self.view.set_markdown(text) if final else self.view.stream_markdown(text)
         self._dirty_answer = self._dirty_reasoning = False
 
-    def set_stats(self, stats, note: str = "") -> None:
+    def set_stats(self, stats: GenerationStats | ReplyStats | None, note: str = "") -> None:
         self.stats = stats
         text = stats_summary(stats)
         if note:
@@ -196,9 +200,9 @@ class AssistantMessage(QFrame):
         self.stats_label.setText(text)
         self.stats_label.setVisible(bool(text))
 
-    def finish(self, stats=None, note: str = "") -> None:
+    def finish(self, stats: GenerationStats | ReplyStats | None = None, note: str = "") -> None:
         if self.reasoning is not None:
             self.reasoning.finish()
-        self.render(final=True)
+        self.render_text(final=True)
         if stats is not None or note:
             self.set_stats(stats if stats is not None else self.stats, note)

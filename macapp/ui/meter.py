@@ -5,10 +5,11 @@ from __future__ import annotations
 from PySide6.QtWidgets import QLabel, QWidget
 
 from macapp.core.events import Event, GenerationStats, PromptProgress, StatsUpdate
+from macapp.core.history import ReplyStats
 from macapp.core.memory import format_bytes
 
 
-def stats_summary(stats: GenerationStats) -> str:
+def stats_summary(stats: GenerationStats | ReplyStats | None) -> str:
     """'128 tokens · 41.2 tok/s · prompt 412 tokens at 1830 tok/s · first token 0.21 s · peak 1.3 GB'.
 
     Takes the engine's GenerationStats or the history's ReplyStats (None where unknown). Generation tok/s
@@ -23,7 +24,7 @@ def stats_summary(stats: GenerationStats) -> str:
         parts.append(f"{tokens:,} token{'' if tokens == 1 else 's'}")
     if stats.generation_tps:
         parts.append(f"{stats.generation_tps:.1f} tok/s")
-    if getattr(stats, "mtp_steps", 0):  # speculative decoding with the MTP head ran (engine.mtp_decode)
+    if isinstance(stats, GenerationStats) and stats.mtp_steps:  # speculative decoding with the MTP head ran (engine.mtp_decode)
         parts.append(f"MTP {stats.mtp_acceptance:.0%} accepted, {stats.mtp_tokens_per_step:.1f}/step")
     if stats.prompt_tps:
         label = f"prompt {prompt_tokens:,} tokens at " if prompt_tokens else "prompt at "
