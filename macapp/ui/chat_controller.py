@@ -33,7 +33,7 @@ from macapp.core.settings import Settings
 from macapp.core.vision.images import PreparedImage
 from macapp.ui.bridge import EventBridge
 from macapp.ui.chat_history import ChatHistory, HistoryStatus, HistoryWorker, Switched, conversation_rows
-from macapp.ui.settings import sampling_for
+from macapp.ui.settings import int_setting, sampling_for, text_setting
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -248,7 +248,7 @@ class ChatController(QObject):
         return conversation.recorder
 
     def _system_prompt(self) -> str | None:
-        return self.settings.get("chat.system_prompt", "") or None
+        return text_setting(self.settings, "chat.system_prompt") or None
 
     def _new_conversation(self, recorder: ChatRecorder | None = None, saved: Conversation | None = None) -> ConversationModel:
         return ConversationModel(self._new_session, recorder, system_prompt=self._system_prompt(), saved=saved, strict=True)
@@ -277,7 +277,7 @@ class ChatController(QObject):
 
     def load_context(self, ref: ModelRef) -> int | None:
         """The context to load `ref` for: the library's choice, at most the model's longest (None: not chosen)."""
-        chosen = int(self.settings.get("library.context", 0) or 0)
+        chosen = int_setting(self.settings, "library.context", 0)
         if chosen <= 0:
             return None
         longest = ref.arch.max_position_embeddings
@@ -365,13 +365,14 @@ class ChatController(QObject):
     def _new_session(self, system: str | None, messages: list[dict[str, object]] | None) -> ChatSession:
         """An engine session for the open conversation (the conversation model asks when its next turn needs one)."""
         # The context and KV-cache bits chosen in the library are the ones the fit was computed for.
-        limit = int(self.settings.get("library.context", 0) or 0) or None
+        limit = int_setting(self.settings, "library.context", 0) or None
         if limit and self.model_info is not None:
             limit = min(limit, self.model_info.max_context)
         ref = self.model_ref
+        kv_bits = self.settings.get("library.kv_bits")
         options = SessionOptions(
             context_limit=limit,
-            kv_bits=self.settings.get("library.kv_bits"),
+            kv_bits=kv_bits if isinstance(kv_bits, int) else None,  # None: not chosen (or not a number: a hand-edited file)
             memory_budget_bytes=ref.load.memory_budget_bytes if ref is not None else None,  # set by "Load anyway"
         )
         return self._ensure_engine().new_session(system_prompt=system, messages=messages, options=options)

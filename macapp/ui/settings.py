@@ -29,11 +29,28 @@ FIELDS = [  # key, label, kind, minimum, maximum, step, tooltip
 ]
 
 
+def int_setting(settings: Settings, key: str, default: int) -> int:
+    """A whole-number setting; `default` when it is not set, or not a number (a hand-edited settings file)."""
+    value = settings.get(key, default)
+    return int(value) if isinstance(value, (int, float)) else default
+
+
+def text_setting(settings: Settings, key: str) -> str:
+    """A text setting; "" when it is not set, or not text (a hand-edited settings file)."""
+    value = settings.get(key, "")
+    return value if isinstance(value, str) else ""
+
+
+def _number(value: object) -> float | None:
+    """A sampling value as the panel holds it: a number, None (not set) for anything else."""
+    return value if isinstance(value, (int, float)) else None
+
+
 def card_presets(thinking: bool) -> dict[str, float | None]:
     """The model card's sampling values for a mode (macapp.core.sampling), as the panel shows them."""
     card = preset(thinking).to_dict()
-    values = {key: card[key] for key, *_rest in FIELDS}
-    values["max_tokens"] = card["max_tokens"]
+    values = {key: _number(card[key]) for key, *_rest in FIELDS}
+    values["max_tokens"] = _number(card["max_tokens"])
     values["thinking_budget"] = None
     return values
 
@@ -45,7 +62,9 @@ def mode_key(thinking: bool) -> str:
 def sampling_for(settings: Settings, thinking: bool) -> dict[str, float | None]:
     """The user's sampling values for a mode: the card's presets with the user's changes on top."""
     values = card_presets(thinking)
-    values.update(settings.get(mode_key(thinking), {}) or {})
+    changed = settings.get(mode_key(thinking), {})
+    if isinstance(changed, dict):  # numbers and None, as the panel stores them; other values (a hand-edited file) are left out
+        values.update({key: value for key, value in changed.items() if value is None or isinstance(value, (int, float))})
     return values
 
 
@@ -68,12 +87,17 @@ class SettingsDialog(QDialog):
         form.setLabelAlignment(Qt.AlignmentFlag.AlignRight)
         self.inputs: dict[str, ClampingSpinBox | ClampingDoubleSpinBox] = {}
         for key, label, kind, lo, hi, step, tip in FIELDS:
-            box = ClampingDoubleSpinBox(self) if kind is float else ClampingSpinBox(self)
-            box.setRange(lo, hi)
-            box.clamped.connect(lambda typed, used, name=label, b=box: self._say_clamped(name, b, typed, used))
-            box.setSingleStep(step)
+            box: ClampingDoubleSpinBox | ClampingSpinBox
             if kind is float:
+                box = ClampingDoubleSpinBox(self)
+                box.setRange(lo, hi)
+                box.setSingleStep(step)
                 box.setDecimals(2)
+            else:  # top_k: its figures are whole numbers
+                box = ClampingSpinBox(self)
+                box.setRange(int(lo), int(hi))
+                box.setSingleStep(int(step))
+            box.clamped.connect(lambda typed, used, name=label, b=box: self._say_clamped(name, b, typed, used))
             box.setToolTip(tip)
             form.addRow(label, box)
             self.inputs[key] = box
@@ -115,8 +139,11 @@ class SettingsDialog(QDialog):
         lay.addWidget(buttons)
         self.load_values()
 
-    def _say_clamped(self, name: str, box, typed: str, used: float) -> None:
-        lo, hi, used_text = box.textFromValue(box.minimum()), box.textFromValue(box.maximum()), box.textFromValue(used)
+    def _say_clamped(self, name: str, box: ClampingSpinBox | ClampingDoubleSpinBox, typed: str, used: float) -> None:
+        if isinstance(box, ClampingSpinBox):  # it clamps to its ends, whole numbers: int() is what Qt's int argument made of them
+            lo, hi, used_text = box.textFromValue(box.minimum()), box.textFromValue(box.maximum()), box.textFromValue(int(used))
+        else:
+            lo, hi, used_text = box.textFromValue(box.minimum()), box.textFromValue(box.maximum()), box.textFromValue(used)
         self.range_note.setText(f"{name} goes from {lo} to {hi}: {typed} was set to {used_text}.")
         self.range_note.show()
         self._just_clamped = True  # an Enter that clamped keeps the panel open, so the note is seen
@@ -125,7 +152,7 @@ class SettingsDialog(QDialog):
         mode = "thinking" if self.thinking else "non-thinking"
         self.mode_label.setText(f"Sampling for <b>{mode}</b> mode (each mode keeps its own values; switch with the Thinking toggle).")
         self._show(sampling_for(self.settings, self.thinking))
-        self.system_prompt.setPlainText(self.settings.get("chat.system_prompt", "") or "")
+        self.system_prompt.setPlainText(text_setting(self.settings, "chat.system_prompt"))
 
     def _show(self, values: dict[str, float | None]) -> None:
         for key, box in self.inputs.items():
