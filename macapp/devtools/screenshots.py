@@ -199,8 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     chat.send("What is the answer to the question?")
     _wait(app, lambda: not chat.busy)
     first = chat.messages.widgets()[-1]
-    if not isinstance(first, AssistantMessage):
-        raise RuntimeError("the last message is not the reply")
+    if not isinstance(first, AssistantMessage) or first.reasoning is None:
+        raise RuntimeError("the last message is not the reply, with its reasoning")
     first.reasoning.set_expanded(True)
     chat.composer.thinking.setChecked(False)
     chat.controller.sampling_overrides = {"logit_bias": {**NO_END["logit_bias"], **_no_broken_bytes(model)}}

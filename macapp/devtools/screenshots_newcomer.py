@@ -67,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
 
     # 3. The conversation reopened with no model loaded: why Send is off, and its own model offered.
     key = chat.controller.conversation_id
+    if key is None:
+        raise RuntimeError("the first reply was not saved as a conversation")
     chat.unload_model()
     window.new_chat()
     window.open_conversation(key)  # read on the history's worker: wait for it to arrive

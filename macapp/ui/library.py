@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QPoint, Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -24,12 +25,17 @@ from PySide6.QtWidgets import (
 
 from macapp.core import catalog, hardware
 from macapp.core.fit import estimate
+from macapp.core.hardware import MachineProfile
 from macapp.core.memory import format_bytes
 from macapp.core.settings import Settings
 from macapp.core.vision.builds import BuildVision, build_vision, refresh_catalog_and_pictures
 from macapp.ui.details import DetailsPanel
 from macapp.ui.downloads import DownloadController
 from macapp.ui.library_model import FIT_COL, BadgeDelegate, LibraryModel, Row, short_context
+from macapp.ui.settings import int_setting
+
+if TYPE_CHECKING:  # the window holds this page: imported for its type only
+    from macapp.ui.main_window import MainWindow
 
 # Past the native 262,144 tokens a model loads in long-context mode (YaRN ×2, ×4: macapp.core.long_context).
 CONTEXT_STEPS = [2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288, 1_010_000]
@@ -50,12 +56,12 @@ class LibraryPage(QWidget):
     def __init__(self, settings: Settings, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.settings = settings
-        self.machine = None  # the profile the badges are computed for (a "what if" Mac when one is set)
-        self.detected = None  # this machine, always: "Load anyway" budgets with its real memory
-        self.entries: list = []
-        self.local_refs: list = []
-        self.downloads = None  # macapp.ui.downloads.DownloadController, created in start()
-        self._vision: dict = {}  # (repo, folder, catalog size) -> whether the build sees pictures
+        self.machine: MachineProfile  # the profile the badges are computed for (a "what if" Mac when one is set); set below
+        self.detected: MachineProfile  # this machine, always: "Load anyway" budgets with its real memory; set below
+        self.entries: list[catalog.CatalogEntry] = []
+        self.local_refs: list[catalog.ModelRef] = []
+        self.downloads: DownloadController | None = None  # created in start()
+        self._vision: dict[tuple[str | None, str, int], BuildVision] = {}  # (repo, folder, catalog size) -> whether the build sees pictures
         self._hub_answered.connect(self._hub_done)
 
         title = QLabel("Models", self)
@@ -141,7 +147,7 @@ class LibraryPage(QWidget):
         lay.addWidget(split, 1)
 
         # Restore choices before wiring, so restoring does not write them back.
-        self.context_spin.setValue(int(settings.get("library.context", 32768)))
+        self.context_spin.setValue(int_setting(settings, "library.context", 32768))
         self.context_slider.setValue(self._step_for(self.context_spin.value()))
         kv = settings.get("library.kv_bits")
         self.kv_combo.setCurrentIndex(max(0, self.kv_combo.findData(kv)) if kv is not None else 0)
@@ -149,9 +155,9 @@ class LibraryPage(QWidget):
         self.context_spin.valueChanged.connect(self._context_changed)
         self.kv_combo.currentIndexChanged.connect(lambda _i: self._choices_changed())
         self.table.selectionModel().currentRowChanged.connect(lambda cur, _prev: self._show_details(cur.row()))
-        self.open_folder_button.clicked.connect(lambda: self.window().open_model_folder())
+        self.open_folder_button.clicked.connect(lambda: self._main_window().open_model_folder())
         self.remove_folder_button.clicked.connect(self.remove_selected_folder)
-        self.demo_button.clicked.connect(lambda: self.window().try_demo_model())
+        self.demo_button.clicked.connect(lambda: self._main_window().try_demo_model())
         self.table.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.table.customContextMenuRequested.connect(self._row_menu)
 
@@ -163,22 +169,28 @@ class LibraryPage(QWidget):
         self._machine_detected.connect(self._on_detected)
         self.refresh()
 
-    def _what_if(self):
+    def _main_window(self) -> MainWindow:
+        return cast("MainWindow", self.window())  # the page lives in the main window
+
+    def _what_if(self) -> MachineProfile | None:
         """A 'what if' Mac chosen in settings (`machine.what_if`: {"chip": "M4 Pro", "memory_gb": 48})."""
         spec = self.settings.get("machine.what_if")
         if not isinstance(spec, dict) or not spec.get("chip"):
             return None
+        chip, memory_gb, gpu_cores = spec["chip"], spec.get("memory_gb", 16), spec.get("gpu_cores")
+        if not isinstance(chip, str) or not isinstance(memory_gb, (int, float, str)) or not (gpu_cores is None or isinstance(gpu_cores, int)):
+            return None  # not a chip name, a size and a core count (a hand-edited settings file)
         try:
-            return hardware.what_if_machine(spec["chip"], int(float(spec.get("memory_gb", 16)) * 1024**3), spec.get("gpu_cores"))
+            return hardware.what_if_machine(chip, int(float(memory_gb) * 1024**3), gpu_cores)
         except (hardware.HardwareError, ValueError, TypeError):
             return None
 
-    def _on_detected(self, machine) -> None:
+    def _on_detected(self, machine: MachineProfile) -> None:
         self.detected = machine
         if self._what_if() is None:
             self.set_machine(machine)
 
-    def set_machine(self, machine) -> None:
+    def set_machine(self, machine: MachineProfile) -> None:
         self.machine = machine
         self.refresh()
         self.machine_changed.emit(machine)
@@ -190,7 +202,8 @@ class LibraryPage(QWidget):
 
     @property
     def kv_bits(self) -> int | None:
-        return self.kv_combo.currentData()
+        bits = self.kv_combo.currentData()
+        return bits if isinstance(bits, int) else None  # KV_CHOICES: None, 8 or 4
 
     @staticmethod
     def _step_for(value: int) -> int:
@@ -228,7 +241,7 @@ class LibraryPage(QWidget):
             self._vision[key] = build_vision(ref)
         return self._vision[key]
 
-    def _refs(self) -> list:
+    def _refs(self) -> list[catalog.ModelRef]:
         refs = []
         for entry in self.entries:
             for bits in sorted(entry.builds):
@@ -303,7 +316,7 @@ class LibraryPage(QWidget):
             self.downloads.show_for(row)
 
     # -- actions ------------------------------------------------------------------------------------------------
-    def start(self, wait: bool = False):
+    def start(self, wait: bool = False) -> MachineProfile:
         """After the first paint: the full hardware probe (MLX's Metal budget, off the GUI thread) and downloads."""
         # Always probe this machine: with a "what if" profile the badges use it, but "Load anyway" needs the real RAM.
         probe = threading.Thread(target=lambda: self._machine_detected.emit(hardware.detect_machine()), daemon=True)
@@ -324,7 +337,7 @@ class LibraryPage(QWidget):
         if wait:
             worker.join()
 
-    def _hub_done(self, errors: dict) -> None:
+    def _hub_done(self, errors: dict[str, str]) -> None:
         self.entries = catalog.load_catalog()
         self._vision.clear()  # what the hub's files said about pictures is read again
         self.refresh()
@@ -345,7 +358,7 @@ class LibraryPage(QWidget):
     def remove_local_folder(self, folder: str | Path) -> bool:
         """Forget a folder opened earlier (its files are left alone); False if it was not in the library."""
         path = Path(folder)
-        kept = [r for r in self.local_refs if Path(r.local_path) != path]
+        kept = [r for r in self.local_refs if r.local_path is None or Path(r.local_path) != path]  # a folder's ref has its path
         if len(kept) == len(self.local_refs):
             return False
         self.local_refs = kept
@@ -355,10 +368,10 @@ class LibraryPage(QWidget):
 
     def remove_selected_folder(self) -> None:
         row = self.selected_row()
-        if row is not None and row.ref.origin is catalog.Origin.LOCAL:
+        if row is not None and row.ref.origin is catalog.Origin.LOCAL and row.ref.local_path is not None:  # a folder's row has its path
             self.remove_local_folder(row.ref.local_path)
 
-    def _row_menu(self, pos) -> None:
+    def _row_menu(self, pos: QPoint) -> None:
         from PySide6.QtWidgets import QMenu
 
         index = self.table.indexAt(pos)
@@ -377,10 +390,13 @@ class LibraryPage(QWidget):
     def _remember_folders(self) -> None:
         self.settings.set("library.folders", [str(r.local_path) for r in self.local_refs])
 
-    def _remembered_folders(self) -> list:
+    def _remembered_folders(self) -> list[catalog.ModelRef]:
         """The folders opened in earlier sessions that still hold a model (a moved or deleted one is left out)."""
         refs = []
-        for folder in self.settings.get("library.folders") or []:
+        folders = self.settings.get("library.folders")
+        for folder in folders if isinstance(folders, list) else []:
+            if not isinstance(folder, str):
+                continue  # Path() of it would raise the TypeError caught below
             try:
                 refs.append(catalog.model_from_folder(Path(folder)))
             except (catalog.UnknownModel, catalog.ConfigError, OSError, TypeError):

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QByteArray, Qt, QTimer, Signal
+from PySide6.QtCore import QByteArray, QPoint, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QFileDialog,
@@ -24,7 +26,9 @@ from PySide6.QtWidgets import (
 )
 
 from macapp import APP_NAME, __version__
-from macapp.core.events import Failed
+from macapp.core.events import Event, Failed
+from macapp.core.history import Conversation
+from macapp.core.jsonvalue import JSONValue
 from macapp.core.settings import Settings
 from macapp.devtools.demo import DemoReady, build_job
 from macapp.ui.bridge import EventBridge
@@ -34,7 +38,12 @@ from macapp.ui.chat_view import ChatView
 from macapp.ui.library import LibraryPage
 from macapp.ui.model_bar import Choice
 from macapp.ui.server_panel import ServerController, ServerPanel
+from macapp.ui.settings import int_setting
 from macapp.ui.status import StatusArea
+
+if TYPE_CHECKING:  # the engine's job and the server's backend: for their types only (the backend imports MLX)
+    from macapp.core.engine.jobs import Job
+    from macapp.core.serving.runner import ServingEngine
 
 LIBRARY, CHAT, SERVER = 0, 1, 2
 
@@ -89,7 +98,7 @@ class Sidebar(QWidget):
         lay.addWidget(self.empty_note)
         lay.addWidget(self.new_chat)
 
-    def _conversation_menu(self, pos) -> None:
+    def _conversation_menu(self, pos: QPoint) -> None:
         item = self.conversations.itemAt(pos)
         if item is None:
             return
@@ -99,7 +108,7 @@ class Sidebar(QWidget):
         menu.addAction("Delete", lambda: self.delete_requested.emit(key))
         menu.exec(self.conversations.viewport().mapToGlobal(pos))
 
-    def set_conversations(self, rows: list[tuple[object, str]], current: object = None, empty: str = "No conversations yet") -> None:
+    def set_conversations(self, rows: Sequence[tuple[object, str]], current: object = None, empty: str = "No conversations yet") -> None:
         self.conversations.blockSignals(True)
         self.conversations.clear()
         for key, title in rows:
@@ -166,18 +175,24 @@ class MainWindow(QMainWindow):
         self.chat.load_prompt.load_requested.connect(self.load_model_row)
         self.chat.load_prompt.models_requested.connect(lambda: self.show_page(LIBRARY))
         self.chat.load_prompt.demo_requested.connect(self.try_demo_model)
-        self.demo_job = None  # making the demo model, on the engine's worker
+        self.demo_job: Job | None = None  # making the demo model, on the engine's worker
 
         self._build_menus()
         self._restore_state()
         self.history_ready = False  # the history is opened after the first paint (its integrity check takes time)
-        self.deleted = None  # the last deleted conversation (store.delete's snapshot) while Undo is offered
+        self.deleted: Conversation | None = None  # the last deleted conversation (store.delete's snapshot) while Undo is offered
         self._undo_timer = QTimer(self)
         self._undo_timer.setSingleShot(True)
         self._undo_timer.timeout.connect(self._forget_deleted)
 
     # -- menus ---------------------------------------------------------------------------------------------------
-    def _action(self, text: str, slot, shortcut=None, role=None) -> QAction:
+    def _action(
+        self,
+        text: str,
+        slot: Callable[[], object],
+        shortcut: QKeySequence | QKeySequence.StandardKey | None = None,
+        role: QAction.MenuRole | None = None,
+    ) -> QAction:
         action = QAction(text, self)
         if shortcut is not None:
             action.setShortcut(QKeySequence(shortcut))
@@ -240,7 +255,7 @@ class MainWindow(QMainWindow):
         self.status.showMessage("Reading the catalog's configs and file sizes from the hub…")
         self.library.refresh_from_hub()
 
-    def _catalog_refreshed(self, errors: dict) -> None:
+    def _catalog_refreshed(self, errors: dict[str, str]) -> None:
         if "*" in errors:
             self.status.showMessage(f"Catalog not refreshed: {errors['*']}", 10000)
         elif errors:
@@ -252,20 +267,20 @@ class MainWindow(QMainWindow):
         self.chat.new_chat()
         self.show_page(CHAT)
 
-    def open_conversation(self, key) -> None:
+    def open_conversation(self, key: int) -> None:
         self.chat.open_conversation(key)
         self.show_page(CHAT)
 
     undo_seconds = 10
 
-    def _listed_title(self, key) -> str:
+    def _listed_title(self, key: int) -> str:
         for i in range(self.sidebar.conversations.count()):
             item = self.sidebar.conversations.item(i)
             if item.data(Qt.ItemDataRole.UserRole) == key:
                 return item.toolTip() or item.text()
         return "this conversation"
 
-    def delete_conversation(self, key, confirm: bool = True) -> bool:
+    def delete_conversation(self, key: int, confirm: bool = True) -> bool:
         """Delete a conversation (off the GUI thread: _history_edited says when); Undo in the status bar puts it
         back for a few seconds. False when not confirmed."""
         title = self._listed_title(key)
@@ -307,7 +322,7 @@ class MainWindow(QMainWindow):
         self.deleted = None
         self.status.clear_undo()
 
-    def rename_conversation(self, key) -> None:
+    def rename_conversation(self, key: int) -> None:
         title, ok = QInputDialog.getText(self, "Rename Conversation", "Title:", text=self._listed_title(key))
         if ok and title.strip():
             self.chat.controller.rename_conversation(key, title.strip())  # off the GUI thread: _history_edited
@@ -326,7 +341,7 @@ class MainWindow(QMainWindow):
         if not self.sidebar.search.text().strip():  # a search typed meanwhile shows what it finds instead
             self.sidebar.set_conversations(rows, self.chat.controller.conversation_id)
 
-    def _show_found(self, query: str, rows: list) -> None:
+    def _show_found(self, query: str, rows: list[tuple[int, str]]) -> None:
         self.sidebar.set_conversations(rows, self.chat.controller.conversation_id, empty=f"No messages match “{query}”")
 
     def open_model_folder(self) -> None:
@@ -339,6 +354,7 @@ class MainWindow(QMainWindow):
         choices = [
             Choice(row.key, f"{row.title} · {row.ref.bits}-bit" if row.ref.bits else row.title, Path(row.local_path), row.title)
             for row in self.library.rows_on_disk()
+            if row.local_path is not None  # all of them: on disk
         ]
         self.chat.set_model_choices(choices)
         self._mark_loaded()
@@ -359,7 +375,7 @@ class MainWindow(QMainWindow):
         self.demo_job = build_job(self.chat.controller._ensure_engine())
         bridge = EventBridge(parent=self)
 
-        def done(batch) -> None:
+        def done(batch: list[Event]) -> None:
             self.demo_job = None
             bridge.deleteLater()
             match batch[-1]:
@@ -386,7 +402,7 @@ class MainWindow(QMainWindow):
     def _on_model_changed(self, text: str) -> None:
         self.status.set_model(text)
 
-    def _server_backend(self):
+    def _server_backend(self) -> ServingEngine:
         """The local server's backend on the model the chat has loaded (RuntimeError if none)."""
         from macapp.server.engine_backend import backend_for  # why: it imports MLX and mlx-lm, loaded on the engine's worker, not at start-up
 
@@ -426,18 +442,19 @@ class MainWindow(QMainWindow):
     # -- state ---------------------------------------------------------------------------------------------------
     def _restore_state(self) -> None:
         geometry = self.settings.get("window.geometry")
-        if geometry:
+        if geometry and isinstance(geometry, str):
             self.restoreGeometry(QByteArray.fromBase64(geometry.encode()))
         sizes = self.settings.get("window.splitter")
         if isinstance(sizes, list) and len(sizes) == 2:
-            self.splitter.setSizes([int(s) for s in sizes])
-        self.show_page(int(self.settings.get("window.page", LIBRARY)))
+            self.splitter.setSizes([int(s) for s in sizes if isinstance(s, (int, float))])  # as saved: whole numbers
+        self.show_page(int_setting(self.settings, "window.page", LIBRARY))
 
     def save_state(self) -> None:
+        sizes: list[JSONValue] = [*self.splitter.sizes()]
         self.settings.update(
             {
-                "window.geometry": bytes(self.saveGeometry().toBase64()).decode(),
-                "window.splitter": self.splitter.sizes(),
+                "window.geometry": bytes(self.saveGeometry().toBase64().data()).decode(),
+                "window.splitter": sizes,
             }
         )
 
