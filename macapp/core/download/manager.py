@@ -302,7 +302,10 @@ def _download(
 def _run_files(
     repo: str, plan: DownloadPlan, files: list[LocalFile], emit: Emit, cancel: CancelToken, settings: DownloadSettings, tok: str | None
 ) -> tuple[int, list[str]]:
-    """Run the per-file work on a pool; returns (bytes received this run, files re-fetched after a bad hash)."""
+    """Run the per-file work on a pool; returns (bytes received this run, files re-fetched after a bad hash).
+
+    A file whose bytes keep failing their check fails alone: the other files are fetched to the end (kept whole for
+    the next try), then its error is raised. Any other error stops them all at once (what they have is kept)."""
     import httpx2
 
     rdir = plan.repo_dir
@@ -328,6 +331,7 @@ def _run_files(
     pool = ThreadPoolExecutor(max_workers=max(1, settings.max_workers), thread_name_prefix="qwen-desk-download")
     futures: set[Future[None]] = {pool.submit(ctx.run_file, f) for f in work}
     error: BaseException | None = None
+    failed_alone: BaseException | None = None  # the first file that failed its check, raised once the rest are done
     last_emit = 0.0
     stall_reported = False
     interrupted = False
@@ -336,7 +340,9 @@ def _run_files(
             done, futures = wait(futures, timeout=min(0.1, settings.progress_interval_s), return_when=FIRST_COMPLETED)
             for fut in done:
                 exc = fut.exception()
-                if exc is not None and error is None:
+                if isinstance(exc, DownloadError) and exc.kind is DownloadErrorKind.INTEGRITY:
+                    failed_alone = failed_alone or exc
+                elif exc is not None and error is None:
                     error = exc
                     stop.set()
                     tracker.drop_connections()
@@ -374,6 +380,7 @@ def _run_files(
         raise DownloadCancelled(f"download of {repo} interrupted at {format_bytes(kept)}; {RESUME_HINT}", repo=repo, bytes_kept=kept)
     final = tracker.snapshot(settings.stall_report_s)
     emit(final)
+    error = error or failed_alone
     if error is not None:
         if isinstance(error, DownloadError):
             if error.kind == DownloadErrorKind.DISK_FULL:

@@ -156,6 +156,18 @@ def test_a_server_that_keeps_sending_corrupt_bytes_never_yields_a_ready_model(hu
     assert blob_of(repo, SHARD1).exists()  # the good file is kept
 
 
+def test_a_file_that_keeps_failing_its_check_fails_alone_and_the_others_are_fetched_whole(hub_server, repo):
+    hub_server.hold(SHARD1, seconds=0.6)  # the good shard's answer comes after the bad one has failed twice
+    hub_server.corrupt(SHARD2, offset=10, times=2)  # twice: the most one download takes before it gives up
+    with pytest.raises(dl.DownloadError) as err:
+        dl.download(REPO, settings=FAST)
+    assert err.value.kind == "integrity" and SHARD2 in str(err.value)
+    assert blob_of(repo, SHARD1).read_bytes() == repo.files[SHARD1].data  # fetched to the end, not stopped
+    assert not partial_of(repo, SHARD1).exists() and not blob_of(repo, SHARD2).exists()
+    again = dl.download(REPO, settings=FAST)  # the server mended: only the bad file is fetched
+    assert again.verified and hub_server.bytes_served(SHARD1) == repo.files[SHARD1].size
+
+
 def test_a_file_corrupted_on_disk_is_detected_and_refetched_alone(hub_server, repo):
     dl.download(REPO, settings=FAST)
     blob = blob_of(repo, SHARD1)
