@@ -69,9 +69,23 @@ def main() -> int:
                 paths[f"batch, MTP {mode.value}"] = ServingEngine(engine, ServingOptions(session=SessionOptions(mtp=mode), pool_bytes=0))
         companion = CompletionRequest(messages=(ChatMessage(Role.USER, "And briefly, lakes?"),), sampling=greedy(args.companion, logit_bias=banned))
         shared = {f"{name} + companion": serving for name, serving in paths.items() if args.companion and name.startswith("batch")}
+        left_in = "batch, MTP auto + companion, left in the batch"  # as before engine/batch.py's alone_again
+        if args.companion and args.mtp:
+            shared[left_in] = paths["batch, MTP auto"]
 
-        def beside(serving: ServingEngine) -> Completed:
-            """The request and the companion, taken by the batch together (the worker is held while both queue)."""
+        def beside(serving: ServingEngine, stay: bool = False) -> Completed:
+            """The request and the companion, taken by the batch together (the worker is held while both queue);
+            `stay`: the one left goes on in the batch (the engine's one BatchLoop, for this run only)."""
+            loop = engine.batch_loop()
+            assert loop is not None
+            if stay:
+                loop._alone_again = lambda *_: None  # type: ignore[method-assign]  # this bench's "before" only
+            try:
+                return together(serving)
+            finally:
+                loop.__dict__.pop("_alone_again", None)
+
+        def together(serving: ServingEngine) -> Completed:
             release = threading.Event()
             blocker = engine.submit("bench", lambda _job: release.wait(600))
             jobs = [serving.submit(request), serving.submit(companion)]
@@ -88,7 +102,7 @@ def main() -> int:
         for _ in range(args.repeat):
             texts = {}
             for name, serving in [*paths.items(), *shared.items()]:
-                done = beside(serving) if name in shared else serving.submit(request).wait(600)
+                done = beside(serving, stay=name == left_in) if name in shared else serving.submit(request).wait(600)
                 assert done.usage.completion_tokens == args.tokens, done
                 speeds[name].append(done.generation_tps)
                 per_step[name].append(done.mtp_tokens_per_step or 1.0)
@@ -113,7 +127,7 @@ def main() -> int:
             f"- {name} ({args.mtp} head): {tps:.1f} tok/s, {tps / batch:.2f}x the plain batch (pairs {pair:.2f}x), {statistics.median(per_step[name]):.2f} tokens per verify pass"
         )
     for name in shared:
-        lone = name.removesuffix(" + companion")
+        lone = name.split(" + companion")[0]
         tps, alone_tps = statistics.median(speeds[name]), statistics.median(speeds[lone])
         print(
             f"- {name} ({args.companion} tokens): {tps:.1f} tok/s, {tps / alone_tps:.2f}x the same path alone, "
