@@ -7,11 +7,16 @@ fetches the MTP head the build lacks from the original Qwen repo (macapp/core/hu
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shlex
+import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 from typing import TextIO
 
 from macapp.cli import Subparsers, UsageError
@@ -104,7 +109,9 @@ def _download(args: argparse.Namespace, repo: str, model: catalog.ModelRef) -> i
             if args.json:
                 print(json.dumps({**_plan_json(plan), **({"mtp": mtp} if args.mtp else {})}, indent=2))
             return 0 if plan.disk_ok else 1
-        result = dl.download(plan, on_event=view.on_event)
+        cancel = dl.CancelToken()
+        with _ctrl_c_cancels(cancel):
+            result = dl.download(plan, on_event=view.on_event, cancel=cancel)
     except dl.DownloadCancelled as exc:
         view.close()
         kept = exc.bytes_kept
@@ -140,6 +147,26 @@ def _download(args: argparse.Namespace, repo: str, model: catalog.ModelRef) -> i
     if args.json:
         print(json.dumps({**result.to_json(), "ready": True, **extra}, indent=2))
     return 0
+
+
+@contextlib.contextmanager
+def _ctrl_c_cancels(cancel: dl.CancelToken) -> Iterator[None]:
+    """Ctrl-C cancels the download (it stops within about a second, keeping what it has) instead of raising
+    KeyboardInterrupt wherever the main thread happens to be: inside concurrent.futures' wait, that can leave a
+    future's lock held and a worker unable to finish, so the process never exits. A second Ctrl-C interrupts."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_ctrl_c(_signum: int, _frame: FrameType | None) -> None:
+        cancel.cancel()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    previous = signal.signal(signal.SIGINT, on_ctrl_c)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _fetch_mtp(args: argparse.Namespace, repo: str, folder: Path) -> dict[str, object]:
