@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 
 from macapp.core.events import Finished, Reply
-from macapp.core.sampling import make_sampler_and_processors
+from macapp.core.sampling import greedy, make_sampler_and_processors
 from macapp.devtools.tiny_model import SCRIPT_ANSWER, SCRIPT_REASONING
 
 REASONING = "".join(SCRIPT_REASONING)
@@ -72,3 +72,19 @@ def kv_offsets(session):
 
 def joined(events, cls):
     return "".join(e.text for e in events if isinstance(e, cls))
+
+
+# A conversation for the MTP head's context: send (thinking), send, regenerate, send (thinking).
+HEAD_CONTEXT_TURNS = [
+    lambda s: s.send("hello there", thinking=True, sampling=greedy(40)),
+    lambda s: s.send("and now?", thinking=False, sampling=greedy(40)),
+    lambda s: s.regenerate(sampling=greedy(30)),
+    lambda s: s.send("one more", thinking=True, sampling=greedy(40)),
+]
+
+
+def assert_head_context_covers_every_token(session) -> None:
+    """The session's MTP head context never started again: it followed every token from the first."""
+    context = session._live.head
+    assert context is not None and context.base == 0
+    assert context.end == len(session.tokens) - 1 and context.carry[0] == len(session.tokens) - 1

@@ -13,6 +13,7 @@ from macapp.core.events import AnswerDelta
 from macapp.core.sampling import greedy
 from macapp.core.serving.requests import ChatMessage, Completed, Role
 from macapp.core.serving.runner import ServingEngine, ServingOptions
+from tests.core.engine.helpers import HEAD_CONTEXT_TURNS, assert_head_context_covers_every_token
 from tests.core.serving.test_runner import ask, off_script
 
 TIMEOUT = 120
@@ -103,21 +104,13 @@ def test_a_turn_alone_in_the_batch_drafts_and_hands_the_heads_context_back(tiny_
         serving = ServingEngine(e, ServingOptions(pool_bytes=0))
         plain = e.new_session(options=SessionOptions(mtp=MTPMode.OFF))
         fast = e.new_session(options=SessionOptions(mtp=MTPMode.ON))
-        turns = [
-            lambda s: s.send("hello there", thinking=True, sampling=greedy(40)),
-            lambda s: s.send("and now?", thinking=False, sampling=greedy(40)),
-            lambda s: s.regenerate(sampling=greedy(30)),
-            lambda s: s.send("one more", thinking=True, sampling=greedy(40)),
-        ]
-        for turn in turns:
+        for turn in HEAD_CONTEXT_TURNS:
             steps = serving.batch.steps
             a, b = turn(plain).result(timeout=TIMEOUT), turn(fast).result(timeout=TIMEOUT)
             assert serving.batch.steps > steps  # both ran in the batch
             assert (b.text, b.reasoning, b.token_ids) == (a.text, a.reasoning, a.token_ids)
             assert b.stats.mtp_steps > 0 and a.stats.mtp_steps == 0
-            context = fast._live.head
-            assert context is not None and context.base == 0  # never started again: it followed every token
-            assert context.end == len(fast.tokens) - 1 and context.carry[0] == len(fast.tokens) - 1
+            assert_head_context_covers_every_token(fast)
         assert plain._live.head is None
         serving.close()
     finally:

@@ -19,7 +19,7 @@ from macapp.core.engine.reply import stream_reply
 from macapp.core.sampling import greedy
 from macapp.core.serving.requests import ChatMessage, Role
 from macapp.core.serving.runner import ServingEngine, ServingOptions
-from tests.core.engine.helpers import TIMEOUT
+from tests.core.engine.helpers import HEAD_CONTEXT_TURNS, TIMEOUT, assert_head_context_covers_every_token
 from tests.core.serving.test_runner import ask
 
 CLOSE = 1e-4  # chunked and one-pass reads differ by float32 noise
@@ -122,18 +122,10 @@ def test_a_conversation_keeps_one_context_and_the_plain_replies(tiny_mtp):
         e.load(str(tiny_mtp("moe", "successor"))).result(timeout=TIMEOUT)
         plain = e.new_session(options=SessionOptions(mtp=MTPMode.OFF))
         fast = e.new_session(options=SessionOptions(mtp=MTPMode.ON))
-        turns = [
-            lambda s: s.send("hello there", thinking=True, sampling=greedy(40)),
-            lambda s: s.send("and now?", thinking=False, sampling=greedy(40)),
-            lambda s: s.regenerate(sampling=greedy(30)),
-            lambda s: s.send("one more", thinking=True, sampling=greedy(40)),
-        ]
-        for turn in turns:
+        for turn in HEAD_CONTEXT_TURNS:
             a, b = turn(plain).result(timeout=TIMEOUT), turn(fast).result(timeout=TIMEOUT)
             assert (b.text, b.reasoning, b.token_ids) == (a.text, a.reasoning, a.token_ids)
-            context = fast._live.head
-            assert context is not None and context.base == 0  # never started again: it followed every token
-            assert context.end == len(fast.tokens) - 1 and context.carry[0] == len(fast.tokens) - 1
+            assert_head_context_covers_every_token(fast)
         assert plain._live.head is None  # MTP off keeps none
     finally:
         e.close()
