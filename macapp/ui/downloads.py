@@ -13,7 +13,7 @@ from macapp.core.catalog import Origin, hub_offline
 from macapp.core.download import delete_model, inspect_repo, manager
 from macapp.core.catalog import ModelRef
 from macapp.core.download import events as ev
-from macapp.core.download.errors import DownloadError, DownloadErrorKind
+from macapp.core.hub.errors import DownloadError, DownloadErrorKind
 from macapp.core.download.job import DownloadJob, JobState
 from macapp.core.hub.settings import hub_reachable
 from macapp.core.memory import format_bytes

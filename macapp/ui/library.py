@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
 
 from PySide6.QtCore import QPoint, Qt, Signal
 from PySide6.QtWidgets import (
@@ -34,9 +33,6 @@ from macapp.ui.downloads import DownloadController
 from macapp.ui.library_model import FIT_COL, BadgeDelegate, LibraryModel, Row, short_context
 from macapp.ui.settings import int_setting
 
-if TYPE_CHECKING:  # the window holds this page: imported for its type only
-    from macapp.ui.main_window import MainWindow
-
 # Past the native 262,144 tokens a model loads in long-context mode (YaRN ×2, ×4: macapp.core.long_context).
 CONTEXT_STEPS = [2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288, 1_010_000]
 MAX_CONTEXT = 1_010_000  # the spin box's reach until the library knows its models' longest context (longest_context)
@@ -50,6 +46,8 @@ class LibraryPage(QWidget):
     rows_changed = Signal()  # after every refresh: the Chat page's model picker follows
     machine_changed = Signal(object)
     hub_refreshed = Signal(object)  # {repo: error} for the builds the hub could not tell us about
+    open_folder_requested = Signal()  # the window shows its folder dialog
+    demo_requested = Signal()
     _machine_detected = Signal(object)
     _hub_answered = Signal(object)
 
@@ -155,9 +153,9 @@ class LibraryPage(QWidget):
         self.context_spin.valueChanged.connect(self._context_changed)
         self.kv_combo.currentIndexChanged.connect(lambda _i: self._choices_changed())
         self.table.selectionModel().currentRowChanged.connect(lambda cur, _prev: self._show_details(cur.row()))
-        self.open_folder_button.clicked.connect(lambda: self._main_window().open_model_folder())
+        self.open_folder_button.clicked.connect(self.open_folder_requested)
         self.remove_folder_button.clicked.connect(self.remove_selected_folder)
-        self.demo_button.clicked.connect(lambda: self._main_window().try_demo_model())
+        self.demo_button.clicked.connect(self.demo_requested)
         self.table.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.table.customContextMenuRequested.connect(self._row_menu)
 
@@ -168,9 +166,6 @@ class LibraryPage(QWidget):
         self.machine = self._what_if() or self.detected
         self._machine_detected.connect(self._on_detected)
         self.refresh()
-
-    def _main_window(self) -> MainWindow:
-        return cast("MainWindow", self.window())  # the page lives in the main window
 
     def _what_if(self) -> MachineProfile | None:
         """A 'what if' Mac chosen in settings (`machine.what_if`: {"chip": "M4 Pro", "memory_gb": 48})."""

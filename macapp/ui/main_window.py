@@ -162,6 +162,8 @@ class MainWindow(QMainWindow):
         self.library.load_requested.connect(self.chat.load_model)
         self.library.machine_changed.connect(self.status.set_machine)
         self.library.hub_refreshed.connect(self._catalog_refreshed)
+        self.library.open_folder_requested.connect(self.open_model_folder)
+        self.library.demo_requested.connect(self.try_demo_model)
         self.chat.controller.model_changed.connect(self._on_model_changed)
         self.chat.controller.conversations_changed.connect(self.refresh_conversations)
         self.chat.controller.history_edited.connect(self._history_edited)
