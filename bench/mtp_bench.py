@@ -3,7 +3,7 @@
     .venv/bin/python bench/mtp_bench.py [--hidden 64] [--layers 32] [--tokens 128] [--repeat 5] [--prompt-repeat 1]
     .venv/bin/python bench/mtp_bench.py --model PATH [--tokens 256]     # a real build with its head (a Mac)
 
-Without --model it builds two tiny dense Qwen3.5 models of the real architecture (macapp/devtools/tiny_model.py):
+Without --model it builds two tiny dense Qwen3.5 models of the real architecture (macapp/core/demo/tiny_model.py):
 one whose MTP head is always right (the upper bound: the model's greedy next token is the successor of the
 token before it, and the head is built to draft that successor), one with a random head (the worst case).
 The default size (hidden 64, 32 layers) is where a verify pass costs about what a plain step costs, as on a
@@ -128,7 +128,7 @@ def _passes(reply) -> int:
 
 def build_models(hidden: int, layers: int, folder: Path) -> dict[str, object]:
     from macapp.core.engine.model_folder import check_model_folder, load_model
-    from macapp.devtools.tiny_model import make_tiny_model
+    from macapp.core.demo.tiny_model import make_tiny_model
 
     out = {}
     for head in ("right", "random"):

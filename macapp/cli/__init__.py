@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging()
     try:
         if args.self_test:
-            from macapp.devtools.selftest import run_self_test  # why: it imports the engine and huggingface_hub; `import macapp.cli` stays light
+            from macapp.cli.selftest import run_self_test  # why: it imports the engine and huggingface_hub; `import macapp.cli` stays light
 
             return run_self_test()
         if args.command is None:

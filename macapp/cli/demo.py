@@ -13,7 +13,7 @@ import argparse
 import sys
 
 from macapp.cli import Subparsers, chat
-from macapp.devtools.demo import NOTICE, ensure_demo_model
+from macapp.core.demo.model import NOTICE, ensure_demo_model
 
 DEMO_MAX_TOKENS = 200  # random weights may never write an end token: keep each reply short
 

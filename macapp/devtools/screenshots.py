@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 
 from macapp.core.jsonvalue import JSONObject
 from macapp.core.settings import Settings
-from macapp.devtools.tiny_model import make_tiny_model
-from macapp.devtools.tiny_vlm import make_tiny_vlm
+from macapp.core.demo.tiny_model import make_tiny_model
+from macapp.core.demo.tiny_vlm import make_tiny_vlm
 
 if TYPE_CHECKING:
     from PySide6.QtWidgets import QApplication, QTableWidget, QWidget
@@ -133,8 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_DISABLE_XET", "1")
     os.environ["HF_HUB_OFFLINE"] = "0"
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, for tests.fixtures.hub
-    from tests.fixtures.hub import HubStandIn, random_repo_files
+    from tests.fixtures.hub import HubStandIn, random_repo_files  # a developer's tool: `python -m` from the checkout
 
     hub = HubStandIn().start()
     os.environ["HF_ENDPOINT"] = hub.url

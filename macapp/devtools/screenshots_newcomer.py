@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from macapp.core.settings import Settings
 from macapp.devtools.screenshots import SIZE, WHAT_IF, _save, _wait
-from macapp.devtools.tiny_model import make_tiny_model
+from macapp.core.demo.tiny_model import make_tiny_model
 
 if TYPE_CHECKING:
     from PySide6.QtWidgets import QApplication

@@ -9,7 +9,7 @@ from macapp.core.events import Loaded, TurnKind
 from macapp.core.history import Conversation
 from macapp.core.recorder import TurnResult
 from macapp.core.settings import Settings
-from macapp.devtools.demo import SHORT_NOTICE, is_demo_model
+from macapp.core.demo.model import SHORT_NOTICE, is_demo_model
 from macapp.ui.chat_controller import ChatController, TurnEnd, TurnStart
 from macapp.ui.composer import Composer
 from macapp.ui.message_list import MessageList

@@ -30,7 +30,7 @@ from macapp.core.events import Event, Failed
 from macapp.core.history import Conversation
 from macapp.core.jsonvalue import JSONValue
 from macapp.core.settings import Settings
-from macapp.devtools.demo import DemoReady, build_job
+from macapp.core.demo.model import DemoReady, build_job
 from macapp.ui.bridge import EventBridge
 from macapp.ui.chat_controller import EditKind, HistoryEdit
 from macapp.ui.chat_history import ConversationSearch

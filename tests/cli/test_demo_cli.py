@@ -6,7 +6,7 @@ import json
 
 from macapp.cli import main
 from macapp.core import paths
-from macapp.devtools import demo
+from macapp.core.demo import model as demo
 
 
 def test_demo_makes_the_model_once_and_prints_its_folder(capsys):

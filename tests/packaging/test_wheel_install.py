@@ -67,6 +67,13 @@ def test_the_wheel_carries_the_built_in_data(wheel_install):
         assert f"macapp/resources/{name}" in names
 
 
+def test_the_wheel_carries_the_demo_and_no_developer_tools(wheel_install):
+    wheel, _bin, _env = wheel_install
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {"macapp/core/demo/model.py", "macapp/core/demo/tiny_model.py", "macapp/core/demo/tiny_vlm.py", "macapp/cli/selftest.py"} <= set(names)
+    assert [n for n in names if n.startswith("macapp/devtools/")] == []  # screenshots and the probe run from a checkout
+
+
 @pytest.mark.slow
 def test_a_wheel_install_runs_models_and_the_self_test(wheel_install, tmp_path):
     _wheel, bin_dir, env = wheel_install

@@ -6,7 +6,7 @@ import time
 from PySide6.QtCore import Qt
 
 from macapp.core.events import PromptProgress
-from macapp.devtools.tiny_model import SCRIPT_ANSWER, SCRIPT_REASONING
+from macapp.core.demo.tiny_model import SCRIPT_ANSWER, SCRIPT_REASONING
 from tests.ui.helpers import GREEDY, NO_END, edited, open_conversation, send, worker_held
 
 REASONING = "".join(SCRIPT_REASONING)

@@ -9,7 +9,7 @@ import pytest
 
 from macapp.core import long_context
 from macapp.core.catalog import Origin
-from macapp.devtools.tiny_model import make_tiny_model
+from macapp.core.demo.tiny_model import make_tiny_model
 from tests.fixtures.models import with_native_length
 from tests.ui.helpers import GREEDY, send
 

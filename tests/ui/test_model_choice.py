@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from macapp.core.settings import Settings
-from macapp.devtools import demo
+from macapp.core.demo import model as demo
 from macapp.ui.main_window import CHAT, MainWindow
 
 

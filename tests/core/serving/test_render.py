@@ -142,7 +142,7 @@ def strict_tokenizer(tiny_dense_path):
     """The tiny template with Qwen3.5's own check: a system message anywhere but first is an error."""
     from mlx_lm.tokenizer_utils import load
 
-    from macapp.devtools.tiny_model import CHAT_TEMPLATE
+    from macapp.core.demo.tiny_model import CHAT_TEMPLATE
 
     tok = load(Path(tiny_dense_path))
     tok._tokenizer.chat_template = STRICT_SYSTEM + CHAT_TEMPLATE

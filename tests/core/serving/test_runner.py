@@ -27,7 +27,7 @@ from macapp.core.serving.requests import (
     ToolSpec,
 )
 from macapp.core.serving.runner import QueueFull, ServingEngine, ServingOptions
-from macapp.devtools.tiny_model import SCRIPT_ANSWER, SCRIPT_REASONING
+from macapp.core.demo.tiny_model import SCRIPT_ANSWER, SCRIPT_REASONING
 from tests.core.serving.conftest import TIMEOUT
 from tests.fixtures.scripted import (
     MALFORMED_TEXT,

@@ -16,7 +16,7 @@ from macapp.core import paths
 from macapp.core.engine import Engine
 from macapp.core.engine.jobs import Job
 from macapp.core.events import TerminalEvent
-from macapp.devtools.tiny_model import make_tiny_model
+from macapp.core.demo.tiny_model import make_tiny_model
 
 FOLDER_NAME = "Tiny demo model"  # the folder's name is the model's name in the window and the history
 COMPLETE_MARK = ".qwen-desk-demo"  # written last: a folder without it is rebuilt

@@ -558,7 +558,7 @@ def make_tiny_model(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m macapp.devtools.tiny_model DEST [--kind moe|dense] [--bits 4|8] [--hub-layout]`."""
+    """`python -m macapp.core.demo.tiny_model DEST [--kind moe|dense] [--bits 4|8] [--hub-layout]`."""
     import argparse
 
     parser = argparse.ArgumentParser(description=main.__doc__)
