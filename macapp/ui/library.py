@@ -89,7 +89,9 @@ class LibraryPage(QWidget):
         self.remove_folder_button.setToolTip("Forget this folder here (its files stay where they are)")
         self.remove_folder_button.hide()
         self.demo_button = QPushButton("Try the Demo Model", self)
-        self.demo_button.setToolTip("A tiny model made on this Mac in a second, no download: it writes nonsense, it only shows the app working")
+        self.demo_button.setToolTip(
+            "A tiny model made on this Mac in a second, no download: it gives the same reply to anything, it only shows the app working"
+        )
 
         controls = QHBoxLayout()
         controls.setSpacing(8)

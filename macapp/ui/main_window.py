@@ -382,7 +382,7 @@ class MainWindow(QMainWindow):
             bridge.deleteLater()
             match batch[-1]:
                 case DemoReady(path=path):
-                    self.status.showMessage("Demo model ready: it writes nonsense, it only shows the app working", 10000)
+                    self.status.showMessage("Demo model ready: the same reply to anything, it only shows the app working", 10000)
                     if self.library.open_local_folder(path) is not None:
                         self.library.request_load()
                 case Failed(message=message):

@@ -100,7 +100,7 @@ def test_try_the_demo_model_makes_loads_and_labels_it(window, qtbot):
         window.demo_action.trigger()
     ref = window.chat.controller.model_ref
     assert demo.is_demo_model(ref.local_path)
-    assert window.chat.demo_note.isVisibleTo(window) and "writes nonsense" in window.chat.demo_note.text()
+    assert window.chat.demo_note.isVisibleTo(window) and demo.SHORT_NOTICE in window.chat.demo_note.text()
     assert window.library.selected_row().local_path == ref.local_path
 
 

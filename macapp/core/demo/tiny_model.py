@@ -245,13 +245,13 @@ def _full_config(kind: str, text_config: dict[str, object], eos_ids: list[int]) 
 
 
 def _add_script_tokens(tokenizer: Tokenizer, pieces: list[str]) -> None:
-    """Make each piece of a custom answer script one token (an added token unless BPE already has it)."""
+    """Make each piece of a custom script (reasoning or answer) one token (an added token unless BPE already has it)."""
     from tokenizers import AddedToken
 
     new = [p for p in dict.fromkeys(pieces) if len(tokenizer.encode(p, add_special_tokens=False).ids) != 1]
     tokenizer.add_tokens([AddedToken(p, normalized=False, special=False) for p in new])
     if tokenizer.get_vocab_size() > MODEL_VOCAB:
-        raise ValueError(f"the answer script needs {len(new)} new tokens: more than the model's vocabulary holds")
+        raise ValueError(f"the script needs {len(new)} new tokens: more than the model's vocabulary holds")
 
 
 def token_id(tokenizer: Tokenizer, token: str) -> int:
@@ -262,7 +262,9 @@ def token_id(tokenizer: Tokenizer, token: str) -> int:
     return found
 
 
-def _script_ids(tokenizer: Tokenizer, answer_pieces: list[str] | None = None) -> tuple[list[int], list[int], dict[str, int]]:
+def _script_ids(
+    tokenizer: Tokenizer, answer_pieces: list[str] | None = None, reasoning_pieces: list[str] | None = None
+) -> tuple[list[int], list[int], dict[str, int]]:
     special = {t: token_id(tokenizer, t) for t in SPECIAL_TOKENS}
 
     def one(text: str) -> int:
@@ -273,10 +275,10 @@ def _script_ids(tokenizer: Tokenizer, answer_pieces: list[str] | None = None) ->
 
     special["\n"] = one("\n")
     special["\n\n"] = one("\n\n")
-    reasoning, answer = [one(w) for w in SCRIPT_REASONING], [one(w) for w in answer_pieces or SCRIPT_ANSWER]
+    reasoning, answer = [one(w) for w in reasoning_pieces or SCRIPT_REASONING], [one(w) for w in answer_pieces or SCRIPT_ANSWER]
     chain = [special["\n"], *reasoning, special["</think>"], special["\n\n"], *answer, special["<|im_end|>"]]
     if len(set(chain)) != len(chain):  # a token twice would have two successors
-        raise ValueError("every piece of the answer script must be a different token, unlike the reasoning script's")
+        raise ValueError("every piece of the reasoning and answer scripts must be a different token")
     return reasoning, answer, special
 
 
@@ -292,14 +294,22 @@ def _cycle(tokenizer: Tokenizer, chain: list[int], seed: int) -> list[int]:
     return body + rest + body[:1]
 
 
-def _shape_weights(model: nn.Module, tokenizer: Tokenizer, seed: int, answer_pieces: list[str] | None = None, cycle: bool = False, firm: bool = False) -> None:
+def _shape_weights(
+    model: nn.Module,
+    tokenizer: Tokenizer,
+    seed: int,
+    answer_pieces: list[str] | None = None,
+    cycle: bool = False,
+    firm: bool = False,
+    reasoning_pieces: list[str] | None = None,
+) -> None:
     """Give the random model its greedy script (see the module docstring); layers stay random.
     `cycle`: the "right" model's script (every ordinary token has a successor; the layers write less).
     `firm`: the script survives the card's sampling (a stronger successor)."""
     import mlx.core as mx
     from mlx.utils import tree_unflatten
 
-    reasoning, answer, special = _script_ids(tokenizer, answer_pieces)
+    reasoning, answer, special = _script_ids(tokenizer, answer_pieces, reasoning_pieces)
     chain = [special["\n"], *reasoning, special["</think>"], special["\n\n"], *answer, special["<|im_end|>"]]
     if cycle:
         chain = _cycle(tokenizer, chain, seed)
@@ -497,6 +507,7 @@ def make_tiny_model(
     hidden_size: int = 64,
     num_layers: int = 4,
     answer: list[str] | None = None,
+    reasoning: list[str] | None = None,
     mtp: str | None = None,
     mtp_side: bool = False,
     firm: bool = False,
@@ -504,7 +515,8 @@ def make_tiny_model(
     """Write a tiny random-weights Qwen3.5 model folder at `dest` and return `dest`.
 
     `answer` replaces SCRIPT_ANSWER with other pieces (each made one token, distinct from every other script
-    token): e.g. a tool call, for tests of the API server (tests/fixtures/scripted.py).
+    token): e.g. a tool call, for tests of the API server (tests/fixtures/scripted.py); `reasoning` replaces
+    SCRIPT_REASONING the same way (the demo model's words: macapp.core.demo.model).
     `mtp`: one of MTP_HEADS (module docstring), in the build's shard or with `mtp_side` in its side file.
     `firm`: the script holds under the card's sampling too (module docstring)."""
     import mlx.core as mx
@@ -524,8 +536,8 @@ def make_tiny_model(
     dest.mkdir(parents=True)
 
     tokenizer = _train_tokenizer(seed)
-    if answer:
-        _add_script_tokens(tokenizer, list(answer))
+    if answer or reasoning:
+        _add_script_tokens(tokenizer, [*(reasoning or ()), *(answer or ())])
     eos_ids = [token_id(tokenizer, "<|im_end|>"), token_id(tokenizer, "<|endoftext|>")]
     text_config = _text_config(kind, hidden_size, num_layers)
     config = _full_config(kind, text_config, eos_ids)
@@ -533,7 +545,9 @@ def make_tiny_model(
     mx.random.seed(seed)
     model_class, args_class = _get_classes(config)
     model = model_class(args_class.from_dict(config))
-    _shape_weights(model, tokenizer, seed, list(answer) if answer else None, cycle=mtp == "right", firm=firm)
+    _shape_weights(
+        model, tokenizer, seed, list(answer) if answer else None, cycle=mtp == "right", firm=firm, reasoning_pieces=list(reasoning) if reasoning else None
+    )
     mx.eval(model.parameters())
     head = _mtp_tensors(config, hidden_size, mtp, bits) if mtp else None
     shard_head = head if head is not None and not mtp_side else None
