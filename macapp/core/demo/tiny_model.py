@@ -448,7 +448,11 @@ def _add_to_shard(dest: Path, tensors: dict[str, mx.array]) -> None:
         raise TypeError(f"{shard} did not load as named arrays")
     weights = dict(loaded)
     weights.update(tensors)
-    mx.save_safetensors(str(shard), weights, metadata={"format": "mlx"})
+    # Written beside it, then renamed: the loaded arrays are read from the shard lazily, and MLX 0.32.2 empties a file
+    # it saves to before it reads them (the MTP fixtures failed on .ci/lowest-constraints.txt).
+    partial = shard.with_name("partial-" + shard.name)  # save_safetensors names its file *.safetensors
+    mx.save_safetensors(str(partial), weights, metadata={"format": "mlx"})
+    partial.replace(shard)
     index = dest / "model.safetensors.index.json"
     if index.is_file():
         data = json.loads(index.read_text())
