@@ -260,7 +260,8 @@ def _print_wired_limit_notes(rows: list[dict[str, object]]) -> None:
         steps = ways_out["steps"] if isinstance(ways_out, dict) else []
         for step in steps:
             if step["remedy"] == advice.Remedy.WIRED_LIMIT.value:
-                notes.append(f"  {r['model']} {r['bits']}-bit: `{step['command']}` (leaves {_gb(step['leaves_bytes'])} for macOS)")
+                shorter = f"up to {step['context']:,} tokens, " if step["context"] != r["context"] else ""
+                notes.append(f"  {r['model']} {r['bits']}-bit: `{step['command']}` ({shorter}leaves {_gb(step['leaves_bytes'])} for macOS)")
     if notes:
         print("Too big for the default GPU limit, but would fit if macOS wired more memory for the GPU:")
         print("\n".join(notes))

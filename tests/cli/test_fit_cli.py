@@ -169,6 +169,20 @@ def test_fit_too_big_names_the_wired_limit_command_and_the_other_ways(capsys):
     assert step["remedy"] == "wired_limit" and step["command"] == f"sudo sysctl iogpu.wired_limit_mb={step['wired_limit_mb']}"
 
 
+def test_fit_at_32k_on_a_24gb_m4_pro_advises_the_wired_limit_with_the_longest_context(capsys):
+    base = ["fit", "Qwen3.5-35B-A3B", "--bits", "4", "--chip", "M4 Pro", "--memory", "24GB", "--context", "32768"]
+    _, out, _ = run_cli(capsys, *base, "--json")
+    step = json.loads(out)["advice"]["steps"][0]
+    assert step["remedy"] == "wired_limit" and 0 < step["context"] < 32768
+    _, text, _ = run_cli(capsys, *base)
+    assert f"1. {step['text']}" in text  # the words and the number are the one step's, in text and JSON alike
+    assert f"`{step['command']}`" in text and f"up to {step['context']:,} tokens" in text
+    # The what-if with that limit and that context agrees: it runs.
+    limit = ["--wired-limit", str(step["wired_limit_mb"]), "--json"]
+    _, out, _ = run_cli(capsys, *base[:-1], str(step["context"]), *limit)
+    assert json.loads(out)["verdict"] in ("fits", "tight")
+
+
 def test_fit_wired_limit_answers_what_if_i_raised_it(capsys):
     base = ["fit", "Qwen3.5-35B-A3B", "--context", "8192", "--chip", "M4 Pro", "--memory", "24GB", "--json"]
     _, out, _ = run_cli(capsys, *base)

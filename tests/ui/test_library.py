@@ -196,6 +196,24 @@ def test_details_pane_shows_reading_time_and_advice(library):
     assert any(line.startswith("reading a 20,000-token prompt") for line in est.derivation)
 
 
+def test_details_pane_gives_the_same_ways_out_as_fit_json(library, capsys):
+    # The fixture's 24 GB M4 Pro at 32K: the raised wired limit with the longest context it allows, word for word
+    # (and number for number) what `qwen-desk fit --json` says for the same Mac.
+    import html
+    import json
+
+    from macapp.cli import main
+
+    library.set_context(32768)
+    library.select("Qwen3.5-35B-A3B-4bit")
+    assert main(["fit", "Qwen3.5-35B-A3B", "--bits", "4", "--chip", "M4 Pro", "--memory", "24GB", "--context", "32768", "--json"]) == 0
+    steps = json.loads(capsys.readouterr().out)["advice"]["steps"]
+    assert steps[0]["remedy"] == "wired_limit" and steps[0]["context"] < 32768
+    shown = html.unescape(library.details.advice.text().replace("<code>", "`").replace("</code>", "`"))
+    for i, step in enumerate(steps, 1):
+        assert f"{i}. {step['text']}" in shown
+
+
 def test_guardrail_names_the_ways_out_and_keeps_load_anyway(library):
     library.set_context(8192)
     library.select("Qwen3.5-35B-A3B-4bit")
