@@ -107,6 +107,9 @@ def resolve(spec: str, bits: int | None) -> catalog.ModelRef:
 def run_fit(args: argparse.Namespace) -> int:
     model = resolve(args.model, args.bits)
     machine = machine_from_args(args)
+    warning = hardware.machine_warning(machine)
+    if warning:
+        print(f"qwen-desk: warning: {warning}", file=sys.stderr)  # a warning, not a refusal: what-ifs stay possible
     check_fit_arguments(args)
     if args.hosts is not None:
         return run_cluster_fit(args, model, machine)

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QLabel, QPushButton, QStatusBar, QWidget
 
-from macapp.core.hardware import MachineProfile
+from macapp.core.hardware import MachineProfile, machine_warning
 from macapp.core.memory import app_memory, format_bytes
 
 
@@ -47,10 +47,13 @@ class StatusArea(QStatusBar):
         ram_gb = machine.memory_bytes / 1024**3  # as Apple labels it: a "24 GB" Mac has 24 GiB
         what_if = "what" in machine.source.lower()
         prefix = "What if: " if what_if else ""
-        self.machine_label.setText(f"{prefix}{machine.chip} · {ram_gb:.0f} GB memory")
+        warning = machine_warning(machine)  # a what-if past what Apple sells with the chip: shown, not refused
+        self.machine_label.setText(f"{prefix}{machine.chip} · {ram_gb:.0f} GB memory{' (no such Mac)' if warning else ''}")
+        self.machine_label.setObjectName("Warning" if warning else "")
+        self.machine_label.style().polish(self.machine_label)
         self.budget_label.setText(f"GPU budget {format_bytes(machine.budget_bytes)}")
         src = machine.source
-        self.machine_label.setToolTip(f"Detected from: {src}" if src else "")
+        self.machine_label.setToolTip(warning[0].upper() + warning[1:] if warning else f"Detected from: {src}" if src else "")
 
     def show_notice(self, text: str) -> None:
         """A lasting warning (e.g. about the chat history); the whole text is in the tooltip."""

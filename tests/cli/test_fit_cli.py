@@ -183,6 +183,16 @@ def test_fit_at_32k_on_a_24gb_m4_pro_advises_the_wired_limit_with_the_longest_co
     assert json.loads(out)["verdict"] in ("fits", "tight")
 
 
+def test_fit_warns_about_a_mac_that_does_not_exist_and_still_answers(capsys):
+    code, out, err = run_cli(capsys, "fit", "Qwen3.5-9B", "--chip", "M4 Pro", "--memory", "3TB")
+    assert code == 0 and "FITS" in out  # a warning, not a refusal
+    assert "warning: no Mac with an Apple M4 Pro has 3,072 GB of memory: it comes with at most 64 GB" in err
+    code, out, err = run_cli(capsys, "fit", "Qwen3.5-9B", "--chip", "M4 Pro", "--memory", "3TB", "--json")
+    assert code == 0 and json.loads(out)["verdict"] == "fits" and "at most 64 GB" in err  # stdout stays JSON
+    code, _, err = run_cli(capsys, "fit", "Qwen3.5-9B", "--chip", "M4 Pro", "--memory", "64GB")
+    assert code == 0 and err == ""
+
+
 def test_fit_wired_limit_answers_what_if_i_raised_it(capsys):
     base = ["fit", "Qwen3.5-35B-A3B", "--context", "8192", "--chip", "M4 Pro", "--memory", "24GB", "--json"]
     _, out, _ = run_cli(capsys, *base)

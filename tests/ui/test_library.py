@@ -99,6 +99,14 @@ def test_status_bar_says_when_it_shows_a_what_if_machine(window, library):
     assert not window.status.machine_label.text().startswith("What if")
 
 
+def test_status_bar_warns_about_a_what_if_mac_that_does_not_exist(window):
+    assert "no such Mac" not in window.status.machine_label.text()  # the fixture's 24 GB M4 Pro exists
+    window.status.set_machine(hardware.what_if_machine("M4 Pro", 3 * 1024**4))
+    label = window.status.machine_label
+    assert label.text().endswith("(no such Mac)") and label.objectName() == "Warning"
+    assert "at most 64 GB" in label.toolTip()
+
+
 def test_rows_are_built_without_reading_the_catalog_again(library, monkeypatch):
     from macapp.core import catalog
 
