@@ -4,6 +4,8 @@
                     [--think | --no-think] [--allow-origin ORIGIN]... [--allow-host NAME]...
 
 The key can come from QWEN_DESK_API_KEY instead of --api-key (a flag shows in the process list; the variable does not).
+--think / --no-think set what the OpenAI APIs do for a request that does not say; the Anthropic API follows
+Anthropic's own default (no thinking unless the request's `thinking` asks).
 
 Loads the model on the engine's worker thread, then prints one line with the base URL once it answers.
 SIGINT / SIGTERM stop it: replies in flight end with an error saying the server shut down (never as a finished
@@ -52,8 +54,21 @@ def register(subparsers: Subparsers) -> None:
     add_cache_arguments(parser)
     add_mtp_argument(parser)
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--think", dest="think", action="store_true", default=True, help="reason before answering when a request does not say (default)")
-    mode.add_argument("--no-think", dest="think", action="store_false", help="answer directly when a request does not say")
+    mode.add_argument(
+        "--think",
+        dest="think",
+        action="store_true",
+        default=True,
+        help="OpenAI APIs (/v1/chat/completions, /v1/responses): reason before answering when a request does not say "
+        "(default). The Anthropic API (/v1/messages) thinks only when a request asks (its `thinking` field), as "
+        "Anthropic's own API does, with either flag",
+    )
+    mode.add_argument(
+        "--no-think",
+        dest="think",
+        action="store_false",
+        help="OpenAI APIs: answer directly when a request does not say (enable_thinking, reasoning_effort, reasoning.effort)",
+    )
     parser.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN", help="let web pages from ORIGIN use the server (CORS); repeatable")
     parser.add_argument(
         "--allow-host",
