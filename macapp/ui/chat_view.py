@@ -16,6 +16,7 @@ from macapp.ui.message_list import MessageList
 from macapp.ui.messages import UserMessage
 from macapp.ui.meter import Meter
 from macapp.ui.model_bar import Choice, LoadPrompt, ModelPicker
+from macapp.ui.pages import LIBRARY, key_text
 from macapp.ui.settings import SettingsDialog
 from macapp.ui.widgets import ElidedLabel
 
@@ -269,7 +270,7 @@ class ChatView(QWidget):
             self.messages.set_empty_text("Loading the model…")
         elif not loaded:
             self.composer.set_can_send(False, "Load a model from Models to start chatting")
-            self.messages.set_empty_text("No model loaded.\nPick one in Models (⌘1), download it, and press Load.")
+            self.messages.set_empty_text(f"No model loaded.\nPick one in Models ({key_text(LIBRARY)}), download it, and press Load.")
         else:
             self.composer.set_can_send(True)
             self.messages.set_empty_text("Ask anything.\nEnter sends · Shift+Enter adds a line · Esc stops")

@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 from macapp.core import catalog, hardware
 from macapp.core.fit import estimate
 from macapp.core.hardware import MachineProfile
+from macapp.core.hub.settings import hub_settings
 from macapp.core.memory import format_bytes
 from macapp.core.settings import Settings
 from macapp.core.vision.builds import BuildVision, build_vision, refresh_catalog_and_pictures
@@ -291,6 +292,9 @@ class LibraryPage(QWidget):
             parts.append(f"No model fits this Mac at {short_context(self.context)} context: try a shorter context or a 4-bit KV cache")
         if catalog.hub_offline():
             parts.append("You are offline (HF_HUB_OFFLINE): sizes and badges come from built-in data; downloads are unavailable")
+        elif self.downloads is not None and self.downloads.hub_unreachable:
+            host = hub_settings().host_label
+            parts.append(f"{host} cannot be reached: downloads are unavailable until it can; sizes and badges come from built-in data")
         self.summary.setText(" · ".join(parts))
 
     def selected_row(self) -> Row | None:
@@ -327,7 +331,9 @@ class LibraryPage(QWidget):
             self.downloads = DownloadController(self.details.download_panel, self)
             self.downloads.finished.connect(lambda _key: self.refresh())
             self.downloads.status_changed.connect(self.model.set_live_status)
+            self.downloads.hub_checked.connect(lambda _reachable: self._update_summary(self.suggested_row()))
             self.refresh()
+            self.downloads.check_hub()  # said up front when the hub cannot be reached, not when Download is pressed
         return self.machine
 
     def refresh_from_hub(self, wait: bool = False) -> None:

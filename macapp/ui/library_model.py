@@ -35,8 +35,11 @@ def images_words(est: Estimate) -> str:
     if est.accepts_images is None:
         return "Pictures: not known until its files are read (File › Refresh Catalog from Hub, or download it)"
     if not est.vision_bytes:
-        return "Pictures: yes (the tower's size is known once its files are read: File › Refresh Catalog from Hub, or download it)"
-    return f"Pictures: yes (tower {format_bytes(est.vision_bytes)}, +{format_bytes(est.image_activation_bytes or 0)} while a full-size picture is read)"
+        return "Pictures: yes (the memory they take is known once its files are read: File › Refresh Catalog from Hub, or download it)"
+    return (
+        f"Pictures: yes (the part that reads them takes {format_bytes(est.vision_bytes)}, "
+        f"+{format_bytes(est.image_activation_bytes or 0)} while a full-size picture is read)"
+    )
 
 
 @dataclass
