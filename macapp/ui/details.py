@@ -82,7 +82,7 @@ class DetailsPanel(QFrame):
         super().__init__(parent)
         self.setObjectName("Card")
         self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
-        self.setMinimumWidth(320)
+        self.setMinimumWidth(280)
         self.title = QLabel(self)
         self.title.setObjectName("DetailsTitle")
         self.title.setWordWrap(True)
@@ -145,9 +145,9 @@ class DetailsPanel(QFrame):
         head = QHBoxLayout()
         head.addWidget(self.badge, 0, Qt.AlignmentFlag.AlignVCenter)
         head.addWidget(self.total, 1)
-        buttons = QHBoxLayout()
-        buttons.addStretch(1)
-        buttons.addWidget(self.load_button)
+        self.buttons = QHBoxLayout()  # the selected build's actions (the library adds its own beside Load)
+        self.buttons.addStretch(1)
+        self.buttons.addWidget(self.load_button)
 
         self.empty = QLabel("Select a model to see how it fits this Mac.", self)
         self.empty.setObjectName("Note")
@@ -177,10 +177,10 @@ class DetailsPanel(QFrame):
         body.addWidget(self.title)
         body.addWidget(self.repo)
         body.addLayout(head)
-        body.addWidget(self.advice)  # the ways out right under the verdict, in view without scrolling
-        body.addWidget(self.cluster_note)
         body.addWidget(self.bar)
         body.addWidget(self.budget_note)
+        body.addWidget(self.advice)  # the ways out under the verdict and its bar, in view without scrolling
+        body.addWidget(self.cluster_note)
         body.addLayout(legend)
         body.addSpacing(4)
         body.addWidget(self.max_context)
@@ -192,7 +192,7 @@ class DetailsPanel(QFrame):
         body.addWidget(self.derivation)
         body.addStretch(1)
         outer.addWidget(self.download_panel)
-        outer.addLayout(buttons)
+        outer.addLayout(self.buttons)
 
         lay = QVBoxLayout(self)
         lay.setContentsMargins(16, 14, 16, 14)

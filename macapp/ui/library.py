@@ -75,7 +75,7 @@ class LibraryPage(QWidget):
         self.context_slider.setRange(0, len(CONTEXT_STEPS) - 1)
         self.context_slider.setPageStep(1)
         self.context_slider.setTickPosition(QSlider.TickPosition.TicksBelow)
-        self.context_slider.setMinimumWidth(180)
+        self.context_slider.setMinimumWidth(120)
         self.context_spin = QSpinBox(self)
         self.context_spin.setRange(512, MAX_CONTEXT)
         self.context_spin.setSingleStep(1024)
@@ -106,7 +106,6 @@ class LibraryPage(QWidget):
         controls.addSpacing(16)
         controls.addWidget(self.demo_button)
         controls.addWidget(self.open_folder_button)
-        controls.addWidget(self.remove_folder_button)
 
         self.model = LibraryModel(self)
         self.table = QTableView(self)
@@ -124,19 +123,20 @@ class LibraryPage(QWidget):
         header = self.table.horizontalHeader()
         header.setHighlightSections(False)
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setStretchLastSection(True)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)  # the names give way first: a status stays whole
         header.setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
         self.table.doubleClicked.connect(lambda _i: self.request_load())
 
         self.details = DetailsPanel(self)
         self.details.load_clicked.connect(self.request_load)
+        self.details.buttons.insertWidget(1, self.remove_folder_button)  # beside Load: both act on the selected row
         split = QSplitter(self)
         split.addWidget(self.table)
         split.addWidget(self.details)
         split.setStretchFactor(0, 3)
         split.setStretchFactor(1, 2)
         split.setChildrenCollapsible(False)
-        split.setSizes([590, 370])
+        split.setSizes([660, 280])  # the table's six columns whole; the details wrap
         self.splitter = split
 
         lay = QVBoxLayout(self)

@@ -25,6 +25,9 @@ FIT_COL = 3
 
 
 def short_context(tokens: int) -> str:
+    """'32K' (K = 1,024, as contexts are quoted), '1.01M' for the card's decimal million (a column header's width)."""
+    if tokens >= 1_000_000:
+        return f"{tokens / 1_000_000:.2f}".rstrip("0").rstrip(".") + "M"
     return f"{tokens // 1024}K" if tokens % 1024 == 0 else f"{tokens:,}"
 
 

@@ -46,7 +46,7 @@ if TYPE_CHECKING:  # the engine's job and the server's backend: for their types 
     from macapp.core.engine.jobs import Job
     from macapp.core.serving.runner import ServingEngine
 
-TITLE_CHARS = 26  # a conversation title this long shows whole in the sidebar
+TITLE_CHARS = 22  # a conversation title this long shows whole in the sidebar
 ITEM_PADDING = 2 * 8 + 2 * 6  # the list items' padding (style.qss) and the search field's frame, with some air
 
 

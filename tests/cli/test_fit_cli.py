@@ -254,6 +254,12 @@ def test_models_lists_the_wired_limit_commands(capsys):
     assert "Qwen3.5-35B-A3B 4-bit: `sudo sysctl iogpu.wired_limit_mb=" in out
     assert "resets at reboot" in out and "never changes it" in out
     assert "Qwen3.5-397B-A17B" not in out  # no limit a 24 GB Mac can set holds it
+    assert "up to" not in out  # at 8K the raised limit holds the whole context
+    ref = next(r for r in refs if r.name == "Qwen3.5-35B-A3B" and r.bits == 4)
+    e = estimate.estimate(ref, 32768, machine)
+    _print_wired_limit_notes([{**e.to_json(), "advice": advice.advise(ref, e, machine, refs).to_json()}])
+    out = capsys.readouterr().out
+    assert "Qwen3.5-35B-A3B 4-bit: `sudo sysctl iogpu.wired_limit_mb=20480` (up to 22,784 tokens, leaves 4.3 GB for macOS)" in out
 
 
 def test_an_unreadable_wired_limit_is_named_before_asking_for_a_chip(capsys):

@@ -103,3 +103,29 @@ def test_the_details_pane_speaks_plain_words_and_its_advice_is_in_view(window, l
     qtbot.waitUntil(lambda: details.advice.isVisible() and details.advice.height() > 0)
     top = details.advice.mapTo(viewport, details.advice.rect().topLeft()).y()
     assert 0 <= top and top + details.advice.fontMetrics().height() * 3 <= viewport.height()  # its headline and first step in view
+
+
+def test_the_fit_column_header_stays_short_at_the_longest_context(library):
+    from macapp.ui.library_model import FIT_COL, short_context
+
+    assert (short_context(32768), short_context(1_010_000), short_context(20000)) == ("32K", "1.01M", "20,000")
+    library.set_context(1_010_000)
+    assert library.model.headerData(FIT_COL, Qt.Orientation.Horizontal) == "Fit at 1.01M"
+
+
+def test_the_library_table_shows_every_column_whole_at_the_window_size(window, library, tiny_dense_path, qtbot):
+    window.resize(1180, 760)
+    library.open_local_folder(str(tiny_dense_path))  # a "Local folder" status
+    library.model.set_live_status("mlx-community/Qwen3.5-2B-4bit", "Paused 100%")
+    table = library.table
+    header = table.horizontalHeader()
+    qtbot.waitUntil(lambda: header.length() <= table.viewport().width())
+    fm = table.fontMetrics()
+    status = header.sectionSize(5)
+    assert all(fm.horizontalAdvance(text) < status for text in ("Local folder", "Paused 100%", "Downloaded"))
+    name = header.sectionSize(0)
+    bold = table.font()
+    bold.setBold(True)
+    from PySide6.QtGui import QFontMetrics
+
+    assert QFontMetrics(bold).horizontalAdvance("Qwen3.5-397B-A17B") < name

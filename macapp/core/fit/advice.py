@@ -101,10 +101,9 @@ def wired_limit_step(model: ModelRef, est: estimate.Estimate, machine: MachinePr
         )
     text = (
         f"let macOS wire more memory for the GPU: run `{command}` in Terminal. The GPU may then use {_gb(budget)} "
-        f"instead of {_gb(machine.budget_bytes)} and {gain}; that leaves {_gb(leaves)} for macOS and your other apps. "
-        f"It resets at reboot (`sudo sysctl iogpu.wired_limit_mb=0` restores the default now). Risk: if macOS and the apps "
-        f"you have open need more than {_gb(leaves)}, the Mac swaps hard or freezes — quit big apps first. "
-        f"Qwen Desk never changes this setting."
+        f"instead of {_gb(machine.budget_bytes)} and {gain}. Risk: that leaves {_gb(leaves)} for macOS and your other "
+        f"apps; if they need more, the Mac swaps hard or freezes (quit big apps first). It resets at reboot "
+        f"(`sudo sysctl iogpu.wired_limit_mb=0` restores the default now); Qwen Desk never changes this setting."
     )
     return Step(Remedy.WIRED_LIMIT, text, context=context, kv_bits=est.kv_bits, command=command, wired_limit_mb=mb, leaves_bytes=leaves)
 
