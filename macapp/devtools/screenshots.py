@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from macapp.core.jsonvalue import JSONObject
 from macapp.core.settings import Settings
+from macapp.ui.pages import CHAT, LIBRARY, SERVER  # page numbers only: Qt, no hub settings read at import
 from macapp.devtools.tiny_model import make_tiny_model
 from macapp.devtools.tiny_vlm import make_tiny_vlm
 
@@ -141,7 +142,6 @@ def main(argv: list[str] | None = None) -> int:
     # The window's modules only now, after the environment above: huggingface_hub reads HF_HOME and HF_ENDPOINT once, when first imported.
     from macapp.ui.app import make_application
     from macapp.ui.main_window import MainWindow
-    from macapp.ui.pages import CHAT, LIBRARY, SERVER
     from macapp.ui.messages import AssistantMessage
     from macapp.ui.style import apply_style
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from macapp.core.settings import Settings
+from macapp.ui.pages import CHAT, LIBRARY, SERVER  # page numbers only: Qt, no hub settings read at import
 from macapp.devtools.screenshots import SIZE, WHAT_IF, _save, _wait
 from macapp.devtools.tiny_model import make_tiny_model
 
@@ -38,7 +39,6 @@ def main(argv: list[str] | None = None) -> int:
     # The window's modules only now, after the environment above: huggingface_hub reads HF_HOME and HF_HUB_OFFLINE once, when first imported.
     from macapp.ui.app import make_application
     from macapp.ui.main_window import MainWindow
-    from macapp.ui.pages import CHAT, LIBRARY, SERVER
 
     app = make_application()
     settings = Settings()
@@ -124,7 +124,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def long_context_shots(app: QApplication, window: MainWindow, out: Path, work: Path) -> None:
-    from macapp.ui.pages import CHAT, LIBRARY
     from tests.fixtures.models import with_native_length
 
     chat, lib = window.chat, window.library
