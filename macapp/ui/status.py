@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QLabel, QPushButton, QStatusBar, QWidget
 
 from macapp.core.hardware import MachineProfile, machine_warning
@@ -12,6 +13,7 @@ from macapp.core.memory import app_memory, format_bytes
 
 
 UNDO_TEXT_WIDTH = 300  # px
+MESSAGE_GAP = 16  # px between the status bar's items, with its margins
 
 
 class StatusArea(QStatusBar):
@@ -94,13 +96,24 @@ class StatusArea(QStatusBar):
         return self.message_label.text()
 
     def _arrange(self) -> None:
-        """A message takes the place of the lasting notice and of the figures that also step aside for Undo."""
-        message = bool(self.message_label.text())
-        self.message_label.setVisible(message)
-        self.notice_label.setVisible(self._notice and not message)
-        yielding = message or not self.undo_button.isHidden()
+        """A message takes the place of the lasting notice, and of the figures that also step aside for Undo when it
+        would not fit on one line beside them (it wraps if it still does not)."""
+        text = self.message_label.text()
+        self.message_label.setVisible(bool(text))
+        self.notice_label.setVisible(self._notice and not text)
+        yielding = not self.undo_button.isHidden() or (bool(text) and not self._fits_beside_figures(text))
         for w in self._yield_to_undo():
             w.setVisible(not yielding)
+
+    def _fits_beside_figures(self, text: str) -> bool:
+        beside = [self.model_label, self.machine_label, *self._yield_to_undo()]
+        taken = sum(w.sizeHint().width() + MESSAGE_GAP for w in beside)
+        return self.message_label.fontMetrics().horizontalAdvance(text) + taken <= self.width() - MESSAGE_GAP
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802
+        super().resizeEvent(event)
+        if self.message_label.text():
+            self._arrange()
 
     def offer_undo(self, text: str, action: Callable[[], object]) -> None:
         """Show `text` with an Undo button that calls `action` (the caller withdraws it with clear_undo)."""

@@ -28,11 +28,14 @@ def _whole_text_fits(label) -> bool:
 def test_a_long_status_message_is_shown_whole_at_the_window_size(window, qtbot):
     window.resize(1180, 760)
     status = window.status
-    for text in (LONG, "Demo model ready: it writes nonsense, it only shows the app working"):
+    for text in ("Demo model ready: it writes nonsense, it only shows the app working", LONG):
         status.showMessage(text, 10_000)
         qtbot.waitUntil(lambda: _whole_text_fits(status.message_label), timeout=5_000)
         assert status.currentMessage() == text
-        assert not status.app_label.isVisibleTo(window)  # a figure steps aside while the message shows
+    assert not status.app_label.isVisibleTo(window)  # the figures step aside for a message that needs the room
+    status.showMessage("Restored “a chat”", 10_000)
+    qtbot.waitUntil(lambda: _whole_text_fits(status.message_label), timeout=5_000)
+    assert status.app_label.isVisibleTo(window) and status.budget_label.isVisibleTo(window)  # a short one leaves them
     status.clearMessage()
     assert status.currentMessage() == "" and status.app_label.isVisibleTo(window) and not status.message_label.isVisibleTo(window)
 
