@@ -251,7 +251,15 @@ class DownloadController(QObject):
         already says so): hub_checked tells the answer, and a panel waiting for a Download says it."""
         if _offline():
             return
-        probe = threading.Thread(target=lambda: self._hub_answer.emit(hub_reachable()), name="hub check", daemon=True)
+
+        def ask() -> None:
+            reachable = hub_reachable()
+            try:
+                self._hub_answer.emit(reachable)
+            except RuntimeError:  # the window closed while the check ran
+                pass
+
+        probe = threading.Thread(target=ask, name="hub check", daemon=True)
         probe.start()
         if wait:
             probe.join()
