@@ -23,6 +23,7 @@ from macapp.core.engine.model_proxy import pictures_refusal
 from macapp.core.vision.builds import seeing_alternative
 from macapp.core.vision.capability import folder_support, text_only_message
 from macapp.core.vision.images import ImageError, PreparedImage, image_from_bytes, open_image
+from macapp.core.vision.video import PreparedVideo
 
 if TYPE_CHECKING:
     from macapp.core.engine.model_folder import LoadedModel
@@ -77,12 +78,21 @@ def attached_bytes(model: LoadedModel) -> int:
 
 
 def content_of(message: ChatMessage) -> str | list[dict[str, str]]:
-    """A message's content for the chat template: with pictures, one image part per picture, then the text."""
+    """A message's content for the chat template: with pictures, one image part per picture, then the text. A
+    video (vision.video.PreparedVideo) is written as its processor writes it: each pair of frames' timestamp
+    (text) before its own video part."""
     images = message.get("images") or ()
     text = message.get("content") or ""
     if not images:
         return text
-    return [{"type": "image"} for _ in images] + [{"type": "text", "text": text}]
+    parts: list[dict[str, str]] = []
+    for image in images:
+        if isinstance(image, PreparedVideo):
+            for seconds in image.plan.group_seconds:
+                parts += [{"type": "text", "text": f"<{seconds:.1f} seconds>"}, {"type": "video"}]
+        else:
+            parts.append({"type": "image"})
+    return parts + [{"type": "text", "text": text}]
 
 
 def pictures_in(messages: Sequence[ChatMessage]) -> list[PreparedImage]:
@@ -93,7 +103,7 @@ def pictures_in(messages: Sequence[ChatMessage]) -> list[PreparedImage]:
 def check_room(vision: VisionModel, images: Sequence[PreparedImage], prompt_tokens: int, limit: int) -> None:
     """EngineError(CONTEXT_LIMIT) when the pictures' image tokens cannot fit the context, before the tower runs."""
     counts = [vision.image_token_count(image) for image in images]
-    total = prompt_tokens - len(images) + sum(counts)
+    total = prompt_tokens - sum(len(vision.slot_counts(image)) for image in images) + sum(counts)  # a video: a slot per pair of frames
     if total > limit:
         each = ", ".join(f"{image.name}: {count:,}" for image, count in zip(images, counts))
         raise EngineError(
