@@ -1,0 +1,55 @@
+"""`qwen-desk chat --video PATH [--video-fps F] [--video-max-frames N]`: the video goes with the first --prompt turn,
+the JSON line carries its prompt tokens and the frames used, the flags bound the frames, and bad videos, bad flags
+and text-only builds are refused by name (exit 2)."""
+
+from __future__ import annotations
+
+import json
+
+from macapp.cli import main
+from tests.fixtures.video import bad_videos, video  # noqa: F401  (fixtures)
+from tests.fixtures.vision import tiny_vlm_path  # noqa: F401  (fixtures)
+
+
+def _json_turns(capsys, *argv):
+    code = main(["chat", *argv, "--json", "--no-history", "--temp", "0", "--presence-penalty", "0", "--no-think", "--max-tokens", "3"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def test_a_video_goes_with_the_first_prompt_and_the_flags_bound_its_frames(capsys, tiny_vlm_path, video):
+    clip = video("walk.mp4", frames=60, fps=10.0)  # 6 s: 12 frames at the model's 2 fps
+    model = ["--model", str(tiny_vlm_path)]
+    turns = _json_turns(capsys, *model, "--video", str(clip), "--prompt", "what moves?", "--prompt", "and then?")
+    assert [t["video_frames"] for t in turns] == [12, 0] and [t["image_tokens"] for t in turns] == [24, 0]
+    (fewer,) = _json_turns(capsys, *model, "--video", str(clip), "--video-max-frames", "4", "--prompt", "what moves?")
+    (slower,) = _json_turns(capsys, *model, "--video", str(clip), "--video-fps", "1", "--prompt", "what moves?")
+    (plain,) = _json_turns(capsys, *model, "--prompt", "what moves?")
+    assert (fewer["video_frames"], slower["video_frames"]) == (4, 6)
+    assert plain["prompt_tokens"] < fewer["prompt_tokens"] < slower["prompt_tokens"] < turns[0]["prompt_tokens"]
+
+
+def test_bad_videos_and_flags_exit_2_naming_them(capsys, tiny_vlm_path, bad_videos, video):
+    for kind in ("missing", "text as mp4", "unsupported codec", "zero frames"):
+        path, words = bad_videos[kind]
+        code = main(["chat", "--model", str(tiny_vlm_path), "--video", str(path), "--prompt", "hi", "--no-history"])
+        out, err = capsys.readouterr()
+        assert code == 2 and str(path) in err and words in err and "Traceback" not in err and out == "", (kind, err)
+    for flags, words in [(["--video-fps", "0"], "--video-fps must be more than 0"), (["--video-max-frames", "1"], "--video-max-frames must be at least 2")]:
+        code = main(["chat", "--model", str(tiny_vlm_path), "--video", str(video()), *flags, "--prompt", "hi", "--no-history"])
+        assert code == 2 and words in capsys.readouterr().err
+    code = main(["chat", "--model", str(tiny_vlm_path), "--video-fps", "1", "--prompt", "hi", "--no-history"])
+    assert code == 2 and "need --video PATH" in capsys.readouterr().err
+
+
+def test_a_video_too_long_for_the_context_is_refused_with_the_frames_that_fit(capsys, tiny_vlm_path, video):
+    code = main(["chat", "--model", str(tiny_vlm_path), "--video", str(video(frames=80)), "--context", "20", "--prompt", "hi", "--no-history"])
+    err = capsys.readouterr().err
+    assert code == 2 and "at most 10 frames fit: use --video-max-frames 10" in err
+
+
+def test_a_text_only_build_says_so(capsys, tiny_dense_path, video):
+    code = main(["chat", "--model", str(tiny_dense_path), "--video", str(video()), "--prompt", "hi", "--no-history", "--json"])
+    _, err = capsys.readouterr()
+    assert code == 2 and "this build is text-only: use" in err and "--video" in err
