@@ -23,6 +23,12 @@ class ImagePart:
 
     data: bytes
     media_type: str = ""
+    fps: float | None = None  # a video (media type video/*): frames sampled per second; None: the model's
+    max_frames: int | None = None  # a video: at most this many frames; None: the model's
+
+    @property
+    def is_video(self) -> bool:
+        return self.media_type.lower().startswith("video/")
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,8 @@ def sample_indices(processor: Qwen3VLVideoProcessor, total: int, source_fps: flo
     if max_frames is not None:
         overrides["max_frames"] = max_frames
     sampling = resolve_video_sampling(SimpleNamespace(video_processor=processor), overrides)
+    # merged over DEFAULT_VIDEO_SAMPLING: none is None
+    assert sampling.frame_factor and sampling.min_frames is not None and sampling.max_frames is not None and sampling.fps is not None
     factor = int(sampling.frame_factor)
     lo = math.ceil(sampling.min_frames / factor) * factor
     hi = math.floor(min(sampling.max_frames, total) / factor) * factor

@@ -259,7 +259,7 @@ class VisionModel:
                 grid = mx.array(processed["video_grid_thw"])
                 inputs = {"pixel_values_videos": mx.array(processed["pixel_values_videos"]), "video_grid_thw": grid}
                 merge = self.processor.video_processor.merge_size**2
-                given = [int(t) * int(h) * int(w) // merge for t, h, w in grid.tolist()]  # type: ignore[union-attr, misc]
+                given = [n // merge for n in _int_list(mx.prod(grid, axis=-1))]
                 planned = [sum(self.slot_counts(v)) for v in videos]
             else:
                 processed = self.processor.image_processor(images=[image.image for image in images])

@@ -218,7 +218,7 @@ def decode(path: str | Path, frames: FramePlan, progress: Progress | None = None
     name = frames.info.name
     width, height = frames.size
     pixels = np.empty((frames.frames, 3, height, width), dtype=np.uint8)
-    digest = hashlib.sha256(f"video {frames.info.fps!r} {frames.info.total_frames} {frames.indices} {frames.size}".encode())
+    digest = hashlib.sha256(f"video {frames.settings} {frames.info.fps!r} {frames.info.total_frames} {frames.indices} {frames.size}".encode())
     cap = cv2.VideoCapture(str(path))
     try:
         for n, index in enumerate(frames.indices):
