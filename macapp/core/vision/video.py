@@ -12,8 +12,8 @@ and resizes nothing, giving the same pixels, grid, timestamps and prompt tokens 
   codec, no frames, absurd declared dimensions);
 - `plan(info, processor, settings)`: which frames are sampled and at what size (no pixels), and what they cost in
   prompt tokens: what the window's strip, the fit and the refusal "only N frames fit" are computed from;
-- `decode(path, plan)`: the sampled frames (seeking to each, as mlx-vlm does: a two-hour video is never read
-  whole), with progress, into a `PreparedVideo`.
+- `decode(path, plan)`: the sampled frames (seeking to each far one, as mlx-vlm does, reading on to a near one: a
+  two-hour video is never read whole), with progress, into a `PreparedVideo`.
 
 A `PreparedVideo` is a `PreparedImage` (its poster is the first sampled frame), so it travels every path a picture
 takes through the runtime (a turn's "images", the API's pictures, prompt reuse keyed by its digest); only the
@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 # A frame claiming more than this is refused from the header (8K is 33 megapixels); a decoded frame of that
 # size is ~120 MB, held only until it is resized.
 MAX_FRAME_PIXELS = 40_000_000
+# A sampled frame at most this many seconds after the last one is reached by reading on, not seeking: a seek
+# decodes again from the key frame before it (often several seconds back), so a dense sampling seeks once.
+READ_ON_S = 2.0
 VIDEO_TYPES = "MP4, MOV, MKV, WebM or AVI"
 Progress = Callable[[int, int], None]  # (frames decoded, frames to decode)
 
@@ -221,9 +224,17 @@ def decode(path: str | Path, frames: FramePlan, progress: Progress | None = None
     digest = hashlib.sha256(f"video {frames.settings} {frames.info.fps!r} {frames.info.total_frames} {frames.indices} {frames.size}".encode())
     cap = cv2.VideoCapture(str(path))
     try:
+        window = max(1, round(frames.info.fps * READ_ON_S))
+        at = -1  # the frame number the next read gives (-1: not known until a seek)
         for n, index in enumerate(frames.indices):
-            cap.set(cv2.CAP_PROP_POS_FRAMES, index)
+            if 0 <= at <= index and index - at <= window:  # near: read on (grab decodes without converting)
+                while at < index and cap.grab():
+                    at += 1
+            else:  # far (or first): seek, as mlx-vlm does; it decodes from the key frame before `index`
+                cap.set(cv2.CAP_PROP_POS_FRAMES, index)
+                at = index
             ok, bgr = cap.read()
+            at = index + 1
             if not ok:
                 raise VideoError(name, f"frame {index} of {frames.info.total_frames} could not be decoded: the file is damaged or cut short")
             if bgr.shape[:2] != (frames.info.height, frames.info.width):

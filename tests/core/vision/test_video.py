@@ -166,3 +166,13 @@ def test_a_video_turn_matches_mlx_vlms_own_forward_pass_and_its_frames_matter(ti
     assert mx.abs(ours - reference).max().item() < 1e-4
     _, theirs = logits(open_video(video("b.mp4", size=(128, 96), frames=30, fps=10.0, seed=9), processor))
     assert mx.abs(theirs - ours).max().item() > 1e-3
+
+
+def test_a_two_hour_video_is_sampled_within_the_frame_limit(tiny_vlm_path, video):
+    path = video("two-hours.mp4", size=(32, 32), frames=7200, fps=1.0)
+    seen = []
+    clip = open_video(path, mlx_frames.video_processor(tiny_vlm_path), progress=lambda done, total: seen.append((done, total)))
+    assert clip.plan.info.duration_s == 7200 and clip.plan.frames == 16  # the tiny model's max_frames
+    assert clip.plan.indices[0] == 0 and clip.plan.indices[-1] == 7199 and clip.pixels.shape[0] == 16
+    assert seen == [(n, 16) for n in range(1, 17)]
+    assert clip.plan.group_seconds[0] < 300 and clip.plan.group_seconds[-1] > 6900  # the timestamps span the clip
