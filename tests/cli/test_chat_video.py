@@ -53,3 +53,24 @@ def test_a_text_only_build_says_so(capsys, tiny_dense_path, video):
     code = main(["chat", "--model", str(tiny_dense_path), "--video", str(video()), "--prompt", "hi", "--no-history", "--json"])
     _, err = capsys.readouterr()
     assert code == 2 and "this build is text-only: use" in err and "--video" in err
+
+
+def test_a_video_is_saved_by_its_digest_and_a_resumed_conversation_reads_the_same_frames(capsys, tiny_vlm_path, video):
+    from macapp.core import paths
+    from macapp.core.history import Store
+    from macapp.core.vision.pictures import FILES
+
+    args = ["--model", str(tiny_vlm_path), "--json", "--temp", "0", "--no-think", "--max-tokens", "3"]
+    clip = video("walk.mp4", frames=60, fps=10.0)
+    assert main(["chat", *args, "--video", str(clip), "--video-max-frames", "6", "--prompt", "what moves?"]) == 0
+    first = json.loads(capsys.readouterr().out.splitlines()[0])
+    stored = list(paths.pictures_dir().glob("*.video.npz"))
+    assert len(stored) == 1 and first["video_frames"] == 6
+    with Store.open(pictures=FILES) as store:
+        (message,) = [m for m in store.get_conversation(first["conversation_id"]).chat_messages() if m["role"] == "user"]
+    (reopened,) = message["images"]
+    assert reopened.plan.frames == 6 and reopened.pixels.shape[0] == 6 and stored[0].name.startswith(reopened.digest.removeprefix("video:"))
+    # resumed: the conversation is read once with its video (the same frames and tokens), then appended
+    assert main(["chat", *args, "--resume", str(first["conversation_id"]), "--prompt", "and then?"]) == 0
+    resumed = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert resumed["image_tokens"] == first["image_tokens"] == 3 * 4 and resumed["prompt_tokens"] > first["prompt_tokens"]
