@@ -91,3 +91,11 @@ def test_remote_and_bad_videos_get_a_400_in_openais_shape_and_the_server_answers
         assert info.value.body["type"] == "invalid_request_error"
     ok = client.chat.completions.create(model="x", messages=[{"role": "user", "content": "still there?"}], max_tokens=2, extra_body=OFF, **GREEDY)
     assert ok.choices[0].message.content is not None
+
+
+def test_the_responses_api_has_no_video_input_and_says_where_to_send_one(vision_server, clip):
+    client = vision_server.openai()
+    for kind in ("input_video", "video_url"):
+        with pytest.raises(openai.BadRequestError) as info:
+            client.responses.create(model="x", input=[{"role": "user", "content": [{"type": kind, "video_url": _data_url(clip)}]}], max_output_tokens=2)
+        assert info.value.status_code == 400 and "send the video to /v1/chat/completions as a video_url part" in info.value.body["message"]
