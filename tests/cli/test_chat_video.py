@@ -44,9 +44,9 @@ def test_bad_videos_and_flags_exit_2_naming_them(capsys, tiny_vlm_path, bad_vide
 
 
 def test_a_video_too_long_for_the_context_is_refused_with_the_frames_that_fit(capsys, tiny_vlm_path, video):
-    code = main(["chat", "--model", str(tiny_vlm_path), "--video", str(video(frames=80)), "--context", "20", "--prompt", "hi", "--no-history"])
+    code = main(["chat", "--model", str(tiny_vlm_path), "--video", str(video(frames=80)), "--context", "40", "--prompt", "hi", "--no-history"])
     err = capsys.readouterr().err
-    assert code == 2 and "at most 10 frames fit: use --video-max-frames 10" in err
+    assert code == 2 and "at most 6 frames fit: use --video-max-frames 6" in err
 
 
 def test_a_text_only_build_says_so(capsys, tiny_dense_path, video):

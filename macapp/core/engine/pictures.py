@@ -23,7 +23,7 @@ from macapp.core.engine.model_proxy import pictures_refusal
 from macapp.core.vision.builds import seeing_alternative
 from macapp.core.vision.capability import folder_support, text_only_message
 from macapp.core.vision.images import ImageError, PreparedImage, image_from_bytes, open_image
-from macapp.core.vision.video import PreparedVideo
+from macapp.core.vision.video import PreparedVideo, frames_that_fit
 
 if TYPE_CHECKING:
     from macapp.core.engine.model_folder import LoadedModel
@@ -106,6 +106,17 @@ def check_room(vision: VisionModel, images: Sequence[PreparedImage], prompt_toke
     total = prompt_tokens - sum(len(vision.slot_counts(image)) for image in images) + sum(counts)  # a video: a slot per pair of frames
     if total > limit:
         each = ", ".join(f"{image.name}: {count:,}" for image, count in zip(images, counts))
+        videos = [image for image in images if isinstance(image, PreparedVideo)]
+        if videos:  # what would fit: the frames of the (last) video, with the room the rest leaves it
+            video = videos[-1]
+            room = limit - (total - video.plan.prompt_cost)
+            fit = frames_that_fit(video.plan, vision.processor.video_processor, room)
+            raise EngineError(
+                f"{video.name}: the video does not fit the context: its {video.plan.frames} frames take {sum(vision.slot_counts(video)):,} "
+                f"video tokens and the prompt would be {total:,} tokens, over the {limit:,}-token limit. "
+                + (f"At most {fit} frames fit: attach it again with fewer frames, or start a new chat." if fit else "Start a new chat for it."),
+                ev.CONTEXT_LIMIT,
+            )
         raise EngineError(
             f"Too many pictures for the context: they take {sum(counts):,} image tokens ({each}) and the prompt would be "
             f"{total:,} tokens, over the {limit:,}-token limit. Send fewer or smaller pictures, or start a new chat.",

@@ -101,7 +101,7 @@ def extra_image_tokens(folder: Path | str, images: Sequence[ImagePart]) -> int:
 
 def _video_tokens(folder: Path | str, part: ImagePart, name: str) -> int:
     """What a video adds to a rendered prompt, from its header and the sampling alone (no frame decoded): its video
-    tokens, and per pair of frames two markers and its timestamp (about 8 tokens, an upper estimate)."""
+    tokens, and per pair of frames two markers and its timestamp (vision.video.FramePlan.prompt_cost)."""
     import os
     import tempfile
 
@@ -114,7 +114,7 @@ def _video_tokens(folder: Path | str, part: ImagePart, name: str) -> int:
         raise EngineError(f"{name}: {exc.problem}", INVALID_REQUEST) from None
     finally:
         Path(tmp).unlink(missing_ok=True)
-    return frames.video_tokens + 8 * len(frames.group_seconds) - 3
+    return frames.prompt_cost - 3  # the placeholder the template wrote
 
 
 @functools.lru_cache(maxsize=4)

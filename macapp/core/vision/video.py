@@ -42,6 +42,9 @@ MAX_FRAME_PIXELS = 40_000_000
 # A sampled frame at most this many seconds after the last one is reached by reading on, not seeking: a seek
 # decodes again from the key frame before it (often several seconds back), so a dense sampling seeks once.
 READ_ON_S = 2.0
+# Besides its video tokens, each pair of frames takes its `<t.t seconds>` and two markers in the prompt: about 7
+# tokens (an upper estimate where the tokenizer is not at hand: fits and refusals count with it).
+GROUP_MARKS = 8
 VIDEO_TYPES = "MP4, MOV, MKV, WebM or AVI"
 Progress = Callable[[int, int], None]  # (frames decoded, frames to decode)
 
@@ -99,6 +102,11 @@ class FramePlan:
     def video_tokens(self) -> int:
         """The <|video_pad|> tokens (the tower's output), without the timestamps and markers around them."""
         return len(self.group_seconds) * self.tokens_per_group
+
+    @property
+    def prompt_cost(self) -> int:
+        """About what the video takes of the prompt: its video tokens, and each pair's timestamp and markers."""
+        return len(self.group_seconds) * (self.tokens_per_group + GROUP_MARKS)
 
     def placeholder_text(self, start: str = "<|vision_start|>", end: str = "<|vision_end|>") -> str:
         """What the processor writes for this video in the prompt (mlx-vlm's own rendering)."""
@@ -303,8 +311,8 @@ def prompt_tokens(frames: FramePlan, tokenizer: Callable[[str], list[int]]) -> i
 
 
 def check_room(frames: FramePlan, processor: Qwen3VLVideoProcessor, room: int) -> None:
-    """VideoError when the plan's video tokens exceed `room`, naming how many frames would fit (before decoding)."""
-    if frames.video_tokens <= room:
+    """VideoError when the plan's prompt tokens exceed `room`, naming how many frames would fit (before decoding)."""
+    if frames.prompt_cost <= room:
         return
     fit = frames_that_fit(frames, processor, room)
     advice = (
@@ -314,17 +322,19 @@ def check_room(frames: FramePlan, processor: Qwen3VLVideoProcessor, room: int) -
     )
     raise VideoError(
         frames.info.name,
-        f"its {frames.frames} frames would take {frames.video_tokens:,} video tokens, more than the {room:,} left in the context; {advice}",
+        f"its {frames.frames} frames would take about {frames.prompt_cost:,} prompt tokens ({frames.video_tokens:,} video tokens), "
+        f"more than the {room:,} left in the context; {advice}",
     )
 
 
 def frames_that_fit(frames: FramePlan, processor: Qwen3VLVideoProcessor, room: int) -> int:
-    """The most frames (a multiple of 2, at most the plan's) whose video tokens fit in `room`; 0 when none do. Fewer
-    frames may each be larger (the processor's pixel budget spans all frames), so each count is sized again."""
+    """The most frames (a multiple of 2, at most the plan's) whose prompt tokens (`FramePlan.prompt_cost`) fit in
+    `room`; 0 when none do. Fewer frames may each be larger (the processor's pixel budget spans all frames), so each
+    count is sized again."""
     info = frames.info
     for n in range(frames.frames - frames.frames % 2, 1, -2):
         height, width = mlx_frames.frame_size(processor, n, info.height, info.width)
         per_group = (height // processor.patch_size) * (width // processor.patch_size) // processor.merge_size**2
-        if -(-n // 2) * per_group <= room:
+        if -(-n // 2) * (per_group + GROUP_MARKS) <= room:
             return n
     return 0

@@ -99,16 +99,16 @@ def test_bad_bytes_are_refused_by_their_label(tiny_vlm_path, bad_videos):
 
 def test_a_video_that_cannot_fit_is_refused_before_decoding_with_the_frames_that_would(tiny_vlm_path, video, monkeypatch):
     processor = mlx_frames.video_processor(tiny_vlm_path)
-    path = video("long.mp4", frames=80, fps=10.0)  # 8 s: 16 frames, 4 tokens a pair = 32 video tokens
+    path = video("long.mp4", frames=80, fps=10.0)  # 8 s: 16 frames, 4 video tokens + 8 marks a pair = 96 tokens
     decoded = []
     monkeypatch.setattr(mlx_frames, "resize_frame", lambda *a: decoded.append(a) or np.zeros((3, 64, 64), np.uint8))
     with pytest.raises(VideoError) as info:
-        open_video(path, processor, room=20)
+        open_video(path, processor, room=40)
     assert decoded == []
-    assert "at most 10 frames fit: use --video-max-frames 10" in str(info.value) and "16 frames" in str(info.value)
-    assert frames_that_fit(plan(probe(path), processor), processor, 20) == 10
+    assert "at most 6 frames fit: use --video-max-frames 6" in str(info.value) and "16 frames" in str(info.value)
+    assert frames_that_fit(plan(probe(path), processor), processor, 40) == 6
     monkeypatch.undo()
-    assert open_video(path, processor, VideoSettings(max_frames=10), room=20).plan.video_tokens <= 20
+    assert open_video(path, processor, VideoSettings(max_frames=6), room=40).plan.prompt_cost <= 40
 
 
 def test_a_text_only_build_refuses_a_video(tiny_dense_path, tiny_vlm_path, video):
@@ -176,3 +176,14 @@ def test_a_two_hour_video_is_sampled_within_the_frame_limit(tiny_vlm_path, video
     assert clip.plan.indices[0] == 0 and clip.plan.indices[-1] == 7199 and clip.pixels.shape[0] == 16
     assert seen == [(n, 16) for n in range(1, 17)]
     assert clip.plan.group_seconds[0] < 300 and clip.plan.group_seconds[-1] > 6900  # the timestamps span the clip
+
+
+def test_a_video_too_long_for_a_sessions_context_says_how_many_frames_fit(engine, tiny_vlm_path, video):
+    from macapp.core.engine import SessionOptions
+
+    clip = open_video(video("long.mp4", frames=80, fps=10.0), mlx_frames.video_processor(tiny_vlm_path))  # 16 frames, 32 tokens
+    s = engine.new_session(options=SessionOptions(context_limit=80))
+    with pytest.raises(EngineError) as info:
+        s.send("what moves?", thinking=THINK, images=[clip]).result(timeout=TIMEOUT)
+    assert info.value.code == ev.CONTEXT_LIMIT and "long.mp4: the video does not fit the context" in str(info.value)
+    assert "At most" in str(info.value) and s.messages == []
