@@ -338,3 +338,35 @@ def frames_that_fit(frames: FramePlan, processor: Qwen3VLVideoProcessor, room: i
         if -(-n // 2) * (per_group + GROUP_MARKS) <= room:
             return n
     return 0
+
+
+@dataclass(frozen=True)
+class VideoWork:
+    """What `frames` frames of a `source`-sized clip cost the model: the frame size the processor gives them, their
+    prompt tokens and the tower's activations while it encodes them (all frames at once), for the fit."""
+
+    frames: int
+    source: tuple[int, int]
+    size: tuple[int, int]  # (width, height) each frame is resized to
+    video_tokens: int
+    prompt_tokens: int  # with each pair's timestamp and markers (about)
+    activation_bytes: int
+
+
+def video_work(frames: int, processor: Qwen3VLVideoProcessor, source: tuple[int, int], patch_bytes: float) -> VideoWork:
+    """The cost of `frames` sampled frames of a `source` (width, height) clip, without a file: the processor's own
+    sizing; the tower's activations are `patch_bytes` per patch (they grow with the patches it runs over at once:
+    fit.picture_cost's picture at the processor's maximum, divided by its patches)."""
+    frames = max(2, frames - frames % 2)
+    height, width = mlx_frames.frame_size(processor, frames, source[1], source[0])
+    groups = -(-frames // processor.temporal_patch_size)
+    per_group = (height // processor.patch_size) * (width // processor.patch_size) // processor.merge_size**2
+    patches = groups * (height // processor.patch_size) * (width // processor.patch_size)
+    return VideoWork(frames, source, (width, height), groups * per_group, groups * (per_group + GROUP_MARKS), int(patches * patch_bytes))
+
+
+def most_frames(processor: Qwen3VLVideoProcessor, source: tuple[int, int], room: int, limit: int) -> int:
+    """The most frames (at most `limit`) of a `source`-sized clip whose prompt tokens fit in `room`; 0 when none do."""
+    info = ClipInfo("", source[0], source[1], max(limit, 2), 1.0)
+    whole = FramePlan(info, VideoSettings(), tuple(range(max(limit - limit % 2, 2))), (0, 0), (), 0)
+    return frames_that_fit(whole, processor, room)
