@@ -187,3 +187,18 @@ def test_a_video_too_long_for_a_sessions_context_says_how_many_frames_fit(engine
         s.send("what moves?", thinking=THINK, images=[clip]).result(timeout=TIMEOUT)
     assert info.value.code == ev.CONTEXT_LIMIT and "long.mp4: the video does not fit the context" in str(info.value)
     assert "At most" in str(info.value) and s.messages == []
+
+
+def test_pictures_and_a_video_in_one_message_are_refused_clearly_and_in_turns_they_work(engine, tiny_vlm_path, video):
+    from macapp.core.vision.images import image_from_bytes
+    from tests.fixtures.vision import picture_bytes
+
+    clip = open_video(video(), mlx_frames.video_processor(tiny_vlm_path))
+    picture = image_from_bytes(picture_bytes((64, 64)), "p.png")
+    s = engine.new_session()
+    with pytest.raises(EngineError) as info:
+        s.send("both?", thinking=THINK, sampling=greedy(2), images=[picture, clip]).result(timeout=TIMEOUT)
+    assert info.value.code == ev.BAD_IMAGE and "in a message of its own" in str(info.value) and s.messages == []
+    first = s.send("a picture", thinking=THINK, sampling=greedy(2), images=[picture]).result(timeout=TIMEOUT)
+    then = s.send("then a video", thinking=THINK, sampling=greedy(2), images=[clip]).result(timeout=TIMEOUT)
+    assert (first.stats.image_tokens, then.stats.image_tokens) == (4, clip.plan.video_tokens)
