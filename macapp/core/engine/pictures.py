@@ -103,8 +103,8 @@ def pictures_in(messages: Sequence[ChatMessage]) -> list[PreparedImage]:
 def check_room(vision: VisionModel, images: Sequence[PreparedImage], prompt_tokens: int, limit: int) -> None:
     """EngineError(CONTEXT_LIMIT) when the pictures' image tokens cannot fit the context, before the tower runs;
     EngineError(BAD_IMAGE) for pictures and a video read in one pass (mlx-vlm's Qwen3.5 runs its tower on one kind)."""
-    videos = sum(isinstance(image, PreparedVideo) for image in images)
-    if videos and videos != len(images):
+    kinds = {isinstance(image, PreparedVideo) for image in images}
+    if len(kinds) > 1:
         raise EngineError(
             "Pictures and a video cannot be read in one pass (mlx-vlm's Qwen3.5 encodes one kind at a time): send the video "
             "in a message of its own, or start a new chat for it.",
