@@ -73,3 +73,12 @@ def test_a_dropped_bad_video_is_named_and_a_good_one_joins(qtbot, vision_chat, v
     mime.setUrls([QUrl.fromLocalFile(str(video("ok.mov")))])
     _drop(vision_chat.composer, mime)
     qtbot.waitUntil(lambda: strip.pending == 0 and len(strip.thumbs()) == 1, timeout=20_000)
+
+
+def test_a_pasted_video_file_joins_the_strip(qtbot, vision_chat, video):
+    strip = vision_chat.composer.attachments
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(video("pasted.mkv")))])
+    vision_chat.composer.input.insertFromMimeData(mime)  # what Cmd-V does with a copied file
+    qtbot.waitUntil(lambda: strip.pending == 0 and len(strip.thumbs()) == 1, timeout=20_000)
+    assert strip.thumbs()[0].caption.text() == "2.0 s · 4 frames · 8 tokens" and vision_chat.composer.input.toPlainText() == ""
