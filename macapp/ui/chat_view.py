@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from macapp.core.catalog import ModelRef
@@ -63,6 +65,7 @@ class ChatView(QWidget):
         self.load_prompt.hide()
         self.composer = Composer(self)
         self.composer.thinking.setChecked(bool(settings.get("chat.thinking", True)))
+        self.composer.attachments.video_model = self._model_folder
 
         lay = QVBoxLayout(self)
         lay.setContentsMargins(20, 16, 20, 12)
@@ -105,6 +108,12 @@ class ChatView(QWidget):
         c.history_notice.connect(self._show_notice)
 
     # -- actions --------------------------------------------------------------------------------------------------
+    def _model_folder(self) -> Path | None:
+        """The loaded model's folder: its processor decides a video's frames."""
+        engine = self.controller.engine
+        model = engine.model if engine is not None else None
+        return model.path if model is not None else None
+
     @property
     def busy(self) -> bool:
         return self.controller.busy

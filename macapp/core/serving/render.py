@@ -54,8 +54,8 @@ class RenderedPrompt:
 def template_message(message: ChatMessage) -> dict[str, object]:
     """One message in the shape chat templates read."""
     content: str | list[dict[str, str]] = message.content
-    if message.images:  # Qwen3.5's template writes one vision block per image part, then the text
-        content = [{"type": "image"} for _ in message.images] + [{"type": "text", "text": message.content}]
+    if message.images:  # Qwen3.5's template writes one vision block per image (or video) part, then the text
+        content = [{"type": "video" if image.is_video else "image"} for image in message.images] + [{"type": "text", "text": message.content}]
     out: dict[str, object] = {"role": message.role.value, "content": content}
     if message.role is Role.ASSISTANT:
         if message.reasoning is not None:

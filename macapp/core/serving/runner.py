@@ -341,7 +341,7 @@ class ServingEngine:
     def _pictures(self, m: LoadedModel, rendered: RenderedPrompt) -> request_pictures.PictureRequest:
         opts = self.options.session
         most = min(opts.context_limit or m.info.max_context, m.info.max_context)
-        return request_pictures.prepare(m, rendered.tokens, rendered.boundaries, rendered.images, most)
+        return request_pictures.prepare(m, rendered.tokens, rendered.boundaries, rendered.images, most, rendered.text)
 
     @staticmethod
     def _begin_pictures(pictures: request_pictures.PictureRequest, cache: PromptCache, clock: TurnClock) -> mx.array | None:
