@@ -14,7 +14,8 @@ With a Verdict (auto's calibration for this build on this machine, made when the
 "auto" starts from it instead: plain from the first token when MTP does not pay (no probe steps, no rounds), else
 drafting from the first step at the depth its timings and acceptance give. The acceptance measured in use is
 watched: when it drifts from the verdict's, the verdict is decided again from what this conversation measured
-(and saved, so the next load starts from it).
+(and saved, so the next load starts from it). A conversation whose own timings say MTP does not pay turns it off
+for itself, as without a verdict, and leaves the verdict as it is: a busy moment is not the machine.
 """
 
 from __future__ import annotations
@@ -43,9 +44,10 @@ class Timing:
 
     @classmethod
     def of(cls, seconds: float | None) -> "Timing":
+        """A calibrated timing: it counts twice, so that one odd measurement in use does not replace it."""
         timing = cls()
         if seconds is not None:
-            timing.add(seconds)
+            timing.values = [seconds, seconds]
         return timing
 
     def add(self, seconds: float) -> None:
@@ -198,8 +200,8 @@ class DepthPolicy:
         self.off = True
         self.off_reason = f"acceptance {self.acceptance:.0%}: {rate:.1f} tok/s with MTP at best, {1 / self._plain():.1f} plain"
         verdict = self.calibrated
-        if verdict is not None and verdict.drafts and self.looked:  # it said MTP pays: what use measured says otherwise
-            verdict.decide_again(self, self.kept / self.looked, self.looked)
+        if verdict is not None and self.looked and abs(self.kept / self.looked - verdict.acceptance) > DRIFT:
+            verdict.decide_again(self, self.kept / self.looked, self.looked)  # drifted, on fewer drafts than _watch_drift waits for
         return 0
 
     def _plain(self) -> float:

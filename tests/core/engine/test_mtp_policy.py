@@ -122,3 +122,16 @@ def test_an_acceptance_in_use_near_the_verdicts_changes_nothing():
     for _ in range(2 * DRIFT_DRAFTS):
         policy.round(depth=5, looked=5, kept=4, draft_s=0.005, verify_s=0.012, reread_s=0.01)
     assert verdict.drafts and verdict.acceptance == 0.8 and policy.prior_looked > 0
+
+
+def test_a_conversation_whose_timings_say_no_turns_off_for_itself_and_keeps_the_verdict():
+    verdict = pays()
+    verdict.saved = lambda v: pytest.fail("a slow moment is not a drift")
+    policy = DepthPolicy(MTPMode.AUTO)
+    policy.follow(verdict)
+    for _ in range(20):  # every draft kept, but each verify pass (a busy machine) costs ten plain steps
+        k = policy.depth(10)
+        if k == 0:
+            break
+        policy.round(depth=k, looked=k, kept=k, draft_s=k * 0.001, verify_s=0.1, reread_s=None)
+    assert policy.off and policy.depth(10) == 0 and verdict.drafts and verdict.acceptance == 1.0
