@@ -3,8 +3,9 @@
 A short calibration (`measure`): the build reads a fixed prompt with the head's context, as a conversation does,
 then decodes a few dozen tokens greedily, plain steps interleaved with drafting rounds of depth 1 to 3, through
 mtp_decode's own Decoder, so every figure is timed where use times it: a plain step, a verify pass of each width,
-the head's work per draft, a re-read after a rejection, and the head's acceptance on those tokens. The verdict
-(mtp_policy.Verdict) is what DepthPolicy's model of expected tokens per second says of those figures.
+the head's work per draft, a re-read after a rejection (each the fastest of its last few: what else the machine
+runs only adds time), and the head's acceptance on those tokens. The verdict (mtp_policy.Verdict) is what
+DepthPolicy's model of expected tokens per second says of those figures.
 
 It is kept in a small JSON file in the app's cache folder (`VERDICTS_FILE`), one entry per build and machine: the
 build by its folder and the size and time of its weight files (a new download or a fetched head is a new build),
@@ -110,6 +111,8 @@ def measure(m: "LoadedModel") -> Verdict:
             while policy.schedule:
                 for token in decoder.round(params.max_tokens) or []:
                     decoder.gave(token)
+    for timing in (policy.plain, policy.draft, policy.reread, *policy.verify.values()):
+        timing.values = timing.values and [min(timing.values)]  # the machine's own cost: other work only adds to it
     looked = policy.looked
     acceptance = policy.kept / looked if looked else 0.0
     return policy.verdict(acceptance, looked, f"calibrated: acceptance {acceptance:.0%} on {looked} drafts")

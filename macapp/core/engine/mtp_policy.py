@@ -13,9 +13,10 @@ never turns it off (depth at least 1). Exactness never depends on any of this: o
 With a Verdict (auto's calibration for this build on this machine, made when the build loads: mtp_calibration.py)
 "auto" starts from it instead: plain from the first token when MTP does not pay (no probe steps, no rounds), else
 drafting from the first step at the depth its timings and acceptance give. The acceptance measured in use is
-watched: when it drifts from the verdict's, the verdict is decided again from what this conversation measured
-(and saved, so the next load starts from it). A conversation whose own timings say MTP does not pay turns it off
-for itself, as without a verdict, and leaves the verdict as it is: a busy moment is not the machine.
+watched: when it drifts from the verdict's, the verdict is decided again at the acceptance use measured (and
+saved, so the next load starts from it). The verdict's timings stand for the whole conversation: they say what a
+verify pass costs against a decode step on this machine, while timings taken in use swing with whatever else the
+machine runs (a verify pass timed in a busy moment against a plain step timed in a quiet one turned MTP off).
 """
 
 from __future__ import annotations
@@ -44,10 +45,9 @@ class Timing:
 
     @classmethod
     def of(cls, seconds: float | None) -> "Timing":
-        """A calibrated timing: it counts twice, so that one odd measurement in use does not replace it."""
         timing = cls()
         if seconds is not None:
-            timing.values = [seconds, seconds]
+            timing.add(seconds)
         return timing
 
     def add(self, seconds: float) -> None:
@@ -103,8 +103,8 @@ class Verdict:
     saved: Callable[["Verdict"], None] | None = field(default=None, compare=False, repr=False)  # told when decided again
 
     def decide_again(self, policy: "DepthPolicy", acceptance: float, looked: int) -> None:
-        """Drift: decide from `policy`'s timings (the calibration's and what use measured since) and the acceptance
-        use measured; the new figures replace these and are saved."""
+        """Drift: decide from `policy`'s timings (this verdict's) at the acceptance use measured; the new figures
+        replace these and are saved."""
         decided = policy.verdict(acceptance, looked, f"acceptance in use {acceptance:.0%}, {self.acceptance:.0%} before")
         for name in ("drafts", "acceptance", "looked", "plain_s", "draft_s", "verify_s", "reread_s", "reason"):
             setattr(self, name, getattr(decided, name))
@@ -150,8 +150,9 @@ class DepthPolicy:
         return self.mode is MTPMode.AUTO and self.calibrated is None and self.plain_steps < PLAIN_PROBES
 
     def follow(self, verdict: Verdict) -> None:
-        """Start from `verdict` ("auto"): its timings and acceptance stand for the probes and the exploration, and MTP
-        is off from the first token when it says so. Once per verdict: what this conversation measured since stays."""
+        """Start from `verdict` ("auto"): its timings stand for the probes and the exploration (and for the rest of the
+        conversation), its acceptance for the first drafts, and MTP is off from the first token when it says so.
+        Once per verdict: the acceptance this conversation measured since stays."""
         if self.calibrated is verdict:
             return
         self.calibrated = verdict
@@ -244,18 +245,21 @@ class DepthPolicy:
     # -- measurements ----------------------------------------------------------------------------------
     def plain_step(self, seconds: float) -> None:
         self.plain_steps += 1
-        self.plain.add(seconds)
+        if self.calibrated is None:
+            self.plain.add(seconds)
 
     def round(self, *, depth: int, looked: int, kept: int, draft_s: float, verify_s: float, reread_s: float | None) -> None:
         self.rounds += 1
         self.looked += looked
         self.kept += kept
         self.streak = self.streak + 1 if kept == depth else 0
+        if self.calibrated is not None:  # the verdict's timings stand (module docstring)
+            self._watch_drift()
+            return
         self.draft.add(draft_s / max(depth, 1))
         self.verify.setdefault(depth + 1, Timing()).add(verify_s)
         if reread_s is not None:
             self.reread.add(reread_s)
-        self._watch_drift()
 
     def _watch_drift(self) -> None:
         """Once enough drafts were measured in use, compare their acceptance with the verdict's: far off, the verdict
