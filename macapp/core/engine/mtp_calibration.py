@@ -75,15 +75,15 @@ def calibrate(m: "LoadedModel") -> Verdict | None:
     head = m.mtp_head
     if head is None:
         return None
-    key = Key(build_identity(m.path, head.source), machine_identity())
-    verdict = find(key)
-    if verdict is None:
-        try:
+    try:
+        key = Key(build_identity(m.path, head.source), machine_identity())
+        verdict = find(key)
+        if verdict is None:
             verdict = measure(m)
-        except Exception:  # only speed depends on it: the build still loads, and "auto" measures in use
-            log.exception("MTP calibration failed for %s", m.path)
-            return None
-        save(key, verdict, m.path)
+            save(key, verdict, m.path)
+    except Exception:  # only speed depends on it: the build still loads, and "auto" measures in use
+        log.exception("MTP calibration failed for %s", m.path)
+        return None
     verdict.saved = lambda v: save(key, v, m.path)
     head.verdict = verdict
     return verdict
@@ -188,14 +188,14 @@ def save(key: Key, verdict: Verdict, folder: Path) -> None:
         "reason": verdict.reason,
     }
     others = [e for e in _entries() if not (e.get("build") == key.build and e.get("machine") == key.machine) and _verdict_of(e) is not None]
-    path = verdicts_path()
     try:
+        path = verdicts_path()
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".mtp_verdicts-", suffix=".json")
         with os.fdopen(fd, "w") as f:
             json.dump({"version": VERSION, "entries": [*others, entry]}, f, indent=1)
         os.replace(tmp, path)
     except OSError:
-        log.exception("could not save the MTP verdict in %s", path)
+        log.exception("could not save the MTP verdict in the app's cache folder")
 
 
 def _verdict_of(entry: JSONObject) -> Verdict | None:

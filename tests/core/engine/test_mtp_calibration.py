@@ -134,3 +134,14 @@ def test_a_damaged_verdict_file_is_ignored(load, damage):
     assert isinstance(entry["acceptance"], float) and entry["drafts"] is False
     _, reply, _ = both(e)
     assert reply.stats.mtp_steps == 0
+
+
+def test_an_app_home_that_cannot_be_written_loses_only_the_memory_of_the_verdict(load, tmp_path, monkeypatch):
+    blocked = tmp_path / "home-is-a-file"
+    blocked.write_text("not a folder")
+    monkeypatch.setenv("QWEN_DESK_HOME", str(blocked))
+    e = load("random")  # loads, calibrates, and cannot save: the next load measures again
+    assert e.model.mtp_head.verdict.origin == "measured" and not e.model.mtp_head.verdict.drafts
+    assert load("random").model.mtp_head.verdict.origin == "measured"
+    _, reply, _ = both(e)
+    assert reply.stats.mtp_steps == 0
