@@ -34,6 +34,7 @@ from macapp.core.engine.mtp_decode import Decoder
 from macapp.core.engine.mtp_policy import MAX_DEPTH, DepthPolicy, MTPCounts, Timing, Verdict
 from macapp.core.engine.prefill import prefill, wired_memory
 from macapp.core.engine.prompt_cache import PromptCache
+from macapp.core.hardware import detect_machine
 from macapp.core.jsonvalue import JSONObject
 from macapp.core.sampling import greedy, make_sampler_and_processors
 
@@ -138,8 +139,6 @@ def machine_identity() -> str:
     from importlib.metadata import version
 
     import mlx.core as mx
-
-    from macapp.core.hardware import detect_machine
 
     profile = detect_machine(use_mlx=False)
     cores = f", {profile.gpu_cores} GPU cores" if profile.gpu_cores else ""
