@@ -7,7 +7,7 @@ import weakref
 from typing import Callable, Protocol
 
 from macapp.core import events as ev
-from macapp.core.engine import model_folder
+from macapp.core.engine import model_folder, mtp_calibration
 from macapp.core.engine.batch import BatchLoop
 from macapp.core.engine.jobs import Job
 from macapp.core.engine.messages import ChatMessage
@@ -144,6 +144,8 @@ class Engine:
             self._forget_caches()  # free the old model and its caches before reading the new one
             self._model = None
             self._model = model_folder.load_model(path, config, self._read_model, context=context, mtp=mtp)
+            if mtp is MTPMode.AUTO:  # whether the head pays here: remembered per build and machine, else measured now
+                mtp_calibration.calibrate(self._model)
             self.memory_budget_bytes()  # learn the machine now, not on the first message
             job.emit(self._model.info)
 
