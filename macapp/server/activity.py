@@ -50,6 +50,7 @@ class RequestRecord:
     state: RequestState = RequestState.WAITING
     prompt_tokens: int = 0  # the whole prompt
     cached_tokens: int = 0  # of it, reused from a checkpoint
+    cached_from: str = ""  # "memory" or "disk": where that checkpoint was
     completion_tokens: int = 0
     tokens_per_s: float = 0.0
     mtp_tokens_per_step: float | None = None  # when the MTP head drafted for the reply (tokens per verify pass)
@@ -168,8 +169,8 @@ class Activity:
 def _apply(record: RequestRecord, event: Event) -> RequestRecord:
     """The record after one event (the same object when nothing the list shows changed)."""
     match event:
-        case RequestStarted(prompt_tokens=prompt, cached_tokens=cached):
-            return replace(record, state=RequestState.READING, prompt_tokens=prompt, cached_tokens=cached)
+        case RequestStarted(prompt_tokens=prompt, cached_tokens=cached, cached_from=source):
+            return replace(record, state=RequestState.READING, prompt_tokens=prompt, cached_tokens=cached, cached_from=source)
         case PromptProgress() if record.state is RequestState.WAITING:
             return replace(record, state=RequestState.READING)
         case ReasoningDelta() | AnswerDelta() | ToolCallStarted() if record.state is not RequestState.ANSWERING:

@@ -40,10 +40,10 @@ def start(serving: "ServingEngine", job: Job, prepared: PreparedRequest, m: Load
     params, budget, limit = settings.params, settings.budget, settings.limit
     pool = serving.pool_for(m)
     key = tuple(tokens)
-    cache, _checkpoint = pool.resume(key, m)
+    cache, source = pool.resume(key, m)
     cached = len(cache)
     usage = Usage(prompt_tokens=len(tokens), cached_tokens=cached)
-    job.emit(RequestStarted(usage.prompt_tokens, usage.cached_tokens))
+    job.emit(RequestStarted(usage.prompt_tokens, usage.cached_tokens, source))
     text = ReplyText(job, rendered, request)
     clock.reading(len(tokens) - cached)
     job.emit(PromptProgress(0, len(tokens) - cached))

@@ -1,0 +1,36 @@
+"""One model's place in the disk store: its fingerprint, its name, the layer kinds its cache has."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+from macapp.core.prompt_disk.fingerprint import fingerprint
+from macapp.core.prompt_disk.store import DiskStore
+
+if TYPE_CHECKING:
+    from macapp.core.engine.checkpoints import Checkpoint
+    from macapp.core.engine.model_folder import LoadedModel
+    from macapp.core.engine.options import KVQuantization
+
+
+@dataclass(frozen=True)
+class ModelShelf:
+    """The disk store as one loaded model (and KV setting) sees it. Worker thread."""
+
+    store: DiskStore
+    fingerprint: str
+    model: str
+    classes: tuple[type, ...]  # a fresh cache's layer classes: a file of another layout is not this model's
+
+    @classmethod
+    def of(cls, store: DiskStore, m: "LoadedModel", kv: "KVQuantization") -> "ModelShelf":
+        from mlx_lm.models.cache import make_prompt_cache
+
+        return cls(store, fingerprint(m, kv), m.path.name, tuple(type(c) for c in make_prompt_cache(m.model)))
+
+    def lookup(self, tokens: Sequence[int | str], longer_than: int = 0) -> "Checkpoint | None":
+        return self.store.lookup(self.fingerprint, tokens, self.classes, longer_than)
+
+    def put(self, checkpoint: "Checkpoint") -> bool:
+        return self.store.put(self.fingerprint, self.model, checkpoint)
