@@ -1,7 +1,7 @@
 """`qwen-desk serve`: serve the model to other tools over a local OpenAI- and Anthropic-compatible API.
 
     qwen-desk serve --model MODEL [--host 127.0.0.1] [--port N] [--api-key KEY] [--context N] [--kv-bits 4|8]
-                    [--think | --no-think] [--allow-origin ORIGIN]... [--allow-host NAME]...
+                    [--think | --no-think] [--allow-origin ORIGIN]... [--allow-host NAME]... [--prompt-cache-disk SIZE]
 
 The key can come from QWEN_DESK_API_KEY instead of --api-key (a flag shows in the process list; the variable does not).
 
@@ -71,8 +71,27 @@ def register(subparsers: Subparsers) -> None:
         help="answer at most N requests at once (default: as many as fit beside the model at --context, up to 32; "
         "more wait in a queue). With --hostfile requests are answered one at a time",
     )
+    parser.add_argument(
+        "--prompt-cache-disk",
+        metavar="SIZE",
+        help="keep prompt checkpoints on disk too, at most SIZE (20GB, 512MB; 0 turns it off), so a new agent session "
+        "and the server after a restart read only what is new (default: the smaller of 20 GB and a tenth of the free "
+        "disk; not with --hostfile). `qwen-desk cache` shows and clears them",
+    )
     add_run_arguments(parser)
     parser.set_defaults(func=run)
+
+
+def disk_bytes(args: argparse.Namespace) -> int | None:
+    """--prompt-cache-disk in bytes (None: the default size); UsageError for a size that cannot be read."""
+    from macapp.core.prompt_disk import SizeError, parse_size
+
+    if args.prompt_cache_disk is None:
+        return None
+    try:
+        return parse_size(args.prompt_cache_disk)
+    except SizeError as exc:
+        raise UsageError(f"--prompt-cache-disk: {exc}") from None
 
 
 def _config(args: argparse.Namespace) -> ServerConfig:
@@ -81,6 +100,7 @@ def _config(args: argparse.Namespace) -> ServerConfig:
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port must be between 0 (any free port) and 65535, not {args.port}")
     check_cache_arguments(args)
+    disk_bytes(args)
     if args.api_key is not None and not args.api_key.strip():
         raise UsageError("--api-key is empty: give a key, or leave the flag out")
     key = args.api_key or os.environ.get("QWEN_DESK_API_KEY") or None
@@ -103,7 +123,8 @@ def request_line(record: RequestRecord) -> str:
     if record.mtp_tokens_per_step is not None and record.mtp_acceptance is not None:
         speed += f" (MTP {record.mtp_tokens_per_step:.2f} tokens/step, {record.mtp_acceptance:.0%} of drafts kept)"
     end = record.state.value + (f": {record.error}" if record.error else "")
-    return f"qwen-desk: {record.client}: {record.prompt_tokens} tokens in ({record.cached_tokens} reused), {record.completion_tokens} out{speed} - {end}"
+    reused = f"{record.cached_tokens} reused" + (f" from {record.cached_from}" if record.cached_tokens and record.cached_from else "")
+    return f"qwen-desk: {record.client}: {record.prompt_tokens} tokens in ({reused}), {record.completion_tokens} out{speed} - {end}"
 
 
 def _log_finished(record: RequestRecord) -> None:
@@ -153,6 +174,7 @@ class _Signals:
 
 def run(args: argparse.Namespace) -> int:
     # why: both load MLX (and the HTTP stack) on import, and `qwen-desk --help` imports every subcommand's module
+    from macapp.core.prompt_disk import DiskStore
     from macapp.server.engine_backend import serving_backend
     from macapp.server.local_server import LocalServer
 
@@ -160,6 +182,7 @@ def run(args: argparse.Namespace) -> int:
     if (code := launch_or_follow(args)) is not None:
         return code  # --hostfile: this process started and watched the ranks (or it was a follower rank)
     engine = engine_for()
+    disk = DiskStore.open(disk_bytes(args))
     try:
         info = load_model(engine, args.model, context=args.context, mtp=mtp_mode(args))
         if info is None:
@@ -173,6 +196,7 @@ def run(args: argparse.Namespace) -> int:
             queue_limit=config.queue_limit,
             parallel=args.parallel,
             mtp=mtp_mode(args),
+            disk=disk,
         )
         server = LocalServer(backend, config)
         server.activity.add_observer(_log_finished)
@@ -192,3 +216,4 @@ def run(args: argparse.Namespace) -> int:
         return 0
     finally:
         engine.close()
+        disk.close()  # the checkpoints queued for writing go to disk before the process ends

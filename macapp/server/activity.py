@@ -50,13 +50,13 @@ class RequestRecord:
     state: RequestState = RequestState.WAITING
     prompt_tokens: int = 0  # the whole prompt
     cached_tokens: int = 0  # of it, reused from a checkpoint
-    cached_from: str = ""  # "memory" or "disk": where that checkpoint was
     completion_tokens: int = 0
     tokens_per_s: float = 0.0
     mtp_tokens_per_step: float | None = None  # when the MTP head drafted for the reply (tokens per verify pass)
     mtp_acceptance: float | None = None
     error: str = ""
     status: int = 0  # the HTTP status of a refusal (0 for a request that ran)
+    cached_from: str = ""  # "memory" or "disk": where the checkpoint of `cached_tokens` was
 
 
 Observer = Callable[[RequestRecord], None]
