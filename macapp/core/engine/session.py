@@ -19,7 +19,7 @@ from macapp.core.engine.options import SessionOptions
 from macapp.core.engine.prefill import prefill, wired_memory
 from macapp.core.engine.reply import StreamedReply, head_context, pick_policy, stream_reply
 from macapp.core.engine.prompt_cache import PromptCache
-from macapp.core.engine.snapshots import CacheSnapshot
+from macapp.core.engine.positions import SavedPosition
 from macapp.core.engine.turns import ThinkingMode, TurnMemory, TurnPlan
 from macapp.core.events import Finished, PromptProgress, Reply
 from macapp.core.sampling import SamplingParams
@@ -82,7 +82,7 @@ class ChatSession:
     def snapshot_bytes(self) -> int:
         """Memory the regenerate/edit snapshots keep alive (DeltaNet states of two earlier points)."""
         turn = self._turn
-        return 0 if turn is None else turn.before_turn.nbytes + turn.before_last.nbytes
+        return 0 if turn is None else turn.before_turn.state_bytes + turn.before_last.state_bytes
 
     def send(
         self,
@@ -332,7 +332,7 @@ class ChatSession:
         self._settle_reply(m, plan, streamed)
         return streamed.reply
 
-    def _rewind(self, m: LoadedModel, plan: TurnPlan) -> CacheSnapshot:
+    def _rewind(self, m: LoadedModel, plan: TurnPlan) -> SavedPosition:
         """Make sure there is a cache and go back to the plan's point in it; return where the turn starts."""
         if self._prompt is None:
             self._prompt = PromptCache.new(m)
@@ -362,7 +362,7 @@ class ChatSession:
         m: LoadedModel,
         clock: TurnClock,
         plan: TurnPlan,
-        turn_start: CacheSnapshot,
+        turn_start: SavedPosition,
         previous: TurnMemory | None,
         encoded: EncodedTurn | None = None,
         context: HeadContext | None = None,
@@ -397,7 +397,7 @@ class ChatSession:
             return False
         return True
 
-    def _undo(self, m: LoadedModel, plan: TurnPlan, turn_start: CacheSnapshot, previous: TurnMemory | None) -> None:
+    def _undo(self, m: LoadedModel, plan: TurnPlan, turn_start: SavedPosition, previous: TurnMemory | None) -> None:
         """A stop while reading: the conversation and the cache as before the turn."""
         self._live.rewind(turn_start)
         self._close_text = plan.close_before

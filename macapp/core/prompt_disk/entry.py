@@ -1,32 +1,31 @@
-"""One checkpoint as a safetensors file's arrays and string header, and back (the adapter onto engine/checkpoints.py).
+"""One checkpoint (a detached engine SavedPosition) as a safetensors file's arrays and string header, and back.
 
-A file holds one checkpoint of `length` tokens: its DeltaNet state arrays, its pictures' spans, the MTP head's
-context, and the full-attention layers' keys and values of the tokens after its `parent` only: a conversation's
-checkpoints form a chain on disk, as they share one KV buffer in memory (pool.py), and a checkpoint read back
-concatenates the KV of its chain, from the first file on. Every array's CRC-32 is in the header, so a file
-garbled on disk is found out when read, never reused.
+The position's own conversion (SavedPosition.to_arrays / from_arrays, engine/positions.py) gives its arrays and a
+JSON-able header; a file keeps them, except that its full-attention KV arrays (`kv.*`) hold only the tokens after
+its `parent`: a conversation's checkpoints form a chain on disk, as they share one KV buffer in memory (pool.py),
+and a checkpoint read back concatenates the KV of its chain, from the first file on. The tokens are not written
+(the file's name is their digest, keys.py). Every array's CRC-32 is in the header, so a file garbled on disk is
+found out when read, never reused.
 
-Header (all strings, as safetensors metadata must be): "format", "fingerprint", "digest" (the key's, keys.py),
-"length", "parent" / "parent_length" ("" / "0": the chain starts here), "model" (a name for `qwen-desk cache`),
-"layout" (JSON: one {"kv": index, "cls", "quant"} or {"state": n, "cls", "slots"} per cache layer), "spans" (JSON),
-"head" (JSON or ""), "crc" (JSON: array name -> CRC-32).
+Header (all strings, as safetensors metadata must be): "format", "fingerprint", "digest", "length", "parent" /
+"parent_length" ("" / "0": the chain starts here), "model" (a name for `qwen-desk cache`), "position" (the
+position's own header, as JSON), "crc" (JSON: array name -> CRC-32).
 """
 
 from __future__ import annotations
 
 import json
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Sequence
 
-from macapp.core.engine.checkpoints import Checkpoint, KVBlock, KVBuffers, KVLayer, Layer, RecurrentState
+from macapp.core.engine.positions import KVLayer, RecurrentState, SavedPosition
 
 if TYPE_CHECKING:
     import mlx.core as mx
 
-    from macapp.core.engine.mtp_context import HeadCheckpoint
-
 FORMAT = "qwen-desk-prompt-1"
+KV_PREFIX = "kv."  # SavedPosition.to_arrays's names for the full-attention KV buffers
 
 
 class BadEntry(Exception):
@@ -56,68 +55,31 @@ class Encoded:
         return sum(a.nbytes for a in self.arrays.values())
 
 
-def _parts(x: Any) -> list[mx.array]:
-    return list(x) if isinstance(x, (tuple, list)) else [x]
-
-
-def encode(checkpoint: Checkpoint, digest: str, parent: EntryInfo | None, fingerprint: str, model: str) -> Encoded:
-    """`checkpoint` as arrays and header, its KV from `parent`'s length on (worker thread: the slices are copied
-    here, a copy of the new tokens' KV only, so the writer thread runs no MLX graph)."""
+def encode(position: SavedPosition, digest: str, parent: EntryInfo | None, fingerprint: str, model: str) -> Encoded:
+    """`position` as arrays and header, its KV from `parent`'s length on (worker thread: the arrays are made
+    contiguous and evaluated here, a copy of the new tokens' KV and the states, so the writer thread runs no MLX
+    graph). BadEntry for a position that cannot be converted (a batch's DeltaNet state, a mark)."""
     import mlx.core as mx
-    from mlx_lm.models.cache import ArraysCache, KVCache, QuantizedKVCache
 
     start = parent.length if parent is not None else 0
-    arrays: dict[str, mx.array] = {}
-    layout: list[dict[str, Any]] = []
-    for n, layer in enumerate(checkpoint.layers):
-        if isinstance(layer, KVLayer):
-            buf = checkpoint.kv.layers[layer.index]
-            if buf.cls not in (KVCache, QuantizedKVCache):
-                raise BadEntry(f"cannot write a {buf.cls.__name__} layer")
-            keys, values = _parts(buf.keys), _parts(buf.values)
-            for j, a in enumerate(keys):
-                arrays[f"kv.{n}.k.{j}"] = mx.contiguous(a[..., start : checkpoint.length, :])
-            for j, a in enumerate(values):
-                arrays[f"kv.{n}.v.{j}"] = mx.contiguous(a[..., start : checkpoint.length, :])
-            layout.append({"kv": len(keys), "cls": buf.cls.__name__, "quant": list(buf.quantization) if buf.quantization else None})
-        else:
-            if layer.cls is not ArraysCache:
-                raise BadEntry(f"cannot write a {layer.cls.__name__} layer")
-            for j, state in enumerate(layer.arrays):
-                if state is not None:
-                    arrays[f"state.{n}.{j}"] = state
-            layout.append({"state": len(layer.arrays), "cls": layer.cls.__name__, "slots": [a is not None for a in layer.arrays]})
-    spans = []
-    for i, span in enumerate(checkpoint.spans):
-        arrays[f"span.{i}"] = span.positions
-        spans.append({"start": span.start, "end": span.end, "delta": span.delta, "base": span.base})
-    head = _encode_head(checkpoint.head, arrays)
-    arrays = {name: mx.contiguous(a) for name, a in arrays.items()}  # views of longer buffers (the head's) as their own bytes
+    try:
+        arrays, header = position.to_arrays()
+    except ValueError as exc:
+        raise BadEntry(str(exc)) from exc
+    header["tokens"] = []  # the key is the digest; the tokens come back from the prompt that finds the file
+    arrays = {name: mx.contiguous(a[..., start:, :] if name.startswith(KV_PREFIX) else a) for name, a in arrays.items()}
     mx.eval(list(arrays.values()))
     metadata = {
         "format": FORMAT,
         "fingerprint": fingerprint,
         "digest": digest,
-        "length": str(checkpoint.length),
+        "length": str(position.length),
         "parent": parent.digest if parent is not None else "",
         "parent_length": str(start),
         "model": model,
-        "layout": json.dumps(layout),
-        "spans": json.dumps(spans),
-        "head": json.dumps(head) if head is not None else "",
+        "position": json.dumps(header),
     }
     return Encoded(arrays, metadata)
-
-
-def _encode_head(head: HeadCheckpoint | None, arrays: dict[str, mx.array]) -> dict[str, Any] | None:
-    if head is None:
-        return None
-    for i, (k, v) in enumerate(zip(head.keys, head.values, strict=True)):
-        if k is not None and v is not None:
-            arrays[f"head.k.{i}"], arrays[f"head.v.{i}"] = k, v
-    if head.carry is not None:
-        arrays["head.carry"] = head.carry[1]
-    return {"base": head.base, "layers": len(head.keys), "carry": head.carry[0] if head.carry is not None else None}
 
 
 def crcs(arrays: dict[str, mx.array]) -> dict[str, int]:
@@ -163,20 +125,14 @@ def read_part(path: str) -> Part:
     return Part(dict(metadata), arrays)
 
 
-def decode(chain: Sequence[Part], tokens: Sequence[int | str], expected: Sequence[type]) -> Checkpoint:
-    """The checkpoint the last part of `chain` holds (its KV read from every part, the first first), for `tokens`;
+def decode(chain: Sequence[Part], tokens: Sequence[int | str], expected: Sequence[type]) -> SavedPosition:
+    """The position the last part of `chain` holds (its KV read from every part, the first first), for `tokens`;
     `expected`: the cache layer classes of a fresh cache of the model. BadEntry when the parts do not fit."""
     import mlx.core as mx
     from mlx_lm.models.cache import ArraysCache, KVCache, QuantizedKVCache
 
-    from macapp.core.vision.runner import PictureSpan
-
-    classes: dict[str, type] = {c.__name__: c for c in (KVCache, QuantizedKVCache, ArraysCache)}
     last = chain[-1]
     try:
-        layout = json.loads(last.metadata["layout"])
-        if len(layout) != len(expected):
-            raise BadEntry("another number of layers")
         at = 0
         for part in chain:
             if int(part.metadata["parent_length"]) != at:
@@ -184,57 +140,24 @@ def decode(chain: Sequence[Part], tokens: Sequence[int | str], expected: Sequenc
             at = int(part.metadata["length"])
         if at != len(tokens):
             raise BadEntry("another length than its key")
-        layers: list[Layer] = []
-        buffers: list[KVBuffers] = []
-        kv_bytes = state_bytes = 0
-        for n, (desc, want) in enumerate(zip(layout, expected, strict=True)):
-            cls = classes[desc["cls"]]
-            if "kv" in desc:
-                if want not in (KVCache, QuantizedKVCache):
-                    raise BadEntry("a KV layer where the model has another kind")
-                keys = [_joined([p.arrays[f"kv.{n}.k.{j}"] for p in chain], len(tokens)) for j in range(desc["kv"])]
-                values = [_joined([p.arrays[f"kv.{n}.v.{j}"] for p in chain], len(tokens)) for j in range(desc["kv"])]
-                quant = tuple(desc["quant"]) if desc["quant"] else None
-                layers.append(KVLayer(len(buffers)))
-                buffers.append(KVBuffers(cls, tuple(keys) if quant else keys[0], tuple(values) if quant else values[0], quant))
-                kv_bytes += sum(a.nbytes for a in keys + values)
-            else:
-                if want is not cls:
-                    raise BadEntry("a DeltaNet layer where the model has another kind")
-                arrays = tuple(last.arrays[f"state.{n}.{j}"] if filled else None for j, filled in enumerate(desc["slots"]))
-                layers.append(RecurrentState(cls, arrays))
-                state_bytes += sum(a.nbytes for a in arrays if a is not None)
-        spans = tuple(
-            PictureSpan(s["start"], s["end"], last.arrays[f"span.{i}"], s["delta"], s["base"]) for i, s in enumerate(json.loads(last.metadata["spans"]))
-        )
-        head = _decode_head(last)
+        arrays = dict(last.arrays)
+        for name in [n for n in arrays if n.startswith(KV_PREFIX)]:
+            pieces = [part.arrays[name] for part in chain]
+            arrays[name] = pieces[0] if len(pieces) == 1 else mx.concatenate(pieces, axis=-2)
+            if arrays[name].shape[-2] != len(tokens):
+                raise BadEntry("KV arrays of another length")
+        header = json.loads(last.metadata["position"])
+        position = replace(SavedPosition.from_arrays(arrays, header), tokens=tuple(tokens))
     except BadEntry:
         raise
     except (KeyError, ValueError, TypeError, IndexError) as exc:
         raise BadEntry(f"a header or arrays that do not fit: {exc!r}") from exc
-    mx.eval([a for b in buffers for a in _parts(b.keys) + _parts(b.values)])
-    if head is not None:
-        state_bytes += head.nbytes
-    return Checkpoint(tuple(tokens), tuple(layers), KVBlock(tuple(buffers), len(tokens), kv_bytes), state_bytes, spans, None, head)
-
-
-def _joined(parts: list[mx.array], length: int) -> mx.array:
-    import mlx.core as mx
-
-    joined = parts[0] if len(parts) == 1 else mx.concatenate(parts, axis=-2)
-    if joined.shape[-2] != length:
-        raise BadEntry("KV arrays of another length")
-    return joined
-
-
-def _decode_head(part: Part) -> HeadCheckpoint | None:
-    from macapp.core.engine.mtp_context import HeadCheckpoint
-
-    raw = part.metadata.get("head", "")
-    if not raw:
-        return None
-    desc = json.loads(raw)
-    keys = tuple(part.arrays.get(f"head.k.{i}") for i in range(desc["layers"]))
-    values = tuple(part.arrays.get(f"head.v.{i}") for i in range(desc["layers"]))
-    carry = (int(desc["carry"]), part.arrays["head.carry"]) if desc["carry"] is not None else None
-    return HeadCheckpoint(int(desc["base"]), keys, values, carry)
+    own = position.cache_layers
+    if position.length != len(tokens) or len(own) != len(expected):
+        raise BadEntry("another number of layers or tokens")
+    for layer, want in zip(own, expected):
+        kv = isinstance(layer, KVLayer) and layer.length == len(tokens) and want in (KVCache, QuantizedKVCache)
+        if not kv and not (isinstance(layer, RecurrentState) and want is ArraysCache):
+            raise BadEntry("layers of another kind than the model's")
+    mx.eval(list(arrays.values()))
+    return position

@@ -9,7 +9,7 @@ from macapp.core.prompt_disk.fingerprint import fingerprint
 from macapp.core.prompt_disk.store import DiskStore
 
 if TYPE_CHECKING:
-    from macapp.core.engine.checkpoints import Checkpoint
+    from macapp.core.engine.positions import SavedPosition
     from macapp.core.engine.model_folder import LoadedModel
     from macapp.core.engine.options import KVQuantization
 
@@ -29,8 +29,8 @@ class ModelShelf:
 
         return cls(store, fingerprint(m, kv), m.path.name, tuple(type(c) for c in make_prompt_cache(m.model)))
 
-    def lookup(self, tokens: Sequence[int | str], longer_than: int = 0) -> "Checkpoint | None":
+    def lookup(self, tokens: Sequence[int | str], longer_than: int = 0) -> "SavedPosition | None":
         return self.store.lookup(self.fingerprint, tokens, self.classes, longer_than)
 
-    def put(self, checkpoint: "Checkpoint") -> bool:
+    def put(self, checkpoint: "SavedPosition") -> bool:
         return self.store.put(self.fingerprint, self.model, checkpoint)

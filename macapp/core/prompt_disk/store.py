@@ -34,7 +34,7 @@ from macapp.core.prompt_disk.entry import BadEntry, Encoded, EntryInfo, Part, cr
 from macapp.core.prompt_disk.sizes import FLOOR_BYTES, default_bytes
 
 if TYPE_CHECKING:
-    from macapp.core.engine.checkpoints import Checkpoint
+    from macapp.core.engine.positions import SavedPosition
 
 log = logging.getLogger("macapp.prompt_disk")
 SUFFIX = ".safetensors"
@@ -104,7 +104,7 @@ class DiskStore:
         return cls(root, default_bytes(root) if max_bytes is None else max_bytes)
 
     # -- reading (worker) -------------------------------------------------------------------------------
-    def lookup(self, fingerprint: str, tokens: Sequence[int | str], expected: Sequence[type], longer_than: int = 0) -> Checkpoint | None:
+    def lookup(self, fingerprint: str, tokens: Sequence[int | str], expected: Sequence[type], longer_than: int = 0) -> SavedPosition | None:
         """The longest stored checkpoint of a proper prefix of `tokens` longer than `longer_than` tokens, read back
         (`expected`: the layer classes of a fresh cache of the model), or None."""
         if not self.max_bytes:
@@ -123,7 +123,7 @@ class DiskStore:
                 return found
         return None
 
-    def _read(self, index: _Index, entry: EntryInfo, tokens: Sequence[int | str], expected: Sequence[type]) -> Checkpoint | None:
+    def _read(self, index: _Index, entry: EntryInfo, tokens: Sequence[int | str], expected: Sequence[type]) -> SavedPosition | None:
         chain = [entry]
         with self._lock:
             while chain[0].parent:
@@ -159,7 +159,7 @@ class DiskStore:
         return checkpoint
 
     # -- writing ----------------------------------------------------------------------------------------
-    def put(self, fingerprint: str, model: str, checkpoint: Checkpoint) -> bool:
+    def put(self, fingerprint: str, model: str, checkpoint: SavedPosition) -> bool:
         """Queue `checkpoint` for writing (worker: its new KV is copied here); False when it is not written
         (writing off, there already, a checkpoint of several Macs, a layer this store cannot hold)."""
         if not self.writing or checkpoint.mirror is not None:

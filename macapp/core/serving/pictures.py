@@ -29,7 +29,7 @@ from macapp.core.fit.picture_cost import ProcessorLimits
 from macapp.core.vision.images import DEFAULT_MAX_PIXELS, ImageError, PreparedImage
 
 if TYPE_CHECKING:  # vision.runner imports MLX
-    from macapp.core.engine.checkpoints import Key
+    from macapp.core.engine.positions import Key
     from macapp.core.engine.model_folder import LoadedModel
     from macapp.core.vision.runner import EncodedTurn, VisionModel
     from mlx_vlm.models.qwen3_vl.processing_qwen3_vl import Qwen3VLImageProcessor

@@ -37,7 +37,7 @@ from macapp.core.engine.reply import head_context, pick_policy
 from macapp.core.events import PromptProgress
 from macapp.core.serving import batched
 from macapp.core.serving import pictures as request_pictures
-from macapp.core.engine.checkpoints import Key
+from macapp.core.engine.positions import Key
 from macapp.core.engine.prompt_cache import PromptCache
 from macapp.core.prompt_disk.shelf import ModelShelf
 from macapp.core.prompt_disk.store import DiskStore
