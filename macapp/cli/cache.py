@@ -10,7 +10,13 @@ from __future__ import annotations
 import argparse
 import json
 
-from macapp.cli import Subparsers
+from typing import TYPE_CHECKING
+
+from macapp.cli import Subparsers, UsageError
+
+if TYPE_CHECKING:
+    from macapp.core.engine import Engine
+    from macapp.core.prompt_disk import DiskStore
 
 
 def register(subparsers: Subparsers) -> None:
@@ -23,6 +29,41 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument("--clear", action="store_true", help="remove every checkpoint (of every model)")
     parser.add_argument("--json", action="store_true", help="print {folder, bytes, files, default_limit_bytes, models: [...]}")
     parser.set_defaults(func=run)
+
+
+def add_disk_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    """--prompt-cache-disk SIZE, for `serve` and `chat` (`what`: what a warm start spares there)."""
+    parser.add_argument(
+        "--prompt-cache-disk",
+        metavar="SIZE",
+        help=f"keep prompt checkpoints on disk too, at most SIZE (20GB, 512MB; 0 turns it off), so {what} reads only "
+        "what is new (default: the smaller of 20 GB and a tenth of the free disk; not with --hostfile). "
+        "`qwen-desk cache` shows and clears them",
+    )
+
+
+def disk_bytes(args: argparse.Namespace) -> int | None:
+    """--prompt-cache-disk in bytes (None: the default size); UsageError for a size that cannot be read."""
+    from macapp.core.prompt_disk import SizeError, parse_size
+
+    if args.prompt_cache_disk is None:
+        return None
+    try:
+        return parse_size(args.prompt_cache_disk)
+    except SizeError as exc:
+        raise UsageError(f"--prompt-cache-disk: {exc}") from None
+
+
+def open_store(args: argparse.Namespace, engine: "Engine") -> "DiskStore":
+    """The app's disk store at --prompt-cache-disk's size, given to `engine`'s chat sessions (not on several Macs,
+    whose engine cannot batch: their caches live on every rank)."""
+    from macapp.core.prompt_disk import DiskStore
+    from macapp.core.prompt_disk.shelf import shelves
+
+    store = DiskStore.open(disk_bytes(args))
+    if engine.batches and store.max_bytes:
+        engine.position_shelf = shelves(store)
+    return store
 
 
 def run(args: argparse.Namespace) -> int:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from types import FrameType
 
 from macapp.cli import Subparsers, UsageError
+from macapp.cli.cache import add_disk_argument, disk_bytes, open_store
 from macapp.cli.cluster import add_run_arguments, engine_for, launch_or_follow
 from macapp.cli.model import add_cache_arguments, add_model_argument, add_mtp_argument, check_cache_arguments, load_model, mtp_mode, mtp_notice
 from macapp.server.activity import RequestRecord, RequestState
@@ -71,27 +72,9 @@ def register(subparsers: Subparsers) -> None:
         help="answer at most N requests at once (default: as many as fit beside the model at --context, up to 32; "
         "more wait in a queue). With --hostfile requests are answered one at a time",
     )
-    parser.add_argument(
-        "--prompt-cache-disk",
-        metavar="SIZE",
-        help="keep prompt checkpoints on disk too, at most SIZE (20GB, 512MB; 0 turns it off), so a new agent session "
-        "and the server after a restart read only what is new (default: the smaller of 20 GB and a tenth of the free "
-        "disk; not with --hostfile). `qwen-desk cache` shows and clears them",
-    )
+    add_disk_argument(parser, "a new agent session, and the server after a restart,")
     add_run_arguments(parser)
     parser.set_defaults(func=run)
-
-
-def disk_bytes(args: argparse.Namespace) -> int | None:
-    """--prompt-cache-disk in bytes (None: the default size); UsageError for a size that cannot be read."""
-    from macapp.core.prompt_disk import SizeError, parse_size
-
-    if args.prompt_cache_disk is None:
-        return None
-    try:
-        return parse_size(args.prompt_cache_disk)
-    except SizeError as exc:
-        raise UsageError(f"--prompt-cache-disk: {exc}") from None
 
 
 def _config(args: argparse.Namespace) -> ServerConfig:
@@ -174,7 +157,6 @@ class _Signals:
 
 def run(args: argparse.Namespace) -> int:
     # why: both load MLX (and the HTTP stack) on import, and `qwen-desk --help` imports every subcommand's module
-    from macapp.core.prompt_disk import DiskStore
     from macapp.server.engine_backend import serving_backend
     from macapp.server.local_server import LocalServer
 
@@ -182,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
     if (code := launch_or_follow(args)) is not None:
         return code  # --hostfile: this process started and watched the ranks (or it was a follower rank)
     engine = engine_for()
-    disk = DiskStore.open(disk_bytes(args))
+    disk = open_store(args, engine)  # the chat sessions of this engine would share it
     try:
         info = load_model(engine, args.model, context=args.context, mtp=mtp_mode(args))
         if info is None:

@@ -82,6 +82,7 @@ def sequence(
             if read.before_last is None:
                 raise RuntimeError("the batch finished a two-segment prompt without reporting its first segment")
             before_last = read.before_last.as_mark()  # its KV buffers are the batch's copy: lengths do
+            session._shelve(read.before_last)  # detached: a reopened conversation's prompt starts the same
         else:
             before_last = prompt.mark()
         session._turn = TurnMemory(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from macapp.core.prompt_disk.fingerprint import fingerprint
 from macapp.core.prompt_disk.store import DiskStore
@@ -34,3 +34,12 @@ class ModelShelf:
 
     def put(self, checkpoint: "SavedPosition") -> bool:
         return self.store.put(self.fingerprint, self.model, checkpoint)
+
+
+def shelves(store: DiskStore) -> Callable[["LoadedModel", "KVQuantization"], ModelShelf | None]:
+    """The Engine's `position_shelf` factory for `store` (engine/shelf.py): each model's shelf, none when off."""
+
+    def shelf(m: "LoadedModel", kv: "KVQuantization") -> ModelShelf | None:
+        return ModelShelf.of(store, m, kv) if store.max_bytes else None
+
+    return shelf
