@@ -6,7 +6,7 @@ of its tokens (keys.py) in a folder per fingerprint of what produced it (fingerp
 (sizes.py). Qt-free; MLX is imported only where arrays are read or written.
 """
 
-from macapp.core.prompt_disk.sizes import SizeError, default_bytes, describe, parse_size
+from macapp.core.prompt_disk.sizes import SETTING, SizeError, default_bytes, describe, parse_size, setting_bytes
 from macapp.core.prompt_disk.store import DiskStore, FolderSummary, prompts_dir
 
-__all__ = ["DiskStore", "FolderSummary", "SizeError", "default_bytes", "describe", "parse_size", "prompts_dir"]
+__all__ = ["SETTING", "DiskStore", "FolderSummary", "SizeError", "default_bytes", "describe", "parse_size", "prompts_dir", "setting_bytes"]

@@ -14,6 +14,9 @@ _UNITS = {"": 1, "B": 1, "K": 10**3, "KB": 10**3, "M": 10**6, "MB": 10**6, "G": 
 _UNITS |= {"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
 
 
+SETTING = "prompt_cache.disk"  # the window's setting: a size as --prompt-cache-disk takes it, "" for the default
+
+
 class SizeError(ValueError):
     """A size that cannot be read; the message says how to write one."""
 
@@ -25,6 +28,16 @@ def parse_size(text: str) -> int:
     if match is None or unit not in _UNITS:
         raise SizeError(f"cannot read the size {text!r}: write it like 20GB, 512MB or 0 (off)")
     return int(float(match.group(1)) * _UNITS[unit])
+
+
+def setting_bytes(value: object) -> int | None:
+    """The window's SETTING as bytes: None (the default size) when unset or not a size (the dialog refuses those)."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    try:
+        return parse_size(value)
+    except SizeError:
+        return None
 
 
 def default_bytes(folder: Path) -> int:
