@@ -13,10 +13,11 @@ import json
 from typing import TYPE_CHECKING
 
 from macapp.cli import Subparsers, UsageError
+from macapp.core.prompt_disk import DiskStore, SizeError, default_bytes, describe, parse_size, prompts_dir
+from macapp.core.prompt_disk.shelf import shelves
 
 if TYPE_CHECKING:
     from macapp.core.engine import Engine
-    from macapp.core.prompt_disk import DiskStore
 
 
 def register(subparsers: Subparsers) -> None:
@@ -44,8 +45,6 @@ def add_disk_argument(parser: argparse.ArgumentParser, what: str) -> None:
 
 def disk_bytes(args: argparse.Namespace) -> int | None:
     """--prompt-cache-disk in bytes (None: the default size); UsageError for a size that cannot be read."""
-    from macapp.core.prompt_disk import SizeError, parse_size
-
     if args.prompt_cache_disk is None:
         return None
     try:
@@ -54,12 +53,9 @@ def disk_bytes(args: argparse.Namespace) -> int | None:
         raise UsageError(f"--prompt-cache-disk: {exc}") from None
 
 
-def open_store(args: argparse.Namespace, engine: "Engine") -> "DiskStore":
+def open_store(args: argparse.Namespace, engine: "Engine") -> DiskStore:
     """The app's disk store at --prompt-cache-disk's size, given to `engine`'s chat sessions (not on several Macs,
     whose engine cannot batch: their caches live on every rank)."""
-    from macapp.core.prompt_disk import DiskStore
-    from macapp.core.prompt_disk.shelf import shelves
-
     store = DiskStore.open(disk_bytes(args))
     if engine.batches and store.max_bytes:
         engine.position_shelf = shelves(store)
@@ -67,8 +63,6 @@ def open_store(args: argparse.Namespace, engine: "Engine") -> "DiskStore":
 
 
 def run(args: argparse.Namespace) -> int:
-    from macapp.core.prompt_disk import DiskStore, default_bytes, describe, prompts_dir
-
     folder = prompts_dir()
     store = DiskStore(folder, 0)  # reads and removes files; keeps no index and writes nothing
     if args.clear:

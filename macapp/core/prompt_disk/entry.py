@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import zlib
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from macapp.core.engine.positions import KVLayer, RecurrentState, SavedPosition
 
@@ -87,12 +87,12 @@ def crcs(arrays: dict[str, mx.array]) -> dict[str, int]:
     return {name: zlib.crc32(memoryview(a)) for name, a in arrays.items()}  # type: ignore[arg-type]  # MLX arrays are buffers; its stubs omit it
 
 
-def info_of(metadata: dict[str, Any], nbytes: int, fingerprint: str) -> EntryInfo:
+def info_of(metadata: Mapping[str, object], nbytes: int, fingerprint: str) -> EntryInfo:
     """The index's record of a file from its header; BadEntry when it is not one of this store's for `fingerprint`."""
     try:
         if metadata.get("format") != FORMAT or metadata.get("fingerprint") != fingerprint:
             raise BadEntry("another format or model")
-        return EntryInfo(str(metadata["digest"]), int(metadata["length"]), str(metadata["parent"]), int(metadata["parent_length"]), nbytes)
+        return EntryInfo(str(metadata["digest"]), int(str(metadata["length"])), str(metadata["parent"]), int(str(metadata["parent_length"])), nbytes)
     except (KeyError, ValueError, TypeError) as exc:
         raise BadEntry(f"a header without {exc}") from exc
 

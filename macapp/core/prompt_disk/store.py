@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
+from macapp.core import paths
 from macapp.core.modelfiles import read_safetensors_header
 from macapp.core.prompt_disk.keys import prefix_digests
 from macapp.core.prompt_disk.entry import BadEntry, Encoded, EntryInfo, Part, crcs, decode, encode, info_of, read_part
@@ -42,8 +43,6 @@ SUFFIX = ".safetensors"
 
 def prompts_dir() -> Path:
     """Where the checkpoints live: the app's cache folder (QWEN_DESK_HOME moves it)."""
-    from macapp.core import paths
-
     return paths.cache_dir() / "prompts"
 
 
