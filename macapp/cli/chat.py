@@ -17,6 +17,7 @@ import sys
 from typing import TextIO
 
 from macapp.cli import Subparsers, UsageError
+from macapp.cli.cache import add_disk_argument, disk_bytes, open_store
 from macapp.cli.cluster import add_run_arguments, engine_for, launch_or_follow
 from macapp.cli.model import add_cache_arguments, add_model_argument, add_mtp_argument, check_cache_arguments, load_model, mtp_mode, mtp_notice
 from macapp.core import events as ev
@@ -80,6 +81,7 @@ def register(subparsers: Subparsers) -> None:
         help=f"prompt tokens read per step (default {DEFAULT_PREFILL_STEP})",
     )
     parser.add_argument("--resume", type=int, metavar="ID", help="continue a saved conversation (see `qwen-desk history`)")
+    add_disk_argument(parser, "a conversation continued with --resume")
     parser.add_argument("--no-history", action="store_true", help="do not save this conversation to the history")
     add_run_arguments(parser)
     parser.set_defaults(func=run)
@@ -264,6 +266,7 @@ def run(args: argparse.Namespace) -> int:
     if args.thinking_budget is not None and args.thinking_budget < 0:
         raise UsageError("--thinking-budget must be 0 or more tokens")
     check_cache_arguments(args)
+    disk_bytes(args)
     if args.prefill_step_size < 1:
         raise UsageError("--prefill-step-size must be at least 1")
     _sampling(args, args.think)  # refuse bad sampling flags before loading anything
@@ -272,6 +275,7 @@ def run(args: argparse.Namespace) -> int:
     if (code := launch_or_follow(args, prompts, reads_input=not prompts)) is not None:
         return code  # --hostfile: this process started and watched the ranks (or it was a follower rank)
     engine = engine_for()
+    disk = open_store(args, engine)
     try:
         info = load_model(engine, args.model, context=args.context, mtp=mtp_mode(args))
         if info is None:
@@ -295,6 +299,7 @@ def run(args: argparse.Namespace) -> int:
             history.close()
     finally:
         engine.close()
+        disk.close()  # the checkpoints queued for writing go to disk before the process ends
 
 
 def _pictures(paths: list[str]) -> tuple[PreparedImage, ...]:

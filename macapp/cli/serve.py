@@ -1,7 +1,7 @@
 """`qwen-desk serve`: serve the model to other tools over a local OpenAI- and Anthropic-compatible API.
 
     qwen-desk serve --model MODEL [--host 127.0.0.1] [--port N] [--api-key KEY] [--context N] [--kv-bits 4|8]
-                    [--think | --no-think] [--allow-origin ORIGIN]... [--allow-host NAME]...
+                    [--think | --no-think] [--allow-origin ORIGIN]... [--allow-host NAME]... [--prompt-cache-disk SIZE]
 
 The key can come from QWEN_DESK_API_KEY instead of --api-key (a flag shows in the process list; the variable does not).
 --think / --no-think set what the OpenAI APIs do for a request that does not say; the Anthropic API follows
@@ -23,6 +23,7 @@ from collections.abc import Callable
 from types import FrameType
 
 from macapp.cli import Subparsers, UsageError
+from macapp.cli.cache import add_disk_argument, disk_bytes, open_store
 from macapp.cli.cluster import add_run_arguments, engine_for, launch_or_follow
 from macapp.cli.model import add_cache_arguments, add_model_argument, add_mtp_argument, check_cache_arguments, load_model, mtp_mode, mtp_notice
 from macapp.server.activity import RequestRecord, RequestState
@@ -86,6 +87,7 @@ def register(subparsers: Subparsers) -> None:
         help="answer at most N requests at once (default: as many as fit beside the model at --context, up to 32; "
         "more wait in a queue). With --hostfile requests are answered one at a time",
     )
+    add_disk_argument(parser, "a new agent session, and the server after a restart,")
     add_run_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -96,6 +98,7 @@ def _config(args: argparse.Namespace) -> ServerConfig:
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port must be between 0 (any free port) and 65535, not {args.port}")
     check_cache_arguments(args)
+    disk_bytes(args)
     if args.api_key is not None and not args.api_key.strip():
         raise UsageError("--api-key is empty: give a key, or leave the flag out")
     key = args.api_key or os.environ.get("QWEN_DESK_API_KEY") or None
@@ -118,7 +121,8 @@ def request_line(record: RequestRecord) -> str:
     if record.mtp_tokens_per_step is not None and record.mtp_acceptance is not None:
         speed += f" (MTP {record.mtp_tokens_per_step:.2f} tokens/step, {record.mtp_acceptance:.0%} of drafts kept)"
     end = record.state.value + (f": {record.error}" if record.error else "")
-    return f"qwen-desk: {record.client}: {record.prompt_tokens} tokens in ({record.cached_tokens} reused), {record.completion_tokens} out{speed} - {end}"
+    reused = f"{record.cached_tokens} reused" + (f" from {record.cached_from}" if record.cached_tokens and record.cached_from else "")
+    return f"qwen-desk: {record.client}: {record.prompt_tokens} tokens in ({reused}), {record.completion_tokens} out{speed} - {end}"
 
 
 def _log_finished(record: RequestRecord) -> None:
@@ -175,6 +179,7 @@ def run(args: argparse.Namespace) -> int:
     if (code := launch_or_follow(args)) is not None:
         return code  # --hostfile: this process started and watched the ranks (or it was a follower rank)
     engine = engine_for()
+    disk = open_store(args, engine)  # the chat sessions of this engine would share it
     try:
         info = load_model(engine, args.model, context=args.context, mtp=mtp_mode(args))
         if info is None:
@@ -188,6 +193,7 @@ def run(args: argparse.Namespace) -> int:
             queue_limit=config.queue_limit,
             parallel=args.parallel,
             mtp=mtp_mode(args),
+            disk=disk,
         )
         server = LocalServer(backend, config)
         server.activity.add_observer(_log_finished)
@@ -207,3 +213,4 @@ def run(args: argparse.Namespace) -> int:
         return 0
     finally:
         engine.close()
+        disk.close()  # the checkpoints queued for writing go to disk before the process ends

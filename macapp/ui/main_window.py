@@ -420,7 +420,7 @@ class MainWindow(QMainWindow):
         """The local server's backend on the model the chat has loaded (RuntimeError if none)."""
         from macapp.server.engine_backend import backend_for  # why: it imports MLX and mlx-lm, loaded on the engine's worker, not at start-up
 
-        return backend_for(self.chat.controller.engine)
+        return backend_for(self.chat.controller.engine, self.chat.controller.prompt_disk)
 
     def _on_server_busy(self, busy: bool) -> None:
         # One engine: a chat reply sent meanwhile waits for the server's request, and says so here.

@@ -160,6 +160,9 @@ def test_request_line():
     assert request_line(record) == "qwen-desk: 127.0.0.1:5000 anthropic (claude-cli/2.0): 5000 tokens in (4900 reused), 21 out at 412.2 tok/s - done"
     drafted = dataclasses.replace(record, mtp_tokens_per_step=2.5, mtp_acceptance=0.75)
     assert request_line(drafted).endswith("at 412.2 tok/s (MTP 2.50 tokens/step, 75% of drafts kept) - done")
+    from_disk = dataclasses.replace(record, cached_from="disk")
+    assert "(4900 reused from disk)" in request_line(from_disk)
+    assert "(0 reused)" in request_line(dataclasses.replace(from_disk, cached_tokens=0))
 
 
 @pytest.mark.parametrize("flag, openai_default", [([], True), (["--think"], True), (["--no-think"], False)])

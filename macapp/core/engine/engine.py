@@ -15,6 +15,7 @@ from macapp.core.engine.model_folder import LoadedModel
 from macapp.core.engine.model_proxy import close_proxy
 from macapp.core.engine.options import MTPMode, SessionOptions
 from macapp.core.engine.session import ChatSession
+from macapp.core.engine.shelf import ShelfFactory
 from macapp.core.engine.worker import submit_work
 from macapp.core.events import Failed, Loaded, Unloaded
 from macapp.core.hardware import detect_machine
@@ -43,6 +44,7 @@ class Engine:
         self._batch: BatchLoop | None = None
         self._batch_for: LoadedModel | None = None
         self._servers: weakref.WeakSet[object] = weakref.WeakSet()  # the local API servers on this engine (serve_from)
+        self.position_shelf: ShelfFactory | None = None  # chat sessions' positions on disk (a front end sets it: shelf.py)
 
     def submit(self, kind: str, work: Callable[[Job], None]) -> Job:
         """Run `work(job)` on the worker thread (for engine extensions and tests)."""

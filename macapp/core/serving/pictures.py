@@ -31,7 +31,7 @@ from macapp.core.vision.mlx_frames import video_processor
 from macapp.core.vision.video import PreparedVideo, VideoError, VideoSettings, open_video, plan, probe
 
 if TYPE_CHECKING:  # vision.runner imports MLX
-    from macapp.core.engine.checkpoints import Key
+    from macapp.core.engine.positions import Key
     from macapp.core.engine.model_folder import LoadedModel
     from macapp.core.vision.runner import EncodedTurn, VisionModel
     from mlx_vlm.models.qwen3_vl.processing_qwen3_vl import Qwen3VLImageProcessor
