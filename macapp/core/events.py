@@ -131,6 +131,58 @@ class StatsUpdate(Event):
 
 
 @dataclass
+class ToolCallAsked(Event):
+    """The model called a tool (macapp.core.tools.loop); the call is being approved, then run."""
+
+    call_id: str
+    server: str
+    name: str  # the server's name for the tool
+    arguments: dict[str, object]
+
+
+@dataclass(frozen=True)
+class ToolCallRecord:
+    """One tool call as the chat keeps it: what was asked, whether it was allowed, what came back."""
+
+    server: str
+    name: str
+    arguments: dict[str, object]
+    allowed: bool
+    result: str | None  # the result's text as the model read it (cut, special tokens defused); None when denied
+    is_error: bool = False
+    timed_out: bool = False
+    elapsed_s: float = 0.0
+    call_id: str = ""
+
+    def to_json(self) -> dict[str, object]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> "ToolCallRecord":
+        args = data.get("arguments")
+        elapsed = data.get("elapsed_s")
+        result = data.get("result")
+        return cls(
+            server=str(data.get("server", "")),
+            name=str(data.get("name", "")),
+            arguments=dict(args) if isinstance(args, dict) else {},
+            allowed=bool(data.get("allowed")),
+            result=None if result is None else str(result),
+            is_error=bool(data.get("is_error")),
+            timed_out=bool(data.get("timed_out")),
+            elapsed_s=float(elapsed) if isinstance(elapsed, (int, float)) else 0.0,
+            call_id=str(data.get("call_id", "")),
+        )
+
+
+@dataclass
+class ToolCallDone(Event):
+    """A tool call ended: run (its result), denied, timed out or failed."""
+
+    record: ToolCallRecord
+
+
+@dataclass
 class Finished(TerminalEvent):
     reply: Reply
 

@@ -88,6 +88,8 @@ class Message:
     model: str | None = None
     created: float = 0.0
     images: tuple[ImageRef, ...] = ()  # pictures sent with a user message (files in paths.pictures_dir())
+    # A reply's tool calls (schema 5), each events.ToolCallRecord.to_json(): server, name, arguments, allowed, result…
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.role, self.state = Role(self.role), MessageState(self.state)  # plain strings are accepted too
