@@ -29,11 +29,13 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Coroutine, Mapping, TypeVar
+from typing import Any, Callable, Coroutine, Mapping, TextIO, TypeVar
 
-from mcp import Client, MCPError, StdioServerParameters
+from mcp import Client, MCPError, StdioServerParameters, stdio_client
+from mcp.client._transport import Transport
 
 from macapp.core.jsonvalue import JSONObject
+from macapp.core.paths import logs_dir
 from macapp.core.serving.requests import ToolSpec
 from macapp.core.tools.config import ServerConfig
 from macapp.core.tools.results import content_text
@@ -43,6 +45,7 @@ log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT_S = 60.0  # a tool call
 START_TIMEOUT_S = 30.0  # a server's start and handshake
 GUARD = Path(__file__).with_name("guard.py")
+SERVER_LOG = "mcp-servers.log"  # the servers' stderr when the app has no terminal
 REQUEST_TIMEOUT = -32001  # the SDK's MCPError code for a request that got no answer in time
 T = TypeVar("T")
 
@@ -105,7 +108,7 @@ def _unwrap(exc: BaseException) -> BaseException:
 def _why(exc: BaseException) -> str:
     leaf = _unwrap(exc)
     if isinstance(leaf, MCPError) and leaf.code == -32000:
-        return "it exited at start (see its output above or in the log)"
+        return f"it exited at start (see its output above, or {SERVER_LOG} in the logs folder)"
     return str(leaf) or type(leaf).__name__
 
 
@@ -126,6 +129,7 @@ class McpHost:
         self._tools: dict[str, HostTool] = {}
         self._listeners: list[Callable[[], None]] = []
         self.warnings: list[str] = []
+        self._server_log: TextIO | None = None
 
     # -- what it holds
     @property
@@ -175,7 +179,7 @@ class McpHost:
             if server.status.state is ServerState.FAILED:
                 self.warnings.append(f'MCP server "{server.status.config.name}" is not available: {server.status.error}. The chat goes on without its tools.')
         for warning in self.warnings:
-            log.warning("%s", warning)
+            log.info("%s", warning)
         return list(self.warnings)
 
     def close(self, timeout_s: float = 10.0) -> None:
@@ -205,6 +209,8 @@ class McpHost:
         if self._thread is not None:
             self._thread.join(timeout_s)
         loop.close()
+        if self._server_log is not None:
+            self._server_log.close()
 
     def __enter__(self) -> McpHost:
         return self
@@ -256,14 +262,26 @@ class McpHost:
             self._set(server, ServerState.FAILED, why)
         server.ready.set()
 
-    def _target(self, config: ServerConfig) -> StdioServerParameters | str:
+    def _target(self, config: ServerConfig) -> Transport | str:
         if config.url is not None:
             return config.url
         assert config.command is not None
         path = config.env.get("PATH", os.environ.get("PATH"))
         if shutil.which(config.command, path=path) is None:
             raise FileNotFoundError(f"its command {config.command!r} was not found")
-        return StdioServerParameters(command=sys.executable, args=[str(GUARD), config.command, *config.args], env=dict(config.env) or None, cwd=config.cwd)
+        params = StdioServerParameters(command=sys.executable, args=[str(GUARD), config.command, *config.args], env=dict(config.env) or None, cwd=config.cwd)
+        return stdio_client(params, errlog=self._errlog())
+
+    def _errlog(self) -> TextIO:
+        """Where the servers' own output (stderr) goes: ours when it is a real file (the terminal), else a log file."""
+        try:
+            sys.stderr.fileno()
+            return sys.stderr
+        except (AttributeError, OSError, ValueError):
+            if self._server_log is None:
+                logs_dir().mkdir(parents=True, exist_ok=True)
+                self._server_log = open(logs_dir() / SERVER_LOG, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()
+            return self._server_log
 
     async def _open(self, server: _Server) -> None:
         server.task = asyncio.current_task()

@@ -125,8 +125,11 @@ class _Turn:
 
 
 class ToolLoop:
-    def __init__(self, host: McpHost, policy: ToolPolicy, max_rounds: int = MAX_ROUNDS, timeout_s: float | None = None) -> None:
+    def __init__(
+        self, host: McpHost, policy: ToolPolicy, max_rounds: int = MAX_ROUNDS, timeout_s: float | None = None, warn: Callable[[str], None] | None = None
+    ) -> None:
         self.host = host
+        self.warn = warn  # told each server that failed to start (the host logs them too)
         self.policy = policy
         self.max_rounds = max_rounds
         self.timeout_s = timeout_s
@@ -135,8 +138,10 @@ class ToolLoop:
     def offer(self, session: ChatSession) -> None:
         """Start the servers (first time only) and make `session` offer their tools (its system prompt; a cache
         read without them is dropped, so the next turn reads the conversation with them)."""
-        for warning in self.host.start() if not self.host.started else []:
-            log.debug("%s", warning)
+        if not self.host.started:
+            for warning in self.host.start():
+                if self.warn is not None:
+                    self.warn(warning)
         model = session.engine.model
         if model is None:
             return
@@ -198,26 +203,27 @@ class ToolLoop:
     def _follow(self, job: ToolTurnJob, round_job: Job, turn: _Turn) -> tuple[TerminalEvent, list[ToolCall]]:
         """Pass one round's events on (answer text through the parser); its terminal event and the calls it made."""
         turn.rounds += 1
-        parser = ToolCallParser([t.spec() for t in self.host.tools()])
+        tools = [t.spec() for t in self.host.tools()]
+        parser = ToolCallParser(tools) if tools else None  # no tools offered: a call the model writes is its text
         first = True
         for event in round_job.events():
             if isinstance(event, ReasoningDelta):
                 turn.reasoning.append(event.text)
                 job.emit(event)
             elif isinstance(event, AnswerDelta):
-                for piece in parser.feed(event.text):
+                for piece in parser.feed(event.text) if parser is not None else [event.text]:
                     if isinstance(piece, str):
                         first = self._piece(job, turn, piece, first)
             elif isinstance(event, TerminalEvent):
                 if isinstance(event, Finished):
-                    for piece in parser.flush(complete=event.reply.finish_reason == "stop"):
+                    for piece in parser.flush(complete=event.reply.finish_reason == "stop") if parser is not None else []:
                         if isinstance(piece, str):
                             first = self._piece(job, turn, piece, first)
                     stats = event.reply.stats
                     turn.prompt_tokens += stats.prompt_tokens
                     turn.generation_tokens += stats.generation_tokens
                     turn.reasoning_tokens += stats.reasoning_tokens
-                return event, list(parser.calls)
+                return event, list(parser.calls) if parser is not None else []
             else:  # PromptProgress, StatsUpdate
                 job.emit(event)
         raise RuntimeError("a round ended without its terminal event")
