@@ -31,6 +31,7 @@ from macapp.core.recorder import ChatRecorder, TurnOutcome, TurnResult
 from macapp.core.sampling import SamplingParams, preset
 from macapp.core.settings import Settings
 from macapp.core.vision.images import PreparedImage
+from macapp.ui.tools import WindowTools
 from macapp.ui.bridge import EventBridge
 from macapp.ui.chat_history import ChatHistory, HistoryStatus, HistoryWorker, Switched, conversation_rows
 from macapp.ui.settings import int_setting, sampling_for, text_setting
@@ -111,6 +112,7 @@ class ChatController(QObject):
         self.history = ChatHistory()
         self.history_worker = HistoryWorker(self)  # the window's reads and edits of the history, off the GUI thread
         self.engine: Engine | None = None  # created on the first load (its worker thread imports MLX, not us)
+        self.tools = WindowTools(self)  # the MCP servers, started at the first turn, stopped at shutdown
         self.conversation = self._new_conversation()  # the open one: its session and recorder
         self.model_ref: ModelRef | None = None
         self.model_info: Loaded | None = None
@@ -251,7 +253,7 @@ class ChatController(QObject):
         return text_setting(self.settings, "chat.system_prompt") or None
 
     def _new_conversation(self, recorder: ChatRecorder | None = None, saved: Conversation | None = None) -> ConversationModel:
-        return ConversationModel(self._new_session, recorder, system_prompt=self._system_prompt(), saved=saved, strict=True)
+        return ConversationModel(self._new_session, recorder, system_prompt=self._system_prompt(), saved=saved, strict=True, run_turn=self.tools.run_turn)
 
     # -- model ----------------------------------------------------------------------------------------------------
     def _ensure_engine(self) -> Engine:
@@ -561,5 +563,6 @@ class ChatController(QObject):
             flight.turn.abandon()  # no-op once it settled
         if self.engine is not None:
             self.engine.close()
+        self.tools.close()
         self.history_worker.close()
         self.history.close()

@@ -17,7 +17,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QImage
 from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QVBoxLayout, QWidget
 
-from macapp.core.events import AnswerDelta, Event, ReasoningDelta, StatsUpdate, TerminalEvent, TurnKind
+from macapp.core.events import AnswerDelta, Event, ReasoningDelta, StatsUpdate, TerminalEvent, ToolCallAsked, ToolCallDone, ToolCallRecord, TurnKind
 from macapp.core.recorder import TurnResult
 from macapp.core.history import Message, Role
 from macapp.core.picture_data import ImageRef
@@ -102,6 +102,8 @@ class MessageList(QScrollArea):
                 w = AssistantMessage(self.container)
                 if m.reasoning:
                     w.add_reasoning(m.reasoning)
+                for call in m.tool_calls:
+                    w.tool_done(ToolCallRecord.from_json(call))
                 w.add_answer(m.content)
                 w.finish(m.stats if not m.stats.is_empty() else None, "stopped" if m.stopped else "")
                 if w.reasoning is not None:
@@ -184,6 +186,10 @@ class MessageList(QScrollArea):
                     msg.add_answer(text)
                 case StatsUpdate(stats=stats):
                     msg.stats = stats
+                case ToolCallAsked():
+                    msg.tool_asked(event)
+                case ToolCallDone(record=record):
+                    msg.tool_done(record)
         if not isinstance(batch[-1], TerminalEvent):
             msg.render_text()
             self.renders += 1

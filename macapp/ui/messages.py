@@ -8,13 +8,14 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QImage, QTextDocument
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QToolButton, QVBoxLayout, QWidget
 
-from macapp.core.events import GenerationStats
+from macapp.core.events import GenerationStats, ToolCallAsked, ToolCallRecord
 from macapp.core.history import ReplyStats
 from macapp.core.picture_data import ImageRef
 from macapp.core.vision import pictures as saved_files
 from macapp.core.vision.images import PreparedImage
 from macapp.ui.attachments import THUMB, pixmap_of, preview_of
 from macapp.ui.meter import stats_summary
+from macapp.ui.tools import ToolCallBlock, asked_block
 from macapp.ui.widgets import MarkdownView
 
 # Why a reply ended, when it is worth saying (by the engine's finish_reason).
@@ -22,6 +23,7 @@ ENDINGS = {
     "stopped": "stopped",
     "length": "cut off at the max tokens limit",
     "context": "the context is full: start a new chat to go on",
+    "tool_rounds": "tool-call round limit",
 }
 FAILED_NOTE = "stopped by an error"
 
@@ -149,6 +151,7 @@ class AssistantMessage(QFrame):
         self.role = "assistant"
         self.answer = ""
         self.reasoning: ReasoningBlock | None = None
+        self.tool_calls: list[ToolCallBlock] = []
         self.stats: GenerationStats | ReplyStats | None = None
         self._dirty_answer = False
         self._dirty_reasoning = False
@@ -163,6 +166,21 @@ class AssistantMessage(QFrame):
         self._lay.addWidget(self.view)
         self._lay.addWidget(self.stats_label)
         self.view.set_plain("")
+
+    def tool_asked(self, event: ToolCallAsked) -> None:
+        """A call the model made: its block, waiting for the approval and the result."""
+        self._add_call(asked_block(event, self))
+
+    def tool_done(self, record: ToolCallRecord) -> None:
+        block = next((b for b in self.tool_calls if b.call_id == record.call_id and b.record is None), None)
+        if block is None:
+            self._add_call(ToolCallBlock.of(record, self))
+        else:
+            block.finish(record)
+
+    def _add_call(self, block: ToolCallBlock) -> None:
+        self.tool_calls.append(block)
+        self._lay.insertWidget(self._lay.indexOf(self.view), block)  # the calls above the answer, in order
 
     def _ensure_reasoning(self) -> ReasoningBlock:
         if self.reasoning is None:

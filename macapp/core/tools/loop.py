@@ -187,7 +187,8 @@ class ToolLoop:
                     job.emit(Finished(self._reply(dataclasses.replace(reply, finish_reason="stopped"), turn)))
                     return
                 if turn.rounds >= self.max_rounds:
-                    note = f"[Stopped after {self.max_rounds} rounds of tool calls: the model kept calling tools. Ask again to go on.]"
+                    rounds = "1 round" if self.max_rounds == 1 else f"{self.max_rounds} rounds"
+                    note = f"[Stopped after {rounds} of tool calls: the model kept calling tools. Ask again to go on.]"
                     self._say(job, turn, note)
                     job.emit(Finished(self._reply(dataclasses.replace(reply, finish_reason=ROUNDS_REASON), turn)))
                     return
