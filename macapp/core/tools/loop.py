@@ -26,6 +26,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
+from macapp.core.engine.errors import EngineError
 from macapp.core.engine.jobs import Job
 from macapp.core.events import (
     AnswerDelta,
@@ -156,17 +157,20 @@ class ToolLoop:
     def run(self, session: ChatSession, kind: TurnKind, text: str = "", *, thinking: bool, **options: Any) -> Job:
         """The turn as one Job (see the module docstring); `options` as ChatSession.send's (sampling, thinking_budget,
         images for a send)."""
-        self.offer(session)
         job = ToolTurnJob()
-        job.round = run_on(session, kind, text, thinking=thinking, **options)
+        first = lambda: run_on(session, kind, text, thinking=thinking, **options)  # noqa: E731
         rounds = {k: v for k, v in options.items() if k in ("sampling", "thinking_budget")}
-        threading.Thread(target=self._drive, args=(job, session, thinking, rounds), name="qwen-desk-tools", daemon=True).start()
+        threading.Thread(target=self._drive, args=(job, session, first, thinking, rounds), name="qwen-desk-tools", daemon=True).start()
         return job
 
     # -- the loop's thread
-    def _drive(self, job: ToolTurnJob, session: ChatSession, thinking: bool, options: dict[str, Any]) -> None:
+    def _drive(self, job: ToolTurnJob, session: ChatSession, first: Callable[[], Job], thinking: bool, options: dict[str, Any]) -> None:
         turn = _Turn()
         try:
+            self.offer(session)  # here, not on the caller's thread (the window's): the servers may take seconds to start
+            job.round = first()
+            if job.stopped:
+                job.round.stop()
             while True:
                 assert job.round is not None
                 last, calls = self._follow(job, job.round, turn)
@@ -195,6 +199,8 @@ class ToolLoop:
                 job.round = session.send(tool_responses(results), thinking=thinking, **options)
                 if job.stopped:
                     job.round.stop()
+        except EngineError as exc:  # refused by the session (no model, an empty message…): as without tools
+            job.emit(Failed(exc.message, exc.code))
         except Exception as exc:  # noqa: BLE001 - the turn must end with a terminal event whatever happened
             log.exception("the tool loop failed")
             job.emit(Failed(f"The tool loop failed: {exc}"))
