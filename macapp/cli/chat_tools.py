@@ -14,6 +14,7 @@ from typing import TextIO
 
 from macapp.cli import UsageError
 from macapp.core.events import ToolCallRecord
+from macapp.core.jsonvalue import JSONObject
 from macapp.core.tools.approvals import Approvals, Decision, approvals_path, parse_allowed
 from macapp.core.tools.config import ConfigError, config_path, read_config
 from macapp.core.tools.host import DEFAULT_TIMEOUT_S, McpHost
@@ -74,6 +75,6 @@ def show_call(record: ToolCallRecord, out: TextIO) -> None:
     print(f"[tool {record.server}/{record.name}: {state}]", file=out)
 
 
-def json_calls(records: list[ToolCallRecord]) -> list[dict[str, object]]:
+def json_calls(records: list[ToolCallRecord]) -> list[JSONObject]:
     """The --json turn object's `tool_calls`: server, name, arguments, allowed, result (None when denied), and more."""
     return [r.to_json() for r in records]

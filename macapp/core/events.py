@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import enum
 from dataclasses import asdict, dataclass, field
+from typing import Mapping
+
+from macapp.core.jsonvalue import JSONObject
 
 # Failure codes (Failed.code): bad input is refused before any work; "error" is anything unexpected.
 NOT_FOUND = "not_found"  # no such folder, or a repo that is not downloaded
@@ -154,11 +157,11 @@ class ToolCallRecord:
     elapsed_s: float = 0.0
     call_id: str = ""
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> JSONObject:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, object]) -> "ToolCallRecord":
+    def from_json(cls, data: Mapping[str, object]) -> "ToolCallRecord":
         args = data.get("arguments")
         elapsed = data.get("elapsed_s")
         result = data.get("result")

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Callable, get_args, get_type_hints
 
 from macapp.core.events import format_stats
+from macapp.core.jsonvalue import JSONObject
 from macapp.core.picture_data import ImageRef, PictureFiles
 
 TITLE_LIMIT = 60
@@ -89,7 +90,7 @@ class Message:
     created: float = 0.0
     images: tuple[ImageRef, ...] = ()  # pictures sent with a user message (files in paths.pictures_dir())
     # A reply's tool calls (schema 5), each events.ToolCallRecord.to_json(): server, name, arguments, allowed, result…
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    tool_calls: list[JSONObject] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.role, self.state = Role(self.role), MessageState(self.state)  # plain strings are accepted too

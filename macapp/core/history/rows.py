@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import sqlite3
 from dataclasses import fields
-from typing import Any
 
 from macapp.core.history.db import SQLValue
 from macapp.core.history.records import STAT_FIELDS, Conversation, Message, MessageState, ReplyStats, Role
@@ -57,11 +56,11 @@ def stream_values(m: Message) -> tuple[SQLValue, ...]:
     return (m.content, m.reasoning, calls_json(m.tool_calls), m.id)
 
 
-def calls_json(calls: list[dict[str, Any]]) -> str:
+def calls_json(calls: list[JSONObject]) -> str:
     return json.dumps(calls, ensure_ascii=False)
 
 
-def calls_from_json(text: str | None) -> list[dict[str, Any]]:
+def calls_from_json(text: str | None) -> list[JSONObject]:
     try:
         calls = json.loads(text or "[]")
     except ValueError:

@@ -6,7 +6,6 @@ import json
 import time
 from dataclasses import asdict
 from datetime import datetime, timezone
-from typing import Any
 
 from macapp import __version__
 from macapp.core.history.errors import ImportFormatError
@@ -105,7 +104,7 @@ def export_markdown(conv: Conversation, include_reasoning: bool = True) -> str:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def _markdown_call(call: dict[str, Any]) -> list[str]:
+def _markdown_call(call: JSONObject) -> list[str]:
     """One tool call as a collapsible block: the tool, its arguments, its result (or that it was denied)."""
     tool = f"{call.get('server', '')}/{call.get('name', '')}"
     state = "" if call.get("allowed") else " (denied)"

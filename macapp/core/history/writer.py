@@ -7,10 +7,11 @@ import logging
 import sqlite3
 import threading
 import time
-from typing import Any, Protocol
+from typing import Protocol
 
 from macapp.core.history.errors import StoreError
 from macapp.core.history.records import Message, MessageState, ReplyStats
+from macapp.core.jsonvalue import JSONObject
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ class ReplyWriter:
         with self._lock:
             self._set(self.message.content + text, self.message.reasoning + reasoning)
 
-    def add_tool_call(self, call: dict[str, Any]) -> None:
+    def add_tool_call(self, call: JSONObject) -> None:
         """One more tool call of this reply (events.ToolCallRecord.to_json()), committed now: a call ran."""
         with self._lock:
             if self._closed:

@@ -29,7 +29,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Coroutine, Mapping, TextIO, TypeVar
+from typing import Callable, Coroutine, Mapping, TextIO, TypeVar
 
 from mcp import Client, MCPError, StdioServerParameters, stdio_client
 from mcp.client._transport import Transport
@@ -243,7 +243,7 @@ class McpHost:
         return CallOutcome(text, is_error=bool(result.is_error), elapsed_s=time.monotonic() - started)
 
     # -- the host's thread
-    def _submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
+    def _submit(self, coro: Coroutine[object, None, T]) -> Future[T]:
         assert self._loop is not None
         return asyncio.run_coroutine_threadsafe(coro, self._loop)
 

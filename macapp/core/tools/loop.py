@@ -24,7 +24,7 @@ import logging
 import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from macapp.core.engine.errors import EngineError
 from macapp.core.engine.jobs import Job
@@ -51,6 +51,8 @@ from macapp.core.tools.results import for_prompt
 
 if TYPE_CHECKING:
     from macapp.core.engine.session import ChatSession
+    from macapp.core.sampling import SamplingParams
+    from macapp.core.vision.images import PreparedImage
 
 log = logging.getLogger(__name__)
 
@@ -154,17 +156,28 @@ class ToolLoop:
             self._own_system[session] = own
             session.system_prompt = wanted
 
-    def run(self, session: ChatSession, kind: TurnKind, text: str = "", *, thinking: bool, **options: Any) -> Job:
-        """The turn as one Job (see the module docstring); `options` as ChatSession.send's (sampling, thinking_budget,
-        images for a send)."""
+    def run(
+        self,
+        session: ChatSession,
+        kind: TurnKind,
+        text: str = "",
+        *,
+        thinking: bool,
+        sampling: SamplingParams | None = None,
+        thinking_budget: int | None = None,
+        images: tuple[PreparedImage, ...] = (),
+    ) -> Job:
+        """The turn as one Job (see the module docstring), with recorder.run_on's arguments (`images` for a send)."""
         job = ToolTurnJob()
-        first = lambda: run_on(session, kind, text, thinking=thinking, **options)  # noqa: E731
-        rounds = {k: v for k, v in options.items() if k in ("sampling", "thinking_budget")}
-        threading.Thread(target=self._drive, args=(job, session, first, thinking, rounds), name="qwen-desk-tools", daemon=True).start()
+        pictures = {"images": images} if images else {}
+        first = lambda: run_on(session, kind, text, thinking=thinking, sampling=sampling, thinking_budget=thinking_budget, **pictures)  # noqa: E731
+        threading.Thread(target=self._drive, args=(job, session, first, thinking, sampling, thinking_budget), name="qwen-desk-tools", daemon=True).start()
         return job
 
     # -- the loop's thread
-    def _drive(self, job: ToolTurnJob, session: ChatSession, first: Callable[[], Job], thinking: bool, options: dict[str, Any]) -> None:
+    def _drive(
+        self, job: ToolTurnJob, session: ChatSession, first: Callable[[], Job], thinking: bool, sampling: SamplingParams | None, budget: int | None
+    ) -> None:
         turn = _Turn()
         try:
             self.offer(session)  # here, not on the caller's thread (the window's): the servers may take seconds to start
@@ -196,7 +209,7 @@ class ToolLoop:
                     self._say(job, turn, note)
                     job.emit(Finished(self._reply(dataclasses.replace(reply, finish_reason=ROUNDS_REASON), turn)))
                     return
-                job.round = session.send(tool_responses(results), thinking=thinking, **options)
+                job.round = session.send(tool_responses(results), thinking=thinking, sampling=sampling, thinking_budget=budget)
                 if job.stopped:
                     job.round.stop()
         except EngineError as exc:  # refused by the session (no model, an empty message…): as without tools

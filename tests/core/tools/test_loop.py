@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from macapp.core.conversation import ConversationModel
-from macapp.core.engine import Engine
+from macapp.core.engine import Engine, SessionOptions
 from macapp.core.events import AnswerDelta, Failed, Finished, PromptProgress, ReasoningDelta, ToolCallAsked, ToolCallDone, TurnKind
 from macapp.core.history import Store
 from macapp.core.recorder import ChatRecorder, TurnResult
@@ -172,3 +172,44 @@ def test_regenerate_after_a_tool_turn_answers_the_users_message_again(engine, ho
     messages = store.get_conversation(conv.conversation_id).messages
     assert [m.role for m in messages] == ["user", "assistant"] and messages[0].content == "What's the weather in Paris?"
     assert len(messages[1].tool_calls) == 1
+
+
+def test_two_hundred_tools_grow_the_prompt_and_the_context_check_counts_them(engine, host, tmp_path, store):
+    tokenizer = engine.model.tokenizer
+    turn, events = run(conversation(engine, store, ToolLoop(host, ToolPolicy(), max_rounds=1)))
+    few_prompt = [e.total for e in events if isinstance(e, PromptProgress)][0]
+    few_tools = len(tokenizer.encode(turn.session.system_prompt))
+    files = McpFiles(tmp_path / "calls.txt", tmp_path / "pids.txt")
+    with McpHost([files.stdio(mode="many")]) as many_host:
+        loop = ToolLoop(many_host, ToolPolicy(), max_rounds=1)
+        session = engine.new_session()
+        loop.offer(session)
+        assert len(many_host.tools()) == 202 and "lookup_199" in session.system_prompt
+        assert len(tokenizer.encode(session.system_prompt)) > few_tools + 200 * 10  # each tool's name, description, schema
+        # a context that holds the question with two tools but not with two hundred: the check counts them
+        small = SessionOptions(context_limit=few_prompt + 200)
+        recorder = ChatRecorder(store, model="tiny", interval=0.0)
+        tight = ConversationModel(lambda system, messages: engine.new_session(system, messages, options=small), recorder, run_turn=loop.run)
+        turn, events = run(tight)
+        assert isinstance(events[-1], Failed) and events[-1].code == "context_limit"
+        assert not [e for e in events if isinstance(e, PromptProgress)]  # refused before reading anything
+
+
+def test_a_turn_stopped_while_asking_runs_nothing(engine, host, files, store):
+    before = len(files.calls())
+    turns = []
+
+    def ask(request: ApprovalRequest) -> Decision:
+        turns[0].stop()  # the user stops the reply while the question is open
+        assert request.cancelled.is_set()
+        return Decision.ALLOW_ONCE
+
+    conv = conversation(engine, store, ToolLoop(host, ToolPolicy(ask=ask), max_rounds=3))
+    turn = conv.start(TurnKind.SEND, "Weather?", thinking=False, sampling=greedy(200))
+    turns.append(turn)
+    final = turn.wait(TIMEOUT)
+    assert isinstance(final, Finished) and final.reply.finish_reason == "stopped"
+    assert files.calls()[before:] == []
+    done = [e.record for e in turn.history if isinstance(e, ToolCallDone)]
+    assert [(d.allowed, d.result) for d in done] == [(False, None)]
+    assert turn.outcome.result is TurnResult.STOPPED
