@@ -186,6 +186,7 @@ class WindowTools(QObject):
     notice = Signal(str)  # a server that failed to start, a malformed config: one clear sentence
     changed = Signal()  # a server's state or the remembered approvals changed
     _ask = Signal(object)  # an _Asking, from the loop's thread
+    _withdraw = Signal(object)  # its ApprovalRequest: the turn was stopped while asking (from the loop's thread)
     _changed_elsewhere = Signal()
 
     def __init__(self, parent: QObject | None = None, window: QWidget | None = None) -> None:
@@ -204,6 +205,7 @@ class WindowTools(QObject):
             self.loop = ToolLoop(self.host, ToolPolicy(self.approvals, ask=self.ask), warn=self.notice.emit)
             self.host.add_listener(self._changed_elsewhere.emit)
         self._ask.connect(self._show_dialog, Qt.ConnectionType.QueuedConnection)
+        self._withdraw.connect(self._close_dialog, Qt.ConnectionType.QueuedConnection)
         self._changed_elsewhere.connect(self.changed, Qt.ConnectionType.QueuedConnection)
 
     @property
@@ -217,8 +219,13 @@ class WindowTools(QObject):
         self._ask.emit(asking)
         while not asking.answered.wait(CANCEL_POLL_S):
             if request.cancelled.is_set():
+                self._withdraw.emit(request)
                 return Decision.DENY
         return asking.decision
+
+    def _close_dialog(self, request: ApprovalRequest) -> None:
+        if self.dialog is not None and self.dialog.request is request:
+            self.dialog.reject()  # denied: the turn is over
 
     def _show_dialog(self, asking: _Asking) -> None:
         if asking.request.cancelled.is_set():

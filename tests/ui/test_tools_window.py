@@ -12,7 +12,7 @@ import os
 import pytest
 from PySide6.QtCore import Qt
 
-from macapp.core.tools.approvals import Approvals, approvals_path
+from macapp.core.tools.approvals import Approvals, Decision, approvals_path
 from tests.fixtures.scripted import TOOL_CALL_ARGUMENTS
 from tests.ui.helpers import GREEDY, history_settled
 
@@ -113,3 +113,13 @@ def test_deny_does_not_run_the_tool_and_always_is_remembered_and_revoked(tool_wi
     dialog = ask(tool_window, qtbot, "Once more?")  # asked again
     dialog.deny_button.click()
     qtbot.waitUntil(lambda: not chat.busy, timeout=60_000)
+
+
+def test_a_turn_stopped_while_asking_closes_the_dialog_and_runs_nothing(tool_window, qtbot, mcp_files):
+    chat = tool_window.chat
+    dialog = ask(tool_window, qtbot)
+    chat.stop()  # the dialog is modal: the turn is stopped by the app (closing, unloading), not by a key
+    qtbot.waitUntil(lambda: not chat.busy, timeout=60_000)
+    qtbot.waitUntil(lambda: chat.controller.tools.dialog is None, timeout=10_000)  # closed (answered "deny"), and deleted
+    assert dialog.decision is Decision.DENY
+    assert mcp_files.calls() == []

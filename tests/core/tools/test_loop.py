@@ -92,6 +92,8 @@ def test_an_allowed_call_runs_and_its_result_is_read_with_prompt_reuse(engine, h
     ] * 2
     exported = store.export_dict(conv.conversation_id)
     assert exported["messages"][1]["tool_calls"] == reply.tool_calls
+    imported = store.get_conversation(store.import_json(store.export_json(conv.conversation_id)))
+    assert imported.messages[1].tool_calls == reply.tool_calls  # the JSON export brings them back
     assert "<summary>Tool call: weather/get_weather</summary>" in store.export_markdown(conv.conversation_id)
 
 
