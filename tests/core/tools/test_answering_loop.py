@@ -1,0 +1,93 @@
+"""The tool loop with a model that reads its tool's result: the tiny scripted Qwen3.5 of
+`scripted_answering_tool_path` calls `get_weather(city="Paris", days=3)` while its prompt holds no
+<tool_response> and answers once it holds one, so a turn is call -> result -> answer, in one turn."""
+
+from __future__ import annotations
+
+import pytest
+
+from macapp.core.conversation import ConversationModel
+from macapp.core.engine import Engine
+from macapp.core.events import AnswerDelta, Finished, ToolCallAsked, ToolCallDone, TurnKind
+from macapp.core.history import Store
+from macapp.core.recorder import ChatRecorder, TurnResult
+from macapp.core.sampling import greedy
+from macapp.core.tools.approvals import Decision
+from macapp.core.tools.host import McpHost
+from macapp.core.tools.loop import DENIED, ToolLoop, ToolPolicy
+from tests.fixtures.mcp_servers import McpFiles
+from tests.fixtures.scripted import AFTER_TOOL_TEXT, TOOL_CALL_ARGUMENTS, TOOL_PREAMBLE
+
+TIMEOUT = 120
+RESULT = "Sunny in Paris for 3 days (without the secret)."
+
+
+@pytest.fixture(scope="module")
+def engine(scripted_answering_tool_path):
+    e = Engine()
+    e.load(str(scripted_answering_tool_path)).result(timeout=TIMEOUT)
+    yield e
+    e.close()
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> McpFiles:
+    where = tmp_path_factory.mktemp("mcp")
+    return McpFiles(where / "calls.txt", where / "pids.txt")
+
+
+@pytest.fixture(scope="module")
+def host(files):
+    with McpHost([files.stdio()]) as h:
+        yield h
+    assert files.still_running() == []
+
+
+@pytest.fixture
+def store(tmp_path):
+    with Store.open(tmp_path / "history.sqlite3") as s:
+        yield s
+
+
+def run(engine, store, loop: ToolLoop, thinking: bool = False):
+    recorder = ChatRecorder(store, model="tiny", interval=0.0)
+    conv = ConversationModel(lambda system, messages: engine.new_session(system, messages), recorder, run_turn=loop.run)
+    turn = conv.start(TurnKind.SEND, "What's the weather in Paris?", thinking=thinking, sampling=greedy(200))
+    return turn, list(turn.events(timeout=TIMEOUT))
+
+
+@pytest.mark.parametrize("thinking", [False, True])
+def test_the_model_reads_the_result_and_answers_in_the_same_turn(engine, host, files, store, thinking):
+    before = len(files.calls())
+    turn, events = run(engine, store, ToolLoop(host, ToolPolicy(allowed=[("weather", "get_weather")])), thinking)
+    assert [(e.server, e.name, e.arguments) for e in events if isinstance(e, ToolCallAsked)] == [("weather", "get_weather", TOOL_CALL_ARGUMENTS)]
+    done = [e.record for e in events if isinstance(e, ToolCallDone)]
+    assert [(d.allowed, d.result) for d in done] == [(True, RESULT)]
+    assert files.calls()[before:] == ["get_weather Paris 3"]  # the tool really ran, once
+    final = events[-1]
+    assert isinstance(final, Finished) and final.reply.finish_reason == "stop"
+    text = "".join(e.text for e in events if isinstance(e, AnswerDelta))
+    assert text == f"{TOOL_PREAMBLE}\n\n{AFTER_TOOL_TEXT}" == final.reply.text  # the answer came after the result
+    assert text.index(AFTER_TOOL_TEXT) > text.index(TOOL_PREAMBLE)
+    prompt = engine.model.tokenizer.decode(turn.session.tokens)
+    assert prompt.index(f"<tool_response>\n{RESULT}\n</tool_response>") < prompt.rindex(AFTER_TOOL_TEXT)
+    assert turn.outcome.result is TurnResult.COMPLETE
+    user, reply = store.get_conversation(turn.conversation.conversation_id).messages
+    assert user.content == "What's the weather in Paris?" and reply.content == text and reply.finish_reason == "stop"
+    assert [(c["name"], c["arguments"], c["allowed"], c["result"]) for c in reply.tool_calls] == [("get_weather", TOOL_CALL_ARGUMENTS, True, RESULT)]
+    if thinking:
+        assert final.reply.thinking and final.reply.reasoning.count("Let me think") == 2  # both rounds thought
+
+
+def test_a_denied_call_is_answered_after_the_model_is_told(engine, host, files, store):
+    before = len(files.calls())
+    asked = []
+    turn, events = run(engine, store, ToolLoop(host, ToolPolicy(ask=lambda r: asked.append(r) or Decision.DENY)))
+    assert len(asked) == 1 and asked[0].arguments == TOOL_CALL_ARGUMENTS
+    assert [(e.record.allowed, e.record.result) for e in events if isinstance(e, ToolCallDone)] == [(False, None)]
+    assert files.calls()[before:] == []  # it did not run
+    assert f"<tool_response>\n{DENIED}\n</tool_response>" in engine.model.tokenizer.decode(turn.session.tokens)
+    final = events[-1]
+    assert isinstance(final, Finished) and final.reply.finish_reason == "stop" and final.reply.text.endswith(AFTER_TOOL_TEXT)
+    reply = store.get_conversation(turn.conversation.conversation_id).messages[1]
+    assert reply.content == final.reply.text and [(c["allowed"], c["result"]) for c in reply.tool_calls] == [(False, None)]
