@@ -340,8 +340,9 @@ def _shape_weights(
     rows: dict[int, list[int]] = {}
     for prev, nxt in zip(chain, chain[1:]):
         rows.setdefault(nxt, []).append(prev)
-    for prev, nxt in zip([special["\n\n"], *branch], [*branch, special["<|im_end|>"]]):
-        rows.setdefault(nxt, []).append(prev)
+    if branch:
+        for prev, nxt in zip([special["\n\n"], *branch], [*branch, special["<|im_end|>"]]):
+            rows.setdefault(nxt, []).append(prev)
     margin = FIRM_SCRIPT_MARGIN if cycle or firm else SCRIPT_MARGIN
     head_rows = [head[i] for i in range(MODEL_VOCAB)]
     for nxt, prevs in rows.items():
