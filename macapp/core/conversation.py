@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 from macapp.core.event_log import EventLog
 from macapp.core.events import AnswerDelta, Event, Finished, ReasoningDelta, TerminalEvent, TurnKind
 from macapp.core.history import Conversation
-from macapp.core.tools.rounds import has_tool_rounds
+from macapp.core.tools.rounds import has_tool_rounds, without_rounds
 from macapp.core.recorder import ChatRecorder, RecordedTurn, TurnOutcome, TurnResult, run_on
 
 if TYPE_CHECKING:
@@ -287,9 +287,11 @@ class ConversationModel:
         images = tuple(images) if kind is TurnKind.SEND else ()
         session = self.ensure_session()
         if kind is not TurnKind.SEND and has_tool_rounds(session.messages) and self.conversation_id is not None:
-            # the last turn's rounds are the session's, not the history's: redo it from the history's copy
+            # a redo answers the user's own message again: a session from the history's copy, its last rounds folded
             self.session = None
-            session = self.ensure_session()
+            saved = self.ensure_session()
+            session = self.new_session(saved.system_prompt, without_rounds(saved.messages))
+            self.session = session
         turn = Turn(self, kind, text, thinking, images)
         extra = {"images": images} if images else {}
         turn.session = session

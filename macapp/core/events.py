@@ -143,6 +143,10 @@ class ToolCallAsked(Event):
     arguments: dict[str, object]
 
 
+def _int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
 @dataclass(frozen=True)
 class ToolCallRecord:
     """One tool call as the chat keeps it: what was asked, whether it was allowed, what came back."""
@@ -156,6 +160,9 @@ class ToolCallRecord:
     timed_out: bool = False
     elapsed_s: float = 0.0
     call_id: str = ""
+    round: int = 0  # the turn's round that made the call, from 1 (0: not known, a record from before rounds)
+    at: int = 0  # where in the reply's answer text the call was made (its length then): text and calls in order
+    said: str = ""  # the round's own text as the model wrote it, call markup included: a reopened chat reads it again
 
     def to_json(self) -> JSONObject:
         return asdict(self)
@@ -175,6 +182,9 @@ class ToolCallRecord:
             timed_out=bool(data.get("timed_out")),
             elapsed_s=float(elapsed) if isinstance(elapsed, (int, float)) else 0.0,
             call_id=str(data.get("call_id", "")),
+            round=_int(data.get("round")),
+            at=_int(data.get("at")),
+            said=str(data.get("said") or ""),
         )
 
 

@@ -46,7 +46,7 @@ from macapp.core.serving.toolcalls import ToolCallParser
 from macapp.core.tools.approvals import Approvals, Decision, pattern_allows
 from macapp.core.tools.host import HostTool, McpHost
 from macapp.core.tools.prompt import tools_system_prompt
-from macapp.core.tools.rounds import tool_responses
+from macapp.core.tools.rounds import DENIED, ROUND_JOIN, ROUNDS_REASON, tool_responses
 from macapp.core.tools.results import for_prompt
 
 if TYPE_CHECKING:
@@ -57,8 +57,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_ROUNDS = 16
-ROUNDS_REASON = "tool_rounds"  # finish_reason of a turn stopped by the round bound
-DENIED = "The user denied this tool call; it did not run. Do not call it again unless the user asks."
 
 
 @dataclass(frozen=True)
@@ -199,7 +197,7 @@ class ToolLoop:
                 if not calls or reply.finish_reason != "stop" or job.stopped:
                     job.emit(Finished(self._reply(reply, turn)))
                     return
-                results = [self._call(job, call) for call in calls]
+                results = [self._call(job, call, turn, reply.text) for call in calls]
                 if job.stopped:
                     job.emit(Finished(self._reply(dataclasses.replace(reply, finish_reason="stopped"), turn)))
                     return
@@ -250,7 +248,7 @@ class ToolLoop:
 
     def _piece(self, job: ToolTurnJob, turn: _Turn, piece: str, first: bool) -> bool:
         if first and turn.text:
-            piece = "\n\n" + piece
+            piece = ROUND_JOIN + piece
         turn.text.append(piece)
         job.emit(AnswerDelta(piece))
         return False
@@ -258,16 +256,22 @@ class ToolLoop:
     def _say(self, job: ToolTurnJob, turn: _Turn, note: str) -> None:
         self._piece(job, turn, note, True)
 
-    def _call(self, job: ToolTurnJob, call: ToolCall) -> str:
-        """Approve and run one call; its ToolCallAsked and ToolCallDone emitted; the result text for the prompt."""
+    def _call(self, job: ToolTurnJob, call: ToolCall, turn: _Turn, said: str) -> str:
+        """Approve and run one call of the round that wrote `said`; its ToolCallAsked and ToolCallDone emitted; the
+        result text for the prompt. The record keeps the round, where the call was in the answer and `said`."""
         arguments = dict(call.arguments)
+        at = sum(len(t) for t in turn.text)
         tool: HostTool | None = self.host.find(call.name)
         server = tool.server if tool is not None else ""
         name = tool.name if tool is not None else call.name
         job.emit(ToolCallAsked(call.id, server, name, arguments))
         if tool is None:
             text = f"There is no tool named {call.name!r}."
-            job.emit(ToolCallDone(ToolCallRecord(server, name, arguments, allowed=False, result=text, is_error=True, call_id=call.id)))
+            job.emit(
+                ToolCallDone(
+                    ToolCallRecord(server, name, arguments, allowed=False, result=text, is_error=True, call_id=call.id, round=turn.rounds, at=at, said=said)
+                )
+            )
             return text
         request = ApprovalRequest(tool.server, tool.name, arguments, tool.description)
         job.asking = request
@@ -276,13 +280,19 @@ class ToolLoop:
         finally:
             job.asking = None
         if not decision.allowed or job.stopped:
-            job.emit(ToolCallDone(ToolCallRecord(tool.server, tool.name, arguments, allowed=False, result=None, call_id=call.id)))
+            job.emit(
+                ToolCallDone(
+                    ToolCallRecord(tool.server, tool.name, arguments, allowed=False, result=None, call_id=call.id, round=turn.rounds, at=at, said=said)
+                )
+            )
             return DENIED
         outcome = self.host.call(tool, arguments, self.timeout_s)
         text = for_prompt(outcome.text)
         if outcome.is_error and not outcome.timed_out and not text.startswith("The "):
             text = f"The tool reported an error: {text}"
-        record = ToolCallRecord(tool.server, tool.name, arguments, True, text, outcome.is_error, outcome.timed_out, round(outcome.elapsed_s, 3), call.id)
+        record = ToolCallRecord(
+            tool.server, tool.name, arguments, True, text, outcome.is_error, outcome.timed_out, round(outcome.elapsed_s, 3), call.id, turn.rounds, at, said
+        )
         job.emit(ToolCallDone(record))
         return text
 

@@ -8,6 +8,7 @@ import pytest
 
 from macapp.core.conversation import ConversationModel
 from macapp.core.engine import Engine
+from macapp.core.engine.turns import full_prompt
 from macapp.core.events import AnswerDelta, Finished, ToolCallAsked, ToolCallDone, TurnKind
 from macapp.core.history import Store
 from macapp.core.recorder import ChatRecorder, TurnResult
@@ -91,3 +92,35 @@ def test_a_denied_call_is_answered_after_the_model_is_told(engine, host, files, 
     assert isinstance(final, Finished) and final.reply.finish_reason == "stop" and final.reply.text.endswith(AFTER_TOOL_TEXT)
     reply = store.get_conversation(turn.conversation.conversation_id).messages[1]
     assert reply.content == final.reply.text and [(c["allowed"], c["result"]) for c in reply.tool_calls] == [(False, None)]
+
+
+@pytest.mark.parametrize("thinking", [False, True])
+def test_a_reopened_tool_turn_feeds_the_model_the_same_prompt(engine, host, store, thinking):
+    turn, events = run(engine, store, ToolLoop(host, ToolPolicy(allowed=[("weather", "*")])), thinking)
+    assert isinstance(events[-1], Finished)
+    live = turn.session
+    saved = store.get_conversation(turn.conversation.conversation_id)
+    reopened = saved.chat_messages(include_system=False)
+    held = [m for m in live.messages if m["role"] != "system"]
+    # the rounds as the session held them: the call as the model wrote it, its result, then the answer
+    assert [(m["role"], m["content"]) for m in reopened] == [(m["role"], m["content"]) for m in held]
+    assert [m["role"] for m in reopened] == ["user", "assistant", "user", "assistant"] and "<tool_call>" in reopened[1]["content"]
+    assert reopened[2]["content"] == f"<tool_response>\n{RESULT}\n</tool_response>" and reopened[3]["content"] == AFTER_TOOL_TEXT
+    tokenizer = engine.model.tokenizer
+    before = full_prompt(tokenizer, live.system_prompt, held, "And tomorrow?", thinking)[1]
+    after = full_prompt(tokenizer, live.system_prompt, reopened, "And tomorrow?", thinking)[1]
+    assert after == before and f"<tool_response>\n{RESULT}\n</tool_response>" in tokenizer.decode(after)
+    # a conversation reopened from the history reads them too, and its next turn answers from there
+    recorder = ChatRecorder.resume(store, saved.id)
+    loop = ToolLoop(host, ToolPolicy(allowed=[("weather", "*")]))
+    conv = ConversationModel(lambda system, messages: engine.new_session(system, messages), recorder, saved=saved, run_turn=loop.run)
+    again = conv.start(TurnKind.SEND, "And tomorrow?", thinking=thinking, sampling=greedy(200))
+    final = again.wait(TIMEOUT)
+    assert isinstance(final, Finished) and final.reply.text == AFTER_TOOL_TEXT  # the result is in its prompt: no new call
+    prompt = tokenizer.decode(again.session.tokens)
+    assert prompt.count(f"<tool_response>\n{RESULT}\n</tool_response>") == 1 and prompt.count("<tool_call>\n<function=get_weather>") == 1
+    # a regenerate answers the user's own message again (the rounds folded), calling the tool anew
+    redo = conv.start(TurnKind.REGENERATE, thinking=thinking, sampling=greedy(200))
+    assert isinstance(redo.wait(TIMEOUT), Finished)
+    messages = store.get_conversation(saved.id).messages
+    assert [m.content for m in messages if m.role.value == "user"] == ["What's the weather in Paris?", "And tomorrow?"]
