@@ -102,9 +102,12 @@ class MessageList(QScrollArea):
                 w = AssistantMessage(self.container)
                 if m.reasoning:
                     w.add_reasoning(m.reasoning)
-                for call in m.tool_calls:
-                    w.tool_done(ToolCallRecord.from_json(call))
-                w.add_answer(m.content)
+                shown = 0
+                for record in sorted((ToolCallRecord.from_json(c) for c in m.tool_calls), key=lambda r: r.at):
+                    w.add_answer(m.content[shown : record.at])  # the text before the call, then the call
+                    w.tool_done(record)
+                    shown = max(shown, record.at)
+                w.add_answer(m.content[shown:])
                 w.finish(m.stats if not m.stats.is_empty() else None, "stopped" if m.stopped else "")
                 if w.reasoning is not None:
                     w.reasoning.header.setText("Thought")

@@ -144,7 +144,9 @@ class UserMessage(QFrame):
 
 
 class AssistantMessage(QFrame):
-    """A streaming reply: text accumulates on every delta, the widgets re-render once per delivered batch."""
+    """A streaming reply: text accumulates on every delta, the widgets re-render once per delivered batch.
+    A tool call made after some answer text ends that text's view: the call's block, then a new view for what
+    follows, so text and calls show in the order the model wrote them (`views`; `view` is the last)."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -166,6 +168,8 @@ class AssistantMessage(QFrame):
         self._lay.addWidget(self.view)
         self._lay.addWidget(self.stats_label)
         self.view.set_plain("")
+        self.views = [self.view]
+        self._view_start = 0  # where the last view's text starts in `answer`
 
     def tool_asked(self, event: ToolCallAsked) -> None:
         """A call the model made: its block, waiting for the approval and the result."""
@@ -180,7 +184,17 @@ class AssistantMessage(QFrame):
 
     def _add_call(self, block: ToolCallBlock) -> None:
         self.tool_calls.append(block)
-        self._lay.insertWidget(self._lay.indexOf(self.view), block)  # the calls above the answer, in order
+        if not self.answer[self._view_start :].strip():  # no text since the last call: the block goes above the view
+            self._lay.insertWidget(self._lay.indexOf(self.view), block)
+            return
+        self.render_text(final=True)  # the text before the call is done: its view, then the block, then a new view
+        at = self._lay.indexOf(self.view) + 1
+        self._lay.insertWidget(at, block)
+        self.view = MarkdownView(self)
+        self.view.set_plain("")
+        self._lay.insertWidget(at + 1, self.view)
+        self.views.append(self.view)
+        self._view_start = len(self.answer)
 
     def _ensure_reasoning(self) -> ReasoningBlock:
         if self.reasoning is None:
@@ -205,7 +219,7 @@ class AssistantMessage(QFrame):
         if self._dirty_reasoning and self.reasoning is not None and self.reasoning.expanded:
             self.reasoning.render_text()
         if self._dirty_answer or final:
-            text = self.answer.lstrip("\n")
+            text = self.answer[self._view_start :].lstrip("\n")
             # While streaming only the new part is laid out; the finished reply is rendered whole, exactly.
             self.view.set_markdown(text) if final else self.view.stream_markdown(text)
         self._dirty_answer = self._dirty_reasoning = False

@@ -13,7 +13,7 @@ import pytest
 from PySide6.QtCore import Qt
 
 from macapp.core.tools.approvals import Approvals, Decision, approvals_path
-from tests.fixtures.scripted import TOOL_CALL_ARGUMENTS
+from tests.fixtures.scripted import TOOL_CALL_ARGUMENTS, TOOL_PREAMBLE
 from tests.ui.helpers import GREEDY, history_settled
 
 RESULT = "Sunny in Paris for 3 days (without the secret)."
@@ -75,6 +75,7 @@ def test_allow_once_runs_the_tool_and_the_call_is_a_block_in_the_reply(tool_wind
     block.header.click()
     assert block.expanded and RESULT in block.body.toPlainText() and '"city": "Paris"' in block.body.toPlainText()
     assert "<tool_call>" not in reply.answer and "tool-call round limit" in reply.stats_label.text()
+    assert_in_order(reply, block)
     saved = chat.controller.store.get_conversation(chat.controller.conversation_id).messages[-1]
     assert [(c["name"], c["allowed"], c["result"]) for c in saved.tool_calls] == [("get_weather", True, RESULT)]
     qtbot.waitUntil(lambda: reply.isVisible(), timeout=5_000)
@@ -83,6 +84,16 @@ def test_allow_once_runs_the_tool_and_the_call_is_a_block_in_the_reply(tool_wind
     chat.new_chat()
     chat.open_conversation(chat.controller.conversation_id or saved.conversation_id)
     qtbot.waitUntil(lambda: bool(chat.messages.widgets()) and bool(chat.messages.widgets()[-1].tool_calls), timeout=10_000)
+    reopened = chat.messages.widgets()[-1]
+    assert_in_order(reopened, reopened.tool_calls[0])  # the saved call keeps its place in the text
+
+
+def assert_in_order(reply, block):
+    """The text the model wrote before its call, the call's block, then what came after (the round bound's note)."""
+    before, after = reply.views
+    lay = reply.layout()
+    assert lay.indexOf(before) < lay.indexOf(block) < lay.indexOf(after)
+    assert before.source_text == TOOL_PREAMBLE and after.source_text.startswith("[Stopped after 1 round of tool calls")
 
 
 def test_deny_does_not_run_the_tool_and_always_is_remembered_and_revoked(tool_window, qtbot, mcp_files):
