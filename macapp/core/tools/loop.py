@@ -47,7 +47,7 @@ from macapp.core.tools.approvals import Approvals, Decision, pattern_allows
 from macapp.core.tools.host import HostTool, McpHost
 from macapp.core.tools.prompt import tools_system_prompt
 from macapp.core.tools.rounds import DENIED, ROUND_JOIN, ROUNDS_REASON, tool_responses
-from macapp.core.tools.results import for_prompt
+from macapp.core.tools.results import fit, for_prompt
 
 if TYPE_CHECKING:
     from macapp.core.engine.session import ChatSession
@@ -57,6 +57,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_ROUNDS = 16
+ANSWER_ROOM = 1024  # tokens of context a result leaves for the answer (at most a quarter of the context)
+ROUND_OVERHEAD = 16  # the template's tokens around a round's results (closing the reply, the user turn, the reply's start)
 
 
 @dataclass(frozen=True)
@@ -197,7 +199,9 @@ class ToolLoop:
                 if not calls or reply.finish_reason != "stop" or job.stopped:
                     job.emit(Finished(self._reply(reply, turn)))
                     return
-                results = [self._call(job, call, turn, reply.text) for call in calls]
+                results: list[str] = []
+                for call in calls:
+                    results.append(self._call(job, call, turn, reply.text, self._room(session, results)))
                 if job.stopped:
                     job.emit(Finished(self._reply(dataclasses.replace(reply, finish_reason="stopped"), turn)))
                     return
@@ -256,9 +260,26 @@ class ToolLoop:
     def _say(self, job: ToolTurnJob, turn: _Turn, note: str) -> None:
         self._piece(job, turn, note, True)
 
-    def _call(self, job: ToolTurnJob, call: ToolCall, turn: _Turn, said: str) -> str:
+    @staticmethod
+    def _room(session: ChatSession, earlier: list[str]) -> tuple[Callable[[str], int], int] | None:
+        """How to count a result's tokens and how many the context has left for it after the `earlier` results of
+        its round, leaving the answer its room (ANSWER_ROOM, at most a quarter of the context); None without a model."""
+        model = session.engine.model
+        if model is None:
+            return None
+        tokenizer = model.tokenizer
+        limit = min(session.options.context_limit or model.info.max_context, model.info.max_context)
+
+        def count(text: str) -> int:
+            return len(tokenizer.encode(text, add_special_tokens=False))
+
+        spent = len(session.tokens) + count(tool_responses([*earlier, ""])) + ROUND_OVERHEAD
+        return count, limit - spent - min(ANSWER_ROOM, limit // 4)
+
+    def _call(self, job: ToolTurnJob, call: ToolCall, turn: _Turn, said: str, room: tuple[Callable[[str], int], int] | None = None) -> str:
         """Approve and run one call of the round that wrote `said`; its ToolCallAsked and ToolCallDone emitted; the
-        result text for the prompt. The record keeps the round, where the call was in the answer and `said`."""
+        result text for the prompt (cut to fit the context's `room`: _room). The record keeps the round, where the
+        call was in the answer and `said`."""
         arguments = dict(call.arguments)
         at = sum(len(t) for t in turn.text)
         tool: HostTool | None = self.host.find(call.name)
@@ -287,7 +308,7 @@ class ToolLoop:
             )
             return DENIED
         outcome = self.host.call(tool, arguments, self.timeout_s)
-        text = for_prompt(outcome.text)
+        text = for_prompt(outcome.text) if room is None else fit(outcome.text, *room)
         if outcome.is_error and not outcome.timed_out and not text.startswith("The "):
             text = f"The tool reported an error: {text}"
         record = ToolCallRecord(

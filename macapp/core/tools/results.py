@@ -4,7 +4,7 @@ the chat template's special tokens made plain text so that no result can close o
 from __future__ import annotations
 
 import json
-from typing import Iterable
+from typing import Callable, Iterable
 
 RESULT_LIMIT = 256 * 1024  # bytes of UTF-8, the note included
 ZERO_WIDTH = "\u200b"
@@ -47,15 +47,32 @@ def content_text(parts: Iterable[object], structured: object = None) -> str:
     return "\n".join(out)
 
 
-def cut(text: str, limit: int = RESULT_LIMIT) -> str:
-    """`text`, or its start and a note saying how much was left out, within `limit` bytes of UTF-8."""
+def cut(text: str, limit: int = RESULT_LIMIT, why: str = "the tool's full result is too large for the prompt") -> str:
+    """`text`, or its start and a note saying how much was left out (and `why`), within `limit` bytes of UTF-8."""
     data = text.encode("utf-8")
     if len(data) <= limit:
         return text
-    note = f"\n[result cut: {len(data)} bytes, the first {{}} shown; the tool's full result is too large for the prompt]"
-    keep = limit - len(note.encode("utf-8")) - 16
+    note = f"\n[result cut: {len(data)} bytes, the first {{}} shown; {why}]"
+    keep = max(limit - len(note.encode("utf-8")) - 16, 0)
     head = data[:keep].decode("utf-8", errors="ignore")
     return head + note.format(len(head.encode("utf-8")))
+
+
+FIT_WHY = "the rest does not fit what is left of the context"
+
+
+def fit(text: str, count: Callable[[str], int], room: int) -> str:
+    """`text` for the prompt (for_prompt's), cut further until `count` says it takes at most `room` tokens, with a
+    note; a result with no room at all is the note alone."""
+    full = defuse(text)
+    text = cut(full)
+    for _ in range(8):
+        tokens = count(text)
+        if tokens <= room:
+            return text
+        size = len(text.encode("utf-8"))
+        text = cut(full, max(int(size * room / tokens * 0.9), 0), FIT_WHY)
+    return cut(full, 0, FIT_WHY)
 
 
 def defuse(text: str) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from macapp.core.conversation import ConversationModel
-from macapp.core.engine import Engine
+from macapp.core.engine import Engine, SessionOptions
 from macapp.core.engine.turns import full_prompt
 from macapp.core.events import AnswerDelta, Finished, ToolCallAsked, ToolCallDone, TurnKind
 from macapp.core.history import Store
@@ -16,6 +16,7 @@ from macapp.core.sampling import greedy
 from macapp.core.tools.approvals import Decision
 from macapp.core.tools.host import McpHost
 from macapp.core.tools.loop import DENIED, ToolLoop, ToolPolicy
+from macapp.core.tools.results import FIT_WHY
 from tests.fixtures.mcp_servers import McpFiles
 from tests.fixtures.scripted import AFTER_TOOL_TEXT, TOOL_CALL_ARGUMENTS, TOOL_PREAMBLE
 
@@ -124,3 +125,22 @@ def test_a_reopened_tool_turn_feeds_the_model_the_same_prompt(engine, host, stor
     assert isinstance(redo.wait(TIMEOUT), Finished)
     messages = store.get_conversation(saved.id).messages
     assert [m.content for m in messages if m.role.value == "user"] == ["What's the weather in Paris?", "And tomorrow?"]
+
+
+def test_a_huge_result_is_cut_to_what_is_left_of_the_context_and_the_turn_ends_with_the_answer(engine, tmp_path, store):
+    files = McpFiles(tmp_path / "calls.txt", tmp_path / "pids.txt")
+    limit = 3000
+    with McpHost([files.stdio(mode="huge")]) as host:  # 3 MB of "x": millions of tokens of the tiny tokenizer
+        loop = ToolLoop(host, ToolPolicy(allowed=[("weather", "*")]))
+        recorder = ChatRecorder(store, model="tiny", interval=0.0)
+        small = SessionOptions(context_limit=limit)
+        conv = ConversationModel(lambda system, messages: engine.new_session(system, messages, options=small), recorder, run_turn=loop.run)
+        turn = conv.start(TurnKind.SEND, "What's the weather in Paris?", thinking=False, sampling=greedy(200))
+        events = list(turn.events(timeout=TIMEOUT))
+    assert files.still_running() == [] and files.calls() == ["get_weather Paris 3"]
+    final = events[-1]
+    assert isinstance(final, Finished) and final.reply.finish_reason == "stop" and final.reply.text.endswith(AFTER_TOOL_TEXT)
+    (record,) = [e.record for e in events if isinstance(e, ToolCallDone)]
+    head, note = record.result.split("\n[result cut", 1)
+    assert head == "x" * len(head) and len(head) > 1000 and note == f": 3145728 bytes, the first {len(head)} shown; {FIT_WHY}]"
+    assert len(turn.session.tokens) <= limit  # the result, the call and the answer all fit
