@@ -33,6 +33,7 @@ from macapp.core.recorder import ChatRecorder, TurnOutcome, TurnResult
 from macapp.core.sampling import SamplingParams, preset
 from macapp.core.settings import Settings
 from macapp.core.vision.images import PreparedImage
+from macapp.ui.tools import WindowTools
 from macapp.ui.bridge import EventBridge
 from macapp.ui.chat_history import ChatHistory, HistoryStatus, HistoryWorker, Switched, conversation_rows
 from macapp.ui.settings import int_setting, sampling_for, text_setting
@@ -114,6 +115,7 @@ class ChatController(QObject):
         self.history_worker = HistoryWorker(self)  # the window's reads and edits of the history, off the GUI thread
         self.engine: Engine | None = None  # created on the first load (its worker thread imports MLX, not us)
         self.prompt_disk: DiskStore | None = None  # prompt checkpoints on disk, the chat's and the server's (with the engine)
+        self.tools = WindowTools(self)  # the MCP servers, started at the first turn, stopped at shutdown
         self.conversation = self._new_conversation()  # the open one: its session and recorder
         self.model_ref: ModelRef | None = None
         self.model_info: Loaded | None = None
@@ -254,7 +256,7 @@ class ChatController(QObject):
         return text_setting(self.settings, "chat.system_prompt") or None
 
     def _new_conversation(self, recorder: ChatRecorder | None = None, saved: Conversation | None = None) -> ConversationModel:
-        return ConversationModel(self._new_session, recorder, system_prompt=self._system_prompt(), saved=saved, strict=True)
+        return ConversationModel(self._new_session, recorder, system_prompt=self._system_prompt(), saved=saved, strict=True, run_turn=self.tools.run_turn)
 
     # -- model ----------------------------------------------------------------------------------------------------
     def _ensure_engine(self) -> Engine:
@@ -570,5 +572,6 @@ class ChatController(QObject):
             self.engine.close()
         if self.prompt_disk is not None:
             self.prompt_disk.close()  # the checkpoints queued for writing go to disk first
+        self.tools.close()
         self.history_worker.close()
         self.history.close()

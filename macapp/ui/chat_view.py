@@ -106,6 +106,10 @@ class ChatView(QWidget):
         c.status_text.connect(self.meter.show_text)
         c.error.connect(self.show_error)
         c.history_notice.connect(self._show_notice)
+        c.tools.notice.connect(self._show_notice)  # an MCP server that failed to start
+        c.tools.window = self  # the approval dialog's parent
+        if c.tools.config_error:
+            self._show_notice(c.tools.config_error)
 
     # -- actions --------------------------------------------------------------------------------------------------
     def _model_folder(self) -> Path | None:

@@ -31,6 +31,7 @@ from macapp.core.history import Conversation
 from macapp.core.jsonvalue import JSONValue
 from macapp.core.settings import Settings
 from macapp.core.demo.model import DemoReady, build_job
+from macapp.ui.tools import ToolsPane
 from macapp.ui.bridge import EventBridge
 from macapp.ui.chat_controller import EditKind, HistoryEdit
 from macapp.ui.chat_history import ConversationSearch
@@ -249,7 +250,8 @@ class MainWindow(QMainWindow):
         self.regenerate_action = self._action("Regenerate Last Reply", self.chat.regenerate, QKeySequence("Ctrl+R"))
         self.edit_action = self._action("Edit Last Message", self.chat.edit_last, QKeySequence("Ctrl+E"))
         self.unload_action = self._action("Unload Model", self.chat.unload_model)
-        for a in (self.stop_action, self.regenerate_action, self.edit_action, None, self.unload_action):
+        self.tools_action = self._action("Tools (MCP Servers)…", self.show_tools)
+        for a in (self.stop_action, self.regenerate_action, self.edit_action, None, self.unload_action, None, self.tools_action):
             chat_menu.addSeparator() if a is None else chat_menu.addAction(a)
 
         view_menu = bar.addMenu("&View")
@@ -258,6 +260,13 @@ class MainWindow(QMainWindow):
         view_menu.addAction(self._action(TITLES[SERVER], lambda: self.show_page(SERVER), QKeySequence(KEYS[SERVER])))
 
     # -- actions -------------------------------------------------------------------------------------------------
+    def show_tools(self) -> ToolsPane:
+        """The Tools pane: the MCP servers, their tools, the tools allowed without asking."""
+        pane = ToolsPane(self.chat.controller.tools, self)
+        pane.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        pane.open()
+        return pane
+
     def show_page(self, index: int) -> None:
         if index < 0:
             return
