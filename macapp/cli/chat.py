@@ -110,9 +110,7 @@ def _sampling(args: argparse.Namespace, thinking: bool) -> SamplingParams:
     return params
 
 
-def _turn_record(
-    turn: int, reply: Reply, conversation_id: int | None, tool_calls: list[ToolCallRecord], video_frames: int = 0
-) -> dict[str, object]:
+def _turn_record(turn: int, reply: Reply, conversation_id: int | None, tool_calls: list[ToolCallRecord], video_frames: int = 0) -> dict[str, object]:
     st = reply.stats
     return {
         "turn": turn,
