@@ -119,6 +119,9 @@ def make_sampler_and_processors(params: SamplingParams) -> tuple[Sampler, list[L
 def _sampler(params: SamplingParams) -> Sampler:
     from mlx_lm.sample_utils import make_sampler
 
+    if params.seed is not None and params.temperature > 0:
+        return _keyed_sampler(params)
+
     def build(top_k: int) -> Sampler:
         return make_sampler(temp=params.temperature, top_p=params.top_p if params.top_p < 1 else 0.0, min_p=params.min_p, top_k=top_k)
 
@@ -127,6 +130,29 @@ def _sampler(params: SamplingParams) -> Sampler:
         return with_k
     without_k = build(0)
     return lambda logprobs: (with_k if params.top_k < logprobs.shape[-1] else without_k)(logprobs)
+
+
+def _keyed_sampler(params: SamplingParams) -> Sampler:
+    """mlx-lm's sampler chain (top_p, min_p, top_k, then categorical at the temperature, as make_sampler builds it)
+    drawing from a random key of its own, seeded with `params.seed` and split at every token: a seeded reply is
+    the same alone or beside other sequences of a batch (mlx-lm's sampler draws from MLX's one global key)."""
+    import mlx.core as mx
+    from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
+
+    key = [mx.random.key(params.seed or 0)]
+    top_p, min_p, top_k, temp = params.top_p, params.min_p, params.top_k, params.temperature
+
+    def sample(logprobs: mx.array) -> mx.array:
+        if 0 < top_p < 1:
+            logprobs = apply_top_p(logprobs, top_p)
+        if min_p:
+            logprobs = apply_min_p(logprobs, min_p, 1)
+        if 0 < top_k < logprobs.shape[-1]:
+            logprobs = apply_top_k(logprobs, top_k)
+        key[0], now = mx.random.split(key[0])
+        return mx.random.categorical(logprobs * (1.0 / temp), key=now)
+
+    return sample
 
 
 def _bias_processor(bias: dict[int, float]) -> LogitsProcessor:

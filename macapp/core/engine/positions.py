@@ -381,7 +381,8 @@ def save(cache: CacheLayers, tokens: Sequence[int | str], spans: Sequence[Pictur
             quant = (c.group_size, c.bits) if isinstance(c, QuantizedKVCache) else None
             keys, values = cast("KVArrays", c.keys), cast("KVArrays", c.values)  # mlx-lm types them as the Nones they start as
             layers.append(KVLayer(c.offset, len(buffers)))
-            buffers.append(KVBuffers(type(c), _views(keys, c.offset), _views(values, c.offset), quant))
+            cls = QuantizedKVCache if quant is not None else KVCache  # mlx-lm's own (the batch's subclass: upstream.py)
+            buffers.append(KVBuffers(cls, _views(keys, c.offset), _views(values, c.offset), quant))
             kv_bytes += sum(a.nbytes for a in _arrays(keys) + _arrays(values))
         elif isinstance(c, ArraysCache):
             if c.lengths is not None or c.left_padding is not None:
