@@ -16,6 +16,12 @@ Each touchpoint says what it relies on, what breaks when that changes, and the t
   one sequence left in the batch back to the lone executor mid-reply. Breaks as: None here, so the sequence stays
   in the batch (slower, never wrong). Shown by tests/core/engine/test_solo.py (a sequence left alone goes on
   alone again: BatchLoop.alone_again).
+- mlx-lm's sampler maths, copied (`macapp.core.sampling.filtered_logprobs`, which sits below the engine): the
+  order of make_sampler's filters (top-p, min-p, top-k on log-probabilities) and its draw at the temperature.
+  The seeded sampler and the MTP acceptance rule (mtp_accept.py) use it. Breaks as: MTP sampling that no longer
+  follows plain decoding's distribution, a seeded reply unlike mlx-lm's distribution. Shown by
+  tests/core/engine/test_mtp_accept.py (the acceptance walk's distribution against plain sampling's).
+- Not here yet: the vision runner's `_get_classes` and its attention patch (macapp/core/vision).
 """
 
 from __future__ import annotations
