@@ -12,7 +12,7 @@ from macapp import __version__
 from macapp.core.logs import setup_logging
 
 # Each module defines `register(subparsers)`, which adds its parser and sets `func(args) -> int`.
-SUBCOMMAND_MODULES = ("fit", "download", "chat", "history", "serve", "demo")
+SUBCOMMAND_MODULES = ("fit", "download", "chat", "history", "serve", "cache", "demo")
 # What `register` is given (a string: argparse's class is generic only in typeshed, not at run time).
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 

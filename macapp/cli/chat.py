@@ -1,11 +1,11 @@
 """`qwen-desk chat`: chat with a model in the terminal, or run scripted turns (`--prompt`, `--json`).
 
-    qwen-desk chat --model PATH_OR_REPO [--think | --no-think] [--prompt TEXT]... [--image PATH]... [--max-tokens N] [--seed N] [--json]
+    qwen-desk chat --model PATH_OR_REPO [--think | --no-think] [--prompt TEXT]... [--image PATH]... [--video PATH [--video-fps F] [--video-max-frames N]] [--max-tokens N] [--seed N] [--json]
 
 Each --prompt is one user turn of the same conversation, in order. With --json, one JSON object per turn
 per line: turn, text, reasoning, prompt_tokens (prefilled this turn), generation_tokens, ttft_s, prompt_tps,
 generation_tps, peak_memory_bytes, finish_reason, image_tokens (plus reasoning_tokens, thinking, context_tokens,
-conversation_id). --image attaches pictures to the first turn (`/image PATH` to the next message, interactively). Without --prompt it is an interactive chat: tokens stream, reasoning is dimmed, and a
+conversation_id, video_frames). --image and --video attach pictures to the first turn (`/image PATH` to the next message, interactively). Without --prompt it is an interactive chat: tokens stream, reasoning is dimmed, and a
 stats line follows each reply. Conversations are saved to the history unless --no-history.
 """
 
@@ -17,6 +17,7 @@ import sys
 from typing import TextIO
 
 from macapp.cli import Subparsers, UsageError
+from macapp.cli.cache import add_disk_argument, disk_bytes, open_store
 from macapp.cli.cluster import add_run_arguments, engine_for, launch_or_follow
 from macapp.cli.model import add_cache_arguments, add_model_argument, add_mtp_argument, check_cache_arguments, load_model, mtp_mode, mtp_notice
 from macapp.core import events as ev
@@ -31,6 +32,8 @@ from macapp.core.recorder import ChatRecorder
 from macapp.core.sampling import SamplingParams, preset
 from macapp.core.vision.images import ImageError, PreparedImage, open_image
 from macapp.core.vision.pictures import FILES
+from macapp.core.vision.video import PreparedVideo
+from macapp.cli.video import open_video_argument, video_arguments
 
 DIM, RESET = "\033[2m", "\033[0m"
 HELP = (
@@ -55,6 +58,9 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument("--prompt", "-p", action="append", metavar="TEXT", help="a user turn; repeat for more turns ('-' reads stdin)")
     parser.add_argument("--system", metavar="TEXT", help="system prompt")
     parser.add_argument("--image", action="append", metavar="PATH", help="attach a picture to the first turn; repeat for more")
+    parser.add_argument("--video", metavar="PATH", help="attach a video to the first turn (frames sampled as mlx-vlm samples them)")
+    parser.add_argument("--video-fps", type=float, metavar="F", help="frames sampled per second of --video (default: the model's, 2)")
+    parser.add_argument("--video-max-frames", type=int, metavar="N", help="at most N frames of --video (default: the model's)")
     parser.add_argument("--json", action="store_true", help="one JSON object per turn on stdout (needs --prompt)")
     parser.add_argument("--preset", default="general", help="model-card sampling preset: general | precise (thinking) | reasoning (no thinking)")
     parser.add_argument("--max-tokens", type=int, metavar="N", help="most tokens per reply (default: the preset's)")
@@ -75,6 +81,7 @@ def register(subparsers: Subparsers) -> None:
         help=f"prompt tokens read per step (default {DEFAULT_PREFILL_STEP})",
     )
     parser.add_argument("--resume", type=int, metavar="ID", help="continue a saved conversation (see `qwen-desk history`)")
+    add_disk_argument(parser, "a conversation continued with --resume")
     parser.add_argument("--no-history", action="store_true", help="do not save this conversation to the history")
     add_run_arguments(parser)
     parser.set_defaults(func=run)
@@ -99,7 +106,7 @@ def _sampling(args: argparse.Namespace, thinking: bool) -> SamplingParams:
     return params
 
 
-def _turn_record(turn: int, reply: Reply, conversation_id: int | None) -> dict[str, object]:
+def _turn_record(turn: int, reply: Reply, conversation_id: int | None, video_frames: int = 0) -> dict[str, object]:
     st = reply.stats
     return {
         "turn": turn,
@@ -118,6 +125,7 @@ def _turn_record(turn: int, reply: Reply, conversation_id: int | None) -> dict[s
         "context_tokens": st.context_tokens,
         "conversation_id": conversation_id,
         "image_tokens": st.image_tokens,
+        "video_frames": video_frames,
         "mtp_steps": st.mtp_steps,
         "mtp_acceptance": round(st.mtp_acceptance, 4),
         "mtp_tokens_per_step": round(st.mtp_tokens_per_step, 4),
@@ -258,13 +266,16 @@ def run(args: argparse.Namespace) -> int:
     if args.thinking_budget is not None and args.thinking_budget < 0:
         raise UsageError("--thinking-budget must be 0 or more tokens")
     check_cache_arguments(args)
+    disk_bytes(args)
     if args.prefill_step_size < 1:
         raise UsageError("--prefill-step-size must be at least 1")
     _sampling(args, args.think)  # refuse bad sampling flags before loading anything
     images = _pictures(args.image or [])  # every picture checked before loading anything
+    video_settings = video_arguments(args)
     if (code := launch_or_follow(args, prompts, reads_input=not prompts)) is not None:
         return code  # --hostfile: this process started and watched the ranks (or it was a follower rank)
     engine = engine_for()
+    disk = open_store(args, engine)
     try:
         info = load_model(engine, args.model, context=args.context, mtp=mtp_mode(args))
         if info is None:
@@ -274,6 +285,8 @@ def run(args: argparse.Namespace) -> int:
         if (notice := mtp_notice(info, args.mtp)) is not None:
             print(notice, file=sys.stderr)
         options = SessionOptions(context_limit=args.context, kv_bits=args.kv_bits, prefill_step_size=args.prefill_step_size, mtp=mtp_mode(args))
+        if args.video:
+            images += (open_video_argument(engine, args.video, video_settings, args.context),)
         settings = {"thinking": args.think, "preset": args.preset, "kv_bits": args.kv_bits, "context": args.context}
         history = History(not args.no_history, info.name, args.system, settings, args.resume)
         try:
@@ -286,6 +299,7 @@ def run(args: argparse.Namespace) -> int:
             history.close()
     finally:
         engine.close()
+        disk.close()  # the checkpoints queued for writing go to disk before the process ends
 
 
 def _pictures(paths: list[str]) -> tuple[PreparedImage, ...]:
@@ -308,7 +322,8 @@ def _scripted(args: argparse.Namespace, chat: Chat, prompts: list[str], images: 
         assert isinstance(last, Finished)
         reply = last.reply
         if args.json:
-            print(json.dumps(_turn_record(turn, reply, chat.history.conversation_id)), flush=True)
+            frames = sum(image.frames for image in attached if isinstance(image, PreparedVideo))
+            print(json.dumps(_turn_record(turn, reply, chat.history.conversation_id, frames)), flush=True)
         else:
             print(stats_line(reply), file=sys.stderr)
     return 0

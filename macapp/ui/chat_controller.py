@@ -27,6 +27,8 @@ from macapp.core.engine import ChatSession, Engine, Job, SessionOptions
 from macapp.core.events import Event, Failed, Finished, Loaded, Reply, TerminalEvent, TurnKind
 from macapp.core.history import Conversation, Store
 from macapp.core.long_context import notice
+from macapp.core.prompt_disk import SETTING as DISK_SETTING, DiskStore, setting_bytes
+from macapp.core.prompt_disk.shelf import shelves
 from macapp.core.recorder import ChatRecorder, TurnOutcome, TurnResult
 from macapp.core.sampling import SamplingParams, preset
 from macapp.core.settings import Settings
@@ -111,6 +113,7 @@ class ChatController(QObject):
         self.history = ChatHistory()
         self.history_worker = HistoryWorker(self)  # the window's reads and edits of the history, off the GUI thread
         self.engine: Engine | None = None  # created on the first load (its worker thread imports MLX, not us)
+        self.prompt_disk: DiskStore | None = None  # prompt checkpoints on disk, the chat's and the server's (with the engine)
         self.conversation = self._new_conversation()  # the open one: its session and recorder
         self.model_ref: ModelRef | None = None
         self.model_info: Loaded | None = None
@@ -257,6 +260,10 @@ class ChatController(QObject):
     def _ensure_engine(self) -> Engine:
         if self.engine is None:
             self.engine = Engine()
+            # a reopened conversation, after a restart too, reads only what is new (Settings: "Prompt cache on disk")
+            self.prompt_disk = DiskStore.open(setting_bytes(self.settings.get(DISK_SETTING)))
+            if self.prompt_disk.max_bytes:
+                self.engine.position_shelf = shelves(self.prompt_disk)
         return self.engine
 
     def load_model(self, ref: ModelRef) -> None:
@@ -561,5 +568,7 @@ class ChatController(QObject):
             flight.turn.abandon()  # no-op once it settled
         if self.engine is not None:
             self.engine.close()
+        if self.prompt_disk is not None:
+            self.prompt_disk.close()  # the checkpoints queued for writing go to disk first
         self.history_worker.close()
         self.history.close()

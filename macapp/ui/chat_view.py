@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from macapp.core.catalog import ModelRef
@@ -16,6 +18,7 @@ from macapp.ui.message_list import MessageList
 from macapp.ui.messages import UserMessage
 from macapp.ui.meter import Meter
 from macapp.ui.model_bar import Choice, LoadPrompt, ModelPicker
+from macapp.ui.pages import LIBRARY, key_text
 from macapp.ui.settings import SettingsDialog
 from macapp.ui.widgets import ElidedLabel
 
@@ -62,6 +65,7 @@ class ChatView(QWidget):
         self.load_prompt.hide()
         self.composer = Composer(self)
         self.composer.thinking.setChecked(bool(settings.get("chat.thinking", True)))
+        self.composer.attachments.video_model = self._model_folder
 
         lay = QVBoxLayout(self)
         lay.setContentsMargins(20, 16, 20, 12)
@@ -104,6 +108,12 @@ class ChatView(QWidget):
         c.history_notice.connect(self._show_notice)
 
     # -- actions --------------------------------------------------------------------------------------------------
+    def _model_folder(self) -> Path | None:
+        """The loaded model's folder: its processor decides a video's frames."""
+        engine = self.controller.engine
+        model = engine.model if engine is not None else None
+        return model.path if model is not None else None
+
     @property
     def busy(self) -> bool:
         return self.controller.busy
@@ -269,7 +279,7 @@ class ChatView(QWidget):
             self.messages.set_empty_text("Loading the model…")
         elif not loaded:
             self.composer.set_can_send(False, "Load a model from Models to start chatting")
-            self.messages.set_empty_text("No model loaded.\nPick one in Models (⌘1), download it, and press Load.")
+            self.messages.set_empty_text(f"No model loaded.\nPick one in Models ({key_text(LIBRARY)}), download it, and press Load.")
         else:
             self.composer.set_can_send(True)
             self.messages.set_empty_text("Ask anything.\nEnter sends · Shift+Enter adds a line · Esc stops")

@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 from macapp.core import catalog, hardware
 from macapp.core.fit import estimate
 from macapp.core.hardware import MachineProfile
+from macapp.core.hub.settings import hub_settings
 from macapp.core.memory import format_bytes
 from macapp.core.settings import Settings
 from macapp.core.vision.builds import BuildVision, build_vision, refresh_catalog_and_pictures
@@ -74,7 +75,7 @@ class LibraryPage(QWidget):
         self.context_slider.setRange(0, len(CONTEXT_STEPS) - 1)
         self.context_slider.setPageStep(1)
         self.context_slider.setTickPosition(QSlider.TickPosition.TicksBelow)
-        self.context_slider.setMinimumWidth(180)
+        self.context_slider.setMinimumWidth(120)
         self.context_spin = QSpinBox(self)
         self.context_spin.setRange(512, MAX_CONTEXT)
         self.context_spin.setSingleStep(1024)
@@ -105,7 +106,6 @@ class LibraryPage(QWidget):
         controls.addSpacing(16)
         controls.addWidget(self.demo_button)
         controls.addWidget(self.open_folder_button)
-        controls.addWidget(self.remove_folder_button)
 
         self.model = LibraryModel(self)
         self.table = QTableView(self)
@@ -123,19 +123,20 @@ class LibraryPage(QWidget):
         header = self.table.horizontalHeader()
         header.setHighlightSections(False)
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setStretchLastSection(True)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)  # the names give way first: a status stays whole
         header.setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
         self.table.doubleClicked.connect(lambda _i: self.request_load())
 
         self.details = DetailsPanel(self)
         self.details.load_clicked.connect(self.request_load)
+        self.details.buttons.insertWidget(1, self.remove_folder_button)  # beside Load: both act on the selected row
         split = QSplitter(self)
         split.addWidget(self.table)
         split.addWidget(self.details)
         split.setStretchFactor(0, 3)
         split.setStretchFactor(1, 2)
         split.setChildrenCollapsible(False)
-        split.setSizes([590, 370])
+        split.setSizes([660, 280])  # the table's six columns whole; the details wrap
         self.splitter = split
 
         lay = QVBoxLayout(self)
@@ -291,6 +292,9 @@ class LibraryPage(QWidget):
             parts.append(f"No model fits this Mac at {short_context(self.context)} context: try a shorter context or a 4-bit KV cache")
         if catalog.hub_offline():
             parts.append("You are offline (HF_HUB_OFFLINE): sizes and badges come from built-in data; downloads are unavailable")
+        elif self.downloads is not None and self.downloads.hub_unreachable:
+            host = hub_settings().host_label
+            parts.append(f"{host} cannot be reached: downloads are unavailable until it can; sizes and badges come from built-in data")
         self.summary.setText(" · ".join(parts))
 
     def selected_row(self) -> Row | None:
@@ -327,7 +331,9 @@ class LibraryPage(QWidget):
             self.downloads = DownloadController(self.details.download_panel, self)
             self.downloads.finished.connect(lambda _key: self.refresh())
             self.downloads.status_changed.connect(self.model.set_live_status)
+            self.downloads.hub_checked.connect(lambda _reachable: self._update_summary(self.suggested_row()))
             self.refresh()
+            self.downloads.check_hub()  # said up front when the hub cannot be reached, not when Download is pressed
         return self.machine
 
     def refresh_from_hub(self, wait: bool = False) -> None:

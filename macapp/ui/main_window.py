@@ -37,6 +37,7 @@ from macapp.ui.chat_history import ConversationSearch
 from macapp.ui.chat_view import ChatView
 from macapp.ui.library import LibraryPage
 from macapp.ui.model_bar import Choice
+from macapp.ui.pages import CHAT, KEYS, LIBRARY, SERVER, TITLES
 from macapp.ui.server_panel import ServerController, ServerPanel
 from macapp.ui.settings import int_setting
 from macapp.ui.status import StatusArea
@@ -45,7 +46,8 @@ if TYPE_CHECKING:  # the engine's job and the server's backend: for their types 
     from macapp.core.engine.jobs import Job
     from macapp.core.serving.runner import ServingEngine
 
-LIBRARY, CHAT, SERVER = 0, 1, 2
+TITLE_CHARS = 22  # a conversation title this long shows whole in the sidebar
+ITEM_PADDING = 2 * 8 + 2 * 6  # the list items' padding (style.qss) and the search field's frame, with some air
 
 
 class Sidebar(QWidget):
@@ -62,7 +64,7 @@ class Sidebar(QWidget):
         self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
         self.nav = QListWidget(self)
         self.nav.setObjectName("NavList")
-        for text in ("Models", "Chat", "Local Server"):  # the page titles and the View menu say the same
+        for text in TITLES:  # the page titles and the View menu say the same
             self.nav.addItem(QListWidgetItem(text))
         self.nav.setFixedHeight(self.nav.sizeHintForRow(0) * self.nav.count() + 12)
         for policy in (self.nav.setVerticalScrollBarPolicy, self.nav.setHorizontalScrollBarPolicy):
@@ -97,6 +99,17 @@ class Sidebar(QWidget):
         lay.addWidget(self.conversations, 1)
         lay.addWidget(self.empty_note)
         lay.addWidget(self.new_chat)
+        self.setFixedWidth(self.fitting_width())
+
+    def fitting_width(self) -> int:
+        """One width on every page (the splitter otherwise gives the sidebar what each page leaves): the widest of
+        its own words, and room for a conversation title of TITLE_CHARS characters."""
+        fm = self.fontMetrics()
+        words = [*TITLES, "Conversations", self.search.placeholderText(), self.empty_note.text(), self.new_chat.text()]
+        text = max([fm.horizontalAdvance(w) for w in words] + [fm.averageCharWidth() * TITLE_CHARS])
+        lay = self.layout()
+        sides = lay.contentsMargins().left() + lay.contentsMargins().right() if lay is not None else 0
+        return text + ITEM_PADDING + sides
 
     def _conversation_menu(self, pos: QPoint) -> None:
         item = self.conversations.itemAt(pos)
@@ -144,8 +157,9 @@ class MainWindow(QMainWindow):
         self.splitter.addWidget(self.sidebar)
         self.splitter.addWidget(self.stack)
         self.splitter.setStretchFactor(1, 1)
+        self.splitter.setCollapsible(0, False)
         self.splitter.setCollapsible(1, False)
-        self.splitter.setSizes([200, 980])
+        self.splitter.setSizes([self.sidebar.width(), 980])
         self.setCentralWidget(self.splitter)
         self.status = StatusArea(self)
         self.setStatusBar(self.status)
@@ -237,9 +251,9 @@ class MainWindow(QMainWindow):
             chat_menu.addSeparator() if a is None else chat_menu.addAction(a)
 
         view_menu = bar.addMenu("&View")
-        view_menu.addAction(self._action("Models", lambda: self.show_page(LIBRARY), QKeySequence("Ctrl+1")))
-        view_menu.addAction(self._action("Chat", lambda: self.show_page(CHAT), QKeySequence("Ctrl+2")))
-        view_menu.addAction(self._action("Local Server", lambda: self.show_page(SERVER), QKeySequence("Ctrl+3")))
+        view_menu.addAction(self._action(TITLES[LIBRARY], lambda: self.show_page(LIBRARY), QKeySequence(KEYS[LIBRARY])))
+        view_menu.addAction(self._action(TITLES[CHAT], lambda: self.show_page(CHAT), QKeySequence(KEYS[CHAT])))
+        view_menu.addAction(self._action(TITLES[SERVER], lambda: self.show_page(SERVER), QKeySequence(KEYS[SERVER])))
 
     # -- actions -------------------------------------------------------------------------------------------------
     def show_page(self, index: int) -> None:
@@ -406,7 +420,7 @@ class MainWindow(QMainWindow):
         """The local server's backend on the model the chat has loaded (RuntimeError if none)."""
         from macapp.server.engine_backend import backend_for  # why: it imports MLX and mlx-lm, loaded on the engine's worker, not at start-up
 
-        return backend_for(self.chat.controller.engine)
+        return backend_for(self.chat.controller.engine, self.chat.controller.prompt_disk)
 
     def _on_server_busy(self, busy: bool) -> None:
         # One engine: a chat reply sent meanwhile waits for the server's request, and says so here.

@@ -120,7 +120,7 @@ class MessageList(QScrollArea):
             for message, refs in messages:
                 try:
                     pictures = saved_files.load_pictures(refs)  # a missing or damaged file is left out (the text stays)
-                    previews = tuple(attachments.preview(p.image, attachments.THUMB * 2) for p in pictures)
+                    previews = tuple(attachments.preview_item(p, attachments.THUMB * 2) for p in pictures)
                     self._pictures_read.emit(shown, message, pictures, previews)
                 except RuntimeError:  # the window is gone
                     return

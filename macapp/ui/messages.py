@@ -13,7 +13,8 @@ from macapp.core.history import ReplyStats
 from macapp.core.picture_data import ImageRef
 from macapp.core.vision import pictures as saved_files
 from macapp.core.vision.images import PreparedImage
-from macapp.ui.attachments import THUMB, pixmap_of, preview_of
+from macapp.core.vision.video import PreparedVideo
+from macapp.ui.attachments import THUMB, VIDEO_WIDTH, pixmap_of, preview_of, video_caption
 from macapp.ui.meter import stats_summary
 from macapp.ui.widgets import MarkdownView
 
@@ -131,8 +132,9 @@ class UserMessage(QFrame):
             for i, picture in enumerate(self.pictures):
                 small = previews[i] if i < len(previews) else preview_of(picture, THUMB * 2)
                 label = QLabel(self.bubble)
-                label.setPixmap(pixmap_of(small, THUMB * 2))
-                label.setToolTip(f"{picture.name} — {picture.size[0]}×{picture.size[1]}")
+                video = isinstance(picture, PreparedVideo)
+                label.setPixmap(pixmap_of(small, THUMB * 2, VIDEO_WIDTH * 2 if video else None))
+                label.setToolTip(f"{picture.name} — {video_caption(picture) if isinstance(picture, PreparedVideo) else f'{picture.size[0]}×{picture.size[1]}'}")
                 row.addWidget(label)
                 self.thumbnails.append(label)
             row.addStretch(1)

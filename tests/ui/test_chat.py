@@ -120,12 +120,15 @@ def test_new_chat_then_reopen_restores_and_continues(chat, qtbot, window):
     assert [w.role for w in widgets] == ["user", "assistant"]
     assert widgets[1].reasoning is not None and widgets[1].view.source_text == ANSWER
     assert chat.controller.session is None and chat.controller.conversation_id == first_id  # read on the next turn
+    chat.controller.prompt_disk.flush()  # the first turn's checkpoints are on disk (written off the decode path)
     reply = send(chat, qtbot, "Still there?", thinking=False)
     assert reply.view.source_text == ANSWER
     assert chat.controller.session is not None
-    # The reopened conversation was read once into the engine's cache, in this turn: all three turns' tokens.
+    # The reopened conversation was read once into the engine's cache, in this turn: all three turns' tokens, but
+    # those before the first reply, which came back from the disk's checkpoint (docs/prompt-cache.md).
     session = chat.controller.session
-    assert session.context_tokens == reply.stats.prompt_tokens + reply.stats.generation_tokens
+    first_turn = session.engine.model.tokenizer.apply_chat_template([{"role": "user", "content": "Remember me"}], add_generation_prompt=False)
+    assert session.context_tokens == len(first_turn) + reply.stats.prompt_tokens + reply.stats.generation_tokens
     new_turn = session.engine.model.tokenizer.apply_chat_template(
         [{"role": "user", "content": "Still there?"}], add_generation_prompt=True, enable_thinking=False
     )

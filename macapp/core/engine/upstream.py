@@ -26,13 +26,15 @@ Each touchpoint says what it relies on, what breaks when that changes, and the t
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from macapp.core.cache_layers import CacheLayers
 
 if TYPE_CHECKING:
     import mlx.core as mx
     from mlx_lm.generate import BatchGenerator
+    from mlx_lm.models.cache import QuantizedKVCache
+    from mlx_vlm.models.cache import BatchQuantizedKVCache
 
     from macapp.core.engine.options import KVQuantization
 
@@ -56,8 +58,8 @@ def _make_class() -> type:
     class BatchRows(BatchQuantizedKVCache):
         """mlx-vlm's batch cache, whose rows come out as mlx-lm's QuantizedKVCache (BatchableQuantizedKV)."""
 
-        def extract(self, idx: int) -> Any:
-            row: Any = super().extract(idx)  # type: ignore[no-untyped-call]  # mlx-vlm's, untyped
+        def extract(self, idx: int) -> QuantizedKVCache:
+            row = super().extract(idx)  # type: ignore[no-untyped-call]  # mlx-vlm's, untyped
             out = BatchableQuantizedKV(group_size=self.group_size, bits=self.bits)
             out.keys, out.values, out.offset = row.keys, row.values, row.offset
             return out
@@ -65,7 +67,7 @@ def _make_class() -> type:
     class BatchableQuantizedKV(QuantizedKVCache):
         """mlx-lm's QuantizedKVCache that BatchGenerator can merge into a batch (mlx-vlm's batch cache)."""
 
-        def merge(self, caches: list[Any]) -> Any:
+        def merge(self, caches: list[QuantizedKVCache]) -> BatchQuantizedKVCache:
             group, bits = self.group_size, self.bits
             lengths = [int(c.offset) for c in caches]
             n = max(lengths)

@@ -23,6 +23,10 @@ content digest (macapp.core.serving.pictures), so a prefix matches only with the
 A checkpoint after a picture also keeps the picture's span (its mRoPE positions, engine/prompt_cache.py), which
 the reading of the rest goes on from.
 
+On disk (macapp.core.prompt_disk): with a `disk` shelf, every checkpoint added is also written to disk (off the
+decode path), and a prompt whose longest prefix in memory is shorter than one on disk is resumed from the disk's,
+which then stays in memory too: a new session, or the server after a restart, reads only what is new.
+
 Several Macs: a checkpoint of a mirrored cache keeps its mirror (engine/positions.py), which the pool tells
 of a checkpoint moved onto a newer KV block. Dropping one (eviction, clear) is the mirror's to notice (it goes
 when the checkpoint is no longer referenced).
@@ -39,6 +43,9 @@ from macapp.core.engine.prompt_cache import PromptCache
 
 if TYPE_CHECKING:
     from macapp.core.engine.model_folder import LoadedModel
+    from macapp.core.prompt_disk.shelf import ModelShelf
+
+MEMORY, DISK = "memory", "disk"  # where a resumed prompt's checkpoint came from
 
 __all__ = ["CheckpointPool", "KVBlock", "Key", "SavedPosition", "restore", "save"]
 
@@ -53,6 +60,7 @@ class CheckpointPool:
         self._blocks: dict[int, tuple[KVBlock, int]] = {}  # id -> (block, checkpoints using it)
         self.nbytes = 0
         self.evicted = 0  # checkpoints dropped for room, since the start
+        self.disk: ModelShelf | None = None  # the owner's place in the disk store (None: memory only)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -70,11 +78,13 @@ class CheckpointPool:
         """How many distinct KV buffers the checkpoints keep."""
         return len(self._blocks)
 
-    def bind(self, owner: object) -> None:
-        """Checkpoints are only good for the model (and cache settings) they were taken with: forget them on a change."""
+    def bind(self, owner: object, disk: "ModelShelf | None" = None) -> None:
+        """Checkpoints are only good for the model (and cache settings) they were taken with: forget them on a change
+        (`disk`: the owner's place in the disk store)."""
         if owner is not self.owner:
             self.clear()
             self.owner = owner
+            self.disk = disk
 
     def clear(self) -> None:
         self._entries.clear()
@@ -85,6 +95,7 @@ class CheckpointPool:
         """The engine's model is being replaced or unloaded (Engine.hold_caches): free every checkpoint now."""
         self.clear()
         self.owner = None
+        self.disk = None
 
     def longest_prefix(self, tokens: Sequence[int | str]) -> SavedPosition | None:
         """The longest stored checkpoint that is a proper prefix of `tokens` (one token at least is left to read).
@@ -97,13 +108,17 @@ class CheckpointPool:
             self._entries.move_to_end(c.tokens)
         return found[0] if found else None
 
-    def resume(self, tokens: Sequence[int | str], model: "LoadedModel") -> tuple[PromptCache, SavedPosition | None]:
-        """A cache to read `tokens` into: restored from their longest stored prefix (and that checkpoint), or a new
-        one for `model` (a LoadedModel) and None."""
+    def resume(self, tokens: Sequence[int | str], model: "LoadedModel") -> tuple[PromptCache, str]:
+        """A cache to read `tokens` into: restored from their longest stored prefix, in memory or on disk, and where
+        it came from (MEMORY or DISK); or a new one for `model` (a LoadedModel) and ""."""
         checkpoint = self.longest_prefix(tokens)
+        found = self.disk.lookup(tokens, checkpoint.length if checkpoint is not None else 0) if self.disk is not None else None
+        if found is not None:
+            self._keep(found)
+            return PromptCache.restore(found), DISK
         if checkpoint is None:
-            return PromptCache.new(model), None
-        return PromptCache.restore(checkpoint), checkpoint
+            return PromptCache.new(model), ""
+        return PromptCache.restore(checkpoint), MEMORY
 
     def add(self, prompt: PromptCache) -> SavedPosition | None:
         """Checkpoint `prompt` as it is (its tokens are the key, its pictures kept); None if it alone is over the
@@ -115,12 +130,18 @@ class CheckpointPool:
         return self.add_saved(prompt.save())
 
     def add_saved(self, checkpoint: SavedPosition) -> SavedPosition | None:
-        """Keep `checkpoint` (a detached position: its tokens are the key); the one stored already for its tokens
-        if there is one; None if it alone is over the pool's size."""
+        """Keep `checkpoint` (a detached position: its tokens are the key), on disk too with a `disk` shelf; the one
+        stored already for its tokens if there is one; None if it alone is over the pool's size."""
         key = checkpoint.tokens
         if key in self._entries:
             self._entries.move_to_end(key)
             return self._entries[key]
+        if self.disk is not None:
+            self.disk.put(checkpoint)
+        return self._keep(checkpoint)
+
+    def _keep(self, checkpoint: SavedPosition) -> SavedPosition | None:
+        key = checkpoint.tokens
         kv = _block(checkpoint)
         if kv.nbytes + checkpoint.state_bytes > self.max_bytes:
             return None
