@@ -119,6 +119,9 @@ def make_sampler_and_processors(params: SamplingParams) -> tuple[Sampler, list[L
 def _sampler(params: SamplingParams) -> Sampler:
     from mlx_lm.sample_utils import make_sampler
 
+    if params.seed is not None and params.temperature > 0:
+        return _keyed_sampler(params)
+
     def build(top_k: int) -> Sampler:
         return make_sampler(temp=params.temperature, top_p=params.top_p if params.top_p < 1 else 0.0, min_p=params.min_p, top_k=top_k)
 
@@ -127,6 +130,36 @@ def _sampler(params: SamplingParams) -> Sampler:
         return with_k
     without_k = build(0)
     return lambda logprobs: (with_k if params.top_k < logprobs.shape[-1] else without_k)(logprobs)
+
+
+def filtered_logprobs(logprobs: mx.array, params: SamplingParams) -> mx.array:
+    """mlx-lm's make_sampler chain before its draw, copied (engine/upstream.py lists it): top-p, min-p, top-k (one
+    not below the vocabulary is none), in that order, on log-probabilities. The seeded sampler below and the MTP
+    acceptance rule (engine/mtp_accept.py) sample from exactly what plain decoding samples from."""
+    from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
+
+    if 0 < params.top_p < 1:
+        logprobs = apply_top_p(logprobs, params.top_p)
+    if params.min_p != 0:
+        logprobs = apply_min_p(logprobs, params.min_p)
+    if 0 < params.top_k < logprobs.shape[-1]:
+        logprobs = apply_top_k(logprobs, params.top_k)
+    return logprobs
+
+
+def _keyed_sampler(params: SamplingParams) -> Sampler:
+    """mlx-lm's sampler (filtered_logprobs, then categorical at the temperature) drawing from a random key of its
+    own, seeded with `params.seed` and split at every token: a seeded reply is the same alone or beside other
+    sequences of a batch (mlx-lm's sampler draws from MLX's one global key)."""
+    import mlx.core as mx
+
+    key = [mx.random.key(params.seed or 0)]
+
+    def sample(logprobs: mx.array) -> mx.array:
+        key[0], now = mx.random.split(key[0])
+        return mx.random.categorical(filtered_logprobs(logprobs, params) * (1.0 / params.temperature), key=now)
+
+    return sample
 
 
 def _bias_processor(bias: dict[int, float]) -> LogitsProcessor:

@@ -29,7 +29,7 @@ positions (SavedPosition: a point in a cache, for regenerate/edit/undo, the API'
 the disk), turns (turn
 plans), limits (what a turn may ask for), prefill (reading a prompt), reply (one reply stream), clock (its
 statistics), batch (continuous batching on mlx-lm's BatchGenerator), batch_reply (one sequence's reply in it),
-batched_turn (a chat turn as a sequence of the batch), session (ChatSession), engine (Engine), options
+sequence (Sequence: one sequence of the batch loop, a chat turn or a request), session (ChatSession), engine (Engine), options
 (SessionOptions), errors (EngineError), pictures (pictures in a turn or a request: opened, the loaded model's
 tower, room in the context), model_proxy (the seam a model run otherwise plugs into: several Macs' LockstepModel).
 
@@ -45,11 +45,11 @@ Design:
   is knowing: within a session earlier replies keep their reasoning in the context (cheap, never re-read);
   a session opened from saved `messages` is read once through the real template (which drops old
   reasoning), then appended to.
-- Regenerate and edit do not re-read the conversation: before each turn the engine snapshots the cache
-  (KV layers: their length, since they only grow; DeltaNet layers: references to their immutable state
-  arrays), and again just before the prompt's last token. Regenerate restores the second and prefills one
+- Regenerate and edit do not re-read the conversation: before each turn the engine marks the cache (a
+  SavedPosition, positions.py: KV layers' lengths, since they only grow; DeltaNet layers: references to their
+  immutable state arrays), and again just before the prompt's last token. Regenerate restores the second and prefills one
   token (or the user turn when the thinking mode changes); edit restores the first and prefills the new
-  user turn. A snapshot costs no copy; it keeps the DeltaNet states alive (`ChatSession.snapshot_bytes`).
+  user turn. A mark costs no copy; it keeps the DeltaNet states alive (`ChatSession.snapshot_bytes`).
 - The thinking budget closes the reasoning after N reasoning tokens by feeding ``</think>\\n\\n`` to the
   model and letting it answer.
 - Stop: checked on every token. A reply stopped while generating is kept (finish_reason "stopped") and
@@ -57,7 +57,7 @@ Design:
   (Reply.kept False: the conversation is as before it): `Job.stop()` has that Finished emitted at once
   (from a helper thread, never inside the caller's stop()) and the worker undoes the turn when the
   prefill chunk in flight ends, before any later job runs (`Job.join()` waits for that). A regenerate
-  from a snapshot re-reads one short turn and stops at its first token instead, so its user message is
+  from a mark re-reads one short turn and stops at its first token instead, so its user message is
   never lost.
 - Bad input fails before any work, with a code from events.py: missing folder, not a Qwen3.5 model,
   corrupt files, no model loaded, empty prompt, prompt over the context limit or the memory budget.

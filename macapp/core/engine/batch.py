@@ -28,19 +28,20 @@ from __future__ import annotations
 import collections
 import logging
 import threading
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Callable, cast
+from dataclasses import replace
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from macapp.core.cache_layers import CacheLayers
-from macapp.core.engine.batch_reply import Next, SequenceReply
+from macapp.core.engine.batch_reply import Next
 from macapp.core.engine.jobs import Job
 from macapp.core.engine.mtp_context import HeadContext
-from macapp.core.engine.mtp_policy import DepthPolicy, MTPCounts
-from macapp.core.engine.options import MTPMode
-from macapp.core.engine.positions import SavedPosition, save
-from macapp.core.engine.prompt_cache import PromptCache
+from macapp.core.engine.mtp_policy import MTPCounts
+from macapp.core.engine.options import KVQuantization
+from macapp.core.engine.positions import save
+from macapp.core.engine.sequence import Sequence, Starter
 from macapp.core.engine.reply import StreamedReply
 from macapp.core.engine.solo import Ended, HandOver, SoloRun
+from macapp.core.engine.upstream import quantized_layers, sampled_not_read
 from macapp.core.engine.worker import waiting_jobs
 from macapp.core import events as ev
 from macapp.core.engine.errors import EngineError
@@ -48,9 +49,7 @@ from macapp.core.events import Failed, Finished, PromptProgress, Reply
 
 if TYPE_CHECKING:
     from mlx_lm.generate import BatchGenerator
-    from mlx_lm.sample_utils import LogitsProcessor, Sampler
 
-    from macapp.core.engine.engine import Engine
     from macapp.core.engine.model_folder import LoadedModel
 
 log = logging.getLogger(__name__)
@@ -59,62 +58,23 @@ PREFILL_BATCH = 8  # prompts read together (mlx-lm's server default)
 DEFAULT_LIMIT = 32  # sequences decoding together (mlx-lm's server default)
 
 
-@dataclass(eq=False)
-class Sequence:
-    """One sequence for the batch: its cache and what it reads into it, how it samples, and who hears of it.
+class Worker(Protocol):
+    """What the loop needs of its engine (engine.Engine): the loaded model, and jobs on the one MLX thread."""
 
-    `segments`: the prompt tokens to read after what `prompt` holds, split where the caller wants to hear of a
-    boundary; the last segment is the prompt's last token alone. The batch reads into a copy of `prompt`'s layers
-    (mlx-lm merges them into its batch caches): `prompt` itself is left as it was."""
+    @property
+    def model(self) -> "LoadedModel | None": ...
 
-    job: Job
-    prompt: PromptCache
-    segments: list[list[int]]
-    sampler: Sampler
-    processors: list[LogitsProcessor]
-    reply: SequenceReply
-    # a segment was read: the detached position there (its tokens, and the MTP head's context if it was kept: solo.py)
-    on_segment: Callable[[SavedPosition], None] | None = None
-    # (the reply, the cache holding it when `keep_cache` and the MTP head's context over that cache where the
-    # sequence read with it to the end: solo.py) once it ended; None: stopped or failed while reading.
-    # The loop settles the job after it.
-    on_done: Callable[[StreamedReply | None, CacheLayers | None, HeadContext | None], None] = lambda _reply, _cache, _head: None
-    keep_cache: bool = False  # hand the sequence's cache to on_done (a chat session goes on from it)
-    mtp: MTPMode = MTPMode.OFF  # the MTP head drafts while the sequence is alone (solo.py); the batch decodes plain
-    mtp_policy: DepthPolicy | None = None  # the conversation's measurements (None: a fresh one)
-    read: int = 0  # prompt tokens read so far
-    joined_at: int = 0  # prompt tokens read before it joined the batch (alone first: solo.py)
-    start: int = 0  # tokens the cache held at the start
-    total: int = 0  # prompt tokens to read
-    bounds: list[int] = field(default_factory=list)  # where each segment ends (tokens read), in order
-
-    def __post_init__(self) -> None:
-        at = self.start = len(self.prompt)
-        for segment in self.segments:
-            at += len(segment)
-            self.bounds.append(at)
-        self.total = at - self.start
-
-    def tokens_until(self, at: int) -> list[int]:
-        """The first `at` tokens of the sequence's prompt (those `prompt` holds, then its segments')."""
-        tokens = list(self.prompt.tokens)
-        for segment in self.segments:
-            if len(tokens) >= at:
-                break
-            tokens.extend(segment)
-        return tokens[:at]
-
-
-Starter = Callable[["LoadedModel"], "Sequence | None"]
+    def submit(self, kind: str, work: Callable[[Job], None]) -> Job: ...
 
 
 class BatchLoop:
     """The batch of one model on an engine's worker (see the module docstring)."""
 
-    def __init__(self, engine: "Engine", limit: int = DEFAULT_LIMIT, prefill_step: int = 2048):
+    def __init__(self, engine: Worker, limit: int = DEFAULT_LIMIT, prefill_step: int = 2048):
         self.engine = engine
         self.limit = max(1, int(limit))
         self.prefill_step = prefill_step
+        self.kv = KVQuantization()  # its sequences' KV quantization: one kind per batch (mlx-lm merges their caches)
         self._lock = threading.Lock()
         self._inbox: collections.deque[tuple[Job, Starter]] = collections.deque()
         self._scheduled = False  # a loop job is queued or running and will take what is in the inbox
@@ -239,7 +199,7 @@ class BatchLoop:
         until it ends or another arrives. Left in the batch when it is not decoding yet (still reading), or when
         this mlx-lm's generator does not show the token it sampled for it."""
         ((uid, seq),) = active.items()
-        token = _sampled_not_read(gen, uid)
+        token = sampled_not_read(gen, uid)
         if token is None or seq.job.stopped:
             return
         ((layers, tokens),) = gen.remove([uid], return_prompt_caches=True).values()
@@ -359,6 +319,8 @@ def _start(job: Job, starter: Starter, m: "LoadedModel") -> Sequence | None:
 
 def _join(gen: "BatchGenerator", active: dict[int, Sequence], seq: Sequence, segments: list[list[int]], layers: CacheLayers, tokens: list[int]) -> None:
     """Insert `seq` into the batch: `layers` hold `tokens`, `segments` are still to read."""
+    if seq.kv.bits is not None:
+        layers = quantized_layers(layers, seq.kv)
     (uid,) = gen.insert_segments(
         [segments],
         max_tokens=[seq.reply.max_tokens()],
@@ -368,16 +330,6 @@ def _join(gen: "BatchGenerator", active: dict[int, Sequence], seq: Sequence, seg
         logits_processors=[seq.processors],
     )
     active[uid] = seq
-
-
-def _sampled_not_read(gen: "BatchGenerator", uid: int) -> int | None:
-    """The token mlx-lm's generator sampled for `uid` and reads at its next step; None when `uid` is not decoding
-    (still reading its prompt) or this mlx-lm keeps it elsewhere (GenerationBatch's own fields: no public call)."""
-    batch = getattr(gen, "_generation_batch", None)
-    uids, sampled = getattr(batch, "uids", None), getattr(batch, "_next_tokens", None)
-    if not isinstance(uids, list) or sampled is None or uid not in uids:
-        return None
-    return int(cast(int, sampled[uids.index(uid)].item()))  # a token id (mlx types item() as any scalar)
 
 
 def _done(seq: Sequence, streamed: StreamedReply | None, cache: CacheLayers | None, head: HeadContext | None = None) -> None:

@@ -5,11 +5,12 @@ Every check runs before any work, so a refused turn leaves the session as it was
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from macapp.core import events as ev
 from macapp.core.engine.errors import EngineError
-from macapp.core.engine.options import MTPMode, SessionOptions
+from macapp.core.engine.options import KVQuantization, MTPMode, SessionOptions
 from macapp.core.fit import estimate
 from macapp.core.sampling import SamplingParams, preset
 
@@ -29,6 +30,29 @@ def turn_sampling(sampling: SamplingParams | None, thinking: bool, budget: int |
     if options.kv_bits not in (None, 4, 8):
         raise EngineError(f"kv_bits must be 4 or 8, not {options.kv_bits}.", ev.ERROR)
     return params
+
+
+KV_GROUP_SIZES = (64, 32)  # mlx's quantize takes these (and 128); the first that divides the head dimension
+
+
+def kv_quantization(m: "LoadedModel", options: SessionOptions) -> KVQuantization:
+    """The session's KV quantization for `m`, with a group size that divides the model's head dimension: mlx quantizes
+    the KV cache along it, and a head dimension of 32 with the default 64 failed every request. EngineError when no
+    group size fits (the message says to run without KV quantization). A group size set on purpose (no front end
+    does: SessionOptions.kv_group_size) is used as it is."""
+    kv = options.kv
+    head_dim = m.arch.head_dim if m.arch is not None else None
+    chosen = kv.group_size != KV_GROUP_SIZES[0]
+    if kv.bits is None or head_dim is None or head_dim % kv.group_size == 0 or chosen:
+        return kv
+    for group in KV_GROUP_SIZES:
+        if head_dim % group == 0:
+            return replace(kv, group_size=group)
+    raise EngineError(
+        f"A {kv.bits}-bit KV cache needs a head dimension that is a multiple of 32, and this model's is {head_dim}: "
+        "run it without KV-cache quantization (no --kv-bits).",
+        ev.ERROR,
+    )
 
 
 def context_limit(m: "LoadedModel", options: SessionOptions, prompt_len: int, cached: int, budget_bytes: int | None) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple, Sequence
 
-from macapp.core.sampling import SamplingParams
+from macapp.core.sampling import SamplingParams, filtered_logprobs
 
 if TYPE_CHECKING:
     import mlx.core as mx
@@ -85,17 +85,9 @@ class Acceptor:
     def _probs(self, row: "mx.array") -> "mx.array":
         """The distribution mlx-lm's sampler draws from for these processed logits (one row)."""
         import mlx.core as mx
-        from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
 
-        p = self.params
-        logprobs = row - mx.logsumexp(row, axis=-1, keepdims=True)
-        if 0 < p.top_p < 1:
-            logprobs = apply_top_p(logprobs, p.top_p)
-        if p.min_p != 0:
-            logprobs = apply_min_p(logprobs, p.min_p)
-        if 0 < p.top_k < logprobs.shape[-1]:  # a top_k not below the vocabulary is none (sampling._sampler)
-            logprobs = apply_top_k(logprobs, p.top_k)
-        return mx.softmax(logprobs * (1 / p.temperature), axis=-1)
+        logprobs = filtered_logprobs(row - mx.logsumexp(row, axis=-1, keepdims=True), self.params)
+        return mx.softmax(logprobs * (1 / self.params.temperature), axis=-1)
 
 
 def token_of(a: "mx.array") -> int:

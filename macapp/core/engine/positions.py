@@ -36,18 +36,59 @@ which hears of it being moved onto a newer KV block or restored into a fresh cac
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Protocol, Sequence, cast
+from typing import TYPE_CHECKING, Protocol, Sequence, TypedDict, cast
 
 from macapp.core.cache_layers import CacheLayers
 
 if TYPE_CHECKING:
     import mlx.core as mx
+    from mlx_lm.models.cache import ArraysCache
 
     from macapp.core.vision.runner import PictureSpan
 
     KVArrays = mx.array | tuple[mx.array, ...]  # a KV layer's keys or values (QuantizedKVCache: data, scales, biases)
 
 Key = tuple[int | str, ...]  # token ids; a picture's image tokens are its digest (macapp.core.serving.pictures)
+
+
+class LayerEntry(TypedDict, total=False):
+    kind: str  # "kv", "state" (DeltaNet) or "head" (an MTP head layer)
+    length: int  # kv: its length
+    index: int | None  # kv: its buffers in Header.kv
+    slots: list[bool]  # state: which state arrays are filled
+    held: bool  # head: whether it holds entries
+
+
+class KVEntry(TypedDict):
+    cls: str  # "KVCache" or "QuantizedKVCache" (mlx_lm.models.cache)
+    quantization: list[int] | None  # [group_size, bits]
+    parts: int | None  # a quantized buffer's arrays (data, scales, biases); None: one array
+
+
+class HeadEntry(TypedDict):
+    base: int
+    carry: int | None  # the carried hidden state's position (array "head.carry")
+
+
+class SpanEntry(TypedDict):
+    start: int
+    end: int
+    delta: int
+    base: int  # its positions are the array "span.<i>.positions"
+
+
+class Header(TypedDict):
+    """The JSON-able header of SavedPosition.to_arrays."""
+
+    format: str
+    version: int
+    length: int
+    tokens: list[int | str]
+    layers: list[LayerEntry]
+    kv: list[KVEntry]
+    head: HeadEntry | None
+    spans: list[SpanEntry]
+
 
 FORMAT = "qwen-desk.saved-position"
 VERSION = 1
@@ -188,7 +229,7 @@ class SavedPosition:
         return replace(self, layers=layers, kv=None, head=None, mirror=None)
 
     # -- plain arrays --------------------------------------------------------------------------------------
-    def to_arrays(self) -> tuple[dict[str, mx.array], dict[str, Any]]:
+    def to_arrays(self) -> tuple[dict[str, mx.array], Header]:
         """`(arrays, header)`: a detached position as plain arrays (what mx.save_safetensors writes) and a small
         JSON-able header; `SavedPosition.from_arrays(arrays, header)` gives it back. Only the position's own
         `length` KV entries are written (not the rest of a shared block). Arrays are named:
@@ -199,7 +240,7 @@ class SavedPosition:
         if kv is None:
             raise ValueError("a mark holds no KV buffers: save() a detached position to convert it")
         arrays: dict[str, mx.array] = {}
-        layers: list[dict[str, Any]] = []
+        layers: list[LayerEntry] = []
         for n, layer in enumerate(self.layers):
             if isinstance(layer, KVLayer):
                 layers.append({"kind": "kv", "length": layer.length, "index": layer.index})
@@ -212,7 +253,7 @@ class SavedPosition:
                 layers.append({"kind": "head", "held": layer.keys is not None and layer.values is not None})
                 if layer.keys is not None and layer.values is not None:
                     arrays[f"layer.{n}.keys"], arrays[f"layer.{n}.values"] = layer.keys, layer.values
-        buffers: list[dict[str, Any]] = []
+        buffers: list[KVEntry] = []
         for i, buf in enumerate(kv.layers):
             for name, x in (("keys", buf.keys), ("values", buf.values)):
                 parts = _views(x, self.length)
@@ -227,16 +268,16 @@ class SavedPosition:
                     "parts": len(buf.keys) if isinstance(buf.keys, (tuple, list)) else None,
                 }
             )
-        head = None
+        head: HeadEntry | None = None
         if self.head is not None:
             head = {"base": self.head.base, "carry": self.head.carry[0] if self.head.carry is not None else None}
             if self.head.carry is not None:
                 arrays["head.carry"] = self.head.carry[1]
-        spans = []
+        spans: list[SpanEntry] = []
         for i, span in enumerate(self.spans):
             spans.append({"start": span.start, "end": span.end, "delta": span.delta, "base": span.base})
             arrays[f"span.{i}.positions"] = span.positions
-        header = {
+        header: Header = {
             "format": FORMAT,
             "version": VERSION,
             "length": self.length,
@@ -249,7 +290,7 @@ class SavedPosition:
         return arrays, header
 
     @classmethod
-    def from_arrays(cls, arrays: dict[str, mx.array], header: dict[str, Any]) -> "SavedPosition":
+    def from_arrays(cls, arrays: dict[str, mx.array], header: Header) -> "SavedPosition":
         """The detached position `to_arrays` gave `(arrays, header)` for (the arrays as mx.load reads them back).
         ValueError, saying what is wrong, for a header of another format or version, or arrays missing."""
         from mlx_lm.models import cache as mlx_cache
@@ -297,7 +338,7 @@ class SavedPosition:
             head = HeadPlace(int(header["head"]["base"]), (int(at), array("head.carry")) if at is not None else None)
         spans: tuple[PictureSpan, ...] = ()
         if header["spans"]:
-            from macapp.core.vision.runner import PictureSpan
+            from macapp.core.vision.runner import PictureSpan  # lazy: the tower module imports MLX and mlx-vlm at its top
 
             spans = tuple(
                 PictureSpan(int(s["start"]), int(s["end"]), array(f"span.{i}.positions"), int(s["delta"]), int(s["base"]))
@@ -317,13 +358,13 @@ def _arrays(x: KVArrays) -> list[mx.array]:
     return list(x) if isinstance(x, (tuple, list)) else [x]
 
 
-def _recurrent(layer: Any) -> RecurrentState:
+def _recurrent(layer: ArraysCache) -> RecurrentState:
     """An ArraysCache's state, read from its attributes (mlx-lm's `state` changed shape between releases)."""
     return RecurrentState(tuple(layer.cache), layer.left_padding, layer.lengths)
 
 
-def _set_cache(layer: Any, arrays: tuple[mx.array | None, ...]) -> None:
-    layer.cache = list(arrays)  # mlx-lm types the slots as the Nones they start as
+def _set_cache(layer: ArraysCache, arrays: tuple[mx.array | None, ...]) -> None:
+    setattr(layer, "cache", list(arrays))  # mlx-lm types the slots as the Nones they start as
 
 
 def _told(cache: CacheLayers, position: SavedPosition) -> SavedPosition:
@@ -381,7 +422,8 @@ def save(cache: CacheLayers, tokens: Sequence[int | str], spans: Sequence[Pictur
             quant = (c.group_size, c.bits) if isinstance(c, QuantizedKVCache) else None
             keys, values = cast("KVArrays", c.keys), cast("KVArrays", c.values)  # mlx-lm types them as the Nones they start as
             layers.append(KVLayer(c.offset, len(buffers)))
-            buffers.append(KVBuffers(type(c), _views(keys, c.offset), _views(values, c.offset), quant))
+            cls = QuantizedKVCache if quant is not None else KVCache  # mlx-lm's own (the batch's subclass: upstream.py)
+            buffers.append(KVBuffers(cls, _views(keys, c.offset), _views(values, c.offset), quant))
             kv_bytes += sum(a.nbytes for a in _arrays(keys) + _arrays(values))
         elif isinstance(c, ArraysCache):
             if c.lengths is not None or c.left_padding is not None:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
 from macapp.core import events as ev
 from macapp.core.cache_layers import CacheLayers
-from macapp.core.engine import batched_turn, limits, turns
+from macapp.core.engine import limits, turns
+from macapp.core.engine.batch_reply import Limits, SequenceReply
 from macapp.core.engine.clock import TurnClock
 from macapp.core.engine.errors import EngineError
 from macapp.core.engine.jobs import Job
@@ -17,29 +19,56 @@ from macapp.core.engine.mtp_context import HeadContext
 from macapp.core.engine.mtp_policy import DepthPolicy
 from macapp.core.engine.options import SessionOptions
 from macapp.core.engine.prefill import prefill, wired_memory
+from macapp.core.engine.sequence import Sequence as BatchedSequence
 from macapp.core.engine.reply import StreamedReply, head_context, pick_policy, stream_reply
-from macapp.core.engine.shelf import PositionShelf
+from macapp.core.engine.shelf import PositionShelf, ShelfFactory
 from macapp.core.engine.prompt_cache import PromptCache
 from macapp.core.engine.positions import SavedPosition
 from macapp.core.engine.turns import ThinkingMode, TurnMemory, TurnPlan
 from macapp.core.events import Finished, PromptProgress, Reply
-from macapp.core.sampling import SamplingParams
+from macapp.core.sampling import SamplingParams, make_sampler_and_processors
 from macapp.core.engine import pictures as engine_pictures
 from macapp.core.engine.pictures import Picture
 
 if TYPE_CHECKING:
-    from macapp.core.engine.batch import Sequence as BatchedSequence
-    from macapp.core.engine.engine import Engine
+    from macapp.core.engine.batch import BatchLoop
     from macapp.core.vision.runner import EncodedTurn
 
 
-Turn = Callable[[Job, bool], "BatchedSequence | None"]  # a turn's work: batched, it returns the Sequence the batch reads
+Turn = Callable[[Job, bool], BatchedSequence | None]  # a turn's work: batched, it returns the Sequence the batch reads
+
+
+class SessionHost(Protocol):
+    """What a session needs of its engine (engine.Engine): the loaded model, jobs on the one MLX thread, the batch."""
+
+    @property
+    def model(self) -> LoadedModel | None: ...
+
+    @property
+    def serving(self) -> bool: ...
+
+    def submit(self, kind: str, work: Callable[[Job], None]) -> Job: ...
+
+    def new_job(self, kind: str) -> Job: ...
+
+    def batch_loop(self) -> "BatchLoop | None": ...
+
+    def memory_budget_bytes(self) -> int | None: ...
+
+    position_shelf: ShelfFactory | None  # chat sessions' positions on disk (shelf.py), when a front end set one
+
+
+@dataclass
+class _Read:
+    before_last: SavedPosition | None = None  # just before the prompt's last token (from the batch), with the MTP
+    # head's context there where the prompt was read with it
+    undone: bool = False  # a stop while reading already answered the turn (Job.stop's early Finished)
 
 
 class ChatSession:
     """One conversation with one prompt cache, appended to turn by turn. Methods return Jobs."""
 
-    def __init__(self, engine: "Engine", system_prompt: str | None, messages: list[ChatMessage] | None, options: SessionOptions):
+    def __init__(self, engine: SessionHost, system_prompt: str | None, messages: list[ChatMessage] | None, options: SessionOptions):
         self.engine = engine
         self.options = options
         self.system_prompt = system_prompt
@@ -152,11 +181,12 @@ class ChatSession:
         return job
 
     def _joins_batch(self, images: Sequence[Picture] | None) -> bool:
-        """Text turns join the API's batch; pictures (mlx-vlm's model, mRoPE positions) and a quantized KV cache (the
-        batch cannot quantize) run as jobs of their own."""
-        if not self.engine.serving or images or self.options.kv_bits is not None:
+        """Text turns join the API's batch when their KV quantization is the batch's (one kind per batch: mlx-lm
+        merges the caches); pictures (mlx-vlm's model, mRoPE positions) run as jobs of their own."""
+        if not self.engine.serving or images or engine_pictures.pictures_in(self._messages):
             return False
-        return not engine_pictures.pictures_in(self._messages)
+        batch, m = self.engine.batch_loop(), self.engine.model
+        return batch is not None and m is not None and limits.kv_quantization(m, self.options) == batch.kv
 
     def _in_batch(self, job: Job, turn: Turn) -> BatchedSequence | None:
         try:
@@ -245,7 +275,7 @@ class ChatSession:
         budget: int | None,
         batched: bool = False,
     ) -> BatchedSequence | None:
-        """Run the turn (batched: return the Sequence the batch reads and answers it with; batched_turn.py)."""
+        """Run the turn (batched: return the Sequence the batch reads and answers it with: batched_sequence)."""
         params = limits.turn_sampling(sampling, plan.mode.thinking, budget, self.options)
         plan = self._warm_start(m, plan)
         if plan.restore is not None:
@@ -259,7 +289,7 @@ class ChatSession:
         with_tower = dataclasses.replace(m, weights_bytes=m.weights_bytes + engine_pictures.attached_bytes(m))
         limit = limits.context_limit(with_tower, self.options, len(plan.prompt), cached, budget_bytes)  # the tower counts
         if batched:
-            return batched_turn.sequence(self, job, m, clock, plan, params, budget, limit)
+            return self.batched_sequence(job, m, clock, plan, params, budget, limit)
         try:
             reply = self._read_and_stream(job, m, clock, plan, params, budget, limit, encoded)
         except Exception:
@@ -269,6 +299,98 @@ class ChatSession:
         if reply is not None:
             job.emit(Finished(reply))
         return None
+
+    def batched_sequence(
+        self,
+        job: Job,
+        m: "LoadedModel",
+        clock: TurnClock,
+        plan: TurnPlan,
+        params: SamplingParams,
+        budget: int | None,
+        limit: int,
+    ) -> BatchedSequence:
+        """The turn as one sequence of the engine's batch (worker thread, when the batch takes it).
+
+        The batch reads and writes copies of the caches it is given, so nothing of the session changes until the turn
+        is over: a stop while reading undoes the turn by changing nothing but the plan's rewind, and the reply's cache
+        comes back in `on_done`. Two points come from the batch: the position before the prompt's last token
+        (regenerate's mark, from the segment's end) and the cache after the reply, each a copy of the KV cache
+        (mlx-lm's `extract`), the price of sharing the batch. A turn that ran alone (solo.py) with the MTP head hands
+        its head's context back too, so the conversation's goes on."""
+        if plan.rereads:
+            self.forget_cache()
+            self._model = m
+        previous = self._turn
+        turn_start = self._rewind(m, plan)
+        self._messages = list(plan.history)
+        head, last = plan.prompt[:-1], plan.prompt[-1:]
+        clock.reading(len(plan.prompt))
+        job.emit(PromptProgress(0, len(plan.prompt)))
+        stopped = Finished(Reply(thinking=plan.mode.thinking, finish_reason="stopped", kept=False, stats=clock.unanswered(turn_start.length)))
+        read = _Read()
+        if head and plan.undo_on_stop:
+            job.arm_early_reply(stopped)
+
+        def on_segment(position: SavedPosition) -> None:
+            read.before_last = position
+            read.undone = plan.undo_on_stop and job.disarm_early_reply()
+
+        def on_done(streamed: StreamedReply | None, cache: CacheLayers | None, context: HeadContext | None) -> None:
+            if streamed is None or read.undone or cache is None:
+                self._undo(m, plan, turn_start, previous)
+                stopped.reply.stats.elapsed_s = clock.elapsed()
+                job.emit(stopped)  # ignored if stop() already sent it
+                return
+            prompt = self._live
+            if head:
+                if read.before_last is None:
+                    raise RuntimeError("the batch finished a two-segment prompt without reporting its first segment")
+                before_last = read.before_last.as_mark()  # its KV buffers are the batch's copy: lengths do
+                self._shelve(read.before_last)  # detached: a reopened conversation's prompt starts the same
+            else:
+                before_last = prompt.mark()
+            self._turn = TurnMemory(
+                before_turn=turn_start,
+                close_before=plan.close_before,
+                prefix=plan.prefix,
+                before_last=before_last,
+                last_token=last[0],
+                mode=plan.mode,
+            )
+            self._messages.append(self._user_message(plan))
+            prompt.adopt(cache, head, context)
+            if context is not None and read.before_last is not None:
+                context.keep_mark(read.before_last)  # regenerate's rewind to before_last goes on pairing
+            self._settle_reply(m, plan, streamed)
+            job.emit(Finished(streamed.reply))
+
+        sampler, processors = make_sampler_and_processors(params)
+        reply = SequenceReply(
+            m,
+            limits=Limits(cached=len(self.tokens) + len(head), limit=limit),
+            segment=last,
+            params=params,
+            thinking=plan.mode.thinking,
+            budget=budget,
+            should_stop=job.stop_event.is_set,
+            emit=job.emit,
+            clock=clock,
+        )
+        return BatchedSequence(
+            job=job,
+            prompt=self._live,
+            segments=[s for s in (head, last) if s],
+            sampler=sampler,
+            processors=processors,
+            reply=reply,
+            on_segment=on_segment,
+            on_done=on_done,
+            keep_cache=True,
+            mtp=self.options.mtp,
+            kv=limits.kv_quantization(m, self.options),  # the batch's (ChatSession joins only then)
+            mtp_policy=self.mtp_policy,
+        )
 
     def _shelf_for(self, m: LoadedModel) -> PositionShelf | None:
         factory = self.engine.position_shelf
@@ -338,7 +460,7 @@ class ChatSession:
             m = self._with_pictures(m, encoded)
         self._messages = list(plan.history)
         clock.reading(len(plan.prompt))
-        context = head_context(m, self._live, pick_policy(m, self._live.layers, self.options.kv, self.options.mtp, self.mtp_policy))
+        context = head_context(m, self._live, pick_policy(m, self._live.layers, limits.kv_quantization(m, self.options), self.options.mtp, self.mtp_policy))
         with wired_memory(m):
             if not self._read_prompt(job, m, clock, plan, turn_start, previous, encoded, context):
                 return None
@@ -364,7 +486,7 @@ class ChatSession:
                 should_stop=job.stop_event.is_set,
                 emit=job.emit,
                 clock=clock,
-                kv=self.options.kv,
+                kv=limits.kv_quantization(m, self.options),
                 prefill_step=self.options.prefill_step_size,
                 mtp=self.options.mtp,
                 mtp_policy=self.mtp_policy,
@@ -431,7 +553,7 @@ class ChatSession:
                 self._live.layers,
                 prompt[start:end],
                 step=self.options.prefill_step_size,
-                kv=self.options.kv,
+                kv=limits.kv_quantization(m, self.options),
                 should_stop=job.stop_event.is_set if plan.undo_on_stop else None,
                 on_progress=progress(start),
                 embeddings=None if encoded is None else encoded.embeddings,

@@ -31,16 +31,16 @@ from macapp.core.cache_layers import CacheLayers
 from macapp.core.engine.batch_reply import Next
 from macapp.core.engine.mtp_decode import Decoder
 from macapp.core.engine.mtp_policy import DepthPolicy
-from macapp.core.engine.options import KVQuantization
 from macapp.core.engine.positions import save
 from macapp.core.engine.prompt_cache import PromptCache
 from macapp.core.engine.reply import drafting, head_context, pick_policy
+from macapp.core.engine.upstream import quantized_layers
 from macapp.core.events import PromptProgress
 
 if TYPE_CHECKING:
     import mlx.core as mx
 
-    from macapp.core.engine.batch import Sequence
+    from macapp.core.engine.sequence import Sequence
     from macapp.core.engine.model_folder import LoadedModel
     from macapp.core.engine.mtp_context import HeadContext
     from macapp.core.engine.mtp_head import MTPHead
@@ -77,14 +77,15 @@ class SoloRun:
             own = PromptCache(at.layers, list(at.tokens))
         else:
             own = PromptCache.restore(prompt.save()) if len(prompt) else PromptCache.new(m)
+        if seq.kv.bits is not None:  # quantized as the batch's would be, so alone and beside others read the same
+            own.layers = quantized_layers(own.layers, seq.kv)
         self.layers = own.layers
         self.tokens: list[int] = list(own.tokens)
         self.segments = [list(s) for s in (at.segments if at is not None else seq.segments)]
         self.context = TokenBuffer(self.tokens) if seq.processors else None
         self.eos = set(m.tokenizer.eos_token_ids)
         self.steps = 0  # forward passes
-        # the batch's caches are never quantized (runner.py batches no --kv-bits request)
-        self.policy = pick_policy(m, self.layers, KVQuantization(), seq.mtp, seq.mtp_policy)
+        self.policy = pick_policy(m, self.layers, seq.kv, seq.mtp, seq.mtp_policy)  # no MTP on a quantized cache
         # the MTP head's context (mtp_context.py), fed as the prompt is read, when this sequence drafts
         self.head = head_context(m, own, self.policy)
 

@@ -37,9 +37,10 @@ class PreparedRequest:
 
     @property
     def batchable(self) -> bool:
-        """Whether it may share the batch: no pictures (they run through mlx-vlm's model, one at a time) and no seed
-        (a seeded reply must not depend on its batch neighbours: it runs alone, as with mlx_lm.server)."""
-        return not self.rendered.images and self.request.sampling.seed is None
+        """Whether it may share the batch: no pictures (they run through mlx-vlm's model, one at a time). A seeded
+        request does: its sampler draws from a random key of its own (sampling.py), so its reply is the same alone
+        or beside others."""
+        return not self.rendered.images
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,10 @@
 
 Each request is rendered through the model's chat template once (prepared.py: the context and memory checks and
 the max_tokens clamp come with it), restored from the longest checkpoint of its prompt (pool.py) and read from
-there, a checkpoint taken at each boundary on the way. Text requests join the running batch (batched.py, on
-mlx-lm's BatchGenerator: engine/batch.py), up to `batch_limit` decoding together; requests with pictures or a
-seed run one at a time on the worker (below, through the engine's `prefill` and `stream_reply`), between
-batches. Either way the answer text goes through the tool-call parser and the stop sequences (reply_text.py).
+there, a checkpoint taken at each boundary on the way. Text requests, seeded ones included, join the running
+batch (`sequence`, on mlx-lm's BatchGenerator: engine/batch.py), up to `batch_limit` decoding together;
+requests with pictures run one at a time on the worker (below, through the engine's `prefill` and
+`stream_reply`), between batches. Either way the answer text goes through the tool-call parser and the stop sequences (reply_text.py).
 
 Chat sessions keep their own caches; the pool holds only the API's. A chat turn is a job of the worker, so it
 waits for the batch in flight to finish (the batch takes no new request while one waits).
@@ -28,14 +28,20 @@ from typing import TYPE_CHECKING
 
 from macapp.core import events as ev
 from macapp.core.engine import Engine, EngineError, Job, LoadedModel, SessionOptions, TurnClock, prefill, stream_reply, wired_memory
+from macapp.core.cache_layers import CacheLayers
+from macapp.core.engine import StreamedReply
 from macapp.core.engine.batch import DEFAULT_LIMIT, BatchLoop
-from macapp.core.engine.limits import context_limit
+from macapp.core.engine.sequence import Sequence
+from macapp.core.engine.batch_reply import Limits, SequenceReply
+from macapp.core.engine.options import MTPMode
+from macapp.core.engine.positions import SavedPosition
+from macapp.core.sampling import make_sampler_and_processors
+from macapp.core.engine.limits import context_limit, kv_quantization
 from macapp.core.fit import estimate
 from macapp.core.engine.mtp_context import HeadContext
 from macapp.core.engine.mtp_policy import DepthPolicy
 from macapp.core.engine.reply import head_context, pick_policy
 from macapp.core.events import PromptProgress
-from macapp.core.serving import batched
 from macapp.core.serving import pictures as request_pictures
 from macapp.core.engine.positions import Key
 from macapp.core.engine.prompt_cache import PromptCache
@@ -92,6 +98,9 @@ class ServingEngine:
         self._mtp_policy = DepthPolicy(self.options.session.mtp)
         engine.serve_from(self)  # chat turns join the batch while this serves (ChatSession)
         self._closed = False
+        batch, m = self.batch, engine.model
+        if batch is not None and m is not None:  # the batch's KV kind, which a chat turn must share to join it
+            batch.kv = kv_quantization(m, self.options.session)
 
     # -- any thread ------------------------------------------------------------------------------------
     @property
@@ -159,6 +168,7 @@ class ServingEngine:
         m = self._model()
         prepared = prepare(m, request, self.context_limit)
         opts = self.options.session
+        kv_quantization(m, opts)  # a KV quantization this model cannot take is refused here, not mid-request
         context_limit(m, opts, prepared.prompt_tokens, 0, opts.memory_budget_bytes or self.engine.memory_budget_bytes())
         return prepared
 
@@ -194,7 +204,7 @@ class ServingEngine:
             job = self.engine.new_job("serve")
             job.add_listener(self._on_event)
             started = time.perf_counter()
-            batch.add(job, lambda m: batched.start(self, job, prepared, m, started))
+            batch.add(job, lambda m: self.sequence(job, prepared, m, started))
             return job
         job = self.engine.submit("serve", lambda job: self._serve(job, prepared))
         job.add_listener(self._on_event)
@@ -202,7 +212,7 @@ class ServingEngine:
 
     def _batch_for(self, prepared: PreparedRequest) -> BatchLoop | None:
         """The engine's batch, sized for this server, when `prepared` may join it (None: it runs alone)."""
-        if not (self.options.batching and prepared.batchable and self.options.session.kv_bits is None):
+        if not (self.options.batching and prepared.batchable):
             return None
         if prepared.model is not self.engine.model or self._limit_for is not prepared.model:
             return None  # no model, or another one now: the one-at-a-time path prepares it again or fails clearly
@@ -210,6 +220,7 @@ class ServingEngine:
         if batch is not None:
             batch.limit = self._limit
             batch.prefill_step = self.options.session.prefill_step_size
+            batch.kv = kv_quantization(prepared.model, self.options.session)
         return batch
 
     def _failed(self, exc: EngineError) -> Job:
@@ -315,7 +326,7 @@ class ServingEngine:
             prompt = replace(prompt, embeddings=self._begin_pictures(pictures, cache, clock))
         text = ReplyText(job, rendered, request)
         policy = self.mtp_policy_for(m)
-        context = head_context(run, cache, pick_policy(run, cache.layers, opts.kv, opts.mtp, policy))
+        context = head_context(run, cache, pick_policy(run, cache.layers, kv_quantization(m, opts), opts.mtp, policy))
         with wired_memory(m):
             clock.reading(len(tokens) - cached)
             read = self._read(job, run, pool, cache, prompt, cached, context)
@@ -334,7 +345,7 @@ class ServingEngine:
                 should_stop=text.should_stop,
                 emit=text.emit,
                 clock=clock,
-                kv=opts.kv,
+                kv=kv_quantization(m, opts),
                 prefill_step=opts.prefill_step_size,
                 mtp=opts.mtp,
                 mtp_policy=policy,
@@ -343,6 +354,66 @@ class ServingEngine:
         del cache
         mx.clear_cache()
         job.emit(completed(m, text, streamed, usage))
+
+    def sequence(self, job: Job, prepared: PreparedRequest, m: LoadedModel, submitted: float) -> Sequence | None:
+        """`prepared` as a sequence of the engine's batch, made when the batch takes it (worker): restored from the
+        longest checkpoint of its prompt (pool.py), the rest cut at the checkpoint boundaries after it (the batch pauses
+        there and the checkpoint is taken: `on_segment`), answered with the same events, usage and Completed as a
+        request run alone (the reply's text through the same ReplyText). None when it ended already (stopped while it
+        waited)."""
+        clock = TurnClock()
+        if job.stopped:
+            job.emit(cancelled(m, Usage()))
+            return None
+        prepared = self.current(prepared)
+        request, rendered = prepared.request, prepared.rendered
+        tokens = rendered.tokens
+        settings = self.settings(m, prepared, len(tokens))
+        params, budget, limit = settings.params, settings.budget, settings.limit
+        pool = self.pool_for(m)
+        key = tuple(tokens)
+        cache, source = pool.resume(key, m)
+        cached = len(cache)
+        usage = Usage(prompt_tokens=len(tokens), cached_tokens=cached)
+        job.emit(RequestStarted(usage.prompt_tokens, usage.cached_tokens, source))
+        text = ReplyText(job, rendered, request)
+        clock.reading(len(tokens) - cached)
+        job.emit(PromptProgress(0, len(tokens) - cached))
+        sampler, processors = make_sampler_and_processors(params)
+        reply = SequenceReply(
+            m,
+            limits=Limits(cached=len(tokens) - 1, limit=limit),
+            segment=tokens[-1:],
+            params=params,
+            thinking=rendered.thinking,
+            budget=budget,
+            should_stop=text.should_stop,
+            emit=text.emit,
+            clock=clock,
+        )
+
+        def on_segment(position: SavedPosition) -> None:
+            pool.add_saved(position)
+
+        def on_done(streamed: StreamedReply | None, _cache: CacheLayers | None, _head: HeadContext | None) -> None:
+            self.measured(time.perf_counter() - submitted)
+            job.emit(cancelled(m, usage) if streamed is None else completed(m, text, streamed, usage))
+
+        return Sequence(
+            job=job,
+            prompt=cache,
+            segments=_segments(tokens, cached, rendered.boundaries),
+            sampler=sampler,
+            processors=processors,
+            reply=reply,
+            on_segment=on_segment,
+            on_done=on_done,
+            # drafts while it is alone (engine/solo.py); a seeded reply never does: MTP's acceptance draws from MLX's
+            # global key, so the reply would depend on whether it was alone
+            mtp=MTPMode.OFF if request.sampling.seed is not None else self.options.session.mtp,
+            kv=kv_quantization(m, self.options.session),  # the batch's: --kv-bits quantizes it (engine/upstream.py)
+            mtp_policy=self.mtp_policy_for(m),
+        )
 
     def _pictures(self, m: LoadedModel, rendered: RenderedPrompt) -> request_pictures.PictureRequest:
         opts = self.options.session
@@ -374,7 +445,7 @@ class ServingEngine:
                 cache.layers,
                 tokens[pos:boundary],
                 step=opts.prefill_step_size,
-                kv=opts.kv,
+                kv=kv_quantization(m, opts),
                 should_stop=lambda: job.stopped,
                 on_progress=lambda done: job.emit(PromptProgress(start - cached + done, total)),
                 embeddings=None if prompt.embeddings is None else prompt.embeddings[pos - cached : boundary - cached],
@@ -401,3 +472,14 @@ class _Prompt:
     @classmethod
     def of(cls, pictures: request_pictures.PictureRequest) -> "_Prompt":
         return cls(pictures.tokens, pictures.key, pictures.boundaries)
+
+
+def _segments(tokens: list[int], cached: int, boundaries: tuple[int, ...]) -> list[list[int]]:
+    """The prompt after `cached`, cut at each checkpoint boundary after it; the last token alone at the end."""
+    cuts = [b for b in boundaries if cached < b < len(tokens) - 1] + [len(tokens) - 1, len(tokens)]
+    out, at = [], cached
+    for cut in cuts:
+        if cut > at:
+            out.append(tokens[at:cut])
+            at = cut
+    return out

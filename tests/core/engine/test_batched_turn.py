@@ -1,4 +1,4 @@
-"""A chat turn as one sequence of the API's batch (engine/batched_turn.py): while a server is up the window's chat
+"""A chat turn as one sequence of the API's batch (ChatSession.batched_sequence): while a server is up the window's chat
 joins the batch, and the conversation goes on exactly as it does on its own."""
 
 from __future__ import annotations

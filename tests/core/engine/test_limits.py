@@ -76,3 +76,43 @@ def test_the_mtp_heads_own_cache_counts_when_it_may_draft(tiny_mtp, load_tiny):
     one_layer = estimate.kv_cache_bytes(m.arch, 100_000) // m.arch.full_attention_layers
     assert drafting - plain == one_layer * m.mtp_head.depth > 0
     assert memory_needed(m, SessionOptions(kv_bits=4), 100, 100_000) < plain  # a quantized cache: no MTP, no head cache
+
+
+@pytest.mark.parametrize("head_dim, group", [(64, 64), (32, 32), (96, 32), (128, 64)])
+def test_the_kv_group_size_divides_the_head_dimension_so_mlx_can_quantize_it(engine, head_dim, group):
+    import dataclasses
+
+    import mlx.core as mx
+    from mlx_lm.generate import maybe_quantize_kv_cache
+    from mlx_lm.models.cache import KVCache
+
+    from macapp.core.engine.limits import kv_quantization
+
+    m = dataclasses.replace(engine.model, arch=dataclasses.replace(engine.model.arch, head_dim=head_dim))
+    kv = kv_quantization(m, SessionOptions(kv_bits=8))
+    assert (kv.bits, kv.group_size) == (8, group)
+    assert kv_quantization(m, SessionOptions()).bits is None
+
+    def quantized(group_size: int) -> list:
+        layer = KVCache()
+        layer.update_and_fetch(mx.ones((1, 2, 10, head_dim)), mx.ones((1, 2, 10, head_dim)))
+        cache = [layer]
+        maybe_quantize_kv_cache(cache, quantized_kv_start=0, kv_group_size=group_size, kv_bits=8)
+        mx.eval(cache[0].state)
+        return cache
+
+    assert quantized(kv.group_size)[0].bits == 8  # mlx quantizes with the fitted group size
+    if head_dim % 64:
+        with pytest.raises(ValueError, match="group size"):  # what the default did: a 500 on every request
+            quantized(64)
+
+
+def test_a_head_dimension_no_group_size_divides_is_refused_saying_what_to_do(engine):
+    import dataclasses
+
+    from macapp.core.engine import EngineError
+    from macapp.core.engine.limits import kv_quantization
+
+    m = dataclasses.replace(engine.model, arch=dataclasses.replace(engine.model.arch, head_dim=48))
+    with pytest.raises(EngineError, match="without KV-cache quantization"):
+        kv_quantization(m, SessionOptions(kv_bits=4))

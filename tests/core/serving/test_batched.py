@@ -1,4 +1,4 @@
-"""Requests in one batch (macapp.core.serving.batched on engine/batch.py): the same replies as alone, each with its
+"""Requests in one batch (ServingEngine.sequence on engine/batch.py): the same replies as alone, each with its
 own settings, stops and checkpoints, while the rest of the batch goes on."""
 
 from __future__ import annotations
@@ -125,8 +125,25 @@ def test_a_seeded_request_gives_the_same_sample_beside_a_busy_batch(moe):
     alone = serving.submit(seeded).wait(TIMEOUT)
     neighbours = [ask(ChatMessage(Role.USER, q), sampling=off_script(moe, 60)) for q in QUESTIONS[:3]]
     results = all_at_once(serving, [*neighbours, seeded, *neighbours])
+    assert serving.batch.peak == 7  # the seeded one decoded in the batch, beside the six others
     assert results[3].text == alone.text and results[3].usage == alone.usage
     assert all(r.finish_reason is FinishReason.LENGTH for r in results[:3] + results[4:])
+    sequential = ServingEngine(moe, ServingOptions(pool_bytes=0, batching=False)).submit(seeded).wait(TIMEOUT)
+    assert sequential.text == alone.text  # the one-at-a-time path samples from the same key
+
+
+def test_a_seeded_request_is_answered_while_a_long_reply_streams(moe):
+    serving = ServingEngine(moe, ServingOptions(pool_bytes=0))
+    long = serving.submit(ask(ChatMessage(Role.USER, QUESTIONS[2]), sampling=off_script(moe, 400)))
+    streaming = threading.Event()
+    long.add_listener(lambda e: streaming.set() if isinstance(e, AnswerDelta) else None)
+    assert streaming.wait(TIMEOUT)
+    seeded = ask(USER, sampling=SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_tokens=20, seed=99))
+    done = serving.submit(seeded).wait(TIMEOUT)
+    assert not any(isinstance(e, Completed) for e in long.history)  # answered beside it, not after it
+    assert done.usage.completion_tokens > 0
+    assert long.wait(TIMEOUT).usage.completion_tokens == 400
+    assert serving.submit(seeded).wait(TIMEOUT).text == done.text  # and the same reply alone
 
 
 def test_a_turn_that_cannot_join_waits_only_for_the_batch_in_flight_not_for_requests_after_it(moe):
@@ -171,3 +188,37 @@ def test_usage_counts_the_reasoning_tokens_batched_and_alone(moe):
     sequential = one_by_one(ServingEngine(moe, ServingOptions(batching=False)), [ask(USER, thinking=True)])
     assert batched[0].usage.reasoning_tokens == sequential[0].usage.reasoning_tokens >= len(SCRIPT_REASONING)
     assert batched[1].usage.reasoning_tokens == 0
+
+
+def test_8_bit_kv_replies_batched_equal_the_same_alone(moe):
+    from macapp.core.engine import SessionOptions
+
+    options = ServingOptions(pool_bytes=0, session=SessionOptions(kv_bits=8))
+    requests = [ask(SYSTEM, ChatMessage(Role.USER, q), sampling=off_script(moe, 24 + 4 * i)) for i, q in enumerate(QUESTIONS[:4])]
+    batched = ServingEngine(moe, options)
+    together = all_at_once(batched, requests)
+    assert batched.batch.peak == len(requests)  # they really ran together, on a quantized cache
+    alone = one_by_one(ServingEngine(moe, options), requests)
+    for i, (a, b) in enumerate(zip(together, alone)):
+        assert a.finish_reason is b.finish_reason is FinishReason.LENGTH, i
+        assert a.text == b.text and a.text and a.usage == b.usage, i
+    batched.close()
+
+
+def test_a_request_to_a_kv_8_server_is_answered_while_a_long_reply_streams(moe):
+    from macapp.core.engine import SessionOptions
+
+    serving = ServingEngine(moe, ServingOptions(session=SessionOptions(kv_bits=8)))
+    long = serving.submit(ask(ChatMessage(Role.USER, QUESTIONS[2]), sampling=off_script(moe, 400)))
+    streaming = threading.Event()
+    long.add_listener(lambda e: streaming.set() if isinstance(e, AnswerDelta) else None)
+    assert streaming.wait(TIMEOUT)
+    done = serving.submit(ask(USER, thinking=False)).wait(TIMEOUT)
+    assert not any(isinstance(e, Completed) for e in long.history)  # answered beside it, not after it
+    assert done.text == ANSWER
+    assert long.wait(TIMEOUT).usage.completion_tokens == 400
+    kept = list(serving.pool._entries.values())  # the batch's checkpoints: its cache was quantized
+    assert kept and all(buf.quantization == (64, 8) for c in kept for buf in c.kv.layers)
+    again = serving.submit(ask(USER, thinking=False)).wait(TIMEOUT)  # from the pool's quantized checkpoints
+    assert again.text == ANSWER and again.usage.cached_tokens > 0
+    serving.close()
