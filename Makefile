@@ -2,6 +2,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+APP_STAMP := $(VENV)/.installed-app
 STAMP := $(VENV)/.installed
 # The tests run in two processes (pytest-xdist; each test file stays in one, so its fixtures are built once):
 # CI's two cores. PYTEST_WORKERS=0 runs them in this one process.
@@ -9,17 +10,23 @@ PYTEST_WORKERS ?= 2
 
 .PHONY: setup run test lint bench app dmg clean screenshots
 
-$(STAMP): pyproject.toml
+# `make run` installs the app alone (its own dependencies); `make test` adds the test and packaging tools and the
+# reference torch. pip's progress stays visible: the first install downloads a few hundred MB.
+$(APP_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[test,package]"
+	$(BIN)/pip install --upgrade pip
+	$(BIN)/pip install -e .
+	touch $(APP_STAMP)
+
+$(STAMP): $(APP_STAMP)
+	$(BIN)/pip install -e ".[test,package]"
 	# transformers' reference (tests/reference/) only: the CPU build, kept off the venv's path
-	$(BIN)/pip install --quiet --target $(VENV)/torch-reference torch==2.13.0
+	$(BIN)/pip install --target $(VENV)/torch-reference torch==2.13.0
 	touch $(STAMP)
 
 setup: $(STAMP)
 
-run: $(STAMP)
+run: $(APP_STAMP)
 	$(BIN)/qwen-desk
 
 test: $(STAMP)

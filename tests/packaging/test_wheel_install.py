@@ -23,12 +23,12 @@ RESOURCES = ("catalog.json", "icon.png", "style.qss", "Info.plist")
 
 
 def _setuptools_builds_wheels_offline() -> bool:
-    """setuptools ≥ 70.1 carries bdist_wheel, so the wheel builds without fetching a build backend."""
+    """setuptools ≥ 77 carries bdist_wheel and reads the SPDX `license` string: the wheel builds without fetching a backend."""
     try:
         major, minor = (int(part) for part in metadata.version("setuptools").split(".")[:2])
     except (metadata.PackageNotFoundError, ValueError):
         return False
-    return (major, minor) >= (70, 1)
+    return (major, minor) >= (77, 0)
 
 
 def _run(command: list[str], **kwargs) -> subprocess.CompletedProcess:
