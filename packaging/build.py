@@ -26,10 +26,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC_PATH = ROOT / "packaging" / "qwen_desk.spec"
-INFO_PLIST_TEMPLATE = ROOT / "macapp" / "resources" / "Info.plist"
+INFO_PLIST_TEMPLATE = ROOT / "resources" / "Info.plist"
 ENTITLEMENTS_PATH = ROOT / "packaging" / "entitlements.plist"
-ICON_PNG = ROOT / "macapp" / "resources" / "icon.png"
-ICON_ICNS = ROOT / "macapp" / "resources" / "icon.icns"
+ICON_PNG = ROOT / "resources" / "icon.png"
+ICON_ICNS = ROOT / "resources" / "icon.icns"
 
 APP_NAME = "Qwen Desk"
 EXE_NAME = "qwen-desk"  # the executable, and the one-folder bundle's name on Linux

@@ -68,7 +68,7 @@ def test_entitlements_grant_only_what_python_and_mlx_need(build):
 
 
 def test_icon_png_is_a_1024_square_with_transparent_corners():
-    with Image.open(ROOT / "macapp" / "resources" / "icon.png") as icon:
+    with Image.open(ROOT / "resources" / "icon.png") as icon:
         assert icon.size == (1024, 1024)
         assert icon.mode == "RGBA"
         assert icon.getpixel((0, 0))[3] == 0  # outside the rounded square
@@ -76,7 +76,7 @@ def test_icon_png_is_a_1024_square_with_transparent_corners():
 
 
 def test_icns_holds_every_size_from_16_to_1024():
-    with Image.open(ROOT / "macapp" / "resources" / "icon.icns") as icns:
+    with Image.open(ROOT / "resources" / "icon.icns") as icns:
         assert icns.format == "ICNS"
         sizes = {(w, scale) for w, _h, scale in icns.info["sizes"]}
         assert {w for w, _scale in sizes} >= {16, 32, 128, 256, 512}
@@ -97,7 +97,7 @@ def test_committed_icon_is_what_make_icon_draws(tmp_path):
     spec.loader.exec_module(make_icon)
     png, icns = make_icon.write_icons(tmp_path / "icon.png", tmp_path / "icon.icns")
 
-    with Image.open(png) as fresh, Image.open(ROOT / "macapp" / "resources" / "icon.png") as committed:
+    with Image.open(png) as fresh, Image.open(ROOT / "resources" / "icon.png") as committed:
         diff = ImageStat.Stat(ImageChops.difference(fresh.convert("RGBA"), committed.convert("RGBA")))
         assert max(diff.mean) < 1.0  # same drawing; tiny resampling differences between Pillow versions allowed
     assert icns.stat().st_size > 50_000

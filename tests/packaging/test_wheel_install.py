@@ -7,6 +7,7 @@ through a .pth line, so the check needs no network and takes seconds. The .venv'
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -43,8 +44,9 @@ def wheel_install(tmp_path_factory) -> tuple[Path, Path, dict[str, str]]:
     work = tmp_path_factory.mktemp("wheel")
     # Built from a copy: an in-tree build leaves build/lib behind, whose stale files would go into later wheels.
     source = work / "source"
-    shutil.copytree(ROOT / "macapp", source / "macapp", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    for name in ("pyproject.toml", "README.md"):
+    for folder in ("macapp", "resources"):
+        shutil.copytree(ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy2(ROOT / name, source / name)
     isolation = ["--no-build-isolation"] if _setuptools_builds_wheels_offline() else []
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", *isolation, "-w", str(work / "dist"), str(source)])
@@ -61,10 +63,19 @@ def wheel_install(tmp_path_factory) -> tuple[Path, Path, dict[str, str]]:
 
 
 def test_the_wheel_carries_the_built_in_data(wheel_install):
+    """The top-level resources/ folder travels inside the wheel as macapp/resources, byte for byte."""
     wheel, _bin, _env = wheel_install
-    names = zipfile.ZipFile(wheel).namelist()
-    for name in RESOURCES:
-        assert f"macapp/resources/{name}" in names
+    with zipfile.ZipFile(wheel) as archive:
+        for name in RESOURCES:
+            assert archive.read(f"macapp/resources/{name}") == (ROOT / "resources" / name).read_bytes()
+
+
+def test_a_wheel_install_reads_its_own_catalog(wheel_install, tmp_path):
+    _wheel, bin_dir, env = wheel_install
+    probe = "from macapp.core import catalog, paths; print(paths.resources_dir()); print(len(catalog.load_catalog()))"
+    where, rows = _run([str(bin_dir / "python"), "-c", probe], env=env, cwd=tmp_path).stdout.split()
+    assert Path(where).is_relative_to(bin_dir.parent), where  # the wheel's copy, not the checkout's resources/
+    assert int(rows) == len(json.loads((ROOT / "resources" / "catalog.json").read_text())["models"])
 
 
 @pytest.mark.slow
