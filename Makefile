@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # CI's two cores. PYTEST_WORKERS=0 runs them in this one process.
 PYTEST_WORKERS ?= 2
 
-.PHONY: setup run test lint bench app dmg clean screenshots
+.PHONY: setup run test lint bench app dmg clean screenshots docs
 
 # `make run` installs the app alone (its own dependencies); `make test` adds the test and packaging tools and the
 # reference torch. pip's progress stays visible: the first install downloads a few hundred MB.
@@ -54,6 +54,10 @@ dmg: app
 screenshots: $(STAMP)
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m macapp.devtools.screenshots docs/
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m macapp.devtools.screenshots_newcomer docs/
+
+# The example outputs in README.md and docs/*.md, rewritten from the commands they document (tests/test_docs.py checks them).
+docs: $(APP_STAMP)
+	$(BIN)/python -m macapp.devtools.doc_outputs
 
 clean:
 	rm -rf build dist $(VENV) .pytest_cache
