@@ -11,6 +11,8 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("HF_HUB_DISABLE_XET", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import atexit  # noqa: E402
+import shutil  # noqa: E402
 import tempfile  # noqa: E402
 
 import mlx.core as mx  # noqa: E402
@@ -22,6 +24,7 @@ mx.enable_compile()
 # huggingface_hub freezes HF_HOME/HF_HUB_OFFLINE at import: point its defaults at a throwaway folder, never the
 # user's real cache, and import it now so no test's monkeypatched environment gets frozen in by accident.
 os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="qwen-desk-tests-hf-")
+atexit.register(shutil.rmtree, os.environ["HF_HOME"], ignore_errors=True)  # this process's own: nothing left in /tmp
 import huggingface_hub.constants  # noqa: E402,F401  fix its import-time constants now (the app reads HF_* at call time)
 import pytest
 

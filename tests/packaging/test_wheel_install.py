@@ -49,12 +49,14 @@ def wheel_install(tmp_path_factory) -> tuple[Path, Path, dict[str, str]]:
     for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy2(ROOT / name, source / name)
     isolation = ["--no-build-isolation"] if _setuptools_builds_wheels_offline() else []
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", *isolation, "-w", str(work / "dist"), str(source)])
+    (work / "tmp").mkdir()
+    pip_env = {**os.environ, "TMPDIR": str(work / "tmp")}  # pip's scratch folders stay in this test's folder
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", *isolation, "-w", str(work / "dist"), str(source)], env=pip_env)
     wheel = next((work / "dist").glob("qwen_desk-*.whl"))
     venv = work / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
     python = venv / "bin" / "python"
-    _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q", str(wheel)])
+    _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q", str(wheel)], env=pip_env)
     site = Path(_run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"]).stdout.strip())
     (site / "zz_test_deps.pth").write_text(sysconfig.get_path("purelib") + "\n")
     env = {**os.environ, "QWEN_DESK_HOME": str(work / "home"), "QT_QPA_PLATFORM": "offscreen", "HF_HUB_OFFLINE": "1"}
