@@ -9,23 +9,28 @@ A page marks each example with the command that makes it:
     <!-- /output -->
 
 `python -m macapp.devtools.doc_outputs` runs every such command and writes `$ COMMAND` and its output between the
-markers; `--check` writes nothing and lists the blocks that are out of date (tests/test_docs.py runs it). Each
-command runs as `python -m macapp` in a fresh process on a throwaway app home and Hugging Face cache, offline, with
-a fixed terminal width, so the output is the built-in catalog's and a "what if" Mac's, the same on every machine.
+markers; `--check` writes nothing and lists the blocks that are out of date (tests/test_docs.py runs it). The
+commands run through `qwen-desk`'s own entry point in one fresh process on a throwaway app home and Hugging Face
+cache, offline, with a fixed terminal width, so the output is the built-in catalog's and a "what if" Mac's, the
+same on every machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import json
 import os
 import re
 import shlex
 import subprocess
 import sys
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+
+from macapp.cli import main as qwen_desk  # light: the subcommands load what they need when run
 
 ROOT = Path(__file__).resolve().parents[2]
 BLOCK = re.compile(r"^<!-- output: (?P<command>.+?) -->\n(?P<body>.*?)^<!-- /output -->", re.DOTALL | re.MULTILINE)
@@ -48,11 +53,15 @@ def pages(root: Path = ROOT) -> list[Path]:
     return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
 
 
-def run_command(command: str, work: Path) -> str:
-    """The block a documented `qwen-desk …` command gets: the command line, then what it printed."""
-    argv = shlex.split(command)
-    if not argv or argv[0] != PROGRAM:
-        raise DocOutputError(f"a documented output must come from `{PROGRAM} …`, not {command!r}")
+def run_commands(wanted: list[str], work: Path) -> dict[str, str]:
+    """command → the block it gets: the command line, then what it printed. All run in one fresh process (one
+    start-up, not one per command) on `work` as app home and HF cache, offline, at a fixed terminal width."""
+    for command in wanted:
+        argv = shlex.split(command)
+        if not argv or argv[0] != PROGRAM:
+            raise DocOutputError(f"a documented output must come from `{PROGRAM} …`, not {command!r}")
+    if not wanted:
+        return {}
     env = {
         **os.environ,
         "QWEN_DESK_HOME": str(work / "home"),
@@ -61,10 +70,30 @@ def run_command(command: str, work: Path) -> str:
         "COLUMNS": COLUMNS,
         "PYTHONPATH": str(ROOT),
     }
-    done = subprocess.run([sys.executable, "-m", "macapp", *argv[1:]], capture_output=True, text=True, env=env, cwd=work, timeout=120)
+    child = [sys.executable, "-m", "macapp.devtools.doc_outputs", "--print-outputs", *wanted]
+    done = subprocess.run(child, capture_output=True, text=True, env=env, cwd=work, timeout=300)
     if done.returncode != 0:
-        raise DocOutputError(f"`{command}` exited {done.returncode}: {done.stderr.strip()[-500:]}")
-    return f"```\n$ {command}\n{done.stdout.rstrip()}\n```\n"
+        raise DocOutputError(done.stderr.strip()[-1000:])
+    printed: dict[str, str] = json.loads(done.stdout)
+    return {command: f"```\n$ {command}\n{printed[command].rstrip()}\n```\n" for command in wanted}
+
+
+def print_outputs(wanted: list[str]) -> int:
+    """In the child run_commands starts: each command through the real `qwen-desk` entry point, its output as JSON."""
+    printed = {}
+    for command in wanted:
+        captured = io.StringIO()
+        with contextlib.redirect_stdout(captured):
+            try:
+                status = qwen_desk(shlex.split(command)[1:])
+            except SystemExit as exit_:  # --help
+                status = exit_.code if isinstance(exit_.code, int) else 0 if exit_.code is None else 1
+        if status != 0:
+            print(f"`{command}` exited {status}", file=sys.stderr)
+            return 1
+        printed[command] = captured.getvalue()
+    print(json.dumps(printed))
+    return 0
 
 
 def render(text: str, outputs: dict[str, str]) -> str:
@@ -78,11 +107,11 @@ def commands(texts: list[str]) -> list[str]:
 
 
 def regenerate(files: list[Path], write: bool) -> list[StaleBlock]:
-    """Run the marked commands (two at a time) and bring the pages up to date, or only say which blocks are not."""
+    """Run the marked commands and bring the pages up to date, or only say which blocks are not."""
     texts = {page: page.read_text() for page in files}
     wanted = commands(list(texts.values()))
-    with tempfile.TemporaryDirectory(prefix="qwen-desk-docs-") as work, ThreadPoolExecutor(max_workers=2) as pool:
-        outputs = dict(zip(wanted, pool.map(lambda command: run_command(command, Path(work)), wanted)))
+    with tempfile.TemporaryDirectory(prefix="qwen-desk-docs-") as work:
+        outputs = run_commands(wanted, Path(work))
     stale = []
     for page, text in texts.items():
         for match in BLOCK.finditer(text):
@@ -99,7 +128,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a documented output is out of date")
     parser.add_argument("files", nargs="*", type=Path, help="pages to update (default: README.md and docs/*.md)")
+    parser.add_argument("--print-outputs", nargs="+", metavar="COMMAND", help=argparse.SUPPRESS)  # run_commands' child
     args = parser.parse_args(argv)
+    if args.print_outputs:
+        return print_outputs(args.print_outputs)
     try:
         stale = regenerate(args.files or pages(), write=not args.check)
     except DocOutputError as exc:
