@@ -72,6 +72,14 @@ def test_the_wheel_carries_the_built_in_data(wheel_install):
             assert archive.read(f"macapp/resources/{name}") == (ROOT / "resources" / name).read_bytes()
 
 
+def test_the_wheel_states_its_license_as_an_spdx_expression(wheel_install):
+    wheel, _bin, _env = wheel_install
+    with zipfile.ZipFile(wheel) as archive:
+        meta = archive.read(next(name for name in archive.namelist() if name.endswith(".dist-info/METADATA"))).decode()
+    assert "License-Expression: Apache-2.0" in meta.splitlines()
+    assert not any(line.startswith("License: ") for line in meta.splitlines())  # the deprecated table form
+
+
 def test_a_wheel_install_reads_its_own_catalog(wheel_install, tmp_path):
     _wheel, bin_dir, env = wheel_install
     probe = "from macapp.core import catalog, paths; print(paths.resources_dir()); print(len(catalog.load_catalog()))"
