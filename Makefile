@@ -11,7 +11,7 @@ PYTEST_WORKERS ?= 2
 .PHONY: setup run test lint bench app dmg clean screenshots docs
 
 # `make run` installs the app alone (its own dependencies); `make test` adds the test and packaging tools and the
-# reference torch. pip's progress stays visible: the first install downloads a few hundred MB.
+# reference torch. pip's progress stays visible: the first install downloads several hundred MB.
 $(APP_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --upgrade pip
