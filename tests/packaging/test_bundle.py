@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import plistlib
 import subprocess
@@ -271,10 +272,15 @@ def linux_bundle():
     return dist / "qwen-desk"
 
 
+def _pyz_toc() -> list[tuple]:
+    """The modules the bundle's archive holds, as PyInstaller listed them in its work folder (linux_bundle's)."""
+    return ast.literal_eval((ROOT / "build" / "test-bundle" / "work" / "qwen_desk" / "PYZ-00.toc").read_text())[-1]
+
+
 @linux_only
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
-def test_linux_bundle_passes_its_self_test_and_keeps_data_outside(linux_bundle, tmp_path):
+def test_linux_bundle_passes_its_self_test_and_keeps_data_outside(linux_bundle, tmp_path, build):
     exe = linux_bundle / "qwen-desk"
     internal = linux_bundle / "_internal"
     assert (internal / "resources" / "icon.png").exists()
@@ -284,6 +290,10 @@ def test_linux_bundle_passes_its_self_test_and_keeps_data_outside(linux_bundle, 
     assert not (internal / "PySide6" / "QtNetwork.abi3.so").exists()  # unused Qt modules left out
     assert not (internal / "torch").exists()
     assert (internal / "PIL").exists() and not (internal / "cv2").exists() and not (internal / "pyarrow").exists()
+    bundled = {entry[0] for entry in _pyz_toc()}
+    assert "macapp.core.fit.estimate" in bundled
+    assert not {name for name in bundled if name.split(".")[0] in ("tests", "hypothesis", "pytest", "_pytest")}  # no test code
+    assert not {name for name in bundled if name.startswith(build.DEV_ONLY_MODULES)}  # nor the tools that use it
     before = sorted(p.relative_to(linux_bundle) for p in linux_bundle.rglob("*"))
 
     home = tmp_path / "home"
