@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # CI's two cores. PYTEST_WORKERS=0 runs them in this one process.
 PYTEST_WORKERS ?= 2
 
-.PHONY: setup run test lint bench app dmg clean screenshots docs
+.PHONY: setup run test test-lowest lint bench app dmg clean screenshots docs
 
 # `make run` installs the app alone (its own dependencies); `make test` adds the test and packaging tools and the
 # reference torch. pip's progress stays visible: the first install downloads several hundred MB.
@@ -36,6 +36,16 @@ test: $(STAMP)
 	$(BIN)/mypy
 	QT_QPA_PLATFORM=offscreen MLX_DISABLE_COMPILE=1 $(BIN)/python -m pytest -q --durations=15 -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
+# The engine and server tests on the lowest versions pyproject.toml allows (.ci/lowest-constraints.txt), in a venv of
+# their own: what CI's "lowest" job runs.
+LOWEST_VENV ?= .venv-lowest
+test-lowest:
+	$(PYTHON) -m venv $(LOWEST_VENV)
+	$(LOWEST_VENV)/bin/pip install --quiet --upgrade pip
+	$(LOWEST_VENV)/bin/pip install --quiet -c .ci/lowest-constraints.txt -e ".[test]"
+	$(LOWEST_VENV)/bin/pip list 2>/dev/null | grep -iE "^(mlx|mlx-lm|mlx-vlm|transformers|huggingface.hub|starlette|pydantic) "
+	QT_QPA_PLATFORM=offscreen MLX_DISABLE_COMPILE=1 $(LOWEST_VENV)/bin/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile tests/core/engine tests/core/serving tests/server
+
 lint: $(STAMP)
 	$(BIN)/ruff check macapp tests bench packaging
 	$(BIN)/ruff format --check --quiet macapp tests bench packaging
@@ -60,4 +70,4 @@ docs: $(APP_STAMP)
 	$(BIN)/python -m macapp.devtools.doc_outputs
 
 clean:
-	rm -rf build dist $(VENV) .pytest_cache
+	rm -rf build dist $(VENV) $(LOWEST_VENV) .pytest_cache

@@ -7,7 +7,8 @@ and travel inside the wheel, where `macapp.core.paths.resources_dir` finds them 
 from setuptools import find_namespace_packages, setup
 
 setup(
-    packages=[*find_namespace_packages(include=["macapp*"]), "macapp.resources"],
+    # the developer's tools (screenshots, the probe) run from a checkout, not a wheel
+    packages=[*find_namespace_packages(include=["macapp*"], exclude=["macapp.devtools*"]), "macapp.resources"],
     package_dir={"macapp.resources": "resources"},
     package_data={"macapp.resources": ["*"]},
 )

@@ -306,7 +306,7 @@ def report(
 
 
 def tiny_tool_model(folder: Path) -> Path:
-    from macapp.devtools.tiny_model import make_tiny_model
+    from macapp.core.demo.tiny_model import make_tiny_model
     from tests.fixtures.scripted import TOOL_CALL_ANSWER
 
     return make_tiny_model(folder / "scripted-tool-call", kind="dense", answer=TOOL_CALL_ANSWER, firm=True)
@@ -315,7 +315,7 @@ def tiny_tool_model(folder: Path) -> Path:
 def clients_bench(args: argparse.Namespace, tmp: Path) -> str:
     """`--clients 1,2,4,8`: many streaming clients at once against both servers (bench/concurrency.py)."""
     import concurrency
-    from macapp.devtools.tiny_model import make_tiny_model
+    from macapp.core.demo.tiny_model import make_tiny_model
 
     model = Path(args.model) if args.model else make_tiny_model(tmp / "tiny-16-layers", kind="dense", num_layers=16)
     counts = [int(n) for n in args.clients.split(",")]

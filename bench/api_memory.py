@@ -65,7 +65,7 @@ def main() -> int:
     parser.add_argument("--pool-mb", type=int, default=64)
     args = parser.parse_args()
     from macapp.core.engine import Engine
-    from macapp.devtools.tiny_model import make_tiny_model
+    from macapp.core.demo.tiny_model import make_tiny_model
     from macapp.server.config import ServerConfig
     from macapp.server.engine_backend import serving_backend
     from macapp.server.local_server import LocalServer

@@ -9,7 +9,7 @@ kept in the runner (`ServingOptions(batching=False)` is the one-at-a-time path, 
 they are compared in one process, interleaved, greedy, end-of-turn tokens banned so every reply is `--tokens`
 long. Decode tok/s is the engine's own figure (tokens after the first over the time after the first).
 A request alone in the batch runs outside mlx-lm's generator (core/engine/solo.py) until another arrives.
-With `--mtp` the tiny model gets an MTP head (always right, or random: macapp/devtools/tiny_model.py, as
+With `--mtp` the tiny model gets an MTP head (always right, or random: macapp/core/demo/tiny_model.py, as
 bench/mtp_bench.py) and the lone request in the batch also runs with `--mtp auto` and `on` (issue 21: MTP for a
 batch of one); those replies are checked token for token against the plain batch's.
 With `--companion N` each batch path also runs the request beside a short one (N tokens) that the batch takes
@@ -47,7 +47,7 @@ def main() -> int:
     from macapp.core.sampling import greedy
     from macapp.core.serving.requests import ChatMessage, Completed, CompletionRequest, Role
     from macapp.core.serving.runner import ServingEngine, ServingOptions
-    from macapp.devtools.tiny_model import make_tiny_model
+    from macapp.core.demo.tiny_model import make_tiny_model
 
     with tempfile.TemporaryDirectory(prefix="batch-solo-") as tmp:
         model = args.model or str(make_tiny_model(Path(tmp) / f"tiny-{args.layers}", kind="dense", num_layers=args.layers, mtp=args.mtp))

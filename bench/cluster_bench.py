@@ -145,7 +145,7 @@ def main() -> int:
     if args.latency:
         return latency_main()
 
-    from macapp.devtools.tiny_model import make_tiny_model
+    from macapp.core.demo.tiny_model import make_tiny_model
 
     tokens, runs, rounds = (32, 2, 1) if args.quick else (args.tokens, args.runs, 3)
     work = Path(tempfile.mkdtemp(prefix="cluster-bench-"))

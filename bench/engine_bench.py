@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from macapp.core.engine import Engine  # noqa: E402
 from macapp.core.events import AnswerDelta, Finished, ReasoningDelta, Reply  # noqa: E402
 from macapp.core.sampling import greedy, make_sampler_and_processors  # noqa: E402
-from macapp.devtools.tiny_model import make_tiny_model  # noqa: E402
+from macapp.core.demo.tiny_model import make_tiny_model  # noqa: E402
 
 DELTAS = (AnswerDelta, ReasoningDelta)
 CPU_NOTES: list = []

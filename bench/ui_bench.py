@@ -198,7 +198,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="qwen-desk-ui-bench-"))
     os.environ["QWEN_DESK_HOME"] = str(work / "home")
     if args.model is None:
-        from macapp.devtools.tiny_model import make_tiny_model
+        from macapp.core.demo.tiny_model import make_tiny_model
 
         args.model = make_tiny_model(work / "tiny-qwen3.5-moe", kind="moe")
         label = "tiny test model (random weights)"

@@ -35,7 +35,7 @@ from PIL import Image  # noqa: E402
 
 from macapp.core.vision.images import image_from_bytes  # noqa: E402
 from macapp.core.vision.runner import attach_vision  # noqa: E402
-from macapp.devtools.tiny_vlm import make_tiny_vlm  # noqa: E402
+from macapp.core.demo.tiny_vlm import make_tiny_vlm  # noqa: E402
 
 
 def _picture(size, max_pixels):

@@ -32,6 +32,7 @@ pytest_plugins = [
     "tests.fixtures.models",
     "tests.fixtures.hub",
     "tests.fixtures.scripted",
+    "tests.fixtures.mcp_servers",
 ]
 
 

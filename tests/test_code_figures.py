@@ -19,7 +19,7 @@ CEILINGS = {
     "server": (0, 0),
     "cli": (0, 4),
     "ui": (0, 2),
-    "devtools": (0, 7),
+    "devtools": (0, 6),
 }
 
 

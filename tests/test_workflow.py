@@ -97,3 +97,24 @@ def test_the_linux_job_runs_what_ci_runs_with_the_same_system_libraries(workflow
     assert "apt-packages.txt" in ROOT.joinpath(".ci", "run").read_text()  # one list for both
     packages = ROOT.joinpath(".ci", "apt-packages.txt").read_text().split()
     assert "fonts-dejavu-core" in packages and "libegl1" in packages
+
+
+def test_the_lowest_job_tests_the_lower_bounds_pyproject_claims(workflow):
+    """The lowest job runs `make test-lowest`, and every pin of its constraints file is a bound pyproject.toml states."""
+    import tomllib
+
+    assert "make test-lowest" in runs(workflow["jobs"]["lowest"])
+    assert "-c .ci/lowest-constraints.txt" in ROOT.joinpath("Makefile").read_text()
+    pins = {}
+    for line in ROOT.joinpath(".ci", "lowest-constraints.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, version = line.split("==")
+            pins[name.strip().lower().replace("_", "-")] = version.strip()
+    bounds = {}
+    for requirement in tomllib.loads(ROOT.joinpath("pyproject.toml").read_text())["project"]["dependencies"]:
+        found = re.match(r"^([\w.-]+)(?:\[[\w,]+\])?\s*>=\s*([\w.]+)", requirement)
+        assert found, f"{requirement}: no lower bound"
+        bounds[found[1].lower().replace("_", "-")] = found[2]
+    assert set(bounds) <= set(pins)  # every dependency's lower bound is installed by the lowest job
+    for name, lowest in bounds.items():
+        assert [int(p) for p in pins[name].split(".")] == [int(p) for p in lowest.split(".")] + [0] * (pins[name].count(".") - lowest.count("."))

@@ -12,7 +12,7 @@ from macapp import __version__
 from macapp.core.logs import setup_logging
 
 # Each module defines `register(subparsers)`, which adds its parser and sets `func(args) -> int`.
-SUBCOMMAND_MODULES = ("fit", "download", "chat", "history", "serve", "demo")
+SUBCOMMAND_MODULES = ("fit", "download", "chat", "history", "serve", "cache", "demo")
 # What `register` is given (a string: argparse's class is generic only in typeshed, not at run time).
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging()
     try:
         if args.self_test:
-            from macapp.devtools.selftest import run_self_test  # why: it imports the engine and huggingface_hub; `import macapp.cli` stays light
+            from macapp.cli.selftest import run_self_test  # why: it imports the engine and huggingface_hub; `import macapp.cli` stays light
 
             return run_self_test()
         if args.command is None:

@@ -1,11 +1,12 @@
 """`qwen-desk chat`: chat with a model in the terminal, or run scripted turns (`--prompt`, `--json`).
 
-    qwen-desk chat --model PATH_OR_REPO [--think | --no-think] [--prompt TEXT]... [--image PATH]... [--max-tokens N] [--seed N] [--json]
+    qwen-desk chat --model PATH_OR_REPO [--think | --no-think] [--prompt TEXT]... [--image PATH]... [--video PATH [--video-fps F] [--video-max-frames N]] [--max-tokens N] [--seed N] [--json]
+                   [--mcp-config FILE] [--allow-tool SERVER/TOOL]... [--mcp-timeout SECONDS]
 
 Each --prompt is one user turn of the same conversation, in order. With --json, one JSON object per turn
 per line: turn, text, reasoning, prompt_tokens (prefilled this turn), generation_tokens, ttft_s, prompt_tps,
 generation_tps, peak_memory_bytes, finish_reason, image_tokens (plus reasoning_tokens, thinking, context_tokens,
-conversation_id). --image attaches pictures to the first turn (`/image PATH` to the next message, interactively). Without --prompt it is an interactive chat: tokens stream, reasoning is dimmed, and a
+conversation_id, video_frames, tool_calls: the MCP tool calls, docs/tools.md). --image and --video attach pictures to the first turn (`/image PATH` to the next message, interactively). Without --prompt it is an interactive chat: tokens stream, reasoning is dimmed, and a
 stats line follows each reply. Conversations are saved to the history unless --no-history.
 """
 
@@ -17,20 +18,25 @@ import sys
 from typing import TextIO
 
 from macapp.cli import Subparsers, UsageError
+from macapp.cli.cache import add_disk_argument, disk_bytes, open_store
+from macapp.cli.chat_tools import add_tool_arguments, json_calls, show_call, tool_loop
 from macapp.cli.cluster import add_run_arguments, engine_for, launch_or_follow
 from macapp.cli.model import add_cache_arguments, add_model_argument, add_mtp_argument, check_cache_arguments, load_model, mtp_mode, mtp_notice
 from macapp.core import events as ev
 from macapp.core.conversation import ConversationModel, Turn
 from macapp.core.engine import ChatSession, Engine, SessionOptions
 from macapp.core.engine.messages import ChatMessage
-from macapp.core.events import AnswerDelta, Failed, Finished, ReasoningDelta, Reply, TerminalEvent, TurnKind, format_stats
+from macapp.core.events import AnswerDelta, Failed, Finished, ReasoningDelta, Reply, TerminalEvent, ToolCallDone, ToolCallRecord, TurnKind, format_stats
 from macapp.core.fit.estimate import DEFAULT_PREFILL_STEP
 from macapp.core.history import NotFoundError, Store, StoreError
 from macapp.core.jsonvalue import JSONObject
-from macapp.core.recorder import ChatRecorder
+from macapp.core.recorder import ChatRecorder, run_on
 from macapp.core.sampling import SamplingParams, preset
+from macapp.core.tools.loop import ToolLoop
 from macapp.core.vision.images import ImageError, PreparedImage, open_image
 from macapp.core.vision.pictures import FILES
+from macapp.core.vision.video import PreparedVideo
+from macapp.cli.video import open_video_argument, video_arguments
 
 DIM, RESET = "\033[2m", "\033[0m"
 HELP = (
@@ -55,6 +61,9 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument("--prompt", "-p", action="append", metavar="TEXT", help="a user turn; repeat for more turns ('-' reads stdin)")
     parser.add_argument("--system", metavar="TEXT", help="system prompt")
     parser.add_argument("--image", action="append", metavar="PATH", help="attach a picture to the first turn; repeat for more")
+    parser.add_argument("--video", metavar="PATH", help="attach a video to the first turn (frames sampled as mlx-vlm samples them)")
+    parser.add_argument("--video-fps", type=float, metavar="F", help="frames sampled per second of --video (default: the model's, 2)")
+    parser.add_argument("--video-max-frames", type=int, metavar="N", help="at most N frames of --video (default: the model's)")
     parser.add_argument("--json", action="store_true", help="one JSON object per turn on stdout (needs --prompt)")
     parser.add_argument("--preset", default="general", help="model-card sampling preset: general | precise (thinking) | reasoning (no thinking)")
     parser.add_argument("--max-tokens", type=int, metavar="N", help="most tokens per reply (default: the preset's)")
@@ -75,7 +84,9 @@ def register(subparsers: Subparsers) -> None:
         help=f"prompt tokens read per step (default {DEFAULT_PREFILL_STEP})",
     )
     parser.add_argument("--resume", type=int, metavar="ID", help="continue a saved conversation (see `qwen-desk history`)")
+    add_disk_argument(parser, "a conversation continued with --resume")
     parser.add_argument("--no-history", action="store_true", help="do not save this conversation to the history")
+    add_tool_arguments(parser)
     add_run_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -99,7 +110,7 @@ def _sampling(args: argparse.Namespace, thinking: bool) -> SamplingParams:
     return params
 
 
-def _turn_record(turn: int, reply: Reply, conversation_id: int | None) -> dict[str, object]:
+def _turn_record(turn: int, reply: Reply, conversation_id: int | None, tool_calls: list[ToolCallRecord], video_frames: int = 0) -> dict[str, object]:
     st = reply.stats
     return {
         "turn": turn,
@@ -118,9 +129,11 @@ def _turn_record(turn: int, reply: Reply, conversation_id: int | None) -> dict[s
         "context_tokens": st.context_tokens,
         "conversation_id": conversation_id,
         "image_tokens": st.image_tokens,
+        "video_frames": video_frames,
         "mtp_steps": st.mtp_steps,
         "mtp_acceptance": round(st.mtp_acceptance, 4),
         "mtp_tokens_per_step": round(st.mtp_tokens_per_step, 4),
+        "tool_calls": json_calls(tool_calls),
     }
 
 
@@ -178,12 +191,22 @@ class Chat:
     """The command line's conversation (macapp.core.conversation, the window's too): its engine session, and the
     history that records every turn of it. Here only the printing; the model runs and records the turns."""
 
-    def __init__(self, engine: Engine, session: ChatSession, history: History, system: str | None = None, options: SessionOptions | None = None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        session: ChatSession,
+        history: History,
+        system: str | None = None,
+        options: SessionOptions | None = None,
+        tools: ToolLoop | None = None,
+    ) -> None:
         self.engine = engine
         self.history = history
         self.system = system
         self.options = options  # the session's SessionOptions, for a session re-opened from the history
-        self.conversation = ConversationModel(self._new_session, history.recorder, system_prompt=system, session=session, system_wins=True)
+        self.tool_calls: list[ToolCallRecord] = []  # the last turn's MCP tool calls
+        runner = tools.run if tools is not None else run_on
+        self.conversation = ConversationModel(self._new_session, history.recorder, system_prompt=system, session=session, system_wins=True, run_turn=runner)
 
     @property
     def session(self) -> ChatSession | None:
@@ -207,17 +230,23 @@ class Chat:
         """Run one turn (TurnKind), printing its text as it streams (when `show`) and recording it; return
         its terminal event. `images`: pictures (vision.images.PreparedImage) for a send."""
         turn = self.conversation.start(kind, text, thinking=thinking, sampling=sampling, thinking_budget=budget, images=images)
-        last = _stream(turn, out, color, show)
+        self.tool_calls = []
+        last = _stream(turn, out, color, show, self.tool_calls)
         self.history.report()
         self.conversation.ensure_session()  # e.g. a failed reply's text is kept in the history: the next turn sees it too
         return last
 
 
-def _stream(turn: Turn, out: TextIO, color: bool, show: bool) -> TerminalEvent:
-    """Print a turn's text as it arrives (reasoning dimmed); return its terminal event. Ctrl-C stops the reply."""
+def _stream(turn: Turn, out: TextIO, color: bool, show: bool, tool_calls: list[ToolCallRecord]) -> TerminalEvent:
+    """Print a turn's text as it arrives (reasoning dimmed), and its tool calls on stderr; return its terminal event
+    (`tool_calls` gets the calls). Ctrl-C stops the reply."""
     in_reasoning = wrote = False
     try:
         for event in turn.events():
+            if isinstance(event, ToolCallDone):
+                tool_calls.append(event.record)
+                if show:
+                    show_call(event.record, sys.stderr)
             if not show:
                 continue
             if isinstance(event, (ReasoningDelta, AnswerDelta)):
@@ -258,13 +287,17 @@ def run(args: argparse.Namespace) -> int:
     if args.thinking_budget is not None and args.thinking_budget < 0:
         raise UsageError("--thinking-budget must be 0 or more tokens")
     check_cache_arguments(args)
+    disk_bytes(args)
     if args.prefill_step_size < 1:
         raise UsageError("--prefill-step-size must be at least 1")
     _sampling(args, args.think)  # refuse bad sampling flags before loading anything
     images = _pictures(args.image or [])  # every picture checked before loading anything
+    video_settings = video_arguments(args)
+    tools = tool_loop(args, interactive=not prompts)  # the MCP config checked too; its servers start at the first turn
     if (code := launch_or_follow(args, prompts, reads_input=not prompts)) is not None:
         return code  # --hostfile: this process started and watched the ranks (or it was a follower rank)
     engine = engine_for()
+    disk = open_store(args, engine)
     try:
         info = load_model(engine, args.model, context=args.context, mtp=mtp_mode(args))
         if info is None:
@@ -274,11 +307,13 @@ def run(args: argparse.Namespace) -> int:
         if (notice := mtp_notice(info, args.mtp)) is not None:
             print(notice, file=sys.stderr)
         options = SessionOptions(context_limit=args.context, kv_bits=args.kv_bits, prefill_step_size=args.prefill_step_size, mtp=mtp_mode(args))
+        if args.video:
+            images += (open_video_argument(engine, args.video, video_settings, args.context),)
         settings = {"thinking": args.think, "preset": args.preset, "kv_bits": args.kv_bits, "context": args.context}
         history = History(not args.no_history, info.name, args.system, settings, args.resume)
         try:
             session = engine.new_session(system_prompt=args.system, messages=history.messages, options=options)
-            chat = Chat(engine, session, history, args.system, options)
+            chat = Chat(engine, session, history, args.system, options, tools)
             if prompts:
                 return _scripted(args, chat, prompts, images)
             return _interactive(args, chat, images)
@@ -286,6 +321,9 @@ def run(args: argparse.Namespace) -> int:
             history.close()
     finally:
         engine.close()
+        disk.close()  # the checkpoints queued for writing go to disk before the process ends
+        if tools is not None:
+            tools.host.close()  # every server, its processes included
 
 
 def _pictures(paths: list[str]) -> tuple[PreparedImage, ...]:
@@ -308,7 +346,8 @@ def _scripted(args: argparse.Namespace, chat: Chat, prompts: list[str], images: 
         assert isinstance(last, Finished)
         reply = last.reply
         if args.json:
-            print(json.dumps(_turn_record(turn, reply, chat.history.conversation_id)), flush=True)
+            frames = sum(image.frames for image in attached if isinstance(image, PreparedVideo))
+            print(json.dumps(_turn_record(turn, reply, chat.history.conversation_id, chat.tool_calls, frames)), flush=True)
         else:
             print(stats_line(reply), file=sys.stderr)
     return 0

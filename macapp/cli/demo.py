@@ -4,7 +4,8 @@
     qwen-desk demo --prompt hi       # one scripted turn (the `chat` flags work too: --json, --no-think…)
     qwen-desk demo --path            # only print its folder: qwen-desk serve --model "$(qwen-desk demo --path)"
 
-It writes nonsense (random weights) and says so; it is there to show streaming, thinking, the meter and the history.
+It cannot read a message (random weights): every reply says what it is and what a real model will do. It is there
+to show streaming, thinking, the meter and the history.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import argparse
 import sys
 
 from macapp.cli import Subparsers, chat
-from macapp.devtools.demo import NOTICE, ensure_demo_model
+from macapp.core.demo.model import NOTICE, ensure_demo_model
 
 DEMO_MAX_TOKENS = 200  # random weights may never write an end token: keep each reply short
 
@@ -21,8 +22,8 @@ DEMO_MAX_TOKENS = 200  # random weights may never write an end token: keep each 
 def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "demo",
-        help="try it without a download: a tiny demo model (writes nonsense) and the chat",
-        description="Make a tiny random-weights model on this machine and chat with it. It writes nonsense: it is "
+        help="try it without a download: a tiny demo model (the same reply to anything) and the chat",
+        description="Make a tiny random-weights model on this machine and chat with it. It gives the same reply to anything: it is "
         "only there to show the app working before you download a real model. Takes `qwen-desk chat`'s flags.",
     )
     parser.add_argument("--path", action="store_true", help="only make the demo model and print its folder")

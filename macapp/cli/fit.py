@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import sys
@@ -15,6 +16,7 @@ from macapp.core.download import downloaded_repos
 from macapp.core.fit import advice, estimate, prefill_time
 from macapp.core.fit.picture_cost import VisionCost
 from macapp.core.hub.mtp import MtpStatus, status_for
+from macapp.cli.fit_video import add_video_arguments, video_fit, video_words
 from macapp.core.vision.builds import build_vision, downloaded_folder, refresh_catalog_and_pictures
 
 DEFAULT_CONTEXT = estimate.DEFAULT_CONTEXT
@@ -35,6 +37,7 @@ def register(subparsers: Subparsers) -> None:
         help="what if iogpu.wired_limit_mb were raised to N MB (or N GB): the GPU budget follows it; nothing is changed",
     )
     add_fit_arguments(fit)
+    add_video_arguments(fit)
     fit.set_defaults(func=run_fit)
 
     models = subparsers.add_parser("models", help="the Qwen3.5 catalog with the fit verdict for this machine")
@@ -107,18 +110,26 @@ def resolve(spec: str, bits: int | None) -> catalog.ModelRef:
 def run_fit(args: argparse.Namespace) -> int:
     model = resolve(args.model, args.bits)
     machine = machine_from_args(args)
+    warning = hardware.machine_warning(machine)
+    if warning:
+        print(f"qwen-desk: warning: {warning}", file=sys.stderr)  # a warning, not a refusal: what-ifs stay possible
     check_fit_arguments(args)
     if args.hosts is not None:
         return run_cluster_fit(args, model, machine)
+    seen = vision_args(model, args.images or args.video_frames is not None)
+    seen["vision"], video, frames_fit = video_fit(args, model, seen["vision"])
     try:
-        result = estimate.estimate(model, args.context, machine, kv_bits=args.kv_bits, **vision_args(model, args.images), mtp=mtp_status(model))
+        result = estimate.estimate(model, args.context, machine, kv_bits=args.kv_bits, **seen, mtp=mtp_status(model))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     ways_out = advice.advise(model, result, machine, catalog_refs())
     if args.json:
-        print(json.dumps({**result.to_json(), "advice": ways_out.to_json()}, indent=2))
+        extra = {"video": {**dataclasses.asdict(video), "frames_that_fit": frames_fit}} if video else {}
+        print(json.dumps({**result.to_json(), "advice": ways_out.to_json(), **extra}, indent=2))
     else:
         print(describe(result, machine))
+        if video is not None:
+            print(f"  {video_words(video, frames_fit, args.context)}")
         for line in ways_out.lines():
             print(f"  {line}")
     return 0
@@ -260,7 +271,8 @@ def _print_wired_limit_notes(rows: list[dict[str, object]]) -> None:
         steps = ways_out["steps"] if isinstance(ways_out, dict) else []
         for step in steps:
             if step["remedy"] == advice.Remedy.WIRED_LIMIT.value:
-                notes.append(f"  {r['model']} {r['bits']}-bit: `{step['command']}` (leaves {_gb(step['leaves_bytes'])} for macOS)")
+                shorter = f"up to {step['context']:,} tokens, " if step["context"] != r["context"] else ""
+                notes.append(f"  {r['model']} {r['bits']}-bit: `{step['command']}` ({shorter}leaves {_gb(step['leaves_bytes'])} for macOS)")
     if notes:
         print("Too big for the default GPU limit, but would fit if macOS wired more memory for the GPU:")
         print("\n".join(notes))

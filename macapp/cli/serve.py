@@ -1,9 +1,11 @@
 """`qwen-desk serve`: serve the model to other tools over a local OpenAI- and Anthropic-compatible API.
 
     qwen-desk serve --model MODEL [--host 127.0.0.1] [--port N] [--api-key KEY] [--context N] [--kv-bits 4|8]
-                    [--think | --no-think] [--allow-origin ORIGIN]... [--allow-host NAME]...
+                    [--think | --no-think] [--allow-origin ORIGIN]... [--allow-host NAME]... [--prompt-cache-disk SIZE]
 
 The key can come from QWEN_DESK_API_KEY instead of --api-key (a flag shows in the process list; the variable does not).
+--think / --no-think set what the OpenAI APIs do for a request that does not say; the Anthropic API follows
+Anthropic's own default (no thinking unless the request's `thinking` asks).
 
 Loads the model on the engine's worker thread, then prints one line with the base URL once it answers.
 SIGINT / SIGTERM stop it: replies in flight end with an error saying the server shut down (never as a finished
@@ -21,6 +23,7 @@ from collections.abc import Callable
 from types import FrameType
 
 from macapp.cli import Subparsers, UsageError
+from macapp.cli.cache import add_disk_argument, disk_bytes, open_store
 from macapp.cli.cluster import add_run_arguments, engine_for, launch_or_follow
 from macapp.cli.model import add_cache_arguments, add_model_argument, add_mtp_argument, check_cache_arguments, load_model, mtp_mode, mtp_notice
 from macapp.server.activity import RequestRecord, RequestState
@@ -52,8 +55,21 @@ def register(subparsers: Subparsers) -> None:
     add_cache_arguments(parser)
     add_mtp_argument(parser)
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--think", dest="think", action="store_true", default=True, help="reason before answering when a request does not say (default)")
-    mode.add_argument("--no-think", dest="think", action="store_false", help="answer directly when a request does not say")
+    mode.add_argument(
+        "--think",
+        dest="think",
+        action="store_true",
+        default=True,
+        help="OpenAI APIs (/v1/chat/completions, /v1/responses): reason before answering when a request does not say "
+        "(default). The Anthropic API (/v1/messages) thinks only when a request asks (its `thinking` field), as "
+        "Anthropic's own API does, with either flag",
+    )
+    mode.add_argument(
+        "--no-think",
+        dest="think",
+        action="store_false",
+        help="OpenAI APIs: answer directly when a request does not say (enable_thinking, reasoning_effort, reasoning.effort)",
+    )
     parser.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN", help="let web pages from ORIGIN use the server (CORS); repeatable")
     parser.add_argument(
         "--allow-host",
@@ -71,6 +87,7 @@ def register(subparsers: Subparsers) -> None:
         help="answer at most N requests at once (default: as many as fit beside the model at --context, up to 32; "
         "more wait in a queue). With --hostfile requests are answered one at a time",
     )
+    add_disk_argument(parser, "a new agent session, and the server after a restart,")
     add_run_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -81,6 +98,7 @@ def _config(args: argparse.Namespace) -> ServerConfig:
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port must be between 0 (any free port) and 65535, not {args.port}")
     check_cache_arguments(args)
+    disk_bytes(args)
     if args.api_key is not None and not args.api_key.strip():
         raise UsageError("--api-key is empty: give a key, or leave the flag out")
     key = args.api_key or os.environ.get("QWEN_DESK_API_KEY") or None
@@ -103,7 +121,8 @@ def request_line(record: RequestRecord) -> str:
     if record.mtp_tokens_per_step is not None and record.mtp_acceptance is not None:
         speed += f" (MTP {record.mtp_tokens_per_step:.2f} tokens/step, {record.mtp_acceptance:.0%} of drafts kept)"
     end = record.state.value + (f": {record.error}" if record.error else "")
-    return f"qwen-desk: {record.client}: {record.prompt_tokens} tokens in ({record.cached_tokens} reused), {record.completion_tokens} out{speed} - {end}"
+    reused = f"{record.cached_tokens} reused" + (f" from {record.cached_from}" if record.cached_tokens and record.cached_from else "")
+    return f"qwen-desk: {record.client}: {record.prompt_tokens} tokens in ({reused}), {record.completion_tokens} out{speed} - {end}"
 
 
 def _log_finished(record: RequestRecord) -> None:
@@ -160,6 +179,7 @@ def run(args: argparse.Namespace) -> int:
     if (code := launch_or_follow(args)) is not None:
         return code  # --hostfile: this process started and watched the ranks (or it was a follower rank)
     engine = engine_for()
+    disk = open_store(args, engine)  # the chat sessions of this engine would share it
     try:
         info = load_model(engine, args.model, context=args.context, mtp=mtp_mode(args))
         if info is None:
@@ -173,6 +193,7 @@ def run(args: argparse.Namespace) -> int:
             queue_limit=config.queue_limit,
             parallel=args.parallel,
             mtp=mtp_mode(args),
+            disk=disk,
         )
         server = LocalServer(backend, config)
         server.activity.add_observer(_log_finished)
@@ -192,3 +213,4 @@ def run(args: argparse.Namespace) -> int:
         return 0
     finally:
         engine.close()
+        disk.close()  # the checkpoints queued for writing go to disk before the process ends

@@ -12,8 +12,8 @@ from typing import NotRequired, TypedDict
 
 from macapp.core import paths
 from macapp.core.context_limit import ContextError, longest_context, rope_of
-from macapp.core.download.errors import DownloadError, DownloadErrorKind
-from macapp.core.download.hfcache import hub_cache_dir
+from macapp.core.hub.errors import DownloadError, DownloadErrorKind
+from macapp.core.hub.settings import hub_cache_dir
 from macapp.core.hub.record import HubModelRecord, cached_record, record_for, refresh_records
 from macapp.core.hub.settings import hub_reachable, hub_settings
 from macapp.core.jsonvalue import JSONObject, JSONValue

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 from macapp.core.event_log import EventLog
 from macapp.core.events import AnswerDelta, Event, Finished, ReasoningDelta, TerminalEvent, TurnKind
 from macapp.core.history import Conversation
+from macapp.core.tools.rounds import has_tool_rounds, without_rounds
 from macapp.core.recorder import ChatRecorder, RecordedTurn, TurnOutcome, TurnResult, run_on
 
 if TYPE_CHECKING:
@@ -47,6 +48,7 @@ WAKE_INTERVAL_S = 0.02  # text pieces wake it at most this often: a thread switc
 SETTLE_WAIT_S = 5.0  # how long the session check waits for the worker to finish undoing a turn
 
 TEXT_PIECES = (AnswerDelta, ReasoningDelta)
+TurnRunner = Callable[..., "Job"]  # (session, kind, text, thinking=, **options) -> the turn's Job, as recorder.run_on
 SessionFactory = Callable[[str | None, list[dict[str, Any]] | None], "ChatSession"]  # (system prompt, messages) -> a ChatSession
 
 
@@ -196,8 +198,10 @@ class ConversationModel:
         saved: Conversation | None = None,
         system_wins: bool = False,
         strict: bool = False,
+        run_turn: TurnRunner = run_on,
     ) -> None:
         self.new_session = new_session
+        self.run_turn = run_turn  # run_on, or a tools.loop.ToolLoop's run (a turn that may call MCP tools)
         self.recorder = recorder
         self.system_prompt = system_prompt
         self.system_wins = system_wins
@@ -282,10 +286,16 @@ class ConversationModel:
         at once. `images`: a send's pictures (vision.images.PreparedImage). Raises what the session raises."""
         images = tuple(images) if kind is TurnKind.SEND else ()
         session = self.ensure_session()
+        if kind is not TurnKind.SEND and has_tool_rounds(session.messages) and self.conversation_id is not None:
+            # a redo answers the user's own message again: a session from the history's copy, its last rounds folded
+            self.session = None
+            saved = self.ensure_session()
+            session = self.new_session(saved.system_prompt, without_rounds(saved.messages))
+            self.session = session
         turn = Turn(self, kind, text, thinking, images)
         extra = {"images": images} if images else {}
         turn.session = session
-        turn.job = run_on(session, kind, text, thinking=thinking, **options, **extra)
+        turn.job = self.run_turn(session, kind, text, thinking=thinking, **options, **extra)
         recorder = self.recorder
         serial = self._serial
         if recorder is not None:  # first: a send's message is saved now, even while the engine is busy with other work

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import enum
 from dataclasses import asdict, dataclass, field
+from typing import Mapping
+
+from macapp.core.jsonvalue import JSONObject
 
 # Failure codes (Failed.code): bad input is refused before any work; "error" is anything unexpected.
 NOT_FOUND = "not_found"  # no such folder, or a repo that is not downloaded
@@ -128,6 +131,68 @@ class AnswerDelta(Event):
 @dataclass
 class StatsUpdate(Event):
     stats: GenerationStats
+
+
+@dataclass
+class ToolCallAsked(Event):
+    """The model called a tool (macapp.core.tools.loop); the call is being approved, then run."""
+
+    call_id: str
+    server: str
+    name: str  # the server's name for the tool
+    arguments: dict[str, object]
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+@dataclass(frozen=True)
+class ToolCallRecord:
+    """One tool call as the chat keeps it: what was asked, whether it was allowed, what came back."""
+
+    server: str
+    name: str
+    arguments: dict[str, object]
+    allowed: bool
+    result: str | None  # the result's text as the model read it (cut, special tokens defused); None when denied
+    is_error: bool = False
+    timed_out: bool = False
+    elapsed_s: float = 0.0
+    call_id: str = ""
+    round: int = 0  # the turn's round that made the call, from 1 (0: not known, a record from before rounds)
+    at: int = 0  # where in the reply's answer text the call was made (its length then): text and calls in order
+    said: str = ""  # the round's own text as the model wrote it, call markup included: a reopened chat reads it again
+
+    def to_json(self) -> JSONObject:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> "ToolCallRecord":
+        args = data.get("arguments")
+        elapsed = data.get("elapsed_s")
+        result = data.get("result")
+        return cls(
+            server=str(data.get("server", "")),
+            name=str(data.get("name", "")),
+            arguments=dict(args) if isinstance(args, dict) else {},
+            allowed=bool(data.get("allowed")),
+            result=None if result is None else str(result),
+            is_error=bool(data.get("is_error")),
+            timed_out=bool(data.get("timed_out")),
+            elapsed_s=float(elapsed) if isinstance(elapsed, (int, float)) else 0.0,
+            call_id=str(data.get("call_id", "")),
+            round=_int(data.get("round")),
+            at=_int(data.get("at")),
+            said=str(data.get("said") or ""),
+        )
+
+
+@dataclass
+class ToolCallDone(Event):
+    """A tool call ended: run (its result), denied, timed out or failed."""
+
+    record: ToolCallRecord
 
 
 @dataclass

@@ -47,6 +47,16 @@ BANDWIDTH_EFFICIENCY = 0.82  # share of peak memory bandwidth MLX reaches stream
 # Fixed per-layer GPU costs (kernel launch, small ops) relative to an M3-generation GPU; fitted on decode runs.
 LAYER_COST_SCALE = {"M1": 1.3, "M2": 1.15, "M3": 1.0, "M4": 0.8, "M5": 0.62}
 
+# The most unified memory Apple sells with each chip, in GB (Apple's tech specs for the Macs that carry it; the M5 Pro
+# and Max from Apple's March 2026 announcement). A what-if past it describes a Mac that does not exist.
+MAX_MEMORY_GB = {
+    "M1": {"": 16, "Pro": 32, "Max": 64, "Ultra": 128},
+    "M2": {"": 24, "Pro": 32, "Max": 96, "Ultra": 192},
+    "M3": {"": 24, "Pro": 36, "Max": 128, "Ultra": 512},
+    "M4": {"": 32, "Pro": 64, "Max": 128},
+    "M5": {"": 32, "Pro": 64, "Max": 128},
+}
+
 # Share of RAM macOS lets Metal wire by default (max_recommended_working_set_size / RAM), by RAM size.
 # Measured: 16 GB M3 → 11.84 GB (0.69), 24 GB → 17.76 GiB (0.74), 128 GB M5 Max → 107.5 GiB (0.84).
 # Used only where MLX cannot report the real figure (Linux, tests, "what if" profiles).
@@ -196,6 +206,18 @@ def what_if_machine(chip: str, memory_bytes: int, gpu_cores: int | None = None) 
         source="what-if",
         budget_source="rule",
     )
+
+
+def machine_warning(machine: MachineProfile) -> str | None:
+    """A sentence when `machine` has more memory than Apple sells with its chip (a what-if that cannot be bought:
+    its figures are still worked out, for what-ifs past today's Macs); None for a Mac that exists."""
+    if machine.family is None:
+        return None
+    most = MAX_MEMORY_GB[machine.family][machine.tier]
+    gb = machine.memory_bytes / GiB
+    if gb <= most:
+        return None
+    return f"no Mac with an {machine.chip} has {gb:,.0f} GB of memory: it comes with at most {most} GB. These figures are for a Mac that does not exist."
 
 
 # --- readers of macOS facts: parsing is pure and tested on recorded output; the calls stay thin ---

@@ -23,6 +23,12 @@ class ImagePart:
 
     data: bytes
     media_type: str = ""
+    fps: float | None = None  # a video (media type video/*): frames sampled per second; None: the model's
+    max_frames: int | None = None  # a video: at most this many frames; None: the model's
+
+    @property
+    def is_video(self) -> bool:
+        return self.media_type.lower().startswith("video/")
 
 
 @dataclass(frozen=True)
@@ -33,16 +39,22 @@ class ImageRef:
     name: str  # what the user called it (the file's name, or "pasted picture")
     width: int
     height: int
+    kind: str = "picture"  # or "video": its sampled frames as the model saw them, f"{sha256}.video.npz"
+
+    @property
+    def is_video(self) -> bool:
+        return self.kind == "video"
 
     @property
     def file_name(self) -> str:
-        return f"{self.sha256}.png"
+        return f"{self.sha256}.video.npz" if self.is_video else f"{self.sha256}.png"
 
     @classmethod
     def from_dict(cls, raw: object) -> "ImageRef":
         if not isinstance(raw, dict) or not _SHA256.match(str(raw.get("sha256", ""))):
             raise ValueError(f"not a picture reference: {str(raw)[:80]!r}")
-        return cls(str(raw["sha256"]), str(raw.get("name") or "picture"), int(raw.get("width") or 0), int(raw.get("height") or 0))
+        kind = "video" if raw.get("kind") == "video" else "picture"
+        return cls(str(raw["sha256"]), str(raw.get("name") or "picture"), int(raw.get("width") or 0), int(raw.get("height") or 0), kind)
 
 
 def refs_to_json(refs: tuple[ImageRef, ...] | list[ImageRef]) -> str:
@@ -70,6 +82,8 @@ def picture_path(ref: ImageRef) -> Path:
 
 def data_url(ref: ImageRef) -> str | None:
     """The stored picture as a data: URL for an export; None when its file is gone."""
+    if ref.is_video:
+        return None  # the model's frames are kept, not the video file: an export names the video (transfer.py)
     try:
         data = picture_path(ref).read_bytes()
     except OSError:

@@ -35,7 +35,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from macapp.core.events import AnswerDelta, Event, Failed, Finished, ReasoningDelta, TerminalEvent, TurnKind
+from macapp.core.events import AnswerDelta, Event, Failed, Finished, ReasoningDelta, TerminalEvent, ToolCallDone, TurnKind
 from macapp.core.history import DEFAULT_COMMIT_INTERVAL_S, Message, ReplyWriter, Role, Store, StoreError
 from macapp.core.jsonvalue import JSONObject
 from macapp.core.vision.pictures import save_picture
@@ -205,6 +205,8 @@ class RecordedTurn:
                         self._start_reply().append(text=text)
                     case ReasoningDelta(text=text):
                         self._start_reply().append(reasoning=text)
+                    case ToolCallDone(record=record):
+                        self._start_reply().add_tool_call(record.to_json())
                     case Finished(reply=reply) if reply.kept:
                         writer = self._start_reply()
                         writer.update(reply.text, reply.reasoning)

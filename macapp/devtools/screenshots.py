@@ -23,15 +23,15 @@ from typing import TYPE_CHECKING
 
 from macapp.core.jsonvalue import JSONObject
 from macapp.core.settings import Settings
-from macapp.devtools.tiny_model import make_tiny_model
-from macapp.devtools.tiny_vlm import make_tiny_vlm
+from macapp.ui.pages import CHAT, LIBRARY, SERVER  # page numbers only: Qt, no hub settings read at import
+from macapp.core.demo.tiny_model import make_tiny_model
+from macapp.core.demo.tiny_vlm import make_tiny_vlm
 
 if TYPE_CHECKING:
     from PySide6.QtWidgets import QApplication, QTableWidget, QWidget
 
 WHAT_IF: JSONObject = {"chip": "M4 Pro", "memory_gb": 24}
 SIZE = (1180, 760)
-TALL = 1040  # the advice shot's window height
 NO_END = {"logit_bias": {2: -100.0, 0: -100.0}}  # keeps the tiny model talking (its end tokens are 0 and 2)
 
 
@@ -142,15 +142,14 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_DISABLE_XET", "1")
     os.environ["HF_HUB_OFFLINE"] = "0"
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, for tests.fixtures.hub
-    from tests.fixtures.hub import HubStandIn, random_repo_files
+    from tests.fixtures.hub import HubStandIn, random_repo_files  # a developer's tool: `python -m` from the checkout
 
     hub = HubStandIn().start()
     os.environ["HF_ENDPOINT"] = hub.url
 
     # The window's modules only now, after the environment above: huggingface_hub reads HF_HOME and HF_ENDPOINT once, when first imported.
     from macapp.ui.app import make_application
-    from macapp.ui.main_window import CHAT, LIBRARY, SERVER, MainWindow
+    from macapp.ui.main_window import MainWindow
     from macapp.ui.messages import AssistantMessage
     from macapp.ui.style import apply_style
 
@@ -173,12 +172,10 @@ def main(argv: list[str] | None = None) -> int:
     lib.select("mlx-community/Qwen3.5-35B-A3B-4bit")
     _save(app, window, out / "details.png")
 
-    # 2b. A build too big at this context: the prompt-reading time and the ways out.
+    # 2b. A build too big at this context: the ways out, under the verdict, in view at the window's usual size.
     lib.kv_combo.setCurrentIndex(0)
     lib.select("mlx-community/Qwen3.5-27B-4bit")
-    window.resize(SIZE[0], TALL)  # the whole pane, from the headline to the ways out, without scrolling it
     _save(app, window, out / "advice.png")
-    window.resize(*SIZE)
 
     # 3. A download in progress (the hub stand-in holds the transfer part-way so the shot can be taken).
     repo = "mlx-community/Qwen3.5-2B-4bit"

@@ -1,5 +1,5 @@
 """Screenshots of a newcomer's first hour (issue #22): the demo model, the load prompt, the library's remembered
-folder and loaded row, a clamped setting, a taken port, the Undo bar, long-context mode (#24). `python -m macapp.devtools.screenshots_newcomer
+folder and loaded row, offline, a clamped setting, a taken port, the Undo bar, long-context mode (#24). `python -m macapp.devtools.screenshots_newcomer
 docs/` (also run by `make screenshots`). Offscreen, on a throwaway app home, the same 'what if' Mac as the others.
 """
 
@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from macapp.core.settings import Settings
+from macapp.ui.pages import CHAT, LIBRARY, SERVER  # page numbers only: Qt, no hub settings read at import
 from macapp.devtools.screenshots import SIZE, WHAT_IF, _save, _wait, work_folder
-from macapp.devtools.tiny_model import make_tiny_model
+from macapp.core.demo.tiny_model import make_tiny_model
 
 if TYPE_CHECKING:
     from PySide6.QtWidgets import QApplication
@@ -36,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # The window's modules only now, after the environment above: huggingface_hub reads HF_HOME and HF_HUB_OFFLINE once, when first imported.
     from macapp.ui.app import make_application
-    from macapp.ui.main_window import CHAT, LIBRARY, SERVER, MainWindow
+    from macapp.ui.main_window import MainWindow
 
     app = make_application()
     settings = Settings()
@@ -63,6 +64,14 @@ def main(argv: list[str] | None = None) -> int:
         raise RuntimeError("the demo model is not loaded")
     lib.select(str(demo.local_path))
     _save(app, window, out / "newcomer-library.png")
+
+    # 2b. Offline: the library says downloads are unavailable before Download is pressed; a refresh's message is
+    #     shown whole in the status bar.
+    window.refresh_catalog()
+    _wait(app, lambda: window.status.currentMessage().startswith("Catalog not refreshed"), 20)
+    lib.select("Qwen3.5-9B-4bit")
+    _save(app, window, out / "newcomer-offline.png")
+    window.status.clearMessage()
 
     # 3. The conversation reopened with no model loaded: why Send is off, and its own model offered.
     key = chat.controller.conversation_id
@@ -114,7 +123,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def long_context_shots(app: QApplication, window: MainWindow, out: Path, work: Path) -> None:
-    from macapp.ui.main_window import CHAT, LIBRARY  # why: as main's, after the environment it sets
     from tests.fixtures.models import with_native_length
 
     chat, lib = window.chat, window.library

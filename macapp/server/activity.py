@@ -56,6 +56,7 @@ class RequestRecord:
     mtp_acceptance: float | None = None
     error: str = ""
     status: int = 0  # the HTTP status of a refusal (0 for a request that ran)
+    cached_from: str = ""  # "memory" or "disk": where the checkpoint of `cached_tokens` was
 
 
 Observer = Callable[[RequestRecord], None]
@@ -168,8 +169,8 @@ class Activity:
 def _apply(record: RequestRecord, event: Event) -> RequestRecord:
     """The record after one event (the same object when nothing the list shows changed)."""
     match event:
-        case RequestStarted(prompt_tokens=prompt, cached_tokens=cached):
-            return replace(record, state=RequestState.READING, prompt_tokens=prompt, cached_tokens=cached)
+        case RequestStarted(prompt_tokens=prompt, cached_tokens=cached, cached_from=source):
+            return replace(record, state=RequestState.READING, prompt_tokens=prompt, cached_tokens=cached, cached_from=source)
         case PromptProgress() if record.state is RequestState.WAITING:
             return replace(record, state=RequestState.READING)
         case ReasoningDelta() | AnswerDelta() | ToolCallStarted() if record.state is not RequestState.ANSWERING:

@@ -73,7 +73,7 @@ class ServerConfig:
     api_key: str | None = None  # every request must carry it (Authorization: Bearer, or x-api-key)
     allowed_origins: tuple[str, ...] = ()  # browser origins let in (CORS); none by default
     allowed_hosts: tuple[str, ...] = ()  # Host names accepted beyond loopback (and, bound beyond it, this machine's); "*": any
-    default_thinking: bool = True  # for a request that does not say (OpenAI API; Anthropic's default is off)
+    default_thinking: bool = True  # for an OpenAI request that does not say; Anthropic's is off, as its own API's is
     max_body_bytes: int = MAX_BODY_BYTES
     keepalive_s: float = 5.0  # an idle stream (a long prefill, a queue) gets a keep-alive this often
     first_event_wait_s: float = 1.0  # a stream waits this long for a quick refusal before it starts its 200

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from macapp.core.engine import Engine, SessionOptions
 from macapp.core.engine.options import MTPMode
+from macapp.core.prompt_disk import DiskStore
 from macapp.core.serving.runner import ServingEngine, ServingOptions
 
 
@@ -16,23 +17,27 @@ def serving_backend(
     parallel: int | None = None,
     batching: bool | None = None,
     mtp: MTPMode = MTPMode.AUTO,
+    disk: DiskStore | None = None,
 ) -> ServingEngine:
     """A ServingEngine for the model loaded in `engine` (its own prompt checkpoints; the chat keeps its session).
     `pool_bytes`: the checkpoints' size (None: from the memory budget; 0: none). `parallel`: at most this many
-    requests decoding together (None: as many as fit); an engine that cannot batch (several Macs) serves one at a time."""
+    requests decoding together (None: as many as fit); an engine that cannot batch (several Macs) serves one at a time
+    and keeps no checkpoint on disk. `disk`: the prompt checkpoints on disk too (macapp.core.prompt_disk)."""
     session = SessionOptions(context_limit=context, kv_bits=kv_bits, mtp=mtp)  # MTP: for a request alone (engine/solo.py)
+    batches = bool(getattr(engine, "batches", True))
     options = ServingOptions(
+        disk=disk if batches else None,
         session=session,
         queue_limit=queue_limit,
         pool_bytes=pool_bytes,
         parallel=parallel,
-        batching=bool(getattr(engine, "batches", True)) if batching is None else batching,
+        batching=batches if batching is None else batching,
     )
     return ServingEngine(engine, options)
 
 
-def backend_for(engine: Engine | None) -> ServingEngine:
+def backend_for(engine: Engine | None, disk: DiskStore | None = None) -> ServingEngine:
     """As serving_backend, for the window: RuntimeError with the reason when no model is loaded."""
     if engine is None or engine.loaded is None:
         raise RuntimeError("Load a model first: the server answers with the model loaded for the chat.")
-    return serving_backend(engine)
+    return serving_backend(engine, disk=disk)

@@ -22,13 +22,18 @@ from PySide6.QtGui import QImage, QPixmap
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QScrollArea, QToolButton, QWidget
 
 from macapp.core.vision import images
+from macapp.core.vision.capability import folder_support
 from macapp.core.vision.images import ImageError, PreparedImage
+from macapp.core.vision.mlx_frames import video_processor
+from macapp.core.vision.video import PreparedVideo, VideoError, open_video
 
 if TYPE_CHECKING:  # Pillow is imported on the first picture, not when the window paints
     from PIL import Image
 
 THUMB = 64
-IMAGE_FILTER = "Pictures (*.png *.jpg *.jpeg *.gif *.webp *.bmp *.tif *.tiff)"
+VIDEO_SUFFIXES = (".mp4", ".mov", ".m4v", ".mkv", ".webm", ".avi")
+IMAGE_FILTER = "Pictures and videos (*.png *.jpg *.jpeg *.gif *.webp *.bmp *.tif *.tiff " + " ".join(f"*{s}" for s in VIDEO_SUFFIXES) + ")"
+STRIP_FRAMES = 8  # a video's tile shows at most this many of its sampled frames, evenly spread
 
 
 def preview(image: Image.Image, size: int = THUMB) -> QImage:
@@ -38,6 +43,29 @@ def preview(image: Image.Image, size: int = THUMB) -> QImage:
     small.thumbnail((size * 2, size * 2))
     rgb = small.convert("RGB")
     return QImage(rgb.tobytes(), rgb.width, rgb.height, rgb.width * 3, QImage.Format.Format_RGB888).copy()
+
+
+def preview_item(picture: PreparedImage, size: int = THUMB) -> QImage:
+    """A picture's preview; a video's: a strip of its sampled frames side by side, `size` high (any thread)."""
+    if not isinstance(picture, PreparedVideo):
+        return preview(picture.image, size)
+    from PIL import Image
+
+    frames = picture.pixels
+    picks = sorted({round(i * (len(frames) - 1) / max(STRIP_FRAMES - 1, 1)) for i in range(min(STRIP_FRAMES, len(frames)))})
+    height = size * 2
+    width = max(1, round(frames.shape[3] * height / frames.shape[2]))
+    strip = Image.new("RGB", (width * len(picks) + 2 * (len(picks) - 1), height), (20, 20, 20))
+    for n, i in enumerate(picks):
+        frame = Image.fromarray(frames[i].transpose(1, 2, 0)).resize((width, height))
+        strip.paste(frame, (n * (width + 2), 0))
+    return QImage(strip.tobytes(), strip.width, strip.height, strip.width * 3, QImage.Format.Format_RGB888).copy()
+
+
+def video_caption(video: PreparedVideo) -> str:
+    """What the strip says under a video: its length, the frames the model sees and their token cost."""
+    plan = video.plan
+    return f"{plan.info.duration_s:.1f} s · {plan.frames} frames · {plan.video_tokens:,} tokens"
 
 
 _previews: dict[int, QImage] = {}  # id(picture) -> its preview, made where it was read; gone with the picture
@@ -53,12 +81,13 @@ def remember_preview(picture: PreparedImage, small: QImage) -> None:
 def preview_of(picture: PreparedImage, size: int = THUMB) -> QImage:
     """The picture's preview made when it was read (off the GUI thread), else one made now."""
     small = _previews.get(id(picture))
-    return small if small is not None else preview(picture.image, size)
+    return small if small is not None else preview_item(picture, size)
 
 
-def pixmap_of(small: QImage, size: int = THUMB) -> QPixmap:
-    """A preview as the pixmap shown, scaled to fit `size` (GUI thread: pixmaps live there)."""
-    return QPixmap.fromImage(small).scaled(size, size, Qt.AspectRatioMode.KeepAspectRatio, Qt.TransformationMode.SmoothTransformation)
+def pixmap_of(small: QImage, size: int = THUMB, width: int | None = None) -> QPixmap:
+    """A preview as the pixmap shown, scaled to fit `size` (`width` x `size` for a video's strip; GUI thread:
+    pixmaps live there)."""
+    return QPixmap.fromImage(small).scaled(width or size, size, Qt.AspectRatioMode.KeepAspectRatio, Qt.TransformationMode.SmoothTransformation)
 
 
 def thumbnail(image: Image.Image, size: int = THUMB) -> QPixmap:
@@ -82,12 +111,22 @@ class Thumb(QWidget):
         self.picture = picture
         self.order = 0  # when it was added (AttachmentStrip keeps that order)
         self.setObjectName("Attachment")
-        self.setFixedSize(QSize(THUMB, THUMB))
+        width = VIDEO_WIDTH if isinstance(picture, PreparedVideo) else THUMB
+        self.setFixedSize(QSize(width, THUMB))
         self.image = QLabel(self)
-        self.image.setPixmap(pixmap_of(small if small is not None else preview_of(picture)))  # `small`: made on the reading thread
-        self.image.setFixedSize(QSize(THUMB, THUMB))
-        self.image.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.image.setPixmap(
+            pixmap_of(small if small is not None else preview_of(picture), THUMB - 18 * (width > THUMB), width)
+        )  # `small`: made on the reading thread
+        self.image.setFixedSize(QSize(width, THUMB))
+        self.image.setAlignment(Qt.AlignmentFlag.AlignCenter | Qt.AlignmentFlag.AlignTop)
         tip = f"{Path(picture.name).name} — {picture.size[0]}×{picture.size[1]}"
+        self.caption: QLabel | None = None
+        if isinstance(picture, PreparedVideo):
+            self.caption = QLabel(video_caption(picture), self)
+            self.caption.setObjectName("VideoCaption")
+            self.caption.setGeometry(0, THUMB - 18, width, 18)
+            self.caption.setAlignment(Qt.AlignmentFlag.AlignCenter)
+            tip = f"{Path(picture.name).name} — {picture.plan.frames} of {picture.plan.info.total_frames} frames at {picture.size[0]}×{picture.size[1]}"
         if picture.notes:
             tip += "\n" + "\n".join(picture.notes)
         self.setToolTip(tip)
@@ -98,8 +137,11 @@ class Thumb(QWidget):
         self.remove.clicked.connect(lambda: self.removed.emit(self))
         # On the picture's top right corner: a row of its own above the picture left the strip half empty.
         self.remove.setFixedSize(QSize(20, 20))
-        self.remove.move(THUMB - 22, 2)
+        self.remove.move(width - 22, 2)
         self.remove.raise_()
+
+
+VIDEO_WIDTH = THUMB * 5  # a video's tile: its strip of frames and its caption
 
 
 class Unreadable(QWidget):
@@ -136,6 +178,8 @@ class AttachmentStrip(QScrollArea):
     changed = Signal()
     error = Signal(str)
     _ready = Signal(int, int, object, object)  # (batch, order added, a PreparedImage or an ImageError, its preview), from the reading thread
+    progress = Signal(str, int, int)  # a video being decoded: (its name, frames decoded, frames to decode)
+    _progress = Signal(int, str, int, int)  # the same from the reading thread, with its batch
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -157,16 +201,45 @@ class AttachmentStrip(QScrollArea):
         self._added = 0  # pictures asked for so far: they are shown in that order, however fast each one reads
         self._batch = 0  # the message being composed; a read that reports for an earlier one (sent, cleared) is dropped
         self._ready.connect(self._arrived, Qt.ConnectionType.QueuedConnection)
+        self._progress.connect(self._decoding, Qt.ConnectionType.QueuedConnection)
+        self.video_model: Callable[[], Path | None] = lambda: None  # the loaded model's folder (its processor sizes a video's frames)
         self.setVisible(False)
 
     # -- adding (any thread reads; the GUI thread only places thumbnails)
     def add_files(self, paths: Iterable[str | Path]) -> None:
         for path in paths:
+            if str(path).lower().endswith(VIDEO_SUFFIXES):
+                self._read(self._video_reader(Path(path)), str(path))
+                continue
 
             def read(p: str | Path = path) -> PreparedImage:
                 return images.open_image(p)
 
             self._read(read, str(path))
+
+    def _video_reader(self, path: Path) -> Callable[[], PreparedImage]:
+        """Decode a video for the loaded model (its processor's frame size and sampling), reporting each frame."""
+        folder, batch = self.video_model(), self._batch
+
+        def read() -> PreparedImage:
+            if folder is None:
+                raise VideoError(str(path), "load a model that sees before attaching a video (its processor decides the frames)")
+            if not folder_support(folder).sees:
+                raise VideoError(str(path), "the loaded build is text-only: load a build marked 'images' to send a video")
+
+            def report(done: int, total: int) -> None:
+                try:
+                    self._progress.emit(batch, path.name, done, total)
+                except RuntimeError:  # the strip is gone (the window closed)
+                    pass
+
+            return open_video(path, video_processor(folder), progress=report)
+
+        return read
+
+    def _decoding(self, batch: int, name: str, done: int, total: int) -> None:
+        if batch == self._batch:
+            self.progress.emit(name, done, total)
 
     def add_image_data(self, data: bytes, name: str = "pasted picture") -> None:
         self._read(lambda: images.image_from_bytes(data, name), name)
@@ -185,7 +258,7 @@ class AttachmentStrip(QScrollArea):
             result: PreparedImage | ImageError
             try:
                 result = read()
-                small = preview(result.image, THUMB * 2)  # big enough for the sent message's thumbnail too
+                small = preview_item(result, THUMB * 2)  # big enough for the sent message's thumbnail too
                 remember_preview(result, small)
             except ImageError as exc:
                 result = exc

@@ -27,10 +27,13 @@ from macapp.core.engine import ChatSession, Engine, Job, SessionOptions
 from macapp.core.events import Event, Failed, Finished, Loaded, Reply, TerminalEvent, TurnKind
 from macapp.core.history import Conversation, Store
 from macapp.core.long_context import notice
+from macapp.core.prompt_disk import SETTING as DISK_SETTING, DiskStore, setting_bytes
+from macapp.core.prompt_disk.shelf import shelves
 from macapp.core.recorder import ChatRecorder, TurnOutcome, TurnResult
 from macapp.core.sampling import SamplingParams, preset
 from macapp.core.settings import Settings
 from macapp.core.vision.images import PreparedImage
+from macapp.ui.tools import WindowTools
 from macapp.ui.bridge import EventBridge
 from macapp.ui.chat_history import ChatHistory, HistoryStatus, HistoryWorker, Switched, conversation_rows
 from macapp.ui.settings import int_setting, sampling_for, text_setting
@@ -111,6 +114,8 @@ class ChatController(QObject):
         self.history = ChatHistory()
         self.history_worker = HistoryWorker(self)  # the window's reads and edits of the history, off the GUI thread
         self.engine: Engine | None = None  # created on the first load (its worker thread imports MLX, not us)
+        self.prompt_disk: DiskStore | None = None  # prompt checkpoints on disk, the chat's and the server's (with the engine)
+        self.tools = WindowTools(self)  # the MCP servers, started at the first turn, stopped at shutdown
         self.conversation = self._new_conversation()  # the open one: its session and recorder
         self.model_ref: ModelRef | None = None
         self.model_info: Loaded | None = None
@@ -251,12 +256,16 @@ class ChatController(QObject):
         return text_setting(self.settings, "chat.system_prompt") or None
 
     def _new_conversation(self, recorder: ChatRecorder | None = None, saved: Conversation | None = None) -> ConversationModel:
-        return ConversationModel(self._new_session, recorder, system_prompt=self._system_prompt(), saved=saved, strict=True)
+        return ConversationModel(self._new_session, recorder, system_prompt=self._system_prompt(), saved=saved, strict=True, run_turn=self.tools.run_turn)
 
     # -- model ----------------------------------------------------------------------------------------------------
     def _ensure_engine(self) -> Engine:
         if self.engine is None:
             self.engine = Engine()
+            # a reopened conversation, after a restart too, reads only what is new (Settings: "Prompt cache on disk")
+            self.prompt_disk = DiskStore.open(setting_bytes(self.settings.get(DISK_SETTING)))
+            if self.prompt_disk.max_bytes:
+                self.engine.position_shelf = shelves(self.prompt_disk)
         return self.engine
 
     def load_model(self, ref: ModelRef) -> None:
@@ -561,5 +570,8 @@ class ChatController(QObject):
             flight.turn.abandon()  # no-op once it settled
         if self.engine is not None:
             self.engine.close()
+        if self.prompt_disk is not None:
+            self.prompt_disk.close()  # the checkpoints queued for writing go to disk first
+        self.tools.close()
         self.history_worker.close()
         self.history.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from macapp.core.catalog import ModelRef
@@ -9,13 +11,14 @@ from macapp.core.events import Loaded, TurnKind
 from macapp.core.history import Conversation
 from macapp.core.recorder import TurnResult
 from macapp.core.settings import Settings
-from macapp.devtools.demo import SHORT_NOTICE, is_demo_model
+from macapp.core.demo.model import SHORT_NOTICE, is_demo_model
 from macapp.ui.chat_controller import ChatController, TurnEnd, TurnStart
 from macapp.ui.composer import Composer
 from macapp.ui.message_list import MessageList
 from macapp.ui.messages import UserMessage
 from macapp.ui.meter import Meter
 from macapp.ui.model_bar import Choice, LoadPrompt, ModelPicker
+from macapp.ui.pages import LIBRARY, key_text
 from macapp.ui.settings import SettingsDialog
 from macapp.ui.widgets import ElidedLabel
 
@@ -62,6 +65,7 @@ class ChatView(QWidget):
         self.load_prompt.hide()
         self.composer = Composer(self)
         self.composer.thinking.setChecked(bool(settings.get("chat.thinking", True)))
+        self.composer.attachments.video_model = self._model_folder
 
         lay = QVBoxLayout(self)
         lay.setContentsMargins(20, 16, 20, 12)
@@ -102,8 +106,18 @@ class ChatView(QWidget):
         c.status_text.connect(self.meter.show_text)
         c.error.connect(self.show_error)
         c.history_notice.connect(self._show_notice)
+        c.tools.notice.connect(self._show_notice)  # an MCP server that failed to start
+        c.tools.window = self  # the approval dialog's parent
+        if c.tools.config_error:
+            self._show_notice(c.tools.config_error)
 
     # -- actions --------------------------------------------------------------------------------------------------
+    def _model_folder(self) -> Path | None:
+        """The loaded model's folder: its processor decides a video's frames."""
+        engine = self.controller.engine
+        model = engine.model if engine is not None else None
+        return model.path if model is not None else None
+
     @property
     def busy(self) -> bool:
         return self.controller.busy
@@ -269,7 +283,7 @@ class ChatView(QWidget):
             self.messages.set_empty_text("Loading the model…")
         elif not loaded:
             self.composer.set_can_send(False, "Load a model from Models to start chatting")
-            self.messages.set_empty_text("No model loaded.\nPick one in Models (⌘1), download it, and press Load.")
+            self.messages.set_empty_text(f"No model loaded.\nPick one in Models ({key_text(LIBRARY)}), download it, and press Load.")
         else:
             self.composer.set_can_send(True)
             self.messages.set_empty_text("Ask anything.\nEnter sends · Shift+Enter adds a line · Esc stops")

@@ -7,9 +7,9 @@ from PySide6.QtCore import QMimeData, Qt, Signal
 from PySide6.QtGui import QDragEnterEvent, QDropEvent, QKeyEvent
 from PySide6.QtWidgets import QCheckBox, QFileDialog, QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
 
-from macapp.ui.attachments import IMAGE_FILTER, AttachmentStrip
+from macapp.ui.attachments import IMAGE_FILTER, VIDEO_SUFFIXES, AttachmentStrip
 
-PICTURE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp", ".tif", ".tiff", ".heic")
+PICTURE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp", ".tif", ".tiff", ".heic") + VIDEO_SUFFIXES
 
 
 def picture_files(mime: QMimeData) -> list[str]:
@@ -79,10 +79,11 @@ class Composer(QFrame):
         self.picture_error.setWordWrap(True)
         self.picture_error.hide()
         self.attachments.changed.connect(self._show_picture_errors)
+        self.attachments.progress.connect(self._show_progress)
         self.input.pictures.connect(self.add_from_mime)
-        self.attach_button = QPushButton("Add picture…", self)
+        self.attach_button = QPushButton("Add picture or video…", self)
         self.attach_button.setFlat(True)
-        self.attach_button.setToolTip("Attach pictures to your message (you can also drop or paste them)")
+        self.attach_button.setToolTip("Attach pictures or a video to your message (you can also drop or paste them)")
         self.attach_button.clicked.connect(self.choose_pictures)
         self.setAcceptDrops(True)
         self.thinking = QCheckBox("Thinking", self)
@@ -118,7 +119,7 @@ class Composer(QFrame):
 
     # -- pictures
     def choose_pictures(self) -> None:
-        paths, _ = QFileDialog.getOpenFileNames(self, "Add pictures", "", IMAGE_FILTER)
+        paths, _ = QFileDialog.getOpenFileNames(self, "Add pictures or a video", "", IMAGE_FILTER)
         self.attachments.add_files(paths)
 
     def add_from_mime(self, mime: QMimeData) -> None:
@@ -130,8 +131,17 @@ class Composer(QFrame):
 
     def _show_picture_errors(self) -> None:
         errors = self.attachments.errors()
+        self.picture_error.setObjectName("Error")
         self.picture_error.setText("\n".join(errors))
         self.picture_error.setVisible(bool(errors))
+
+    def _show_progress(self, name: str, done: int, total: int) -> None:
+        """A video being decoded: which frame (the line goes once its strip is shown)."""
+        if self.attachments.errors():
+            return
+        self.picture_error.setObjectName("Progress")
+        self.picture_error.setText(f"Reading {name}: frame {done} of {total}…")
+        self.picture_error.setVisible(done < total)
 
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802
         if has_pictures(event.mimeData()):

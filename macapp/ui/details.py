@@ -21,27 +21,33 @@ from macapp.ui.library_model import Row, images_words, mtp_for
 from macapp.ui.style import BAR_COLOURS
 from macapp.ui.widgets import Badge, ElidedLabel, StackedBar
 
+# The pane speaks plain words; the technical names (as `qwen-desk fit` and the derivation below use them) are in
+# the tooltips.
 SEGMENTS = [
-    ("weights", "Weights", "weights_bytes"),
-    ("kv", "KV cache", "kv_cache_bytes"),
-    ("state", "DeltaNet state", "state_bytes"),
-    ("overhead", "Overhead", "overhead_bytes"),
+    ("weights", "Weights", "weights_bytes", "The model's parameters"),
+    ("kv", "KV cache", "kv_cache_bytes", "What the model keeps of the conversation: grows with the context"),
+    ("state", "Running state", "state_bytes", "The linear-attention (Gated DeltaNet) layers' state: the same size at any context"),
+    ("overhead", "Overhead", "overhead_bytes", "Reading one chunk of the prompt, and the runtime"),
 ]
+MTP_TIP = "Multi-token prediction (MTP): a small extra part of the model drafts the next words, which the model checks in one step"
 
 
 def mtp_words(status: MtpStatus, repo: str | None = None) -> str:
-    """The MTP head for the details pane: 'MTP: available', 'MTP: X MB to fetch' or 'MTP: none', and why."""
+    """Whether replies can come faster with the build's MTP head (drafting), in plain words."""
     match status.where:
         case MtpWhere.IN_BUILD:
-            return f"{status.label} (in the build, {format_bytes(status.head_bytes)}): replies can use speculative decoding"
+            return f"Faster replies: yes (a {format_bytes(status.head_bytes)} part in the build drafts several words at a time)"
         case MtpWhere.FETCHED:
-            return f"{status.label} (fetched beside the build, {format_bytes(status.head_bytes)})"
+            return f"Faster replies: yes (a {format_bytes(status.head_bytes)} part fetched beside the build drafts several words at a time)"
         case MtpWhere.TO_FETCH:
             how = f": <code>qwen-desk download {html.escape(repo)} --mtp</code>" if repo else ""
-            return f"{status.label} from {html.escape(status.source_repo or '')} (about {format_bytes(status.head_bytes)} in memory){how}"
+            return (
+                f"Faster replies: possible with a {format_bytes(status.fetch_bytes)} part to fetch from "
+                f"{html.escape(status.source_repo or '')} (about {format_bytes(status.head_bytes)} in memory){how}"
+            )
         case MtpWhere.NONE:
-            return f"{status.label} ({html.escape(status.note)})" if status.note else status.label
-    return f"{status.label} (File › Refresh Catalog from Hub, or download the build)"
+            return f"Faster replies: not for this build ({html.escape(status.note)})" if status.note else "Faster replies: not for this build"
+    return "Faster replies: not known yet (File › Refresh Catalog from Hub, or download the build)"
 
 
 def _unbroken(text: str) -> str:
@@ -76,7 +82,7 @@ class DetailsPanel(QFrame):
         super().__init__(parent)
         self.setObjectName("Card")
         self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
-        self.setMinimumWidth(320)
+        self.setMinimumWidth(280)
         self.title = QLabel(self)
         self.title.setObjectName("DetailsTitle")
         self.title.setWordWrap(True)
@@ -93,9 +99,11 @@ class DetailsPanel(QFrame):
         legend.setHorizontalSpacing(8)
         legend.setVerticalSpacing(2)
         self.legend_values: dict[str, QLabel] = {}
-        for i, (key, label, _attr) in enumerate(SEGMENTS):
+        for i, (key, label, _attr, tip) in enumerate(SEGMENTS):
             legend.addWidget(_swatch(BAR_COLOURS[key]), i, 0)
-            legend.addWidget(QLabel(label, self), i, 1)
+            name = QLabel(label, self)
+            name.setToolTip(tip)
+            legend.addWidget(name, i, 1)
             value = QLabel(self)
             value.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
             legend.addWidget(value, i, 2)
@@ -116,6 +124,7 @@ class DetailsPanel(QFrame):
         self.mtp = QLabel(self)  # the MTP head: in the build, fetched, so much to fetch, or none
         self.mtp.setWordWrap(True)
         self.mtp.setTextFormat(Qt.TextFormat.RichText)
+        self.mtp.setToolTip(MTP_TIP)
         self.advice = QLabel(self)
         self.advice.setObjectName("Advice")
         self.advice.setWordWrap(True)
@@ -136,9 +145,9 @@ class DetailsPanel(QFrame):
         head = QHBoxLayout()
         head.addWidget(self.badge, 0, Qt.AlignmentFlag.AlignVCenter)
         head.addWidget(self.total, 1)
-        buttons = QHBoxLayout()
-        buttons.addStretch(1)
-        buttons.addWidget(self.load_button)
+        self.buttons = QHBoxLayout()  # the selected build's actions (the library adds its own beside Load)
+        self.buttons.addStretch(1)
+        self.buttons.addWidget(self.load_button)
 
         self.empty = QLabel("Select a model to see how it fits this Mac.", self)
         self.empty.setObjectName("Note")
@@ -170,6 +179,8 @@ class DetailsPanel(QFrame):
         body.addLayout(head)
         body.addWidget(self.bar)
         body.addWidget(self.budget_note)
+        body.addWidget(self.advice)  # the ways out under the verdict and its bar, in view without scrolling
+        body.addWidget(self.cluster_note)
         body.addLayout(legend)
         body.addSpacing(4)
         body.addWidget(self.max_context)
@@ -178,12 +189,10 @@ class DetailsPanel(QFrame):
         body.addWidget(self.reading)
         body.addWidget(self.pictures)
         body.addWidget(self.mtp)
-        body.addWidget(self.advice)
-        body.addWidget(self.cluster_note)
         body.addWidget(self.derivation)
         body.addStretch(1)
         outer.addWidget(self.download_panel)
-        outer.addLayout(buttons)
+        outer.addLayout(self.buttons)
 
         lay = QVBoxLayout(self)
         lay.setContentsMargins(16, 14, 16, 14)
@@ -212,11 +221,11 @@ class DetailsPanel(QFrame):
             f"at {est.context:,} tokens{kv}"  # the context it was sized at: a model's own maximum if that is shorter
         )
         self._show_long_context(est)
-        segments = [(label, float(getattr(est, attr) or 0), QColor(BAR_COLOURS[key])) for key, label, attr in SEGMENTS]
+        segments = [(label, float(getattr(est, attr) or 0), QColor(BAR_COLOURS[key])) for key, label, attr, _tip in SEGMENTS]
         self.bar.set_values(segments, float(est.budget_bytes))
         self.bar.setToolTip(" · ".join(f"{label} {format_bytes(v)}" for label, v, _c in segments))
         self.budget_note.setText("The line marks the GPU budget")
-        for key, _label, attr in SEGMENTS:
+        for key, _label, attr, _tip in SEGMENTS:
             self.legend_values[key].setText(format_bytes(getattr(est, attr) or 0))
         if est.max_context and est.max_context > 0:
             cap = " (the model's maximum)" if est.max_context >= ref.arch.max_position_embeddings else ""
@@ -238,13 +247,18 @@ class DetailsPanel(QFrame):
         self.load_button.setToolTip("" if downloaded else "Download the model first")
 
     def _show_long_context(self, est: Estimate) -> None:
-        """Past the model's native length it loads with YaRN; the same sentence as `qwen-desk chat` prints."""
+        """Past the model's native length it loads in long-context mode (YaRN: named in the tooltip, as `qwen-desk
+        chat` says it)."""
         factor = est.yarn_factor
         self.long_context.setVisible(bool(factor))
         if factor:
             native = est.native_context
-            past = f" ({est.context:,} tokens is past its native {native:,})" if native else ""
-            self.long_context.setText(f"Loads in {notice(factor)}{past}")
+            past = f"{est.context:,} tokens is past the {native:,} it was trained on" if native else "past the length it was trained on"
+            self.long_context.setText(
+                f"Loads in long-context mode: {past}, so its position encoding is stretched {factor}×; "
+                "the model card notes this can lower quality on short texts"
+            )
+            self.long_context.setToolTip(notice(factor))
 
     def _show_reading_and_advice(self, row: Row) -> None:
         est = row.estimate
@@ -265,8 +279,8 @@ class DetailsPanel(QFrame):
         self.cluster_note.setVisible(too_big)
         if needed is not None:
             self.cluster_note.setText(
-                f"Too big for one such Mac: <b>{needed} of them</b> hold it at {context:,} tokens, linked with "
-                f"MLX distributed (<code>qwen-desk fit --hosts {needed}</code> for the split)"
+                f"Too big for one such Mac: <b>{needed} of them</b>, linked together, hold it at {context:,} tokens "
+                f"(<code>qwen-desk fit --hosts {needed}</code> shows how it is shared)"
             )
         elif too_big:
             self.cluster_note.setText("Too big even for eight such Macs at this context")

@@ -13,9 +13,9 @@ from macapp.core.catalog import Origin, hub_offline
 from macapp.core.download import delete_model, inspect_repo, manager
 from macapp.core.catalog import ModelRef
 from macapp.core.download import events as ev
-from macapp.core.download.errors import DownloadError, DownloadErrorKind
+from macapp.core.hub.errors import DownloadError, DownloadErrorKind
 from macapp.core.download.job import DownloadJob, JobState
-from macapp.core.hub.settings import hub_reachable
+from macapp.core.hub.settings import hub_reachable, hub_settings
 from macapp.core.memory import format_bytes
 from macapp.ui.bridge import EventBridge
 from macapp.ui.library_model import Row
@@ -179,12 +179,16 @@ class DownloadController(QObject):
 
     finished = Signal(str)  # key (repo) of a completed download
     status_changed = Signal(str, str)  # repo, short text for the library's Status column ("" = none)
+    hub_checked = Signal(bool)  # whether the hub answered the last check (at start, and with each download)
+    _hub_answer = Signal(bool)  # from the checking thread
 
     def __init__(self, panel: DownloadPanel, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.panel = panel
         self.row: Row | None = None
         self.jobs: dict[str, _WindowJob] = {}  # by repo
+        self.hub_unreachable = False  # the last check found no hub: said up front, before Download is pressed
+        self._hub_answer.connect(self._hub_answered)
         panel.start_clicked.connect(self.start)
         panel.resume_clicked.connect(self.start)
         panel.pause_clicked.connect(self.pause)
@@ -207,6 +211,12 @@ class DownloadController(QObject):
                 self.panel.set_done(f"Downloaded · {row.local_path}" if row.ref.origin is not Origin.LOCAL else "")
             elif _offline():
                 self.panel.set_idle("Downloads are unavailable offline (HF_HUB_OFFLINE is set).", downloadable=False)
+            elif self.hub_unreachable:
+                self.panel.set_idle(
+                    f"Downloads are unavailable: {hub_settings().host_label} cannot be reached (this Mac seems to be offline). Download tries again.",
+                    downloadable=True,
+                    size=row.estimate.weights_bytes,
+                )
             else:
                 self.panel.set_idle("Not on this Mac yet.", downloadable=True, size=row.estimate.weights_bytes)
             return
@@ -236,6 +246,31 @@ class DownloadController(QObject):
     def _is_shown(self, repo: str) -> bool:
         return self.row is not None and self.row.ref.repo == repo
 
+    def check_hub(self, wait: bool = False) -> None:
+        """Ask whether the hub can be reached (a quick TCP check off the GUI thread; not when HF_HUB_OFFLINE
+        already says so): hub_checked tells the answer, and a panel waiting for a Download says it."""
+        if _offline():
+            return
+
+        def ask() -> None:
+            reachable = hub_reachable()
+            try:
+                self._hub_answer.emit(reachable)
+            except RuntimeError:  # the window closed while the check ran
+                pass
+
+        probe = threading.Thread(target=ask, name="hub check", daemon=True)
+        probe.start()
+        if wait:
+            probe.join()
+
+    def _hub_answered(self, reachable: bool) -> None:
+        changed = self.hub_unreachable == reachable
+        self.hub_unreachable = not reachable
+        if changed and (self.row is None or self._current_job() is None):
+            self.show_for(self.row)
+        self.hub_checked.emit(reachable)
+
     # -- actions ------------------------------------------------------------------------------------------------
     def start(self) -> None:
         if self.row is None or self.row.ref.repo is None:
@@ -254,7 +289,9 @@ class DownloadController(QObject):
 
         def work() -> None:
             # A quick TCP check first: with the network down the client would retry for half a minute.
-            if not hub_reachable():
+            reachable = hub_reachable()
+            self._hub_answer.emit(reachable)
+            if not reachable:
                 bridge.feed(
                     ev.DownloadFailed(
                         error=DownloadError(

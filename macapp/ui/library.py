@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
 
 from PySide6.QtCore import QPoint, Qt, Signal
 from PySide6.QtWidgets import (
@@ -26,6 +25,7 @@ from PySide6.QtWidgets import (
 from macapp.core import catalog, hardware
 from macapp.core.fit import estimate
 from macapp.core.hardware import MachineProfile
+from macapp.core.hub.settings import hub_settings
 from macapp.core.memory import format_bytes
 from macapp.core.settings import Settings
 from macapp.core.vision.builds import BuildVision, build_vision, refresh_catalog_and_pictures
@@ -33,9 +33,6 @@ from macapp.ui.details import DetailsPanel
 from macapp.ui.downloads import DownloadController
 from macapp.ui.library_model import FIT_COL, BadgeDelegate, LibraryModel, Row, short_context
 from macapp.ui.settings import int_setting
-
-if TYPE_CHECKING:  # the window holds this page: imported for its type only
-    from macapp.ui.main_window import MainWindow
 
 # Past the native 262,144 tokens a model loads in long-context mode (YaRN ×2, ×4: macapp.core.long_context).
 CONTEXT_STEPS = [2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288, 1_010_000]
@@ -50,6 +47,8 @@ class LibraryPage(QWidget):
     rows_changed = Signal()  # after every refresh: the Chat page's model picker follows
     machine_changed = Signal(object)
     hub_refreshed = Signal(object)  # {repo: error} for the builds the hub could not tell us about
+    open_folder_requested = Signal()  # the window shows its folder dialog
+    demo_requested = Signal()
     _machine_detected = Signal(object)
     _hub_answered = Signal(object)
 
@@ -74,7 +73,7 @@ class LibraryPage(QWidget):
         self.context_slider.setRange(0, len(CONTEXT_STEPS) - 1)
         self.context_slider.setPageStep(1)
         self.context_slider.setTickPosition(QSlider.TickPosition.TicksBelow)
-        self.context_slider.setMinimumWidth(180)
+        self.context_slider.setMinimumWidth(120)
         self.context_spin = QSpinBox(self)
         self.context_spin.setRange(512, MAX_CONTEXT)
         self.context_spin.setSingleStep(1024)
@@ -91,7 +90,9 @@ class LibraryPage(QWidget):
         self.remove_folder_button.setToolTip("Forget this folder here (its files stay where they are)")
         self.remove_folder_button.hide()
         self.demo_button = QPushButton("Try the Demo Model", self)
-        self.demo_button.setToolTip("A tiny model made on this Mac in a second, no download: it writes nonsense, it only shows the app working")
+        self.demo_button.setToolTip(
+            "A tiny model made on this Mac in a second, no download: it gives the same reply to anything, it only shows the app working"
+        )
 
         controls = QHBoxLayout()
         controls.setSpacing(8)
@@ -105,7 +106,6 @@ class LibraryPage(QWidget):
         controls.addSpacing(16)
         controls.addWidget(self.demo_button)
         controls.addWidget(self.open_folder_button)
-        controls.addWidget(self.remove_folder_button)
 
         self.model = LibraryModel(self)
         self.table = QTableView(self)
@@ -123,19 +123,20 @@ class LibraryPage(QWidget):
         header = self.table.horizontalHeader()
         header.setHighlightSections(False)
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setStretchLastSection(True)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)  # the names give way first: a status stays whole
         header.setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
         self.table.doubleClicked.connect(lambda _i: self.request_load())
 
         self.details = DetailsPanel(self)
         self.details.load_clicked.connect(self.request_load)
+        self.details.buttons.insertWidget(1, self.remove_folder_button)  # beside Load: both act on the selected row
         split = QSplitter(self)
         split.addWidget(self.table)
         split.addWidget(self.details)
         split.setStretchFactor(0, 3)
         split.setStretchFactor(1, 2)
         split.setChildrenCollapsible(False)
-        split.setSizes([590, 370])
+        split.setSizes([660, 280])  # the table's six columns whole; the details wrap
         self.splitter = split
 
         lay = QVBoxLayout(self)
@@ -155,9 +156,9 @@ class LibraryPage(QWidget):
         self.context_spin.valueChanged.connect(self._context_changed)
         self.kv_combo.currentIndexChanged.connect(lambda _i: self._choices_changed())
         self.table.selectionModel().currentRowChanged.connect(lambda cur, _prev: self._show_details(cur.row()))
-        self.open_folder_button.clicked.connect(lambda: self._main_window().open_model_folder())
+        self.open_folder_button.clicked.connect(self.open_folder_requested)
         self.remove_folder_button.clicked.connect(self.remove_selected_folder)
-        self.demo_button.clicked.connect(lambda: self._main_window().try_demo_model())
+        self.demo_button.clicked.connect(self.demo_requested)
         self.table.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.table.customContextMenuRequested.connect(self._row_menu)
 
@@ -168,9 +169,6 @@ class LibraryPage(QWidget):
         self.machine = self._what_if() or self.detected
         self._machine_detected.connect(self._on_detected)
         self.refresh()
-
-    def _main_window(self) -> MainWindow:
-        return cast("MainWindow", self.window())  # the page lives in the main window
 
     def _what_if(self) -> MachineProfile | None:
         """A 'what if' Mac chosen in settings (`machine.what_if`: {"chip": "M4 Pro", "memory_gb": 48})."""
@@ -291,6 +289,9 @@ class LibraryPage(QWidget):
             parts.append(f"No model fits this Mac at {short_context(self.context)} context: try a shorter context or a 4-bit KV cache")
         if catalog.hub_offline():
             parts.append("You are offline (HF_HUB_OFFLINE): sizes and badges come from built-in data; downloads are unavailable")
+        elif self.downloads is not None and self.downloads.hub_unreachable:
+            host = hub_settings().host_label
+            parts.append(f"{host} cannot be reached: downloads are unavailable until it can; sizes and badges come from built-in data")
         self.summary.setText(" · ".join(parts))
 
     def selected_row(self) -> Row | None:
@@ -327,7 +328,9 @@ class LibraryPage(QWidget):
             self.downloads = DownloadController(self.details.download_panel, self)
             self.downloads.finished.connect(lambda _key: self.refresh())
             self.downloads.status_changed.connect(self.model.set_live_status)
+            self.downloads.hub_checked.connect(lambda _reachable: self._update_summary(self.suggested_row()))
             self.refresh()
+            self.downloads.check_hub()  # said up front when the hub cannot be reached, not when Download is pressed
         return self.machine
 
     def refresh_from_hub(self, wait: bool = False) -> None:

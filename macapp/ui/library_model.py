@@ -25,6 +25,9 @@ FIT_COL = 3
 
 
 def short_context(tokens: int) -> str:
+    """'32K' (K = 1,024, as contexts are quoted), '1.01M' for the card's decimal million (a column header's width)."""
+    if tokens >= 1_000_000:
+        return f"{tokens / 1_000_000:.2f}".rstrip("0").rstrip(".") + "M"
     return f"{tokens // 1024}K" if tokens % 1024 == 0 else f"{tokens:,}"
 
 
@@ -35,8 +38,11 @@ def images_words(est: Estimate) -> str:
     if est.accepts_images is None:
         return "Pictures: not known until its files are read (File › Refresh Catalog from Hub, or download it)"
     if not est.vision_bytes:
-        return "Pictures: yes (the tower's size is known once its files are read: File › Refresh Catalog from Hub, or download it)"
-    return f"Pictures: yes (tower {format_bytes(est.vision_bytes)}, +{format_bytes(est.image_activation_bytes or 0)} while a full-size picture is read)"
+        return "Pictures: yes (the memory they take is known once its files are read: File › Refresh Catalog from Hub, or download it)"
+    return (
+        f"Pictures: yes (the part that reads them takes {format_bytes(est.vision_bytes)}, "
+        f"+{format_bytes(est.image_activation_bytes or 0)} while a full-size picture is read)"
+    )
 
 
 @dataclass

@@ -30,13 +30,15 @@ from macapp.core.events import Event, Failed
 from macapp.core.history import Conversation
 from macapp.core.jsonvalue import JSONValue
 from macapp.core.settings import Settings
-from macapp.devtools.demo import DemoReady, build_job
+from macapp.core.demo.model import DemoReady, build_job
+from macapp.ui.tools import ToolsPane
 from macapp.ui.bridge import EventBridge
 from macapp.ui.chat_controller import EditKind, HistoryEdit
 from macapp.ui.chat_history import ConversationSearch
 from macapp.ui.chat_view import ChatView
 from macapp.ui.library import LibraryPage
 from macapp.ui.model_bar import Choice
+from macapp.ui.pages import CHAT, KEYS, LIBRARY, SERVER, TITLES
 from macapp.ui.server_panel import ServerController, ServerPanel
 from macapp.ui.settings import int_setting
 from macapp.ui.status import StatusArea
@@ -45,7 +47,8 @@ if TYPE_CHECKING:  # the engine's job and the server's backend: for their types 
     from macapp.core.engine.jobs import Job
     from macapp.core.serving.runner import ServingEngine
 
-LIBRARY, CHAT, SERVER = 0, 1, 2
+TITLE_CHARS = 22  # a conversation title this long shows whole in the sidebar
+ITEM_PADDING = 2 * 8 + 2 * 6  # the list items' padding (style.qss) and the search field's frame, with some air
 
 
 class Sidebar(QWidget):
@@ -62,7 +65,7 @@ class Sidebar(QWidget):
         self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
         self.nav = QListWidget(self)
         self.nav.setObjectName("NavList")
-        for text in ("Models", "Chat", "Local Server"):  # the page titles and the View menu say the same
+        for text in TITLES:  # the page titles and the View menu say the same
             self.nav.addItem(QListWidgetItem(text))
         self.nav.setFixedHeight(self.nav.sizeHintForRow(0) * self.nav.count() + 12)
         for policy in (self.nav.setVerticalScrollBarPolicy, self.nav.setHorizontalScrollBarPolicy):
@@ -97,6 +100,17 @@ class Sidebar(QWidget):
         lay.addWidget(self.conversations, 1)
         lay.addWidget(self.empty_note)
         lay.addWidget(self.new_chat)
+        self.setFixedWidth(self.fitting_width())
+
+    def fitting_width(self) -> int:
+        """One width on every page (the splitter otherwise gives the sidebar what each page leaves): the widest of
+        its own words, and room for a conversation title of TITLE_CHARS characters."""
+        fm = self.fontMetrics()
+        words = [*TITLES, "Conversations", self.search.placeholderText(), self.empty_note.text(), self.new_chat.text()]
+        text = max([fm.horizontalAdvance(w) for w in words] + [fm.averageCharWidth() * TITLE_CHARS])
+        lay = self.layout()
+        sides = lay.contentsMargins().left() + lay.contentsMargins().right() if lay is not None else 0
+        return text + ITEM_PADDING + sides
 
     def _conversation_menu(self, pos: QPoint) -> None:
         item = self.conversations.itemAt(pos)
@@ -144,8 +158,9 @@ class MainWindow(QMainWindow):
         self.splitter.addWidget(self.sidebar)
         self.splitter.addWidget(self.stack)
         self.splitter.setStretchFactor(1, 1)
+        self.splitter.setCollapsible(0, False)
         self.splitter.setCollapsible(1, False)
-        self.splitter.setSizes([200, 980])
+        self.splitter.setSizes([self.sidebar.width(), 980])
         self.setCentralWidget(self.splitter)
         self.status = StatusArea(self)
         self.setStatusBar(self.status)
@@ -162,6 +177,8 @@ class MainWindow(QMainWindow):
         self.library.load_requested.connect(self.chat.load_model)
         self.library.machine_changed.connect(self.status.set_machine)
         self.library.hub_refreshed.connect(self._catalog_refreshed)
+        self.library.open_folder_requested.connect(self.open_model_folder)
+        self.library.demo_requested.connect(self.try_demo_model)
         self.chat.controller.model_changed.connect(self._on_model_changed)
         self.chat.controller.conversations_changed.connect(self.refresh_conversations)
         self.chat.controller.history_edited.connect(self._history_edited)
@@ -233,15 +250,23 @@ class MainWindow(QMainWindow):
         self.regenerate_action = self._action("Regenerate Last Reply", self.chat.regenerate, QKeySequence("Ctrl+R"))
         self.edit_action = self._action("Edit Last Message", self.chat.edit_last, QKeySequence("Ctrl+E"))
         self.unload_action = self._action("Unload Model", self.chat.unload_model)
-        for a in (self.stop_action, self.regenerate_action, self.edit_action, None, self.unload_action):
+        self.tools_action = self._action("Tools (MCP Servers)…", self.show_tools)
+        for a in (self.stop_action, self.regenerate_action, self.edit_action, None, self.unload_action, None, self.tools_action):
             chat_menu.addSeparator() if a is None else chat_menu.addAction(a)
 
         view_menu = bar.addMenu("&View")
-        view_menu.addAction(self._action("Models", lambda: self.show_page(LIBRARY), QKeySequence("Ctrl+1")))
-        view_menu.addAction(self._action("Chat", lambda: self.show_page(CHAT), QKeySequence("Ctrl+2")))
-        view_menu.addAction(self._action("Local Server", lambda: self.show_page(SERVER), QKeySequence("Ctrl+3")))
+        view_menu.addAction(self._action(TITLES[LIBRARY], lambda: self.show_page(LIBRARY), QKeySequence(KEYS[LIBRARY])))
+        view_menu.addAction(self._action(TITLES[CHAT], lambda: self.show_page(CHAT), QKeySequence(KEYS[CHAT])))
+        view_menu.addAction(self._action(TITLES[SERVER], lambda: self.show_page(SERVER), QKeySequence(KEYS[SERVER])))
 
     # -- actions -------------------------------------------------------------------------------------------------
+    def show_tools(self) -> ToolsPane:
+        """The Tools pane: the MCP servers, their tools, the tools allowed without asking."""
+        pane = ToolsPane(self.chat.controller.tools, self)
+        pane.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        pane.open()
+        return pane
+
     def show_page(self, index: int) -> None:
         if index < 0:
             return
@@ -380,7 +405,7 @@ class MainWindow(QMainWindow):
             bridge.deleteLater()
             match batch[-1]:
                 case DemoReady(path=path):
-                    self.status.showMessage("Demo model ready: it writes nonsense, it only shows the app working", 10000)
+                    self.status.showMessage("Demo model ready: the same reply to anything, it only shows the app working", 10000)
                     if self.library.open_local_folder(path) is not None:
                         self.library.request_load()
                 case Failed(message=message):
@@ -406,7 +431,7 @@ class MainWindow(QMainWindow):
         """The local server's backend on the model the chat has loaded (RuntimeError if none)."""
         from macapp.server.engine_backend import backend_for  # why: it imports MLX and mlx-lm, loaded on the engine's worker, not at start-up
 
-        return backend_for(self.chat.controller.engine)
+        return backend_for(self.chat.controller.engine, self.chat.controller.prompt_disk)
 
     def _on_server_busy(self, busy: bool) -> None:
         # One engine: a chat reply sent meanwhile waits for the server's request, and says so here.

@@ -17,7 +17,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QImage
 from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QVBoxLayout, QWidget
 
-from macapp.core.events import AnswerDelta, Event, ReasoningDelta, StatsUpdate, TerminalEvent, TurnKind
+from macapp.core.events import AnswerDelta, Event, ReasoningDelta, StatsUpdate, TerminalEvent, ToolCallAsked, ToolCallDone, ToolCallRecord, TurnKind
 from macapp.core.recorder import TurnResult
 from macapp.core.history import Message, Role
 from macapp.core.picture_data import ImageRef
@@ -102,7 +102,12 @@ class MessageList(QScrollArea):
                 w = AssistantMessage(self.container)
                 if m.reasoning:
                     w.add_reasoning(m.reasoning)
-                w.add_answer(m.content)
+                shown = 0
+                for record in sorted((ToolCallRecord.from_json(c) for c in m.tool_calls), key=lambda r: r.at):
+                    w.add_answer(m.content[shown : record.at])  # the text before the call, then the call
+                    w.tool_done(record)
+                    shown = max(shown, record.at)
+                w.add_answer(m.content[shown:])
                 w.finish(m.stats if not m.stats.is_empty() else None, "stopped" if m.stopped else "")
                 if w.reasoning is not None:
                     w.reasoning.header.setText("Thought")
@@ -120,7 +125,7 @@ class MessageList(QScrollArea):
             for message, refs in messages:
                 try:
                     pictures = saved_files.load_pictures(refs)  # a missing or damaged file is left out (the text stays)
-                    previews = tuple(attachments.preview(p.image, attachments.THUMB * 2) for p in pictures)
+                    previews = tuple(attachments.preview_item(p, attachments.THUMB * 2) for p in pictures)
                     self._pictures_read.emit(shown, message, pictures, previews)
                 except RuntimeError:  # the window is gone
                     return
@@ -184,6 +189,10 @@ class MessageList(QScrollArea):
                     msg.add_answer(text)
                 case StatsUpdate(stats=stats):
                     msg.stats = stats
+                case ToolCallAsked():
+                    msg.tool_asked(event)
+                case ToolCallDone(record=record):
+                    msg.tool_done(record)
         if not isinstance(batch[-1], TerminalEvent):
             msg.render_text()
             self.renders += 1

@@ -8,13 +8,15 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QImage, QTextDocument
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QToolButton, QVBoxLayout, QWidget
 
-from macapp.core.events import GenerationStats
+from macapp.core.events import GenerationStats, ToolCallAsked, ToolCallRecord
 from macapp.core.history import ReplyStats
 from macapp.core.picture_data import ImageRef
 from macapp.core.vision import pictures as saved_files
 from macapp.core.vision.images import PreparedImage
-from macapp.ui.attachments import THUMB, pixmap_of, preview_of
+from macapp.core.vision.video import PreparedVideo
+from macapp.ui.attachments import THUMB, VIDEO_WIDTH, pixmap_of, preview_of, video_caption
 from macapp.ui.meter import stats_summary
+from macapp.ui.tools import ToolCallBlock, asked_block
 from macapp.ui.widgets import MarkdownView
 
 # Why a reply ended, when it is worth saying (by the engine's finish_reason).
@@ -22,6 +24,7 @@ ENDINGS = {
     "stopped": "stopped",
     "length": "cut off at the max tokens limit",
     "context": "the context is full: start a new chat to go on",
+    "tool_rounds": "tool-call round limit",
 }
 FAILED_NOTE = "stopped by an error"
 
@@ -131,8 +134,9 @@ class UserMessage(QFrame):
             for i, picture in enumerate(self.pictures):
                 small = previews[i] if i < len(previews) else preview_of(picture, THUMB * 2)
                 label = QLabel(self.bubble)
-                label.setPixmap(pixmap_of(small, THUMB * 2))
-                label.setToolTip(f"{picture.name} — {picture.size[0]}×{picture.size[1]}")
+                video = isinstance(picture, PreparedVideo)
+                label.setPixmap(pixmap_of(small, THUMB * 2, VIDEO_WIDTH * 2 if video else None))
+                label.setToolTip(f"{picture.name} — {video_caption(picture) if isinstance(picture, PreparedVideo) else f'{picture.size[0]}×{picture.size[1]}'}")
                 row.addWidget(label)
                 self.thumbnails.append(label)
             row.addStretch(1)
@@ -142,13 +146,16 @@ class UserMessage(QFrame):
 
 
 class AssistantMessage(QFrame):
-    """A streaming reply: text accumulates on every delta, the widgets re-render once per delivered batch."""
+    """A streaming reply: text accumulates on every delta, the widgets re-render once per delivered batch.
+    A tool call made after some answer text ends that text's view: the call's block, then a new view for what
+    follows, so text and calls show in the order the model wrote them (`views`; `view` is the last)."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.role = "assistant"
         self.answer = ""
         self.reasoning: ReasoningBlock | None = None
+        self.tool_calls: list[ToolCallBlock] = []
         self.stats: GenerationStats | ReplyStats | None = None
         self._dirty_answer = False
         self._dirty_reasoning = False
@@ -163,6 +170,33 @@ class AssistantMessage(QFrame):
         self._lay.addWidget(self.view)
         self._lay.addWidget(self.stats_label)
         self.view.set_plain("")
+        self.views = [self.view]
+        self._view_start = 0  # where the last view's text starts in `answer`
+
+    def tool_asked(self, event: ToolCallAsked) -> None:
+        """A call the model made: its block, waiting for the approval and the result."""
+        self._add_call(asked_block(event, self))
+
+    def tool_done(self, record: ToolCallRecord) -> None:
+        block = next((b for b in self.tool_calls if b.call_id == record.call_id and b.record is None), None)
+        if block is None:
+            self._add_call(ToolCallBlock.of(record, self))
+        else:
+            block.finish(record)
+
+    def _add_call(self, block: ToolCallBlock) -> None:
+        self.tool_calls.append(block)
+        if not self.answer[self._view_start :].strip():  # no text since the last call: the block goes above the view
+            self._lay.insertWidget(self._lay.indexOf(self.view), block)
+            return
+        self.render_text(final=True)  # the text before the call is done: its view, then the block, then a new view
+        at = self._lay.indexOf(self.view) + 1
+        self._lay.insertWidget(at, block)
+        self.view = MarkdownView(self)
+        self.view.set_plain("")
+        self._lay.insertWidget(at + 1, self.view)
+        self.views.append(self.view)
+        self._view_start = len(self.answer)
 
     def _ensure_reasoning(self) -> ReasoningBlock:
         if self.reasoning is None:
@@ -187,7 +221,7 @@ class AssistantMessage(QFrame):
         if self._dirty_reasoning and self.reasoning is not None and self.reasoning.expanded:
             self.reasoning.render_text()
         if self._dirty_answer or final:
-            text = self.answer.lstrip("\n")
+            text = self.answer[self._view_start :].lstrip("\n")
             # While streaming only the new part is laid out; the finished reply is rendered whole, exactly.
             self.view.set_markdown(text) if final else self.view.stream_markdown(text)
         self._dirty_answer = self._dirty_reasoning = False

@@ -89,7 +89,7 @@ class LoadPrompt(QFrame):
         self.load_button.setObjectName("Primary")
         self.models_button = QPushButton("Choose a Model…", self)
         self.demo_button = QPushButton("Try the Demo Model", self)
-        self.demo_button.setToolTip("A tiny model made here in a second: it writes nonsense, it only shows the app working")
+        self.demo_button.setToolTip("A tiny model made here in a second: it gives the same reply to anything, it only shows the app working")
         self._key: str | None = None
         self.load_button.clicked.connect(lambda: self._key and self.load_requested.emit(self._key))
         self.models_button.clicked.connect(self.models_requested)

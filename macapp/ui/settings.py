@@ -9,12 +9,14 @@ from PySide6.QtWidgets import (
     QDialogButtonBox,
     QFormLayout,
     QLabel,
+    QLineEdit,
     QPlainTextEdit,
     QPushButton,
     QVBoxLayout,
     QWidget,
 )
 
+from macapp.core.prompt_disk import SETTING as DISK_SETTING, SizeError, parse_size
 from macapp.core.sampling import preset
 from macapp.core.settings import Settings
 from macapp.ui.spinboxes import ClampingDoubleSpinBox, ClampingSpinBox
@@ -120,6 +122,13 @@ class SettingsDialog(QDialog):
         self.system_prompt.setPlaceholderText("Optional instructions for every new chat, e.g. “Answer briefly.”")
         self.system_prompt.setFixedHeight(90)
         form.addRow("System prompt", self.system_prompt)
+        self.prompt_disk = QLineEdit(self)
+        self.prompt_disk.setPlaceholderText("Default (20 GB or a tenth of the free disk)")
+        self.prompt_disk.setToolTip(
+            "Disk kept for prompt checkpoints, so reopened chats and agent sessions read only what is new: "
+            "a size like 20GB or 512MB, 0 for none. From the next start; `qwen-desk cache --clear` empties it"
+        )
+        form.addRow("Prompt cache on disk", self.prompt_disk)
 
         self.reset_button = QPushButton("Reset to the Card's Values", self)
         self.reset_button.clicked.connect(self.reset_to_card)
@@ -153,6 +162,7 @@ class SettingsDialog(QDialog):
         self.mode_label.setText(f"Sampling for <b>{mode}</b> mode (each mode keeps its own values; switch with the Thinking toggle).")
         self._show(sampling_for(self.settings, self.thinking))
         self.system_prompt.setPlainText(text_setting(self.settings, "chat.system_prompt"))
+        self.prompt_disk.setText(text_setting(self.settings, DISK_SETTING))
 
     def _show(self, values: dict[str, float | None]) -> None:
         for key, box in self.inputs.items():
@@ -173,10 +183,18 @@ class SettingsDialog(QDialog):
         if self._just_clamped:
             self._just_clamped = False
             return
+        disk = self.prompt_disk.text().strip()
+        try:
+            parse_size(disk or "0")
+        except SizeError as exc:
+            self.range_note.setText(f"Prompt cache on disk: {exc}.")
+            self.range_note.show()
+            return
         values = self.values()
         card = card_presets(self.thinking)
         # Store only what differs from the card, so a later card update still reaches untouched values.
         self.settings.set(mode_key(self.thinking), {k: v for k, v in values.items() if card.get(k) != v})
         self.settings.set("chat.system_prompt", self.system_prompt.toPlainText().strip())
+        self.settings.set(DISK_SETTING, disk)
         self.changed.emit()
         super().accept()

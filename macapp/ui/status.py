@@ -5,13 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QLabel, QPushButton, QStatusBar, QWidget
 
-from macapp.core.hardware import MachineProfile
+from macapp.core.hardware import MachineProfile, machine_warning
 from macapp.core.memory import app_memory, format_bytes
 
 
 UNDO_TEXT_WIDTH = 300  # px
+MESSAGE_GAP = 16  # px between the status bar's items, with its margins
 
 
 class StatusArea(QStatusBar):
@@ -31,10 +33,23 @@ class StatusArea(QStatusBar):
         self.notice_label = QLabel(self)
         self.notice_label.setObjectName("Warning")
         self.notice_label.setWordWrap(False)
+        # QStatusBar paints a message on one line left of the figures and cuts what does not fit: this label
+        # wraps instead, and the figures that step aside for Undo step aside for a message too.
+        self.message_label = QLabel(self)
+        self.message_label.setObjectName("StatusMessage")
+        self.message_label.setWordWrap(True)
+        self.message_label.setTextFormat(Qt.TextFormat.PlainText)
+        self.message_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self._message_timer = QTimer(self)
+        self._message_timer.setSingleShot(True)
+        self._message_timer.timeout.connect(self.clearMessage)
+        self.addWidget(self.message_label, 1)
         self.addWidget(self.notice_label, 1)
         for w in (self.undo_label, self.undo_button, self.model_label, self.machine_label, self.budget_label, self.app_label):
             self.addPermanentWidget(w)
         self.notice_label.hide()
+        self.message_label.hide()
+        self._notice = False
         self.clear_undo()
         self.model_label.setText("No model loaded")
         self._timer = QTimer(self)
@@ -47,17 +62,58 @@ class StatusArea(QStatusBar):
         ram_gb = machine.memory_bytes / 1024**3  # as Apple labels it: a "24 GB" Mac has 24 GiB
         what_if = "what" in machine.source.lower()
         prefix = "What if: " if what_if else ""
-        self.machine_label.setText(f"{prefix}{machine.chip} · {ram_gb:.0f} GB memory")
+        warning = machine_warning(machine)  # a what-if past what Apple sells with the chip: shown, not refused
+        self.machine_label.setText(f"{prefix}{machine.chip} · {ram_gb:.0f} GB memory{' (no such Mac)' if warning else ''}")
+        self.machine_label.setObjectName("Warning" if warning else "")
+        self.machine_label.style().polish(self.machine_label)
         self.budget_label.setText(f"GPU budget {format_bytes(machine.budget_bytes)}")
         src = machine.source
-        self.machine_label.setToolTip(f"Detected from: {src}" if src else "")
+        self.machine_label.setToolTip(warning[0].upper() + warning[1:] if warning else f"Detected from: {src}" if src else "")
 
     def show_notice(self, text: str) -> None:
         """A lasting warning (e.g. about the chat history); the whole text is in the tooltip."""
         first = text.split(". ")[0].rstrip(".")
         self.notice_label.setText(f"⚠ {first}")
         self.notice_label.setToolTip(text)
-        self.notice_label.show()
+        self._notice = True
+        self._arrange()
+
+    def showMessage(self, text: str, timeout: int | None = 0) -> None:  # noqa: N802  QStatusBar's name: every caller gets the whole text shown
+        """A passing message, whole (wrapped if need be), for `timeout` ms (0: until the next one or clearMessage)."""
+        self.message_label.setText(text)
+        if timeout and timeout > 0 and text:
+            self._message_timer.start(timeout)
+        else:
+            self._message_timer.stop()
+        self._arrange()
+        self.messageChanged.emit(text)
+
+    def clearMessage(self) -> None:  # noqa: N802
+        if self.message_label.text():
+            self.showMessage("")
+
+    def currentMessage(self) -> str:  # noqa: N802
+        return self.message_label.text()
+
+    def _arrange(self) -> None:
+        """A message takes the place of the lasting notice, and of the figures that also step aside for Undo when it
+        would not fit on one line beside them (it wraps if it still does not)."""
+        text = self.message_label.text()
+        self.message_label.setVisible(bool(text))
+        self.notice_label.setVisible(self._notice and not text)
+        yielding = not self.undo_button.isHidden() or (bool(text) and not self._fits_beside_figures(text))
+        for w in self._yield_to_undo():
+            w.setVisible(not yielding)
+
+    def _fits_beside_figures(self, text: str) -> bool:
+        beside = [self.model_label, self.machine_label, *self._yield_to_undo()]
+        taken = sum(w.sizeHint().width() + MESSAGE_GAP for w in beside)
+        return self.message_label.fontMetrics().horizontalAdvance(text) + taken <= self.width() - MESSAGE_GAP
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802
+        super().resizeEvent(event)
+        if self.message_label.text():
+            self._arrange()
 
     def offer_undo(self, text: str, action: Callable[[], object]) -> None:
         """Show `text` with an Undo button that calls `action` (the caller withdraws it with clear_undo)."""
@@ -68,15 +124,13 @@ class StatusArea(QStatusBar):
         self.undo_label.setToolTip(text)
         self.undo_label.show()
         self.undo_button.show()
-        for w in self._yield_to_undo():  # room for Undo without widening the window past the screen
-            w.hide()
+        self._arrange()  # room for Undo without widening the window past the screen
 
     def clear_undo(self) -> None:
         self._undo_action = None
         self.undo_label.hide()
         self.undo_button.hide()
-        for w in self._yield_to_undo():
-            w.show()
+        self._arrange()
 
     def _yield_to_undo(self) -> tuple[QLabel, ...]:
         """The figures that step aside while Undo is offered (for its 10 s); the model and the chip stay."""

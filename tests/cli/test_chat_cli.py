@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from macapp.cli import main
-from macapp.devtools.tiny_model import SCRIPT_ANSWER, SCRIPT_REASONING
+from macapp.core.demo.tiny_model import SCRIPT_ANSWER, SCRIPT_REASONING
 
 REASONING = "".join(SCRIPT_REASONING)
 ANSWER = "".join(SCRIPT_ANSWER)
@@ -65,7 +65,7 @@ def test_conversations_are_saved_to_the_history_and_can_be_resumed(capsys, tiny_
         conv = store.get_conversation(conv_id)
         assert [(m.role, m.content) for m in conv.messages] == [("user", "first question"), ("assistant", ANSWER), ("user", "second"), ("assistant", ANSWER)]
         assert conv.messages[1].reasoning == REASONING and conv.messages[1].stats.generation_tokens == 18
-    (resumed,) = run_json(capsys, "--model", str(tiny_moe_path), "--resume", str(conv_id), "--prompt", "third", "--temp", "0")
+    (resumed,) = run_json(capsys, "--model", str(tiny_moe_path), "--resume", str(conv_id), "--prompt", "third", "--temp", "0", "--prompt-cache-disk", "0")
     assert resumed["conversation_id"] == conv_id
     assert resumed["prompt_tokens"] > turns[0]["prompt_tokens"] + turns[1]["prompt_tokens"]  # the history is read once
     with Store.open() as store:
@@ -73,6 +73,30 @@ def test_conversations_are_saved_to_the_history_and_can_be_resumed(capsys, tiny_
     run_json(capsys, "--model", str(tiny_moe_path), "--prompt", "unsaved", "--temp", "0", "--no-history")
     with Store.open() as store:
         assert len(store.list_conversations()) == 1
+
+
+def test_a_resumed_conversation_reads_only_what_is_new_from_disk(capsys, tiny_moe_path):
+    """Two equal conversations, each continued twice in new processes. From the disk's checkpoints (the default)
+    the second continuation reads only the last reply and its new message: the template renders earlier replies
+    without their reasoning, so a conversation's own cache is a prefix of its reopened prompt only up to its first
+    reply, and the first continuation reuses that much; its own checkpoints are the reopened prompt's. With
+    --prompt-cache-disk 0 all of it is read each time; the replies are the same."""
+    model = ("--model", str(tiny_moe_path), "--temp", "0")
+    runs = {}
+    for size in ("0", "20GB"):
+        conv = run_json(capsys, *model, "--prompt", "first question", "--prompt", "second", "--prompt-cache-disk", size)[0]["conversation_id"]
+        runs[size] = [run_json(capsys, *model, "--resume", str(conv), "--prompt", words, "--prompt-cache-disk", size)[0] for words in ("third", "fourth")]
+    cold, warm = runs["0"], runs["20GB"]
+    assert [(r["text"], r["reasoning"]) for r in warm] == [(r["text"], r["reasoning"]) for r in cold] == [(ANSWER, REASONING)] * 2
+    assert [r["context_tokens"] for r in warm] == [r["context_tokens"] for r in cold]
+    assert warm[0]["prompt_tokens"] < cold[0]["prompt_tokens"]  # the first question came back from disk
+    from mlx_lm.tokenizer_utils import load
+
+    tokenizer = load(tiny_moe_path)
+    turn = [{"role": "user", "content": "x"}]
+    gen = len(tokenizer.apply_chat_template(turn, add_generation_prompt=True, tokenize=True)) - len(tokenizer.apply_chat_template(turn, tokenize=True))
+    # the second continuation reuses the first one's whole prompt but its generation prompt
+    assert warm[1]["prompt_tokens"] == cold[1]["prompt_tokens"] - (cold[0]["prompt_tokens"] - gen)
 
 
 @pytest.mark.parametrize(

@@ -68,7 +68,7 @@ def test_an_unreachable_host(tiny_moe_path, hostfile):
 
 
 def test_tensor_split_that_the_heads_do_not_allow(tiny_models_dir, hostfile):
-    from macapp.devtools.tiny_model import make_tiny_model
+    from macapp.core.demo.tiny_model import make_tiny_model
 
     model = make_tiny_model(tiny_models_dir / "tiny-qwen3.5-dense-3heads-cli", kind="dense", hidden_size=192)
     done = chat("-m", model, "-p", "hi", "--hostfile", hostfile([LOCAL, LOCAL]), "--shard", "tensor", timeout=60)
@@ -143,7 +143,7 @@ def test_ctrl_c_reaches_rank_0(tiny_moe_path, hostfile):
 def test_two_ranks_in_long_context_mode_reply_as_one_process(tiny_models_dir, hostfile, capsys):
     """--context past the native length: the followers load with YaRN too (else rank 0's and theirs would differ)."""
     from macapp.cli import main
-    from macapp.devtools.tiny_model import make_tiny_model
+    from macapp.core.demo.tiny_model import make_tiny_model
     from tests.fixtures.models import with_native_length
 
     model = with_native_length(make_tiny_model(tiny_models_dir / "tiny-native256-cluster", kind="moe"), 256)

@@ -1,4 +1,4 @@
-"""`qwen-desk demo`: a tiny model made on this machine, chatted with through the real engine, saying what it is."""
+"""`qwen-desk demo`: a tiny model made on this machine, chatted with through the real engine, saying what it is (#34)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 from macapp.cli import main
 from macapp.core import paths
-from macapp.devtools import demo
+from macapp.core.demo import model as demo
 
 
 def test_demo_makes_the_model_once_and_prints_its_folder(capsys):
@@ -30,11 +30,30 @@ def test_a_half_made_demo_model_is_made_again():
     assert [p.name for p in dest.parent.iterdir() if p.name.startswith(".demo-")] == []  # no staging left behind
 
 
-def test_demo_chats_with_chats_flags_and_says_it_writes_nonsense(capsys):
+def test_an_earlier_versions_demo_model_is_made_again():
+    dest = demo.ensure_demo_model()
+    (dest / demo.COMPLETE_MARK).write_text("made by Qwen Desk: random weights, writes nonsense\n")  # before #34
+    assert demo.ensure_demo_model() == dest
+    assert (dest / demo.COMPLETE_MARK).read_text() == demo.MARK_TEXT
+
+
+def test_the_demo_says_what_it_is_and_what_a_real_model_will_do(capsys):
+    """Through the real chat path, under the model card's sampling (no greedy, no seed): every turn, whatever it asks,
+    gets the demo's own words: thinking where a real model's reasoning goes, then what the demo is and what to do."""
+    prompts = ["What is the capital of France?", "Write me a poem about the sea", "Why?"]
+    assert main(["demo", *(a for p in prompts for a in ("--prompt", p)), "--json", "--no-history"]) == 0
+    turns = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(t["reasoning"], t["text"], t["finish_reason"]) for t in turns] == [("".join(demo.REASONING), demo.REPLY, "stop")] * 3
+    assert demo.REPLY.startswith("I am the demo model: a tiny model with random weights")
+    assert "I cannot read your message" in demo.REPLY and "Download a real Qwen3.5 model" in demo.REPLY
+    assert "A real model thinks here" in "".join(demo.REASONING)
+
+
+def test_demo_takes_chats_flags_and_says_what_it_is(capsys):
     assert main(["demo", "--prompt", "hi", "--no-think", "--no-history"]) == 0
     out, err = capsys.readouterr()
-    assert "writes nonsense" in err and "download a Qwen3.5 model" in err
-    assert out.strip()  # the reply
+    assert "cannot read what you write" in err and "download a Qwen3.5 model" in err  # the notice, before the chat
+    assert out.strip().endswith(demo.REPLY.strip())  # no thinking asked: the answer alone
     assert main(["demo", "--prompt", "hi", "--json", "--no-history"]) == 0
     (turn,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert turn["generation_tokens"] <= 200  # the demo keeps replies short

@@ -169,6 +169,30 @@ def test_fit_too_big_names_the_wired_limit_command_and_the_other_ways(capsys):
     assert step["remedy"] == "wired_limit" and step["command"] == f"sudo sysctl iogpu.wired_limit_mb={step['wired_limit_mb']}"
 
 
+def test_fit_at_32k_on_a_24gb_m4_pro_advises_the_wired_limit_with_the_longest_context(capsys):
+    base = ["fit", "Qwen3.5-35B-A3B", "--bits", "4", "--chip", "M4 Pro", "--memory", "24GB", "--context", "32768"]
+    _, out, _ = run_cli(capsys, *base, "--json")
+    step = json.loads(out)["advice"]["steps"][0]
+    assert step["remedy"] == "wired_limit" and 0 < step["context"] < 32768
+    _, text, _ = run_cli(capsys, *base)
+    assert f"1. {step['text']}" in text  # the words and the number are the one step's, in text and JSON alike
+    assert f"`{step['command']}`" in text and f"up to {step['context']:,} tokens" in text
+    # The what-if with that limit and that context agrees: it runs.
+    limit = ["--wired-limit", str(step["wired_limit_mb"]), "--json"]
+    _, out, _ = run_cli(capsys, *base[:-1], str(step["context"]), *limit)
+    assert json.loads(out)["verdict"] in ("fits", "tight")
+
+
+def test_fit_warns_about_a_mac_that_does_not_exist_and_still_answers(capsys):
+    code, out, err = run_cli(capsys, "fit", "Qwen3.5-9B", "--chip", "M4 Pro", "--memory", "3TB")
+    assert code == 0 and "FITS" in out  # a warning, not a refusal
+    assert "warning: no Mac with an Apple M4 Pro has 3,072 GB of memory: it comes with at most 64 GB" in err
+    code, out, err = run_cli(capsys, "fit", "Qwen3.5-9B", "--chip", "M4 Pro", "--memory", "3TB", "--json")
+    assert code == 0 and json.loads(out)["verdict"] == "fits" and "at most 64 GB" in err  # stdout stays JSON
+    code, _, err = run_cli(capsys, "fit", "Qwen3.5-9B", "--chip", "M4 Pro", "--memory", "64GB")
+    assert code == 0 and err == ""
+
+
 def test_fit_wired_limit_answers_what_if_i_raised_it(capsys):
     base = ["fit", "Qwen3.5-35B-A3B", "--context", "8192", "--chip", "M4 Pro", "--memory", "24GB", "--json"]
     _, out, _ = run_cli(capsys, *base)
@@ -230,6 +254,12 @@ def test_models_lists_the_wired_limit_commands(capsys):
     assert "Qwen3.5-35B-A3B 4-bit: `sudo sysctl iogpu.wired_limit_mb=" in out
     assert "resets at reboot" in out and "never changes it" in out
     assert "Qwen3.5-397B-A17B" not in out  # no limit a 24 GB Mac can set holds it
+    assert "up to" not in out  # at 8K the raised limit holds the whole context
+    ref = next(r for r in refs if r.name == "Qwen3.5-35B-A3B" and r.bits == 4)
+    e = estimate.estimate(ref, 32768, machine)
+    _print_wired_limit_notes([{**e.to_json(), "advice": advice.advise(ref, e, machine, refs).to_json()}])
+    out = capsys.readouterr().out
+    assert "Qwen3.5-35B-A3B 4-bit: `sudo sysctl iogpu.wired_limit_mb=20480` (up to 22,784 tokens, leaves 4.3 GB for macOS)" in out
 
 
 def test_an_unreadable_wired_limit_is_named_before_asking_for_a_chip(capsys):

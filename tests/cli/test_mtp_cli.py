@@ -7,7 +7,7 @@ import json
 import pytest
 
 from macapp.cli import main
-from macapp.devtools.tiny_model import make_tiny_model
+from macapp.core.demo.tiny_model import make_tiny_model
 
 
 @pytest.fixture(scope="module")

@@ -164,3 +164,30 @@ def test_request_line():
     assert request_line(record) == "qwen-desk: 127.0.0.1:5000 anthropic (claude-cli/2.0): 5000 tokens in (4900 reused), 21 out at 412.2 tok/s - done"
     drafted = dataclasses.replace(record, mtp_tokens_per_step=2.5, mtp_acceptance=0.75)
     assert request_line(drafted).endswith("at 412.2 tok/s (MTP 2.50 tokens/step, 75% of drafts kept) - done")
+    from_disk = dataclasses.replace(record, cached_from="disk")
+    assert "(4900 reused from disk)" in request_line(from_disk)
+    assert "(0 reused)" in request_line(dataclasses.replace(from_disk, cached_tokens=0))
+
+
+@pytest.mark.parametrize("flag, openai_default", [([], True), (["--think"], True), (["--no-think"], False)])
+def test_the_help_says_what_each_api_does_for_a_request_that_does_not_say_about_thinking(capsys, flag, openai_default):
+    from macapp.cli import build_parser
+    from macapp.cli.serve import _config
+    from macapp.server.anthropic_api import parse_messages_request
+    from macapp.server.openai_api import parse_chat_request
+    from macapp.server.responses_api import parse_responses_request
+
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "OpenAI APIs (/v1/chat/completions, /v1/responses): reason before answering when a request does not say (default)" in help_text
+    assert "The Anthropic API (/v1/messages) thinks only when a request asks (its `thinking` field)" in help_text
+    assert "OpenAI APIs: answer directly when a request does not say" in help_text
+    # What the server then does with requests that do not say, read by its own request parsers.
+    config = _config(build_parser().parse_args(["serve", "--model", "any", *flag]))
+    said_nothing = [{"role": "user", "content": "hi"}]
+    assert parse_chat_request({"messages": said_nothing}, config.default_thinking).request.thinking is openai_default
+    assert parse_responses_request({"input": "hi"}, config.default_thinking).request.thinking is openai_default
+    assert parse_messages_request({"max_tokens": 10, "messages": said_nothing}).request.thinking is False  # either flag
+    asked = {"max_tokens": 10, "messages": said_nothing, "thinking": {"type": "enabled", "budget_tokens": 512}}
+    assert parse_messages_request(asked).request.thinking is True

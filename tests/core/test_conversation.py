@@ -14,7 +14,7 @@ from macapp.core.events import AnswerDelta, Failed, Finished, PromptProgress, Re
 from macapp.core.history import Store
 from macapp.core.recorder import ChatRecorder, TurnResult
 from macapp.core.sampling import greedy
-from macapp.devtools.tiny_model import SCRIPT_ANSWER
+from macapp.core.demo.tiny_model import SCRIPT_ANSWER
 
 ANSWER = "".join(SCRIPT_ANSWER)
 TIMEOUT = 60

@@ -172,3 +172,23 @@ def test_with_wired_limit_moves_the_budget_only():
     assert raised.budget_bytes == 20 * GiB and raised.budget_source == "wired-limit"
     assert (raised.chip, raised.memory_bytes, raised.bandwidth_gbs) == (machine.chip, machine.memory_bytes, machine.bandwidth_gbs)
     assert with_wired_limit(machine, 64 * GiB).budget_bytes == machine.memory_bytes
+
+
+@pytest.mark.parametrize(
+    "chip, gb, most",
+    [("M4 Pro", 3 * 1024, 64), ("M4 Pro", 128, 64), ("M1", 32, 16), ("M3 Max", 192, 128), ("M2 Ultra", 256, 192), ("M5 Pro", 96, 64)],
+)
+def test_a_what_if_past_what_apple_sells_with_the_chip_is_warned_about_not_refused(chip, gb, most):
+    machine = what_if_machine(chip, gb * GiB)  # still built: what-ifs stay possible
+    warning = hardware.machine_warning(machine)
+    assert warning is not None and f"{gb:,} GB" in warning and f"at most {most} GB" in warning and "does not exist" in warning
+
+
+@pytest.mark.parametrize("chip, gb", [("M4 Pro", 64), ("M4 Pro", 24), ("M3 Ultra", 512), ("M2 Max", 96), ("M1", 8), ("M5 Max", 128)])
+def test_macs_apple_sells_get_no_warning(chip, gb):
+    assert hardware.machine_warning(what_if_machine(chip, gb * GiB)) is None
+
+
+def test_every_chip_in_the_table_has_a_memory_ceiling():
+    assert {(f, t) for f, tiers in hardware.BANDWIDTH_GBS.items() for t in tiers} == {(f, t) for f, tiers in hardware.MAX_MEMORY_GB.items() for t in tiers}
+    assert hardware.machine_warning(profile_from_facts("AMD EPYC", 3 * 1024 * GiB, None, None, None)) is None

@@ -14,7 +14,7 @@ from macapp.core.catalog import Arch
 from macapp.core.engine import Engine, EngineError, SessionOptions
 from macapp.core.events import PromptProgress
 from macapp.core.sampling import greedy
-from macapp.devtools.tiny_model import make_tiny_model
+from macapp.core.demo.tiny_model import make_tiny_model
 from tests.fixtures.models import with_native_length
 
 TIMEOUT = 120

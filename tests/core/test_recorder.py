@@ -282,7 +282,7 @@ def engine(tiny_moe_path):
 
 def test_a_real_engine_turn_is_recorded_and_reopens_into_a_session(engine, store):
     from macapp.core.sampling import greedy
-    from macapp.devtools.tiny_model import SCRIPT_ANSWER, SCRIPT_REASONING
+    from macapp.core.demo.tiny_model import SCRIPT_ANSWER, SCRIPT_REASONING
 
     session = engine.new_session(system_prompt="Be brief.")
     rec = ChatRecorder(store, model="tiny-moe", system_prompt="Be brief.")

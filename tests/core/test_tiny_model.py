@@ -9,7 +9,7 @@ import mlx_lm
 import pytest
 from mlx_lm.models.cache import ArraysCache, KVCache
 
-from macapp.devtools.tiny_model import SCRIPT_ANSWER, SCRIPT_REASONING, make_tiny_model
+from macapp.core.demo.tiny_model import SCRIPT_ANSWER, SCRIPT_REASONING, make_tiny_model
 
 THINKING_REPLY = "".join(SCRIPT_REASONING) + "</think>\n\n" + "".join(SCRIPT_ANSWER)
 PLAIN_REPLY = "".join(SCRIPT_ANSWER)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import plistlib
 
-from macapp.devtools import selftest
+from macapp.cli import selftest
 
 
 def test_self_test_passes_from_source_and_reports_each_check(qapp):

@@ -88,6 +88,13 @@ def test_a_wheel_install_reads_its_own_catalog(wheel_install, tmp_path):
     assert int(rows) == len(json.loads((ROOT / "resources" / "catalog.json").read_text())["models"])
 
 
+def test_the_wheel_carries_the_demo_and_no_developer_tools(wheel_install):
+    wheel, _bin, _env = wheel_install
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {"macapp/core/demo/model.py", "macapp/core/demo/tiny_model.py", "macapp/core/demo/tiny_vlm.py", "macapp/cli/selftest.py"} <= set(names)
+    assert [n for n in names if n.startswith("macapp/devtools/")] == []  # screenshots and the probe run from a checkout
+
+
 @pytest.mark.slow
 def test_a_wheel_install_runs_models_and_the_self_test(wheel_install, tmp_path):
     _wheel, bin_dir, env = wheel_install

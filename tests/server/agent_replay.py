@@ -72,7 +72,7 @@ def served_cleanly(records: list) -> list:
 
 def tool_model(tiny_models_dir: Path, agent: str) -> Path:
     """The scripted model that calls `agent`'s own file-reading tool (as recorded)."""
-    from macapp.devtools.tiny_model import make_tiny_model
+    from macapp.core.demo.tiny_model import make_tiny_model
 
     tool, argument = TOOLS[agent]
     return make_tiny_model(tiny_models_dir / f"agent-{agent}", kind="dense", answer=answer(tool, argument), firm=True)

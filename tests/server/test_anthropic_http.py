@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from macapp.devtools.tiny_model import SCRIPT_ANSWER, SCRIPT_REASONING
+from macapp.core.demo.tiny_model import SCRIPT_ANSWER, SCRIPT_REASONING
 from tests.fixtures.scripted import TOOL_CALL_ARGUMENTS, TOOL_PREAMBLE, WEATHER_TOOL
 
 ANSWER = "".join(SCRIPT_ANSWER)

@@ -134,7 +134,7 @@ def test_a_client_that_hangs_up_leaves_the_batch_and_the_others_go_on(tiny_dense
 
 
 def test_a_window_chat_and_three_api_clients_at_once(tiny_dense_path):
-    from macapp.devtools.tiny_model import SCRIPT_ANSWER
+    from macapp.core.demo.tiny_model import SCRIPT_ANSWER
 
     with serve(tiny_dense_path) as served:
         session = served.engine.new_session()

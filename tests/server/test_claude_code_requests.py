@@ -101,3 +101,18 @@ def test_a_follow_up_without_the_thinking_block_still_reads_as_one_assistant_tur
     assert kept_turn.reasoning and not dropped_turn.reasoning
     assert [c.name for c in kept_turn.tool_calls] == [c.name for c in dropped_turn.tool_calls] == ["Read"]
     assert kept[-1].role is dropped[-1].role is Role.TOOL and "hello from README" in kept[-1].content
+
+
+def test_the_billing_header_block_is_left_out_so_two_sessions_share_their_prefix():
+    """Claude Code's first system block (without CLAUDE_CODE_ATTRIBUTION_HEADER=0) changes every session; it is
+    billing metadata, not an instruction: two sessions' requests then read as the same prompt."""
+    import copy
+
+    sessions = []
+    for suffix in ("593; cc_entrypoint=sdk-cli; cch=1a2b3;", "593; cc_entrypoint=sdk-cli; cch=9f8e7;"):
+        body = copy.deepcopy(recorded(AGENT, "first_request.json")["body"])
+        body["system"].insert(0, {"type": "text", "text": f"x-anthropic-billing-header: cc_version=2.1.328.{suffix}"})
+        sessions.append(parse_messages_request(body).request.messages)
+    plain = parse_messages_request(recorded(AGENT, "first_request.json")["body"]).request.messages
+    assert sessions[0] == sessions[1] == plain
+    assert "x-anthropic-billing-header" not in sessions[0][0].content

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx2
 import openai
 
-from macapp.devtools.tiny_model import SCRIPT_ANSWER
+from macapp.core.demo.tiny_model import SCRIPT_ANSWER
 from macapp.server.activity import RequestState
 from tests.server.conftest import no_eos_bias, serve
 

@@ -11,7 +11,7 @@ import openai
 import pydantic
 import pytest
 
-from macapp.devtools.tiny_model import SCRIPT_ANSWER
+from macapp.core.demo.tiny_model import SCRIPT_ANSWER
 from tests.fixtures.scripted import (
     TIME_TOOL,
     TOOL_CALL_ARGUMENTS,
@@ -106,7 +106,7 @@ def test_stop_as_string_or_list(tiny_server, stop):
 
 
 def test_stream_helper_with_reasoning_keeps_it_out_of_content(tiny_server):
-    from macapp.devtools.tiny_model import SCRIPT_REASONING
+    from macapp.core.demo.tiny_model import SCRIPT_REASONING
 
     with tiny_server.openai().chat.completions.stream(model="x", messages=HELLO, max_tokens=64, **GREEDY) as stream:
         reasoning = "".join(

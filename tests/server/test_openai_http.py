@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from macapp.devtools.tiny_model import SCRIPT_ANSWER, SCRIPT_REASONING
+from macapp.core.demo.tiny_model import SCRIPT_ANSWER, SCRIPT_REASONING
 from tests.fixtures.scripted import TOOL_CALL_ARGUMENTS, TOOL_PREAMBLE, WEATHER_TOOL
 from tests.server.conftest import GREEDY
 
@@ -163,11 +163,12 @@ def test_models_lists_downloaded_models_after_the_loaded_one(tiny_server, hub_se
     from huggingface_hub import snapshot_download
 
     from macapp.core.download import hfcache
+    from macapp.core.hub.settings import hub_cache_dir
     from tests.fixtures.hub import random_repo_files
 
     repo = "mlx-community/Qwen3.5-0.8B-4bit"
     hub_server.add_repo(repo, random_repo_files(shards=1, shard_bytes=1000))
-    snapshot_download(repo, endpoint=hub_server.url, cache_dir=hfcache.hub_cache_dir(), allow_patterns=hfcache.NEEDED_PATTERNS)
+    snapshot_download(repo, endpoint=hub_server.url, cache_dir=hub_cache_dir(), allow_patterns=hfcache.NEEDED_PATTERNS)
     ids = [m.id for m in tiny_server.openai().models.list().data]
     assert ids[0] == tiny_server.backend.model_name and repo in ids
 

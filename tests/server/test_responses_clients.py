@@ -11,7 +11,7 @@ import json
 import openai
 import pytest
 
-from macapp.devtools.tiny_model import SCRIPT_ANSWER, SCRIPT_REASONING
+from macapp.core.demo.tiny_model import SCRIPT_ANSWER, SCRIPT_REASONING
 from tests.fixtures.scripted import TIME_TOOL, TOOL_CALL_ARGUMENTS, TOOL_PREAMBLE, WEATHER_TOOL
 from tests.fixtures.vision import picture_bytes, tiny_vlm_path  # noqa: F401  (fixture)
 from tests.server.conftest import GREEDY, serve

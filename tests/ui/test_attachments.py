@@ -166,7 +166,7 @@ def test_the_library_and_details_say_which_builds_accept_pictures(window, librar
     library.open_local_folder(str(tiny_vlm_path))
     row = library.selected_row()
     assert row.estimate.accepts_images is True and row.estimate.vision_bytes > 0
-    assert library.details.pictures.text().startswith("Pictures: yes (tower")
+    assert library.details.pictures.text().startswith("Pictures: yes (the part that reads them takes")
     index = library.model.index(library.model.rows.index(row), 0)
     assert "Pictures: yes" in library.model.data(index, _Qt.ItemDataRole.ToolTipRole)
     library.open_local_folder(str(tiny_dense_path))
@@ -176,4 +176,4 @@ def test_the_library_and_details_say_which_builds_accept_pictures(window, librar
     from macapp.ui.details import images_words
 
     small = next(r for r in library.model.rows if r.ref.repo == "mlx-community/Qwen3.5-2B-4bit")  # sees; no vision_config at hand
-    assert small.estimate.accepts_images is True and images_words(small.estimate).startswith("Pictures: yes (the tower's size is known once")
+    assert small.estimate.accepts_images is True and images_words(small.estimate).startswith("Pictures: yes (the memory they take is known once")

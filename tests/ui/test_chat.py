@@ -6,7 +6,7 @@ import time
 from PySide6.QtCore import Qt
 
 from macapp.core.events import PromptProgress
-from macapp.devtools.tiny_model import SCRIPT_ANSWER, SCRIPT_REASONING
+from macapp.core.demo.tiny_model import SCRIPT_ANSWER, SCRIPT_REASONING
 from tests.ui.helpers import GREEDY, NO_END, edited, open_conversation, send, worker_held
 
 REASONING = "".join(SCRIPT_REASONING)
@@ -137,12 +137,15 @@ def test_new_chat_then_reopen_restores_and_continues(chat, qtbot, window):
     assert [w.role for w in widgets] == ["user", "assistant"]
     assert widgets[1].reasoning is not None and widgets[1].view.source_text == ANSWER
     assert chat.controller.session is None and chat.controller.conversation_id == first_id  # read on the next turn
+    chat.controller.prompt_disk.flush()  # the first turn's checkpoints are on disk (written off the decode path)
     reply = send(chat, qtbot, "Still there?", thinking=False)
     assert reply.view.source_text == ANSWER
     assert chat.controller.session is not None
-    # The reopened conversation was read once into the engine's cache, in this turn: all three turns' tokens.
+    # The reopened conversation was read once into the engine's cache, in this turn: all three turns' tokens, but
+    # those before the first reply, which came back from the disk's checkpoint (docs/prompt-cache.md).
     session = chat.controller.session
-    assert session.context_tokens == reply.stats.prompt_tokens + reply.stats.generation_tokens
+    first_turn = session.engine.model.tokenizer.apply_chat_template([{"role": "user", "content": "Remember me"}], add_generation_prompt=False)
+    assert session.context_tokens == len(first_turn) + reply.stats.prompt_tokens + reply.stats.generation_tokens
     new_turn = session.engine.model.tokenizer.apply_chat_template(
         [{"role": "user", "content": "Still there?"}], add_generation_prompt=True, enable_thinking=False
     )

@@ -11,7 +11,7 @@ from PySide6.QtCore import Qt
 
 from macapp.cli import chat as cli_chat
 from macapp.core.events import TurnKind
-from macapp.devtools.tiny_model import SCRIPT_ANSWER, SCRIPT_REASONING
+from macapp.core.demo.tiny_model import SCRIPT_ANSWER, SCRIPT_REASONING
 from tests.ui.helpers import NO_END, stop_after_pieces, worker_held
 
 ANSWER = "".join(SCRIPT_ANSWER)

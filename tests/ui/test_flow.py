@@ -3,7 +3,7 @@ chat with thinking on and off, stop, regenerate."""
 
 from PySide6.QtCore import Qt
 
-from macapp.devtools.tiny_model import SCRIPT_ANSWER, SCRIPT_REASONING
+from macapp.core.demo.tiny_model import SCRIPT_ANSWER, SCRIPT_REASONING
 from macapp.ui.library_model import FIT_COL
 from macapp.ui.main_window import CHAT
 

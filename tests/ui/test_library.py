@@ -99,6 +99,14 @@ def test_status_bar_says_when_it_shows_a_what_if_machine(window, library):
     assert not window.status.machine_label.text().startswith("What if")
 
 
+def test_status_bar_warns_about_a_what_if_mac_that_does_not_exist(window):
+    assert "no such Mac" not in window.status.machine_label.text()  # the fixture's 24 GB M4 Pro exists
+    window.status.set_machine(hardware.what_if_machine("M4 Pro", 3 * 1024**4))
+    label = window.status.machine_label
+    assert label.text().endswith("(no such Mac)") and label.objectName() == "Warning"
+    assert "at most 64 GB" in label.toolTip()
+
+
 def test_rows_are_built_without_reading_the_catalog_again(library, monkeypatch):
     from macapp.core import catalog
 
@@ -194,6 +202,24 @@ def test_details_pane_shows_reading_time_and_advice(library):
     assert "sudo sysctl iogpu.wired_limit_mb=" in text and "Qwen Desk never changes this setting" in text
     assert "choose a smaller model or 4-bit" not in text
     assert any(line.startswith("reading a 20,000-token prompt") for line in est.derivation)
+
+
+def test_details_pane_gives_the_same_ways_out_as_fit_json(library, capsys):
+    # The fixture's 24 GB M4 Pro at 32K: the raised wired limit with the longest context it allows, word for word
+    # (and number for number) what `qwen-desk fit --json` says for the same Mac.
+    import html
+    import json
+
+    from macapp.cli import main
+
+    library.set_context(32768)
+    library.select("Qwen3.5-35B-A3B-4bit")
+    assert main(["fit", "Qwen3.5-35B-A3B", "--bits", "4", "--chip", "M4 Pro", "--memory", "24GB", "--context", "32768", "--json"]) == 0
+    steps = json.loads(capsys.readouterr().out)["advice"]["steps"]
+    assert steps[0]["remedy"] == "wired_limit" and steps[0]["context"] < 32768
+    shown = html.unescape(library.details.advice.text().replace("<code>", "`").replace("</code>", "`"))
+    for i, step in enumerate(steps, 1):
+        assert f"{i}. {step['text']}" in shown
 
 
 def test_guardrail_names_the_ways_out_and_keeps_load_anyway(library):

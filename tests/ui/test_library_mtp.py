@@ -50,21 +50,21 @@ def _records(build: str, source: str) -> int:
 def test_the_details_say_available_to_fetch_none_or_not_known(library, tiny_dense_path, tmp_path, hub_server):
     hub_server.reset_log()
     library.open_local_folder(str(tiny_dense_path))
-    assert library.details.mtp.text().startswith("MTP: not known yet")  # no card, no record: the original is unknown
+    assert library.details.mtp.text().startswith("Faster replies: not known yet")  # no card, no record: the original is unknown
     library.open_local_folder(str(_with_head_in_build(tiny_dense_path, tmp_path / "with-head")))
-    assert library.details.mtp.text().startswith("MTP: available (in the build")
+    assert library.details.mtp.text().startswith("Faster replies: yes (a ") and "part in the build" in library.details.mtp.text()
     library.open_local_folder(str(_with_side_file(tiny_dense_path, tmp_path / "with-side-file")))
-    assert library.details.mtp.text().startswith("MTP: available (fetched beside the build")
+    assert "part fetched beside the build" in library.details.mtp.text()
 
     build, source = "mlx-community/Qwen3.5-0.8B-4bit", "Qwen/Qwen3.5-0.8B"
     fetch = _records(build, source)
     library.refresh()
     library.select(build)
     text = library.details.mtp.text()
-    assert fetch == 4_196_352 and text.startswith(f"MTP: 4.2 MB to fetch from {source}"), text
+    assert fetch == 4_196_352 and text.startswith(f"Faster replies: possible with a 4.2 MB part to fetch from {source}"), text
     assert f"qwen-desk download {build} --mtp" in text
     store_records([HubModelRecord(source, "c" * 40, {}, (), (HubTensor("model.norm.weight", "m", "BF16", (8,), 0, 16, TensorRole.LANGUAGE),))])
     library.refresh()
     library.select(build)
-    assert library.details.mtp.text().startswith("MTP: none")  # the original has no mtp.* tensors
+    assert library.details.mtp.text().startswith("Faster replies: not for this build")  # the original has no mtp.* tensors
     assert hub_server.log == []  # all of it from files and cached records: the GUI thread never asked the hub

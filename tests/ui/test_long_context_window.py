@@ -9,7 +9,7 @@ import pytest
 
 from macapp.core import long_context
 from macapp.core.catalog import Origin
-from macapp.devtools.tiny_model import make_tiny_model
+from macapp.core.demo.tiny_model import make_tiny_model
 from tests.fixtures.models import with_native_length
 from tests.ui.helpers import GREEDY, send
 
@@ -42,13 +42,14 @@ def test_the_context_reaches_the_yarn_limit_and_the_fit_follows(library):
     assert row.estimate.context == 1_010_000 and row.estimate.yarn_factor == 4
     details = library.details
     assert details.long_context.isVisibleTo(details)
-    assert long_context.notice(4) in details.long_context.text() and "past its native 262,144" in details.long_context.text()
+    assert "stretched 4×" in details.long_context.text() and "past the 262,144 it was trained on" in details.long_context.text()
+    assert details.long_context.toolTip() == long_context.notice(4)  # the technical name, as the CLI says it
     assert "1,010,000 tokens" in details.total.text()
     at_1m = row.estimate.total_bytes
     library.set_context(524_288)
     row = library.select("Qwen3.5-35B-A3B-4bit")
     assert row.estimate.yarn_factor == 2 and row.estimate.total_bytes < at_1m
-    assert "YaRN ×2" in details.long_context.text()
+    assert "stretched 2×" in details.long_context.text()
     library.set_context(262_144)  # native: nothing changes, nothing said
     row = library.select("Qwen3.5-35B-A3B-4bit")
     assert row.estimate.yarn_factor is None and not details.long_context.isVisibleTo(details)
@@ -62,7 +63,7 @@ def test_a_load_past_native_turns_yarn_on_and_the_window_says_so(qtbot, window, 
     library.set_context(PAST)
     row = library.selected_row()
     assert row.estimate.context == PAST and row.estimate.yarn_factor == 4 and row.estimate.verdict == "fits"
-    assert "YaRN ×4" in library.details.long_context.text()
+    assert "stretched 4×" in library.details.long_context.text()
 
     info = _load(qtbot, window, library, PAST)
     chat = window.chat

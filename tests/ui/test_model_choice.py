@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from macapp.core.settings import Settings
-from macapp.devtools import demo
+from macapp.core.demo import model as demo
 from macapp.ui.main_window import CHAT, MainWindow
 
 
@@ -100,7 +100,7 @@ def test_try_the_demo_model_makes_loads_and_labels_it(window, qtbot):
         window.demo_action.trigger()
     ref = window.chat.controller.model_ref
     assert demo.is_demo_model(ref.local_path)
-    assert window.chat.demo_note.isVisibleTo(window) and "writes nonsense" in window.chat.demo_note.text()
+    assert window.chat.demo_note.isVisibleTo(window) and demo.SHORT_NOTICE in window.chat.demo_note.text()
     assert window.library.selected_row().local_path == ref.local_path
 
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 from PIL import Image
 
-SHOTS = ["demo", "library", "load-prompt", "settings", "port", "undo", "long-context", "long-context-chat"]
+SHOTS = ["demo", "library", "offline", "load-prompt", "settings", "port", "undo", "long-context", "long-context-chat"]
 
 
 @pytest.mark.slow

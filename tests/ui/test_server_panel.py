@@ -12,7 +12,7 @@ import openai
 import pytest
 from PySide6.QtGui import QGuiApplication
 
-from macapp.devtools.tiny_model import SCRIPT_ANSWER
+from macapp.core.demo.tiny_model import SCRIPT_ANSWER
 from macapp.server.activity import RequestRecord, RequestState
 from macapp.ui.main_window import SERVER
 from macapp.ui.server_panel import SPEED_COLUMN

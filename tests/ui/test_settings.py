@@ -88,3 +88,33 @@ def test_a_thinking_budget_box_still_takes_its_no_limit_text(qtbot, settings):
     assert dialog.range_note.text() == "Thinking budget goes from 0 to 262,144: 999999 was set to 262,144."
     box.setValue(0)
     assert box.text() == "No limit" and box.value() == 0
+
+
+def test_the_prompt_cache_size_is_a_setting_the_chat_and_server_share(qtbot, settings, tmp_path):
+    """Settings' "Prompt cache on disk" takes a size as --prompt-cache-disk does (a bad one is refused, saying how
+    to write it); the window's engine then gives its chat sessions, and its server, one store of that size."""
+    from macapp.core.prompt_disk import SETTING, prompts_dir
+    from macapp.ui.chat_controller import ChatController
+
+    dialog = SettingsDialog(settings, thinking=True)
+    qtbot.addWidget(dialog)
+    assert dialog.prompt_disk.text() == "" and "20 GB" in dialog.prompt_disk.placeholderText()
+    dialog.prompt_disk.setText("lots")
+    dialog.accept()
+    assert "write it like 20GB" in dialog.range_note.text() and settings.get(SETTING) is None  # refused, the panel stays
+    dialog.prompt_disk.setText("8MB")
+    dialog.accept()
+    assert settings.get(SETTING) == "8MB"
+    controller = ChatController(settings)
+    try:
+        engine = controller._ensure_engine()
+        assert controller.prompt_disk is not None and controller.prompt_disk.max_bytes == 8_000_000
+        assert controller.prompt_disk.root == prompts_dir() and engine.position_shelf is not None
+    finally:
+        controller.shutdown()
+    settings.set(SETTING, "0")
+    off = ChatController(settings)
+    try:
+        assert off._ensure_engine().position_shelf is None and off.prompt_disk.max_bytes == 0
+    finally:
+        off.shutdown()

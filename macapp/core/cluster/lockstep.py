@@ -15,13 +15,14 @@ Two details keep the ranks in step:
 - A KV layer rank 0's caller has quantized (mlx-lm's maybe_quantize_kv_cache, after a call) is quantized on
   the followers before their next operation on that cache: the header carries the bits and group size.
 
-The API's prompt checkpoints (engine/checkpoints.py) are mirrored the same way, through the caches' mirror
-hook (engine/snapshots.py CacheMirror), never by knowing who keeps them: the LockstepModel hears of each
-checkpoint taken, moved onto a newer KV block, or restored into a fresh cache, and every follower does the same
-with its own shards' arrays, keeping its checkpoints by the ids rank 0 gives them (the token keys, the LRU
-order and the byte bound stay with whoever keeps them on rank 0).
+Saved positions (engine/positions.py: regenerate/edit marks and the API's prompt checkpoints alike) are mirrored
+the same way, through the caches' mirror hook (positions.CacheMirror), never by knowing who keeps them: the
+LockstepModel hears of each position taken (a mark, or a detached one), rewound to, moved onto a newer KV block,
+or restored into a fresh cache, and every follower does the same with its own shards' arrays, keeping its
+positions by the ids rank 0 gives them (the token keys, the LRU order and the byte bound stay with whoever keeps
+them on rank 0).
 
-Frees come from garbage collection on rank 0 (a dropped cache, snapshot or checkpoint), queued, and sent
+Frees come from garbage collection on rank 0 (a dropped cache or saved position), queued, and sent
 before the next command. A lost peer makes the collective raise (`RankLost`) on every rank still alive.
 """
 
@@ -39,8 +40,8 @@ from macapp.core.cache_layers import CacheLayers
 from macapp.core.cluster.watchdog import Wait, Watchdog
 from macapp.core.engine.errors import EngineError
 from macapp.core.engine.model_proxy import ModelProxy
-from macapp.core.engine.snapshots import CacheSnapshot, ObservedCache, restore_snapshot, take_snapshot
-from macapp.core.engine import checkpoints as ckpt
+from macapp.core.engine import positions
+from macapp.core.engine.positions import ObservedCache, SavedPosition
 
 if TYPE_CHECKING:  # naming MLX's types costs nothing at start-up
     import mlx.core as mx
@@ -170,13 +171,12 @@ def match_quantization(cache: CacheLayers, bits: int, group: int) -> None:
 
 class MirroredCache(ObservedCache):
     """Rank 0's prompt cache (mlx-lm's list of layer caches); each follower holds its own under the same id.
-    Its mirror (the LockstepModel) hears of its snapshots and checkpoints and tells the followers."""
+    Its mirror (the LockstepModel) hears of its saved positions and tells the followers."""
 
     def __init__(self, layers: CacheLayers, cache_id: int, owner: "LockstepModel"):
         super().__init__(layers)
         self.cache_id = cache_id
         self.mirror = owner
-        self.snapshot_ids: dict[int, int] = {}  # id(CacheSnapshot) -> the id the followers know it by
 
 
 class LockstepModel(ModelProxy):
@@ -194,7 +194,7 @@ class LockstepModel(ModelProxy):
         self._watchdog = watchdog or Watchdog()
         self._ids = itertools.count(1)
         self._freed: collections.deque[tuple[int, int]] = collections.deque()  # (kind, id), appended by GC
-        self._checkpoints: dict[int, int] = {}  # id(ckpt.Checkpoint) -> the id the followers know it by
+        self._positions: dict[int, int] = {}  # id(SavedPosition) -> the id the followers know it by
         self.closed = False
 
     def __getattr__(self, name: str) -> Any:  # whatever mlx-lm's model object has
@@ -237,49 +237,35 @@ class LockstepModel(ModelProxy):
         with self._watchdog.waiting(Wait.CALL):
             return forward(self._model, inputs, cache)
 
-    # -- snapshots, as MirroredCache hears of them ------------------------------------------------------------
-    def snapshot_taken(self, observed: ObservedCache, snap: CacheSnapshot) -> None:
+    # -- saved positions, as a MirroredCache's mirror (positions.CacheMirror) --------------------------------------
+    def saved(self, observed: ObservedCache, position: SavedPosition) -> None:
         cache = _own(observed)
-        snap_id = next(self._ids)
-        cache.snapshot_ids[id(snap)] = snap_id
-        self._send(Op.SNAPSHOT, cache.cache_id, snap_id, snap.length, *quantization_of(cache))
-        weakref.finalize(snap, self._snapshot_gone, weakref.ref(cache), id(snap), snap_id)
+        ident = self._position_id(position)
+        op = Op.SNAPSHOT if position.kv is None else Op.CHECKPOINT
+        self._send(op, cache.cache_id, ident, position.length, *quantization_of(cache))
 
-    def snapshot_restored(self, observed: ObservedCache, snap: CacheSnapshot) -> None:
+    def rewound(self, observed: ObservedCache, position: SavedPosition) -> None:
         cache = _own(observed)
-        snap_id = cache.snapshot_ids[id(snap)]
-        self._send(Op.RESTORE, cache.cache_id, snap_id, *quantization_of(cache))
+        self._send(Op.RESTORE, cache.cache_id, self._positions[id(position)], *quantization_of(cache))
 
-    def _snapshot_gone(self, cache_ref: weakref.ref[MirroredCache], key: int, snap_id: int) -> None:
-        cache = cache_ref()
-        if cache is not None:
-            cache.snapshot_ids.pop(key, None)
-        self._freed.append((Op.SNAPSHOT.value, snap_id))
+    def moved(self, old: SavedPosition, onto: SavedPosition, moved: SavedPosition) -> None:
+        ident = self._position_id(moved)
+        self._send(Op.CHECKPOINT_MOVE, self._positions[id(old)], self._positions[id(onto)], ident)
 
-    # -- the API's prompt checkpoints (the CacheMirror of engine/snapshots.py) ------------------------------------------------
-    def checkpoint_taken(self, observed: ObservedCache, checkpoint: ckpt.Checkpoint) -> None:
-        cache = _own(observed)
-        ident = self._checkpoint_id(checkpoint)
-        self._send(Op.CHECKPOINT, cache.cache_id, ident, checkpoint.length, *quantization_of(cache))
-
-    def checkpoint_moved(self, old: ckpt.Checkpoint, onto: ckpt.Checkpoint, moved: ckpt.Checkpoint) -> None:
-        ident = self._checkpoint_id(moved)
-        self._send(Op.CHECKPOINT_MOVE, self._checkpoints[id(old)], self._checkpoints[id(onto)], ident)
-
-    def checkpoint_restored(self, checkpoint: ckpt.Checkpoint, layers: CacheLayers) -> MirroredCache:
+    def restored(self, position: SavedPosition, layers: CacheLayers) -> MirroredCache:
         cache_id = next(self._ids)
-        self._send(Op.CHECKPOINT_RESTORE, cache_id, self._checkpoints[id(checkpoint)])
+        self._send(Op.CHECKPOINT_RESTORE, cache_id, self._positions[id(position)])
         return self._mirrored(layers, cache_id)
 
-    def _checkpoint_id(self, checkpoint: ckpt.Checkpoint) -> int:
+    def _position_id(self, position: SavedPosition) -> int:
         ident = next(self._ids)
-        self._checkpoints[id(checkpoint)] = ident
-        weakref.finalize(checkpoint, self._checkpoint_gone, id(checkpoint), ident)
+        self._positions[id(position)] = ident
+        weakref.finalize(position, self._position_gone, id(position), ident)
         return ident
 
-    def _checkpoint_gone(self, key: int, ident: int) -> None:
-        if self._checkpoints.get(key) == ident:
-            del self._checkpoints[key]
+    def _position_gone(self, key: int, ident: int) -> None:
+        if self._positions.get(key) == ident:
+            del self._positions[key]
         self._freed.append((Op.CHECKPOINT.value, ident))
 
     def shutdown(self) -> None:
@@ -315,8 +301,7 @@ class Follower:
         self.model = model
         self.channel = Channel(group)
         self.caches: dict[int, CacheLayers] = {}
-        self.snapshots: dict[int, tuple[int, CacheSnapshot]] = {}  # snapshot id -> (cache id, snapshot)
-        self.checkpoints: dict[int, ckpt.Checkpoint] = {}  # checkpoint id -> this rank's checkpoint
+        self.positions: dict[int, SavedPosition] = {}  # position id -> this rank's saved position
 
     def run(self) -> None:
         """Follow until SHUTDOWN; RankLost when rank 0 goes away."""
@@ -337,28 +322,26 @@ class Follower:
             case Op.SNAPSHOT:
                 cache = self.caches[f[0]]
                 match_quantization(cache, f[3], f[4])
-                self.snapshots[f[1]] = (f[0], take_snapshot(cache, f[2]))
+                self.positions[f[1]] = positions.mark(cache, f[2])
             case Op.RESTORE:
                 cache = self.caches[f[0]]
                 match_quantization(cache, f[2], f[3])
-                restore_snapshot(cache, self.snapshots[f[1]][1])
+                positions.rewind(cache, self.positions[f[1]])
             case Op.CHECKPOINT:
                 cache = self.caches[f[0]]
                 match_quantization(cache, f[3], f[4])
-                self.checkpoints[f[1]] = ckpt.snapshot(cache, (0,) * f[2])  # the token keys are rank 0's
+                self.positions[f[1]] = positions.save(cache, (0,) * f[2])  # the token keys are rank 0's
             case Op.CHECKPOINT_MOVE:
-                old, onto = self.checkpoints[f[0]], self.checkpoints[f[1]]
-                self.checkpoints[f[2]] = dataclasses.replace(old, kv=onto.kv)
+                old, onto = self.positions[f[0]], self.positions[f[1]]
+                self.positions[f[2]] = dataclasses.replace(old, kv=onto.kv)
             case Op.CHECKPOINT_RESTORE:
-                self.caches[f[0]] = ckpt.restore(self.checkpoints[f[1]])
+                self.caches[f[0]] = positions.restore(self.positions[f[1]])
             case Op.FREE:
                 for kind, ident in zip(payload[::2], payload[1::2]):
                     if kind == Op.NEW_CACHE:
                         self.caches.pop(ident, None)
-                    elif kind == Op.CHECKPOINT:
-                        self.checkpoints.pop(ident, None)
                     else:
-                        self.snapshots.pop(ident, None)
+                        self.positions.pop(ident, None)
             case Op.SHUTDOWN:
                 return False
         return True

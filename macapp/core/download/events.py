@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Union
 
 from macapp.core.events import TerminalEvent
 
 if TYPE_CHECKING:
-    from macapp.core.download.errors import DownloadError
-    from macapp.core.download.manager import DownloadResult
+    from macapp.core.hub.errors import DownloadError
     from macapp.core.download.plan import DownloadPlan
 
 
@@ -85,10 +85,40 @@ class Notice:
 
 # A download ends with exactly one of these three (named apart from the engine's Finished/Failed).
 @dataclass(frozen=True)
+class DownloadResult:
+    repo: str
+    revision: str
+    commit: str
+    path: Path  # the snapshot folder: what mlx_lm.load(path) takes
+    bytes_total: int
+    bytes_downloaded_this_run: int
+    files: tuple[str, ...]
+    verified: bool
+    elapsed_s: float
+    resumed_bytes: int = 0  # bytes found on disk (earlier runs, other tools) and not fetched again
+    refetched: tuple[str, ...] = ()  # files whose hash check failed and that were fetched again
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "repo": self.repo,
+            "revision": self.revision,
+            "commit": self.commit,
+            "path": str(self.path),
+            "bytes_total": self.bytes_total,
+            "bytes_downloaded_this_run": self.bytes_downloaded_this_run,
+            "files": list(self.files),
+            "verified": self.verified,
+            "elapsed_s": round(self.elapsed_s, 3),
+            "resumed_bytes": self.resumed_bytes,
+            "refetched": list(self.refetched),
+        }
+
+
+@dataclass(frozen=True)
 class DownloadFinished(TerminalEvent):
     """Every needed file is present and hash-checked."""
 
-    result: "DownloadResult"
+    result: DownloadResult
 
 
 @dataclass(frozen=True)

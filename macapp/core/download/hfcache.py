@@ -27,6 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from macapp.core.hub.api import RemoteFile
+from macapp.core.hub.settings import hub_cache_dir
+
 # The files an MLX chat needs: the same patterns mlx_lm.load fetches (mlx_lm.utils.DEFAULT_ALLOW_PATTERNS), so a
 # model we fetched is complete for mlx-lm and one mlx-lm fetched is complete for us. Copied, not imported: importing
 # mlx_lm loads MLX.
@@ -49,25 +52,6 @@ WEIGHT_INDEX = "model.safetensors.index.json"
 SINGLE_WEIGHTS = "model.safetensors"
 
 
-@dataclass(frozen=True)
-class RemoteFile:
-    """One file of a repo at a commit, as the hub lists it."""
-
-    path: str
-    size: int
-    blob_id: str  # git object id
-    sha256: str | None = None  # set for LFS files (all weights)
-
-    @property
-    def etag(self) -> str:
-        """The blob's name in the cache: what huggingface_hub names it after the ETag header."""
-        return self.sha256 or self.blob_id
-
-    @property
-    def is_weight(self) -> bool:
-        return self.path.endswith(".safetensors")
-
-
 def needed_files(files: list[RemoteFile]) -> list[RemoteFile]:
     from huggingface_hub.utils import filter_repo_objects
 
@@ -75,15 +59,6 @@ def needed_files(files: list[RemoteFile]) -> list[RemoteFile]:
 
 
 # --- where things are --------------------------------------------------------------------------------------------
-def hub_cache_dir() -> Path:
-    """$HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub (read now, not at import)."""
-    explicit = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")
-    if explicit:
-        return Path(os.path.expandvars(explicit)).expanduser()
-    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "huggingface")
-    return Path(os.path.expandvars(home)).expanduser() / "hub"
-
-
 def repo_folder_name(repo: str) -> str:
     return "--".join(["models", *repo.split("/")])
 

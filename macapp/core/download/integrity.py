@@ -6,7 +6,7 @@ import hashlib
 from pathlib import Path
 from typing import Callable, Protocol
 
-from macapp.core.download.hfcache import RemoteFile
+from macapp.core.hub.api import RemoteFile
 
 READ_CHUNK = 4 * 1024 * 1024
 

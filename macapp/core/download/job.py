@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from macapp.core.download.errors import DownloadError
+from macapp.core.hub.errors import DownloadError
 from macapp.core.download.events import (
     DownloadEvent,
     DownloadFailed,

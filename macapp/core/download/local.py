@@ -6,8 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from macapp.core.download import hfcache
-from macapp.core.download.errors import DownloadError, DownloadErrorKind
-from macapp.core.download.hfcache import RemoteFile
+from macapp.core.hub.errors import DownloadError, DownloadErrorKind
+from macapp.core.hub.api import RemoteFile
+from macapp.core.hub.settings import hub_cache_dir
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,7 @@ def inspect_repo(repo: str, revision: str = "main", cache: Path | None = None) -
 
 def list_downloaded(include_partial: bool = True) -> list[LocalModel]:
     """Every model repo in the Hugging Face cache (ours or fetched by other tools), with sizes on disk."""
-    cache = hfcache.hub_cache_dir()
+    cache = hub_cache_dir()
     if not cache.is_dir():
         return []
     out = []

@@ -14,14 +14,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from macapp.core.download import events as ev
-from macapp.core.download.events import FileState
-from macapp.core.download import hfcache, hubapi
-from macapp.core.download.errors import RESUME_HINT, DownloadCancelled, DownloadError, DownloadErrorKind
-from macapp.core.download.hfcache import LocalFile, OnDisk, RemoteFile
+from macapp.core.download.events import DownloadResult, FileState
+from macapp.core.download import hfcache
+from macapp.core.hub import api
+from macapp.core.hub.errors import RESUME_HINT, DownloadCancelled, DownloadError, DownloadErrorKind
+from macapp.core.download.hfcache import LocalFile, OnDisk
+from macapp.core.hub.api import RemoteFile
 from macapp.core.memory import format_bytes
 from macapp.core.download.integrity import file_matches
 from macapp.core.download.plan import DownloadPlan, plan_download
-from macapp.core.download.transfer import ConnectionDropped, PartialFile, fetch_into
+from macapp.core.download.transfer import PartialFile, fetch_into
+from macapp.core.hub.errors import ConnectionDropped
 
 if TYPE_CHECKING:  # httpx2 is imported when a download runs
     import httpx2
@@ -64,36 +67,6 @@ class DownloadSettings:
     progress_interval_s: float = 0.25
     speed_window_s: float = 5.0
     disk_margin: int | None = None  # bytes kept free on top of the download; None = 512 MiB + 1%
-
-
-@dataclass(frozen=True)
-class DownloadResult:
-    repo: str
-    revision: str
-    commit: str
-    path: Path  # the snapshot folder: what mlx_lm.load(path) takes
-    bytes_total: int
-    bytes_downloaded_this_run: int
-    files: tuple[str, ...]
-    verified: bool
-    elapsed_s: float
-    resumed_bytes: int = 0  # bytes found on disk (earlier runs, other tools) and not fetched again
-    refetched: tuple[str, ...] = ()  # files whose hash check failed and that were fetched again
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "repo": self.repo,
-            "revision": self.revision,
-            "commit": self.commit,
-            "path": str(self.path),
-            "bytes_total": self.bytes_total,
-            "bytes_downloaded_this_run": self.bytes_downloaded_this_run,
-            "files": list(self.files),
-            "verified": self.verified,
-            "elapsed_s": round(self.elapsed_s, 3),
-            "resumed_bytes": self.resumed_bytes,
-            "refetched": list(self.refetched),
-        }
 
 
 # --- progress bookkeeping (shared by the workers and the reporting thread) -----------------------------------------
@@ -220,7 +193,7 @@ def _download(
     token: str | None,
     started: float,
 ) -> DownloadResult:
-    tok = token if token is not None else hubapi.token()
+    tok = token if token is not None else api.token()
     if isinstance(target, DownloadPlan):
         plan = target
     else:
@@ -241,8 +214,8 @@ def _download(
     if cancel.cancelled:
         raise DownloadCancelled(repo=repo, bytes_kept=plan.bytes_on_disk)
     if plan.from_cache_only and not plan.complete:
-        kind = DownloadErrorKind.OFFLINE if hubapi.is_offline() else DownloadErrorKind.NETWORK
-        why = "HF_HUB_OFFLINE is set" if kind is DownloadErrorKind.OFFLINE else f"{hubapi.endpoint()} cannot be reached"
+        kind = DownloadErrorKind.OFFLINE if api.is_offline() else DownloadErrorKind.NETWORK
+        why = "HF_HUB_OFFLINE is set" if kind is DownloadErrorKind.OFFLINE else f"{api.endpoint()} cannot be reached"
         raise DownloadError(
             kind,
             f"{repo} is not fully downloaded ({format_bytes(plan.bytes_on_disk)} of {format_bytes(plan.bytes_total)}) and {why}; {RESUME_HINT} once online",
@@ -315,8 +288,8 @@ def _run_files(
     )
     stop = threading.Event()
     messages: queue.Queue[ev.DownloadEvent] = queue.Queue()
-    headers = hubapi.auth_headers(tok)
-    base = hubapi.endpoint()
+    headers = api.auth_headers(tok)
+    base = api.endpoint()
     client = httpx2.Client(
         follow_redirects=True,
         timeout=httpx2.Timeout(settings.connect_timeout_s, read=settings.stall_timeout_s),
@@ -459,7 +432,7 @@ class _Worker:
             self.tracker.refetched.append(remote.path)
             self.tracker.set(remote.path, FileState.PENDING, done=0)
         if self.plan.from_cache_only:
-            offline = hubapi.is_offline()
+            offline = api.is_offline()
             self.tracker.set(remote.path, FileState.FAILED)
             raise DownloadError(
                 DownloadErrorKind.OFFLINE if offline else DownloadErrorKind.NETWORK,
@@ -475,7 +448,7 @@ class _Worker:
         if self.stop.is_set():
             return
         self.tracker.set(remote.path, FileState.DOWNLOADING, done=part.done)
-        url = hubapi.resolve_url(self.repo, self.plan.commit, remote.path, self.base)
+        url = api.resolve_url(self.repo, self.plan.commit, remote.path, self.base)
         failures = 0
         mismatches = 0
         while True:
@@ -552,4 +525,4 @@ class _Worker:
 def _transient(exc: BaseException, repo: str, revision: str, has_token: bool) -> tuple[bool, DownloadError]:
     if isinstance(exc, ConnectionDropped):
         return True, DownloadError(DownloadErrorKind.NETWORK, str(exc), repo=repo)
-    return hubapi.classify(exc, repo, revision, has_token)
+    return api.classify(exc, repo, revision, has_token)

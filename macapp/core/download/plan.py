@@ -10,9 +10,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from macapp.core import hardware
-from macapp.core.download import hfcache, hubapi
-from macapp.core.download.errors import DownloadCancelled, DownloadError, DownloadErrorKind
-from macapp.core.download.hfcache import LocalFile, RemoteFile
+from macapp.core.download import hfcache
+from macapp.core.hub import api
+from macapp.core.hub.errors import DownloadCancelled, DownloadError, DownloadErrorKind
+from macapp.core.download.hfcache import LocalFile
+from macapp.core.hub.api import RemoteFile
+from macapp.core.hub.settings import hub_cache_dir
 from macapp.core.memory import format_bytes
 
 if TYPE_CHECKING:
@@ -127,22 +130,22 @@ def plan_download(
     `attempts` times (`wait(seconds)` sleeps and returns True when cancelled). Raises DownloadError for a repo or
     revision that does not exist, missing access, or offline with nothing stored.
     """
-    cache = hfcache.hub_cache_dir()
+    cache = hub_cache_dir()
     rdir = hfcache.repo_dir(repo, cache)
-    tok = token if token is not None else hubapi.token()
+    tok = token if token is not None else api.token()
     listing: list[RemoteFile] | None = None
     commit: str | None = None
     from_cache_only = False
-    if hubapi.is_offline():
+    if api.is_offline():
         from_cache_only = True
     else:
         for attempt in range(1, max(1, attempts) + 1):
             try:
-                result = hubapi.fetch_listing(repo, revision, tok, timeout=timeout)
+                result = api.fetch_listing(repo, revision, tok, timeout=timeout)
                 commit, listing = result.commit, result.files
                 break
             except Exception as exc:
-                transient, error = hubapi.classify(exc, repo, revision, has_token=bool(tok))
+                transient, error = api.classify(exc, repo, revision, has_token=bool(tok))
                 if not transient:
                     raise error from None
                 unreachable = error
@@ -163,7 +166,7 @@ def plan_download(
         if listing is None and commit:
             listing = hfcache.listing_from_snapshot(rdir, commit)
         if listing is None:
-            if hubapi.is_offline():
+            if api.is_offline():
                 raise DownloadError(
                     DownloadErrorKind.OFFLINE,
                     f"{repo} is not in the local cache and HF_HUB_OFFLINE is set: unset it (or set HF_HUB_OFFLINE=0) to download it",

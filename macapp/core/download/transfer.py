@@ -16,18 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from macapp.core.download.errors import DownloadError, DownloadErrorKind, is_disk_full
-from macapp.core.download.hfcache import RemoteFile
+from macapp.core.hub.errors import ConnectionDropped, DownloadError, DownloadErrorKind, is_disk_full
+from macapp.core.hub.api import RemoteFile
 from macapp.core.download.integrity import Hasher, expected_digest, hash_prefix, new_hasher
 
 if TYPE_CHECKING:  # httpx2 is imported by whoever makes the client
     import httpx2
 
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
-
-
-class ConnectionDropped(Exception):
-    """The body ended before the expected bytes arrived (a transient error: resume from where it stopped)."""
 
 
 @dataclass

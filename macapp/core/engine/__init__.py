@@ -25,7 +25,8 @@ thinking budget, stop and context cap (see their docstrings); a `TurnClock` time
 
 The modules: jobs (Job and its listeners), worker (the one MLX thread), model_folder (find, check, load),
 prompt_cache (PromptCache: one sequence's layers, tokens and pictures, the one owner of a cache),
-snapshots (cache points for regenerate/edit), checkpoints (cache states the API's pool keeps), turns (turn
+positions (SavedPosition: a point in a cache, for regenerate/edit/undo, the API's pool, several Macs and
+the disk), turns (turn
 plans), limits (what a turn may ask for), prefill (reading a prompt), reply (one reply stream), clock (its
 statistics), batch (continuous batching on mlx-lm's BatchGenerator), batch_reply (one sequence's reply in it),
 batched_turn (a chat turn as a sequence of the batch), session (ChatSession), engine (Engine), options
@@ -71,7 +72,7 @@ from macapp.core.engine.options import KVQuantization, SessionOptions
 from macapp.core.engine.prefill import prefill, wired_memory
 from macapp.core.engine.reply import StreamedReply, stream_reply
 from macapp.core.engine.session import ChatSession
-from macapp.core.engine.snapshots import CacheSnapshot, restore_snapshot, take_snapshot
+from macapp.core.engine.positions import SavedPosition, mark, restore, rewind, save
 from macapp.core.engine.worker import start_worker
 from macapp.core.modelfiles import safetensors_problem
 
@@ -79,7 +80,6 @@ __all__ = [
     "start_worker",
     "NOTIFY_INTERVAL_S",
     "STATS_INTERVAL_S",
-    "CacheSnapshot",
     "ChatSession",
     "Engine",
     "EngineError",
@@ -93,9 +93,12 @@ __all__ = [
     "load_model",
     "locate_model",
     "prefill",
-    "restore_snapshot",
+    "mark",
+    "restore",
+    "rewind",
+    "save",
+    "SavedPosition",
     "safetensors_problem",
     "stream_reply",
-    "take_snapshot",
     "wired_memory",
 ]

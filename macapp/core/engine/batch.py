@@ -34,9 +34,10 @@ from typing import TYPE_CHECKING, Callable, cast
 from macapp.core.cache_layers import CacheLayers
 from macapp.core.engine.batch_reply import Next, SequenceReply
 from macapp.core.engine.jobs import Job
-from macapp.core.engine.mtp_context import HeadCheckpoint, HeadContext
+from macapp.core.engine.mtp_context import HeadContext
 from macapp.core.engine.mtp_policy import DepthPolicy, MTPCounts
 from macapp.core.engine.options import MTPMode
+from macapp.core.engine.positions import SavedPosition, save
 from macapp.core.engine.prompt_cache import PromptCache
 from macapp.core.engine.reply import StreamedReply
 from macapp.core.engine.solo import Ended, HandOver, SoloRun
@@ -72,8 +73,8 @@ class Sequence:
     sampler: Sampler
     processors: list[LogitsProcessor]
     reply: SequenceReply
-    # (prompt tokens read so far, the cache holding them, the MTP head's context over them if it was kept: solo.py)
-    on_segment: Callable[[int, CacheLayers, HeadCheckpoint | None], None] | None = None
+    # a segment was read: the detached position there (its tokens, and the MTP head's context if it was kept: solo.py)
+    on_segment: Callable[[SavedPosition], None] | None = None
     # (the reply, the cache holding it when `keep_cache` and the MTP head's context over that cache where the
     # sequence read with it to the end: solo.py) once it ended; None: stopped or failed while reading.
     # The loop settles the job after it.
@@ -93,6 +94,15 @@ class Sequence:
             at += len(segment)
             self.bounds.append(at)
         self.total = at - self.start
+
+    def tokens_until(self, at: int) -> list[int]:
+        """The first `at` tokens of the sequence's prompt (those `prompt` holds, then its segments')."""
+        tokens = list(self.prompt.tokens)
+        for segment in self.segments:
+            if len(tokens) >= at:
+                break
+            tokens.extend(segment)
+        return tokens[:at]
 
 
 Starter = Callable[["LoadedModel"], "Sequence | None"]
@@ -292,7 +302,7 @@ class BatchLoop:
                 at = seq.start + done
                 if at in seq.bounds:
                     ((cache, _tokens),) = gen.extract_cache([r.uid]).values()
-                    seq.on_segment(at, cache, None)
+                    seq.on_segment(save(cache, seq.tokens_until(at)))
         reinsert: list[tuple[int, Sequence]] = []
         for r in responses:
             seq = active.get(r.uid)

@@ -23,9 +23,9 @@ from macapp.core.engine.batch import Sequence
 from macapp.core.engine.batch_reply import Limits, SequenceReply
 from macapp.core.engine.clock import TurnClock
 from macapp.core.engine.jobs import Job
-from macapp.core.engine.mtp_context import HeadCheckpoint, HeadContext
+from macapp.core.engine.mtp_context import HeadContext
+from macapp.core.engine.positions import SavedPosition
 from macapp.core.engine.reply import StreamedReply
-from macapp.core.engine.prompt_cache import PromptCache
 from macapp.core.engine.turns import TurnMemory, TurnPlan
 from macapp.core.events import Finished, PromptProgress, Reply
 from macapp.core.sampling import SamplingParams, make_sampler_and_processors
@@ -37,8 +37,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class _Read:
-    before_last: CacheLayers | None = None  # the cache just before the prompt's last token (from the batch)
-    head_before_last: HeadCheckpoint | None = None  # the MTP head's context there, where the prompt was read with it
+    before_last: SavedPosition | None = None  # just before the prompt's last token (from the batch), with the MTP
+    # head's context there where the prompt was read with it
     undone: bool = False  # a stop while reading already answered the turn (Job.stop's early Finished)
 
 
@@ -67,8 +67,8 @@ def sequence(
     if head and plan.undo_on_stop:
         job.arm_early_reply(stopped)
 
-    def on_segment(_at: int, cache: CacheLayers, head_context: HeadCheckpoint | None) -> None:
-        read.before_last, read.head_before_last = cache, head_context
+    def on_segment(position: SavedPosition) -> None:
+        read.before_last = position
         read.undone = plan.undo_on_stop and job.disarm_early_reply()
 
     def on_done(streamed: StreamedReply | None, cache: CacheLayers | None, context: HeadContext | None) -> None:
@@ -78,23 +78,25 @@ def sequence(
             job.emit(stopped)  # ignored if stop() already sent it
             return
         prompt = session._live
-        before_last = prompt
         if head:
             if read.before_last is None:
                 raise RuntimeError("the batch finished a two-segment prompt without reporting its first segment")
-            before_last = PromptCache(read.before_last, [*prompt.tokens, *head])
+            before_last = read.before_last.as_mark()  # its KV buffers are the batch's copy: lengths do
+            session._shelve(read.before_last)  # detached: a reopened conversation's prompt starts the same
+        else:
+            before_last = prompt.mark()
         session._turn = TurnMemory(
             before_turn=turn_start,
             close_before=plan.close_before,
             prefix=plan.prefix,
-            before_last=before_last.mark(),
+            before_last=before_last,
             last_token=last[0],
             mode=plan.mode,
         )
         session._messages.append(session._user_message(plan))
         prompt.adopt(cache, head, context)
-        if context is not None and read.head_before_last is not None:
-            context.keep_mark(read.head_before_last)  # regenerate's rewind to before_last goes on pairing
+        if context is not None and read.before_last is not None:
+            context.keep_mark(read.before_last)  # regenerate's rewind to before_last goes on pairing
         session._settle_reply(m, plan, streamed)
         job.emit(Finished(streamed.reply))
 

@@ -7,7 +7,7 @@ import weakref
 from typing import Callable, Protocol
 
 from macapp.core import events as ev
-from macapp.core.engine import model_folder
+from macapp.core.engine import model_folder, mtp_calibration
 from macapp.core.engine.batch import BatchLoop
 from macapp.core.engine.jobs import Job
 from macapp.core.engine.messages import ChatMessage
@@ -15,6 +15,7 @@ from macapp.core.engine.model_folder import LoadedModel
 from macapp.core.engine.model_proxy import close_proxy
 from macapp.core.engine.options import MTPMode, SessionOptions
 from macapp.core.engine.session import ChatSession
+from macapp.core.engine.shelf import ShelfFactory
 from macapp.core.engine.worker import submit_work
 from macapp.core.events import Failed, Loaded, Unloaded
 from macapp.core.hardware import detect_machine
@@ -43,6 +44,7 @@ class Engine:
         self._batch: BatchLoop | None = None
         self._batch_for: LoadedModel | None = None
         self._servers: weakref.WeakSet[object] = weakref.WeakSet()  # the local API servers on this engine (serve_from)
+        self.position_shelf: ShelfFactory | None = None  # chat sessions' positions on disk (a front end sets it: shelf.py)
 
     def submit(self, kind: str, work: Callable[[Job], None]) -> Job:
         """Run `work(job)` on the worker thread (for engine extensions and tests)."""
@@ -144,6 +146,8 @@ class Engine:
             self._forget_caches()  # free the old model and its caches before reading the new one
             self._model = None
             self._model = model_folder.load_model(path, config, self._read_model, context=context, mtp=mtp)
+            if mtp is MTPMode.AUTO:  # whether the head pays here: remembered per build and machine, else measured now
+                mtp_calibration.calibrate(self._model)
             self.memory_budget_bytes()  # learn the machine now, not on the first message
             job.emit(self._model.info)
 

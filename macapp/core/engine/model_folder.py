@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Callable, Collection, Literal, Mapping, Protoc
 from macapp.core import events as ev
 from macapp.core.catalog import REPO_ID, SUPPORTED_MODEL_TYPES, Arch, resolve_model
 from macapp.core import long_context
-from macapp.core.download.hfcache import hub_cache_dir
+from macapp.core.hub.settings import hub_cache_dir
 from macapp.core.jsonvalue import JSONObject
 from macapp.core.memory import parameter_bytes
 from macapp.core.long_context import yarn_longest

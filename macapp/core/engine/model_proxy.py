@@ -3,7 +3,7 @@
 The runtime (prefill, reply, batch, session) calls a loaded model the way mlx-lm does: ``model(tokens,
 cache=, input_embeddings=)`` → logits, and ``model.make_cache()``. A `ModelProxy` stands in for the model and
 runs each call its own way (several Macs: macapp.core.cluster.lockstep.LockstepModel broadcasts every call to
-the other Macs first and keeps their caches in step through the caches' mirror, engine/snapshots.py). The
+the other Macs first and keeps their caches in step through the caches' mirror, engine/positions.py). The
 runtime never knows which proxy it holds: it asks the proxy what it can run (`runs_pictures`) and closes it
 with the engine (`close`).
 """

@@ -19,25 +19,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
+from macapp.core.engine.positions import HeadLayer, HeadPart, HeadPlace
+
 if TYPE_CHECKING:
     import mlx.core as mx
     from mlx_vlm.models.cache import KVCache  # the drafter's own cache layers (mlx-vlm's, not mlx-lm's)
 
     from macapp.core.engine.mtp_head import MTPHead
-
-
-@dataclass(frozen=True)
-class HeadCheckpoint:
-    """A head context at a checkpoint's token count: views of its keys and values (no copy, as checkpoints.py)."""
-
-    base: int
-    keys: tuple[mx.array | None, ...]  # one per head layer; None for a layer that holds nothing yet
-    values: tuple[mx.array | None, ...]
-    carry: tuple[int, mx.array] | None
-
-    @property
-    def nbytes(self) -> int:
-        return sum(a.nbytes for a in (*self.keys, *self.values) if a is not None)
+    from macapp.core.engine.positions import SavedPosition
 
 
 @dataclass
@@ -109,10 +98,11 @@ class HeadContext:
         states `other` kept at its marks, so a rewind to one of them goes on pairing here too."""
         self.kept = {**other.kept, **self.kept}
 
-    def keep_mark(self, checkpoint: HeadCheckpoint) -> None:
-        """A mark of this sequence was taken where `checkpoint` was (on another copy of its cache): remember."""
-        if checkpoint.carry is not None:
-            self.kept.setdefault(checkpoint.carry[0] + 1, checkpoint.carry[1])
+    def keep_mark(self, position: SavedPosition) -> None:
+        """A mark of this sequence was taken where `position` was (on another copy of its cache): remember."""
+        if position.head is not None and position.head.carry is not None:
+            carry = position.head.carry
+            self.kept.setdefault(carry[0] + 1, carry[1])
 
     def trim_to(self, length: int) -> None:
         """The prompt cache holds `length` tokens now (a settled stream, a rewind): drop the entries after them."""
@@ -129,22 +119,28 @@ class HeadContext:
             self.carry = None
         self.kept = {at: h for at, h in self.kept.items() if at <= length}
 
-    def checkpoint(self, length: int) -> HeadCheckpoint:
-        """The context as a checkpoint of a prompt cache holding `length` tokens keeps it."""
+    def saved(self, length: int) -> HeadPart:
+        """The context as a saved position of a prompt cache holding `length` tokens keeps it (positions.save):
+        views of its keys and values, no copy."""
         held = max(0, min(self.end, length - 1) - self.base)
-        keys = tuple(layer.keys[..., :held, :] if held and layer.keys is not None else None for layer in self.layers)
-        values = tuple(layer.values[..., :held, :] if held and layer.values is not None else None for layer in self.layers)
+        layers = tuple(
+            HeadLayer(layer.keys[..., :held, :], layer.values[..., :held, :])
+            if held and layer.keys is not None and layer.values is not None
+            else HeadLayer(None, None)
+            for layer in self.layers
+        )
         carry = self.carry if self.carry is not None and self.carry[0] == length - 1 else None
-        return HeadCheckpoint(self.base, keys, values, carry)
+        return HeadPlace(self.base, carry), layers
 
     @classmethod
-    def restore(cls, head: MTPHead, checkpoint: HeadCheckpoint) -> HeadContext:
-        """A fresh context at `checkpoint` (reading on never writes into the checkpoint's arrays)."""
-        context = cls.new(head, checkpoint.base)
-        for layer, keys, values in zip(context.layers, checkpoint.keys, checkpoint.values, strict=True):
-            if keys is not None and values is not None:
-                layer.keys, layer.values, layer.offset = keys[..., :, :], values[..., :, :], keys.shape[2]
-        context.carry = checkpoint.carry
+    def restore(cls, head: MTPHead, part: HeadPart) -> HeadContext:
+        """A fresh context at a saved position's `part` (reading on never writes into the position's arrays)."""
+        place, layers = part
+        context = cls.new(head, place.base)
+        for layer, kept in zip(context.layers, layers, strict=True):
+            if kept.keys is not None and kept.values is not None:
+                layer.keys, layer.values, layer.offset = kept.keys[..., :, :], kept.values[..., :, :], kept.keys.shape[2]
+        context.carry = place.carry
         return context
 
     def _restart(self, base: int) -> None:

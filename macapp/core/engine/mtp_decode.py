@@ -9,7 +9,7 @@ A round: the head drafts k tokens after the last one `b` (not yet read into the 
 [b, *drafts] in one verify pass; the acceptance walk (mtp_accept) keeps the first `a` drafts and gives the
 model's own next token. Rejected drafts must leave no trace. The KV layers could be trimmed, but mlx-lm's
 Gated DeltaNet layers fold every token into their conv and recurrent state (an ArraysCache), which cannot be
-rewound. So the round takes a snapshot first (snapshots.py: references to the DeltaNet arrays, nothing
+rewound. So the round takes a mark first (positions.mark: references to the DeltaNet arrays, nothing
 copied), and when a draft was rejected it restores it and re-reads [b, *kept] (one more pass). When every draft
 was kept the verify pass is already the commit. A stop in the middle of a round's tokens settles the cache
 the same way (restore, re-read what was given out).
@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Generator, Iterator, NamedTuple, Sequence, cas
 from macapp.core.cache_layers import CacheLayers
 from macapp.core.engine.mtp_accept import Acceptor
 from macapp.core.engine.mtp_policy import DepthPolicy, MTPCounts
-from macapp.core.engine.snapshots import CacheSnapshot, ObservedCache, restore_snapshot, take_snapshot
+from macapp.core.engine.positions import ObservedCache, SavedPosition, mark, rewind
 from macapp.core.sampling import SamplingParams
 
 if TYPE_CHECKING:
@@ -126,7 +126,7 @@ class Decoder:
         # token the cache holds) when a lone sequence of the batch drafts (solo.py)
         self.history: list[int] = list(history or [])
         self.acceptor = Acceptor(params, processors, self.history)
-        self.base: CacheSnapshot | None = None
+        self.base: SavedPosition | None = None
         self.fed: list[int] = []
         self.given: list[int] = []
         self.handed_over = False
@@ -259,7 +259,7 @@ class Decoder:
         draft_array = drafter.draft_block(b, last_hidden, None, depth + 1, None, greedy=True)
         drafts = [int(t) for t in cast("list[int]", draft_array[0].tolist())]  # a row of token ids
         t1 = time.perf_counter()
-        self.base = take_snapshot(self.cache, self.length)
+        self.base = mark(self.cache, self.length)
         hidden, logits = self._forward([b, *drafts])
         self.history.append(b)
         verdict = self.acceptor.walk(logits, drafts)
@@ -290,7 +290,7 @@ class Decoder:
 
     def _restore(self) -> None:
         assert self.base is not None, "nothing read since the last settled point needs undoing"
-        restore_snapshot(self.cache, self.base)
+        rewind(self.cache, self.base)
         self.length = self.base.length
 
     def _hand_over(self, most: int) -> Iterator[int]:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from macapp.core.engine.mtp_policy import Verdict
 from macapp.core.jsonvalue import JSONObject
 from macapp.core.memory import parameter_bytes
 from macapp.core.modelfiles import MTP_PREFIX, mtp_side_file, text_config
@@ -75,6 +76,7 @@ class MTPHead:
     source: Path  # the file its tensors came from (a shard of the build, or the side file)
     nbytes: int  # memory its own weights take (the embedding and lm_head are the main model's)
     depth: int  # the checkpoint's mtp_num_hidden_layers
+    verdict: Verdict | None = None  # whether it pays on this machine ("auto": mtp_calibration, when the build loads)
 
 
 def mtp_files(model_dir: Path) -> list[Path]:

@@ -9,11 +9,20 @@ steps, verify passes by width, drafts, re-reads); until measured, a guess that l
 
 "auto" turns MTP off for the conversation once, after MIN_ROUNDS rounds, no depth beats a plain step; "on"
 never turns it off (depth at least 1). Exactness never depends on any of this: only speed does.
+
+With a Verdict (auto's calibration for this build on this machine, made when the build loads: mtp_calibration.py)
+"auto" starts from it instead: plain from the first token when MTP does not pay (no probe steps, no rounds), else
+drafting from the first step at the depth its timings and acceptance give. The acceptance measured in use is
+watched: when it drifts from the verdict's, the verdict is decided again at the acceptance use measured (and
+saved, so the next load starts from it). The verdict's timings stand for the whole conversation: they say what a
+verify pass costs against a decode step on this machine, while timings taken in use swing with whatever else the
+machine runs (a verify pass timed in a busy moment against a plain step timed in a quiet one turned MTP off).
 """
 
 from __future__ import annotations
 
 from dataclasses import astuple, dataclass, field
+from typing import Callable
 
 from macapp.core.engine.options import MTPMode
 
@@ -22,6 +31,10 @@ MIN_ROUNDS = 2  # rounds measured before "auto" may turn MTP off (more while eve
 EXPLORE_DEPTH = 3  # the deepest draft while exploring
 PLAIN_PROBES = 3  # plain steps timed at the start of a conversation (the baseline MTP must beat)
 _RECENT = 5  # timings are the median of the last few: one slow step (a new shape, a busy machine) is not the rule
+PRIOR_DRAFTS = 16  # a verdict's acceptance counts as this many drafts in a conversation's estimate (in use soon outweighs it)
+DRIFT_DRAFTS = 8  # drafts measured in use before their acceptance is compared with the verdict's
+DRIFT = 0.25  # an acceptance in use this far from the verdict's: decide again
+MARGIN = 1.05  # a verdict drafts only when MTP promises at least this much over plain decoding (noise must not cost)
 
 
 class Timing:
@@ -29,6 +42,13 @@ class Timing:
 
     def __init__(self) -> None:
         self.values: list[float] = []
+
+    @classmethod
+    def of(cls, seconds: float | None) -> "Timing":
+        timing = cls()
+        if seconds is not None:
+            timing.add(seconds)
+        return timing
 
     def add(self, seconds: float) -> None:
         self.values = [*self.values[-(_RECENT - 1) :], seconds]
@@ -67,6 +87,32 @@ class MTPCounts:
 
 
 @dataclass
+class Verdict:
+    """Whether MTP pays for one build on one machine, and the figures it was decided on (mtp_calibration measures,
+    saves and reloads it; a conversation in "auto" starts from it: DepthPolicy.follow)."""
+
+    drafts: bool
+    acceptance: float  # per-draft acceptance: the calibration's, or what use measured when it drifted
+    looked: int  # drafts that acceptance was measured on
+    plain_s: float  # one plain step
+    draft_s: float  # the head's work per drafted token
+    verify_s: dict[int, float]  # one verify pass, by its width
+    reread_s: float | None  # re-reading the kept tokens after a rejection (None: none was measured)
+    reason: str = ""
+    origin: str = "measured"  # "measured" at this load, or "remembered" from an earlier one
+    saved: Callable[["Verdict"], None] | None = field(default=None, compare=False, repr=False)  # told when decided again
+
+    def decide_again(self, policy: "DepthPolicy", acceptance: float, looked: int) -> None:
+        """Drift: decide from `policy`'s timings (this verdict's) at the acceptance use measured; the new figures
+        replace these and are saved."""
+        decided = policy.verdict(acceptance, looked, f"acceptance in use {acceptance:.0%}, {self.acceptance:.0%} before")
+        for name in ("drafts", "acceptance", "looked", "plain_s", "draft_s", "verify_s", "reread_s", "reason"):
+            setattr(self, name, getattr(decided, name))
+        if self.saved is not None:
+            self.saved(self)
+
+
+@dataclass
 class DepthPolicy:
     """One conversation's measurements and decisions (a ChatSession keeps one across its turns)."""
 
@@ -82,6 +128,9 @@ class DepthPolicy:
     rounds: int = 0
     plain_steps: int = 0
     streak: int = 0  # rounds in a row that kept every draft (exploration goes deeper while they do)
+    calibrated: Verdict | None = None  # the verdict this conversation started from ("auto" only: follow)
+    prior_looked: int = 0  # the verdict's acceptance, as drafts counted in the estimate
+    prior_kept: int = 0
 
     @property
     def plain_s(self) -> float | None:
@@ -94,11 +143,43 @@ class DepthPolicy:
     @property
     def acceptance(self) -> float:
         """The per-draft acceptance estimate (Laplace: one kept and one rejected imagined, so it starts at 1/2)."""
-        return (self.kept + 1) / (self.looked + 2)
+        return (self.kept + self.prior_kept + 1) / (self.looked + self.prior_looked + 2)
 
     def wants_plain_probe(self) -> bool:
-        """A plain step now, to time the baseline (auto only: "on" drafts from the first step)."""
-        return self.mode is MTPMode.AUTO and self.plain_steps < PLAIN_PROBES
+        """A plain step now, to time the baseline (auto without a verdict only: "on" drafts from the first step)."""
+        return self.mode is MTPMode.AUTO and self.calibrated is None and self.plain_steps < PLAIN_PROBES
+
+    def follow(self, verdict: Verdict) -> None:
+        """Start from `verdict` ("auto"): its timings stand for the probes and the exploration (and for the rest of the
+        conversation), its acceptance for the first drafts, and MTP is off from the first token when it says so.
+        Once per verdict: the acceptance this conversation measured since stays."""
+        if self.calibrated is verdict:
+            return
+        self.calibrated = verdict
+        self.plain, self.draft, self.reread = Timing.of(verdict.plain_s), Timing.of(verdict.draft_s), Timing.of(verdict.reread_s)
+        self.verify = {width: Timing.of(seconds) for width, seconds in verdict.verify_s.items()}
+        self.looked = self.kept = self.rounds = self.plain_steps = self.streak = 0
+        self.prior_looked = min(verdict.looked, PRIOR_DRAFTS)
+        self.prior_kept = round(verdict.acceptance * self.prior_looked)
+        self.off, self.off_reason = not verdict.drafts, verdict.reason
+
+    def verdict(self, acceptance: float, looked: int, why: str) -> Verdict:
+        """The verdict these timings give at `acceptance` (measured on `looked` drafts): MTP drafts when its best
+        depth promises at least MARGIN times plain decoding's speed."""
+        best, rate = self._best(MAX_DEPTH, acceptance)
+        plain = 1 / self._plain()
+        drafts = best > 0 and rate >= MARGIN * plain
+        reread = self.reread.value
+        return Verdict(
+            drafts=drafts,
+            acceptance=acceptance,
+            looked=looked,
+            plain_s=self._plain(),
+            draft_s=self._draft(),
+            verify_s=self.verify_s,
+            reread_s=reread,
+            reason=f"{why}: {rate:.1f} tok/s with MTP at best, {plain:.1f} plain",
+        )
 
     def depth(self, most: int) -> int:
         """The depth for the next round (0: a plain step), at most `most` drafts."""
@@ -106,7 +187,7 @@ class DepthPolicy:
             return 0
         most = min(most, MAX_DEPTH)
         best, _ = self._best(most, self.acceptance)
-        if self.rounds < MIN_ROUNDS + min(self.streak, EXPLORE_DEPTH + 1):
+        if self.calibrated is None and self.rounds < MIN_ROUNDS + min(self.streak, EXPLORE_DEPTH + 1):
             # exploring: deeper while every draft is kept (up to EXPLORE_DEPTH), and longer, so that a head that is
             # right is judged on several timings of the same pass, not on one
             return min(max(best, 1 + min(self.streak, EXPLORE_DEPTH - 1)), most)
@@ -114,11 +195,14 @@ class DepthPolicy:
             return max(best, 1)
         # Off only if MTP loses even at the hopeful end of what was measured (few rounds say little: a head
         # that kept every draft so far must not be turned off by one slow verify pass on a busy machine).
-        hopeful, rate = self._best(most, (self.kept + 1) / (self.looked + 1))
+        hopeful, rate = self._best(most, (self.kept + self.prior_kept + 1) / (self.looked + self.prior_looked + 1))
         if hopeful > 0:
             return 1
         self.off = True
         self.off_reason = f"acceptance {self.acceptance:.0%}: {rate:.1f} tok/s with MTP at best, {1 / self._plain():.1f} plain"
+        verdict = self.calibrated
+        if verdict is not None and self.looked and abs(self.kept / self.looked - verdict.acceptance) > DRIFT:
+            verdict.decide_again(self, self.kept / self.looked, self.looked)  # drifted, on fewer drafts than _watch_drift waits for
         return 0
 
     def _plain(self) -> float:
@@ -135,7 +219,14 @@ class DepthPolicy:
         if not known:
             return plain * (1 + 0.1 * (width - 1))  # a guess: a wider pass costs a little more
         w0, t0 = min(known, key=lambda kv: abs(kv[0] - width))
-        return max(t0 * (1 + 0.1 * (width - w0)), plain * 0.5)
+        if len(known) < 2:
+            return max(t0 * (1 + 0.1 * (width - w0)), plain * 0.5)
+        # the measured cost per token (a least-squares slope, never negative: a noisy timing must not make
+        # a wider pass look cheaper), from the nearest measured width
+        mean_w = sum(w for w, _ in known) / len(known)
+        mean_t = sum(t for _, t in known) / len(known)
+        slope = sum((w - mean_w) * (t - mean_t) for w, t in known) / sum((w - mean_w) ** 2 for w, _ in known)
+        return max(t0 + max(slope, 0.0) * (width - w0), plain * 0.5)
 
     def _best(self, most: int, acceptance: float) -> tuple[int, float]:
         """(depth maximising expected tokens/s over 0..most at this per-draft acceptance, the best expected
@@ -154,14 +245,29 @@ class DepthPolicy:
     # -- measurements ----------------------------------------------------------------------------------
     def plain_step(self, seconds: float) -> None:
         self.plain_steps += 1
-        self.plain.add(seconds)
+        if self.calibrated is None:
+            self.plain.add(seconds)
 
     def round(self, *, depth: int, looked: int, kept: int, draft_s: float, verify_s: float, reread_s: float | None) -> None:
         self.rounds += 1
         self.looked += looked
         self.kept += kept
         self.streak = self.streak + 1 if kept == depth else 0
+        if self.calibrated is not None:  # the verdict's timings stand (module docstring)
+            self._watch_drift()
+            return
         self.draft.add(draft_s / max(depth, 1))
         self.verify.setdefault(depth + 1, Timing()).add(verify_s)
         if reread_s is not None:
             self.reread.add(reread_s)
+
+    def _watch_drift(self) -> None:
+        """Once enough drafts were measured in use, compare their acceptance with the verdict's: far off, the verdict
+        is decided again, and from here this conversation's estimate is what use measured."""
+        verdict = self.calibrated
+        if verdict is None or self.looked < DRIFT_DRAFTS:
+            return
+        measured = self.kept / self.looked
+        if abs(measured - verdict.acceptance) > DRIFT:
+            self.prior_looked = self.prior_kept = 0
+            verdict.decide_again(self, measured, self.looked)

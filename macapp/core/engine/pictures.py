@@ -23,6 +23,7 @@ from macapp.core.engine.model_proxy import pictures_refusal
 from macapp.core.vision.builds import seeing_alternative
 from macapp.core.vision.capability import folder_support, text_only_message
 from macapp.core.vision.images import ImageError, PreparedImage, image_from_bytes, open_image
+from macapp.core.vision.video import PreparedVideo, frames_that_fit
 
 if TYPE_CHECKING:
     from macapp.core.engine.model_folder import LoadedModel
@@ -77,12 +78,21 @@ def attached_bytes(model: LoadedModel) -> int:
 
 
 def content_of(message: ChatMessage) -> str | list[dict[str, str]]:
-    """A message's content for the chat template: with pictures, one image part per picture, then the text."""
+    """A message's content for the chat template: with pictures, one image part per picture, then the text. A
+    video (vision.video.PreparedVideo) is written as its processor writes it: each pair of frames' timestamp
+    (text) before its own video part."""
     images = message.get("images") or ()
     text = message.get("content") or ""
     if not images:
         return text
-    return [{"type": "image"} for _ in images] + [{"type": "text", "text": text}]
+    parts: list[dict[str, str]] = []
+    for image in images:
+        if isinstance(image, PreparedVideo):
+            for seconds in image.plan.group_seconds:
+                parts += [{"type": "text", "text": f"<{seconds:.1f} seconds>"}, {"type": "video"}]
+        else:
+            parts.append({"type": "image"})
+    return parts + [{"type": "text", "text": text}]
 
 
 def pictures_in(messages: Sequence[ChatMessage]) -> list[PreparedImage]:
@@ -91,11 +101,30 @@ def pictures_in(messages: Sequence[ChatMessage]) -> list[PreparedImage]:
 
 
 def check_room(vision: VisionModel, images: Sequence[PreparedImage], prompt_tokens: int, limit: int) -> None:
-    """EngineError(CONTEXT_LIMIT) when the pictures' image tokens cannot fit the context, before the tower runs."""
+    """EngineError(CONTEXT_LIMIT) when the pictures' image tokens cannot fit the context, before the tower runs;
+    EngineError(BAD_IMAGE) for pictures and a video read in one pass (mlx-vlm's Qwen3.5 runs its tower on one kind)."""
+    kinds = {isinstance(image, PreparedVideo) for image in images}
+    if len(kinds) > 1:
+        raise EngineError(
+            "Pictures and a video cannot be read in one pass (mlx-vlm's Qwen3.5 encodes one kind at a time): send the video "
+            "in a message of its own, or start a new chat for it.",
+            ev.BAD_IMAGE,
+        )
     counts = [vision.image_token_count(image) for image in images]
-    total = prompt_tokens - len(images) + sum(counts)
+    total = prompt_tokens - sum(len(vision.slot_counts(image)) for image in images) + sum(counts)  # a video: a slot per pair of frames
     if total > limit:
         each = ", ".join(f"{image.name}: {count:,}" for image, count in zip(images, counts))
+        videos = [image for image in images if isinstance(image, PreparedVideo)]
+        if videos:  # what would fit: the frames of the (last) video, with the room the rest leaves it
+            video = videos[-1]
+            room = limit - (total - video.plan.prompt_cost)
+            fit = frames_that_fit(video.plan, vision.processor.video_processor, room)
+            raise EngineError(
+                f"{video.name}: the video does not fit the context: its {video.plan.frames} frames take {sum(vision.slot_counts(video)):,} "
+                f"video tokens and the prompt would be {total:,} tokens, over the {limit:,}-token limit. "
+                + (f"At most {fit} frames fit: attach it again with fewer frames, or start a new chat." if fit else "Start a new chat for it."),
+                ev.CONTEXT_LIMIT,
+            )
         raise EngineError(
             f"Too many pictures for the context: they take {sum(counts):,} image tokens ({each}) and the prompt would be "
             f"{total:,} tokens, over the {limit:,}-token limit. Send fewer or smaller pictures, or start a new chat.",

@@ -1,19 +1,20 @@
 """One sequence's prompt cache and what it holds: the one owner a chat session, the API's pool and the batch share.
 
-    prompt = PromptCache.new(model)              # or PromptCache.restore(checkpoint)
+    prompt = PromptCache.new(model)              # or PromptCache.restore(position)
     prompt.extend(tokens)                        # after reading them into prompt.layers (prefill, the batch)
     mark = prompt.mark()                         # a point to come back to (regenerate / edit)
     prompt.rewind(mark)                          # back there: layers, tokens and pictures after it forgotten
-    checkpoint = prompt.checkpoint()             # for the API's pool (serving/pool.py)
+    position = prompt.save()                     # detached: for the API's pool (serving/pool.py), the disk
 
-`layers` is mlx-lm's list of layer caches (an ObservedCache on several Macs, whose one `mirror` hears of every
-mark, rewind, checkpoint and restore: snapshots.py, checkpoints.py); `tokens` the tokens they hold, in order (the
+Marks and saved positions are one type, SavedPosition (positions.py). `layers` is mlx-lm's list of layer caches
+(an ObservedCache on several Macs, whose one `mirror` hears of every position taken, rewound to or restored:
+positions.py); `tokens` the tokens they hold, in order (the
 pool's key: a picture's image tokens may be its digest); `spans` the pictures among them with their mRoPE
 positions (macapp.core.vision.runner.PictureSpan), so a rewind forgets the pictures after the point it goes back
-to, and a checkpoint keeps those before it: restored, the cache has them again and reading on from it gives the
+to, and a saved position keeps those before it: restored, the cache has them again and reading on from it gives the
 positions a fresh read gives (the one record of picture positions, for a chat session and the API alike);
 `head` the MTP head's own context over the same tokens (mtp_context.py), where a stream drafts: marks, rewinds
-and checkpoints carry it along.
+and saved positions carry it along (a saved position keeps its layers after the model's).
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Sequence
 
 from macapp.core.cache_layers import CacheLayers
-from macapp.core.engine.checkpoints import Checkpoint, restore, snapshot
-from macapp.core.engine.mtp_context import HeadCheckpoint, HeadContext
-from macapp.core.engine.snapshots import CacheSnapshot, restore_snapshot, take_snapshot
+from macapp.core.engine import positions
+from macapp.core.engine.mtp_context import HeadContext
+from macapp.core.engine.positions import HeadPart, SavedPosition
 
 if TYPE_CHECKING:
     from macapp.core.engine.model_folder import LoadedModel
@@ -40,13 +41,13 @@ class PromptCache:
         tokens: Sequence[Any] = (),
         spans: list[PictureSpan] | None = None,
         head: HeadContext | None = None,
-        kept_head: HeadCheckpoint | None = None,
+        kept_head: HeadPart | None = None,
     ):
         self.layers = layers
         self.tokens: list[Any] = list(tokens)
         self.spans: list[PictureSpan] = spans if spans is not None else []  # vision.runner's PictureSpans, by start
         self.head = head
-        self._head_checkpoint = kept_head  # the head's context a checkpoint kept, until a stream asks for it
+        self._kept_head = kept_head  # the head's context a saved position kept, until a stream asks for it
 
     @classmethod
     def new(cls, model: "LoadedModel") -> "PromptCache":
@@ -56,18 +57,18 @@ class PromptCache:
         return cls(make_prompt_cache(model.model))
 
     @classmethod
-    def restore(cls, checkpoint: Checkpoint) -> "PromptCache":
-        """A fresh cache at `checkpoint`: reading on into it never touches the checkpoint (nor its MTP head context,
-        which comes back when a stream asks for it: head_context)."""
-        return cls(restore(checkpoint), checkpoint.tokens, list(checkpoint.spans), kept_head=checkpoint.head)
+    def restore(cls, position: SavedPosition) -> "PromptCache":
+        """A fresh cache at a detached `position`: reading on into it never touches the position (nor its MTP head
+        context, which comes back when a stream asks for it: head_context)."""
+        return cls(positions.restore(position), position.tokens, list(position.spans), kept_head=position.head_part)
 
     def head_context(self, head: "MTPHead") -> HeadContext:
-        """The MTP head's context over this cache: the one it has, or the one its checkpoint kept, or a new one that
+        """The MTP head's context over this cache: the one it has, or the one its saved position kept, or a new one that
         starts here (empty: the tokens already held were read without it)."""
         if self.head is None or self.head.head is not head:
-            kept = self._head_checkpoint
+            kept = self._kept_head
             self.head = HeadContext.restore(head, kept) if kept is not None else HeadContext.new(head, len(self.tokens))
-        self._head_checkpoint = None
+        self._kept_head = None
         return self.head
 
     def __len__(self) -> int:
@@ -77,20 +78,21 @@ class PromptCache:
         """`tokens` were read into the layers (after those already held)."""
         self.tokens.extend(tokens)
 
-    def mark(self) -> CacheSnapshot:
-        """Where the cache is now, to come back to (no copy: snapshots.py)."""
+    def mark(self) -> SavedPosition:
+        """Where the cache is now, to come back to (no copy: positions.mark)."""
         if self.head is not None:
             self.head.remember()
-        return take_snapshot(self.layers, len(self.tokens))
+        return positions.mark(self.layers, len(self.tokens))
 
-    def rewind(self, mark: CacheSnapshot) -> None:
-        """Back to `mark`: the layers as they were, the tokens and pictures after it forgotten."""
-        restore_snapshot(self.layers, mark)
+    def rewind(self, mark: SavedPosition) -> None:
+        """Back to `mark` (or any position of these tokens): the layers as they were, the tokens and pictures after
+        it forgotten."""
+        positions.rewind(self.layers, mark)
         del self.tokens[mark.length :]
         self.spans[:] = [span for span in self.spans if span.start < mark.length]
         if self.head is not None:
             self.head.trim_to(mark.length)
-        self._head_checkpoint = None  # it may hold entries after the mark
+        self._kept_head = None  # it may hold entries after the mark
 
     def adopt(self, layers: CacheLayers, added: Sequence[Any], head: HeadContext | None = None) -> None:
         """Go on from `layers`, a copy of this cache that read `added` after what this one holds (the batch hands
@@ -100,11 +102,12 @@ class PromptCache:
         self.tokens.extend(added)
         if head is not None and self.head is not None:
             head.inherit_marks(self.head)
-        self.head, self._head_checkpoint = head, None
+        self.head, self._kept_head = head, None
 
-    def checkpoint(self) -> Checkpoint:
-        """A checkpoint of the cache as it is (no copy at the time: checkpoints.py), with the pictures read so far
-        (a request queues its whole tail as one span before reading it: the checkpoint keeps what it holds)."""
+    def save(self) -> SavedPosition:
+        """A detached position of the cache as it is (no copy at the time: positions.save), with the pictures read
+        so far (a request queues its whole tail as one span before reading it: the position keeps what it holds)
+        and the MTP head's context."""
         held = len(self.tokens)
-        head = self.head.checkpoint(held) if self.head is not None else self._head_checkpoint
-        return snapshot(self.layers, self.tokens, [span.until(held) for span in self.spans if span.start < held], head)
+        head = self.head.saved(held) if self.head is not None else self._kept_head
+        return positions.save(self.layers, self.tokens, [span.until(held) for span in self.spans if span.start < held], head)

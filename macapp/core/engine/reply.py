@@ -148,11 +148,14 @@ def stream_reply(
 
 def pick_policy(model: "LoadedModel", cache: CacheLayers, kv: KVQuantization, mode: MTPMode, policy: DepthPolicy | None) -> DepthPolicy | None:
     """The policy a stream over `cache` drafts with, or None for plain decoding (here and for a lone sequence of
-    the batch: solo.py)."""
+    the batch: solo.py). In "auto" it starts from the head's calibrated verdict, if it has one."""
     if mode is MTPMode.OFF or not mtp_decode.usable(model, getattr(model, "mtp_head", None), cache, kv.bits):
         return None
     policy = policy if policy is not None else DepthPolicy()
     policy.mode = mode
+    verdict = model.mtp_head.verdict if model.mtp_head is not None else None
+    if mode is MTPMode.AUTO and verdict is not None:
+        policy.follow(verdict)
     return None if policy.off and mode is MTPMode.AUTO else policy
 
 

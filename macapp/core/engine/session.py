@@ -18,8 +18,9 @@ from macapp.core.engine.mtp_policy import DepthPolicy
 from macapp.core.engine.options import SessionOptions
 from macapp.core.engine.prefill import prefill, wired_memory
 from macapp.core.engine.reply import StreamedReply, head_context, pick_policy, stream_reply
+from macapp.core.engine.shelf import PositionShelf
 from macapp.core.engine.prompt_cache import PromptCache
-from macapp.core.engine.snapshots import CacheSnapshot
+from macapp.core.engine.positions import SavedPosition
 from macapp.core.engine.turns import ThinkingMode, TurnMemory, TurnPlan
 from macapp.core.events import Finished, PromptProgress, Reply
 from macapp.core.sampling import SamplingParams
@@ -55,6 +56,7 @@ class ChatSession:
         self.last_job: Job | None = None
         self.last_reply: Reply | None = None
         self.mtp_policy = DepthPolicy(options.mtp)  # the MTP head's measurements and "auto"'s verdict for this conversation
+        self._shelf: tuple[LoadedModel, PositionShelf | None] | None = None  # the engine's disk shelf for the model
 
     # -- public ----------------------------------------------------------------------------------------
     @property
@@ -82,7 +84,7 @@ class ChatSession:
     def snapshot_bytes(self) -> int:
         """Memory the regenerate/edit snapshots keep alive (DeltaNet states of two earlier points)."""
         turn = self._turn
-        return 0 if turn is None else turn.before_turn.nbytes + turn.before_last.nbytes
+        return 0 if turn is None else turn.before_turn.state_bytes + turn.before_last.state_bytes
 
     def send(
         self,
@@ -245,6 +247,7 @@ class ChatSession:
     ) -> BatchedSequence | None:
         """Run the turn (batched: return the Sequence the batch reads and answers it with; batched_turn.py)."""
         params = limits.turn_sampling(sampling, plan.mode.thinking, budget, self.options)
+        plan = self._warm_start(m, plan)
         if plan.restore is not None:
             cached = plan.restore.length
         else:
@@ -266,6 +269,43 @@ class ChatSession:
         if reply is not None:
             job.emit(Finished(reply))
         return None
+
+    def _shelf_for(self, m: LoadedModel) -> PositionShelf | None:
+        factory = self.engine.position_shelf
+        if factory is None:
+            return None
+        if self._shelf is None or self._shelf[0] is not m:
+            self._shelf = (m, factory(m, self.options.kv))
+        return self._shelf[1]
+
+    def _warm_start(self, m: LoadedModel, plan: TurnPlan) -> TurnPlan:
+        """A conversation without a cache yet (reopened, after a restart too) starts from the longest position of its
+        prompt on the engine's shelf (the disk), and reads only the rest. Its prefix is then counted from there
+        (an edit goes back to the turn's start), or None when the position is past it (an edit reads it all)."""
+        if self._prompt is not None or plan.rereads or plan.restore is not None or plan.images:
+            return plan
+        shelf = self._shelf_for(m)
+        found = shelf.lookup(plan.prompt) if shelf is not None else None
+        if found is None or found.spans:
+            return plan
+        self._prompt = PromptCache.restore(found)
+        n = found.length
+        prefix = plan.prefix[n:] if plan.prefix is not None and n <= len(plan.prefix) else None
+        return dataclasses.replace(plan, prompt=plan.prompt[n:], prefix=prefix)
+
+    def _shelve(self, position: SavedPosition | None = None) -> None:
+        """Keep a detached position of this conversation on the shelf: `position`, or the cache as it is (text only:
+        pictures are the API's to key)."""
+        shelf = self._shelf_for(self._model) if self._model is not None else None
+        if shelf is None or self._prompt is None or self._prompt.spans:
+            return
+        if position is None:
+            try:
+                position = self._prompt.save()
+            except (ValueError, TypeError):  # a cache that cannot be saved as it is (a KV layer ahead of its tokens)
+                return
+        if not position.spans:
+            shelf.put(position)
 
     def _encode_pictures(self, m: LoadedModel, plan: TurnPlan, cached: int, clock: TurnClock) -> EncodedTurn:
         """The plan's prompt with its pictures encoded by the tower (once, here: its time is in the TTFT), after
@@ -302,6 +342,7 @@ class ChatSession:
         with wired_memory(m):
             if not self._read_prompt(job, m, clock, plan, turn_start, previous, encoded, context):
                 return None
+            self._shelve()  # before the reply: a reopened conversation's prompt starts the same
             self._turn = TurnMemory(
                 before_turn=turn_start,
                 close_before=plan.close_before,
@@ -332,7 +373,7 @@ class ChatSession:
         self._settle_reply(m, plan, streamed)
         return streamed.reply
 
-    def _rewind(self, m: LoadedModel, plan: TurnPlan) -> CacheSnapshot:
+    def _rewind(self, m: LoadedModel, plan: TurnPlan) -> SavedPosition:
         """Make sure there is a cache and go back to the plan's point in it; return where the turn starts."""
         if self._prompt is None:
             self._prompt = PromptCache.new(m)
@@ -362,7 +403,7 @@ class ChatSession:
         m: LoadedModel,
         clock: TurnClock,
         plan: TurnPlan,
-        turn_start: CacheSnapshot,
+        turn_start: SavedPosition,
         previous: TurnMemory | None,
         encoded: EncodedTurn | None = None,
         context: HeadContext | None = None,
@@ -377,19 +418,31 @@ class ChatSession:
         stopped = Finished(Reply(thinking=plan.mode.thinking, finish_reason="stopped", kept=False, stats=clock.unanswered(turn_start.length)))
         if plan.undo_on_stop:
             job.arm_early_reply(stopped)
-        done = prefill(
-            m,
-            self._live.layers,
-            prompt[:-1],
-            step=self.options.prefill_step_size,
-            kv=self.options.kv,
-            should_stop=job.stop_event.is_set if plan.undo_on_stop else None,
-            on_progress=lambda n: job.emit(PromptProgress(n, total)),
-            embeddings=None if encoded is None else encoded.embeddings,
-            head=context,
-            held=len(self._live),
-        )
-        self._live.extend(prompt[:done])
+        held = len(self._live)
+        done = 0
+
+        def progress(at: int) -> Callable[[int], None]:
+            return lambda n: job.emit(PromptProgress(at + n, total))
+
+        for end in self._cuts(prompt, encoded):
+            start = done
+            done += prefill(
+                m,
+                self._live.layers,
+                prompt[start:end],
+                step=self.options.prefill_step_size,
+                kv=self.options.kv,
+                should_stop=job.stop_event.is_set if plan.undo_on_stop else None,
+                on_progress=progress(start),
+                embeddings=None if encoded is None else encoded.embeddings,
+                head=context,
+                held=held + start,
+            )
+            self._live.extend(prompt[start:done])
+            if done < end:
+                break
+            if end < total - 1:
+                self._shelve()  # before the reply's turn: where a reopened conversation's prompt parts from this one
         if plan.undo_on_stop and (job.disarm_early_reply() or job.stopped):
             self._undo(m, plan, turn_start, previous)
             stopped.reply.stats.elapsed_s = clock.elapsed()
@@ -397,7 +450,18 @@ class ChatSession:
             return False
         return True
 
-    def _undo(self, m: LoadedModel, plan: TurnPlan, turn_start: CacheSnapshot, previous: TurnMemory | None) -> None:
+    def _cuts(self, prompt: list[int], encoded: EncodedTurn | None) -> list[int]:
+        """Where the prompt's reading stops (all but its last token): with a shelf, first at the reply's turn start
+        (its last <|im_start|>), so the position there is kept (text only: a turn with pictures reads in one go)."""
+        last = len(prompt) - 1
+        m = self._model
+        if encoded is not None or self._live.spans or m is None or self._shelf_for(m) is None:
+            return [last]
+        start_id = m.tokenizer.convert_tokens_to_ids("<|im_start|>")
+        cut = max((i for i, t in enumerate(prompt[:last]) if t == start_id), default=0)
+        return [cut, last] if cut > 0 else [last]
+
+    def _undo(self, m: LoadedModel, plan: TurnPlan, turn_start: SavedPosition, previous: TurnMemory | None) -> None:
         """A stop while reading: the conversation and the cache as before the turn."""
         self._live.rewind(turn_start)
         self._close_text = plan.close_before
@@ -422,3 +486,4 @@ class ChatSession:
             {"role": "assistant", "content": reply.text, "reasoning": reply.reasoning, "thinking": plan.mode.thinking, "finish_reason": reply.finish_reason}
         )
         self.last_reply = reply
+        self._shelve()

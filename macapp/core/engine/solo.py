@@ -32,6 +32,7 @@ from macapp.core.engine.batch_reply import Next
 from macapp.core.engine.mtp_decode import Decoder
 from macapp.core.engine.mtp_policy import DepthPolicy
 from macapp.core.engine.options import KVQuantization
+from macapp.core.engine.positions import save
 from macapp.core.engine.prompt_cache import PromptCache
 from macapp.core.engine.reply import drafting, head_context, pick_policy
 from macapp.core.events import PromptProgress
@@ -75,7 +76,7 @@ class SoloRun:
         if at is not None:
             own = PromptCache(at.layers, list(at.tokens))
         else:
-            own = PromptCache.restore(prompt.checkpoint()) if len(prompt) else PromptCache.new(m)
+            own = PromptCache.restore(prompt.save()) if len(prompt) else PromptCache.new(m)
         self.layers = own.layers
         self.tokens: list[int] = list(own.tokens)
         self.segments = [list(s) for s in (at.segments if at is not None else seq.segments)]
@@ -158,7 +159,7 @@ class SoloRun:
             segments.pop(0)
             at = len(self.tokens)
             if seq.on_segment is not None and at in seq.bounds:
-                seq.on_segment(at, self._copy(), self.head.checkpoint(at) if self.head is not None else None)  # a copy, as the batch's
+                seq.on_segment(save(self.layers, self.tokens, (), self.head.saved(at) if self.head is not None else None))
         return None
 
     def _feed(self, tokens: list[int]) -> mx.array:
@@ -275,10 +276,6 @@ class SoloRun:
         if self.seq.reply.max_tokens() <= 1:  # the last token it may sample
             return "length"
         return None
-
-    def _copy(self) -> CacheLayers:
-        """The layers as they are now, in cache objects of their own (sharing the arrays: checkpoints.py)."""
-        return PromptCache.restore(PromptCache(self.layers, self.tokens).checkpoint()).layers
 
     def _held(self, tokens: list[int]) -> mx.array | None:
         """`tokens` were read into the layers; returns every token they hold, as the logits processors see them."""

@@ -18,7 +18,7 @@ from macapp.core.engine.errors import EngineError
 from macapp.core.engine.messages import ChatMessage
 from macapp.core.engine.model_folder import Tokenizer
 from macapp.core.engine.pictures import content_of, pictures_in
-from macapp.core.engine.snapshots import CacheSnapshot
+from macapp.core.engine.positions import SavedPosition
 from macapp.core.events import TurnKind
 from macapp.core.vision.images import PreparedImage
 
@@ -45,10 +45,10 @@ class ThinkingMode(enum.Enum):
 class TurnMemory:
     """What a session remembers of its last turn, for regenerate and edit."""
 
-    before_turn: CacheSnapshot  # the cache before this turn's prompt (edit goes back here)
+    before_turn: SavedPosition  # the cache before this turn's prompt (edit goes back here)
     close_before: str  # the previous reply's pending close text at that point
     prefix: list[int] | None  # prompt tokens before the user message (closing text, or system/history)
-    before_last: CacheSnapshot  # before the prompt's last token (regenerate goes back here)
+    before_last: SavedPosition  # before the prompt's last token (regenerate goes back here)
     last_token: int
     mode: ThinkingMode
 
@@ -64,8 +64,8 @@ class TurnPlan:
     history: list[ChatMessage]  # the conversation before this turn's user message
     prefix: list[int] | None  # prompt tokens before the user message; None when the template does not split there
     close_before: str  # the previous reply's close text, back in place if the turn is undone
-    restore: CacheSnapshot | None = None  # go back here first (regenerate / edit from a snapshot)
-    turn_start: CacheSnapshot | None = None  # the turn's known start (regenerate); None: where the cache is
+    restore: SavedPosition | None = None  # go back here first (regenerate / edit from a snapshot)
+    turn_start: SavedPosition | None = None  # the turn's known start (regenerate); None: where the cache is
     images: tuple[PreparedImage, ...] = ()  # the pictures the prompt's image placeholders stand for, in order
     user_images: tuple[PreparedImage, ...] = ()  # the pictures of this turn's user message
 

@@ -2,7 +2,9 @@
 
 One function, `advise`, for every front end (`qwen-desk fit`, `qwen-desk models`, the badge's tooltip, the details
 pane). The ways out, cheapest first: a shorter context that fits, a quantized KV cache, letting macOS wire more
-memory for the GPU (`sudo sysctl iogpu.wired_limit_mb=N` — the app never runs it), and the next build down that fits.
+memory for the GPU (`sudo sysctl iogpu.wired_limit_mb=N` — the app never runs it; when even the most it can safely
+give does not hold the whole context, together with the longest context it then allows), and the next build down
+that fits.
 """
 
 from __future__ import annotations
@@ -66,25 +68,54 @@ def _build_name(model: ModelRef) -> str:
     return f"{model.name} {model.bits}-bit" if model.bits else model.name
 
 
-def wired_limit_step(need_bytes: int, machine: MachineProfile, what: str = "it") -> Step | None:
-    """The sysctl that would give the GPU room for `need_bytes` (aiming at a 'fits' verdict), or None if even the
-    most macOS can safely give (hardware.max_safe_wired_limit) is not enough or the budget already suffices."""
+def wired_limit_step(model: ModelRef, est: estimate.Estimate, machine: MachineProfile) -> Step | None:
+    """The sysctl that gives the GPU room for `est`: for the whole context when the most macOS can safely give
+    (hardware.max_safe_wired_limit) is enough (aiming at a 'fits' verdict), else at that most, together with the
+    longest context it then allows. None off Apple Silicon, or when the raised limit gains no context over the
+    default budget."""
     ceiling = max_safe_wired_limit(machine.memory_bytes)
-    if not machine.is_apple_silicon or need_bytes <= machine.budget_bytes or need_bytes > ceiling:
+    if not machine.is_apple_silicon or ceiling <= machine.budget_bytes:
         return None
-    wanted = min(max(need_bytes / estimate.FITS_SHARE, need_bytes + 256 * MiB), ceiling)
-    mb = min(math.ceil(wanted / GiB) * 1024, ceiling // MiB)
-    leaves = machine.memory_bytes - mb * MiB
+    # Pictures and the MTP head come on top of the text-only memory and do not shrink with the context.
+    extra = est.total_bytes - (est.weights_bytes + est.kv_cache_bytes + est.state_bytes + est.overhead_bytes)
+    if est.total_bytes <= ceiling:
+        need, context = est.total_bytes, est.context
+        wanted = min(max(need / estimate.FITS_SHARE, need + 256 * MiB), ceiling)
+        mb = min(math.ceil(wanted / GiB) * 1024, ceiling // MiB)
+    else:
+        mb = ceiling // MiB
+        context = estimate.max_context(model, mb * MiB - extra, est.kv_bits)
+        if context <= est.max_context:
+            return None
+        need = estimate.memory_at(model.arch, est.weights_bytes, context, est.kv_bits, estimate.DEFAULT_PREFILL_STEP).total + extra
+    budget = mb * MiB
+    leaves = machine.memory_bytes - budget
     command = f"sudo sysctl iogpu.wired_limit_mb={mb}"
-    wording = f"{what} fits" if estimate.verdict_for(need_bytes, mb * MiB) == "fits" else f"{what} just fits (tight)"
+    roomy = estimate.verdict_for(need, budget) == "fits"
+    if context == est.context:
+        gain = f"the whole {context:,}-token context {'fits' if roomy else 'just fits (tight)'}"
+    else:
+        gain = (
+            f"a context of up to {context:,} tokens {'fits' if roomy else 'just fits'} "
+            f"(you asked for {est.context:,}{_whole_with_kv_cache(model, est, budget - extra)})"
+        )
     text = (
-        f"let macOS wire more memory for the GPU: run `{command}` in Terminal. The GPU may then use {_gb(mb * MiB)} "
-        f"instead of {_gb(machine.budget_bytes)} and {wording}; that leaves {_gb(leaves)} for macOS and your other apps. "
-        f"It resets at reboot (`sudo sysctl iogpu.wired_limit_mb=0` restores the default now). Risk: if macOS and the apps "
-        f"you have open need more than {_gb(leaves)}, the Mac swaps hard or freezes — quit big apps first. "
-        f"Qwen Desk never changes this setting."
+        f"let macOS wire more memory for the GPU: run `{command}` in Terminal. The GPU may then use {_gb(budget)} "
+        f"instead of {_gb(machine.budget_bytes)} and {gain}. Risk: that leaves {_gb(leaves)} for macOS and your other "
+        f"apps; if they need more, the Mac swaps hard or freezes (quit big apps first). It resets at reboot "
+        f"(`sudo sysctl iogpu.wired_limit_mb=0` restores the default now); Qwen Desk never changes this setting."
     )
-    return Step(Remedy.WIRED_LIMIT, text, command=command, wired_limit_mb=mb, leaves_bytes=leaves)
+    return Step(Remedy.WIRED_LIMIT, text, context=context, kv_bits=est.kv_bits, command=command, wired_limit_mb=mb, leaves_bytes=leaves)
+
+
+def _whole_with_kv_cache(model: ModelRef, est: estimate.Estimate, budget: int) -> str:
+    """'; the whole 32,768 also fits with the KV cache quantized to 8 bits …' when a quantized cache holds it in `budget`."""
+    for bits in (8, 4):
+        if est.kv_bits is not None and bits >= est.kv_bits:
+            continue
+        if estimate.max_context(model, budget, bits) >= est.context:
+            return f"; the whole {est.context:,} also fits with the KV cache quantized to {bits} bits: `--kv-bits {bits}`"
+    return ""
 
 
 def _shorter_context(est: estimate.Estimate) -> Step | None:
@@ -169,7 +200,7 @@ def advise(model: ModelRef, est: estimate.Estimate, machine: MachineProfile, can
     steps = [
         _shorter_context(est),
         _kv_cache(model, est, machine),
-        wired_limit_step(est.total_bytes, machine, what=f"the whole {est.context:,}-token context"),
+        wired_limit_step(model, est, machine),
         _smaller_build(model, est, machine, candidates),
     ]
     found = tuple(step for step in steps if step is not None)

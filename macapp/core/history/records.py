@@ -7,7 +7,9 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Callable, get_args, get_type_hints
 
 from macapp.core.events import format_stats
+from macapp.core.jsonvalue import JSONObject
 from macapp.core.picture_data import ImageRef, PictureFiles
+from macapp.core.tools.rounds import session_rounds
 
 TITLE_LIMIT = 60
 
@@ -88,6 +90,8 @@ class Message:
     model: str | None = None
     created: float = 0.0
     images: tuple[ImageRef, ...] = ()  # pictures sent with a user message (files in paths.pictures_dir())
+    # A reply's tool calls (schema 5), each events.ToolCallRecord.to_json(): server, name, arguments, allowed, result…
+    tool_calls: list[JSONObject] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.role, self.state = Role(self.role), MessageState(self.state)  # plain strings are accepted too
@@ -121,6 +125,7 @@ class Conversation:
         {role, content}; replies also carry reasoning, thinking and finish_reason, like ChatSession.messages; a
         message with pictures carries them under "images" (read back from the pictures folder by the store's
         PictureFiles; a missing file is left out, the text stays; a store opened without PictureFiles gives none).
+        A reply with tool calls comes back as its rounds (tools.rounds.session_rounds), as the session held it.
         """
         out: list[dict[str, Any]] = []
         if include_system and self.system_prompt:
@@ -128,6 +133,12 @@ class Conversation:
         for m in self.messages:
             item: dict[str, Any] = {"role": m.role.value, "content": m.content}
             if m.role == Role.ASSISTANT:
+                rounds = session_rounds(m.content, m.finish_reason, m.tool_calls)
+                if rounds:  # a tool turn: its rounds as the model read them (the answer's text last)
+                    for earlier in rounds[:-1]:
+                        extra = {"reasoning": "", "thinking": m.thinking, "finish_reason": "stop"} if earlier["role"] == "assistant" else {}
+                        out.append({**earlier, **extra})
+                    item["content"] = rounds[-1]["content"]
                 item.update(reasoning=m.reasoning, thinking=m.thinking, finish_reason=m.finish_reason)
             if m.images and self.pictures is not None:
                 item["images"] = list(self.pictures.load(m.images))

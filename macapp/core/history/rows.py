@@ -17,7 +17,13 @@ MESSAGE_COLUMNS: tuple[str, ...] = MESSAGE_FIELDS + STAT_FIELDS
 INSERT_MESSAGE = f"INSERT INTO messages ({', '.join(MESSAGE_COLUMNS)}) VALUES ({', '.join('?' * len(MESSAGE_COLUMNS))})"
 SELECT_MESSAGES = f"SELECT {', '.join(MESSAGE_COLUMNS)} FROM messages"
 # A finished reply: its text, state, finish reason and figures.
-FINISH_REPLY = "UPDATE messages SET " + ", ".join(f"{name} = ?" for name in ("content", "reasoning", "state", "finish_reason", *STAT_FIELDS)) + " WHERE id = ?"
+FINISH_REPLY = (
+    "UPDATE messages SET "
+    + ", ".join(f"{name} = ?" for name in ("content", "reasoning", "tool_calls", "state", "finish_reason", *STAT_FIELDS))
+    + " WHERE id = ?"
+)
+# A reply in flight: its text so far and its tool calls.
+STREAM_REPLY = "UPDATE messages SET content = ?, reasoning = ?, tool_calls = ?, state = 'streaming' WHERE id = ?"
 SELECT_CONVERSATIONS = "SELECT c.*, (SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id) AS message_count FROM conversations c"
 
 
@@ -29,19 +35,43 @@ def message_values(m: Message, *, id: int | None, conversation_id: int, position
     """The row for `m` in MESSAGE_COLUMNS order, under the given id (None: a new one), conversation and position."""
     values = {name: getattr(m, name) for name in MESSAGE_FIELDS}
     values.update(
-        id=id, conversation_id=conversation_id, position=position, reasoning=m.reasoning or "", thinking=int(m.thinking), images=refs_to_json(m.images)
+        id=id,
+        conversation_id=conversation_id,
+        position=position,
+        reasoning=m.reasoning or "",
+        thinking=int(m.thinking),
+        images=refs_to_json(m.images),
+        tool_calls=calls_json(m.tool_calls),
     )
     return tuple(values[name] for name in MESSAGE_FIELDS) + stats_values(m.stats)
 
 
 def finish_values(m: Message) -> tuple[SQLValue, ...]:
     """Parameters of FINISH_REPLY for `m`."""
-    return (m.content, m.reasoning, m.state, m.finish_reason, *stats_values(m.stats), m.id)
+    return (m.content, m.reasoning, calls_json(m.tool_calls), m.state, m.finish_reason, *stats_values(m.stats), m.id)
+
+
+def stream_values(m: Message) -> tuple[SQLValue, ...]:
+    """Parameters of STREAM_REPLY for `m`."""
+    return (m.content, m.reasoning, calls_json(m.tool_calls), m.id)
+
+
+def calls_json(calls: list[JSONObject]) -> str:
+    return json.dumps(calls, ensure_ascii=False)
+
+
+def calls_from_json(text: str | None) -> list[JSONObject]:
+    try:
+        calls = json.loads(text or "[]")
+    except ValueError:
+        return []
+    return [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
 
 
 def message_from_row(row: sqlite3.Row) -> Message:
     values = {name: row[name] for name in MESSAGE_FIELDS}
     values.update(thinking=bool(values["thinking"]), role=Role(values["role"]), state=MessageState(values["state"]), images=refs_from_json(values["images"]))
+    values["tool_calls"] = calls_from_json(values["tool_calls"])
     return Message(**values, stats=ReplyStats(**{name: row[name] for name in STAT_FIELDS}))
 
 

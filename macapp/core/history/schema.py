@@ -79,11 +79,17 @@ def _migrate_4_pictures(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE messages ADD COLUMN image_tokens INTEGER")
 
 
+def _migrate_5_tool_calls(conn: sqlite3.Connection) -> None:
+    """The MCP tool calls a reply made (a JSON list; macapp.core.tools)."""
+    conn.execute("ALTER TABLE messages ADD COLUMN tool_calls TEXT NOT NULL DEFAULT '[]'")
+
+
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _migrate_1_base,
     _migrate_2_reply_model,
     _migrate_3_search_index,
     _migrate_4_pictures,
+    _migrate_5_tool_calls,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

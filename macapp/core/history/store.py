@@ -302,10 +302,7 @@ class Store:
             if final:
                 cur = conn.execute(rows.FINISH_REPLY, rows.finish_values(message))
             else:
-                cur = conn.execute(
-                    "UPDATE messages SET content = ?, reasoning = ?, state = 'streaming' WHERE id = ?",
-                    (message.content, message.reasoning, message.id),
-                )
+                cur = conn.execute(rows.STREAM_REPLY, rows.stream_values(message))
             if cur.rowcount:
                 conn.execute("UPDATE conversations SET updated = ? WHERE id = ?", (now, message.conversation_id))
         return bool(cur.rowcount)

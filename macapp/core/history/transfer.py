@@ -52,6 +52,8 @@ def export_dict(conv: Conversation, include_reasoning: bool = True) -> dict[str,
             item.update(state=m.state.value, finish_reason=m.finish_reason, model=m.model, stats=stats)
         if m.images:
             item["images"] = _export_pictures(m.images)
+        if m.tool_calls:
+            item["tool_calls"] = m.tool_calls
         messages.append(item)
     return {
         "format": EXPORT_FORMAT,
@@ -90,6 +92,8 @@ def export_markdown(conv: Conversation, include_reasoning: bool = True) -> str:
             lines += ["<details><summary>Reasoning</summary>", "", m.reasoning.strip("\n"), "", "</details>", ""]
         if m.images:
             lines += [f"*[picture: {ref.name}, {ref.width}x{ref.height}]*" for ref in m.images] + [""]
+        for call in m.tool_calls:
+            lines += _markdown_call(call)
         lines += [m.content.strip("\n") if m.content else "*(no answer)*", ""]
         if m.role is Role.ASSISTANT:
             notes = [n for n in (m.model if m.model and m.model != conv.model else None, m.stats.summary()) if n]
@@ -98,6 +102,24 @@ def export_markdown(conv: Conversation, include_reasoning: bool = True) -> str:
             if notes:
                 lines += ["*" + " · ".join(notes) + "*", ""]
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _markdown_call(call: JSONObject) -> list[str]:
+    """One tool call as a collapsible block: the tool, its arguments, its result (or that it was denied)."""
+    tool = f"{call.get('server', '')}/{call.get('name', '')}"
+    state = "" if call.get("allowed") else " (denied)"
+    result = call.get("result")
+    lines = [
+        f"<details><summary>Tool call: {tool}{state}</summary>",
+        "",
+        "```json",
+        json.dumps(call.get("arguments", {}), indent=2, ensure_ascii=False),
+        "```",
+        "",
+    ]
+    if result is not None:
+        lines += ["```", str(result).strip("\n"), "```", ""]
+    return lines + ["</details>", ""]
 
 
 def _message_from_document(i: int, raw: object, now: float, pictures: PictureFiles | None) -> Message:
@@ -119,6 +141,7 @@ def _message_from_document(i: int, raw: object, now: float, pictures: PictureFil
         model=raw.get("model"),
         created=parse_time(raw.get("created"), now),
         images=_import_pictures(i, raw.get("images"), pictures),
+        tool_calls=[c for c in raw.get("tool_calls") or [] if isinstance(c, dict)] if isinstance(raw.get("tool_calls") or [], list) else [],
     )
 
 

@@ -11,6 +11,7 @@ from typing import Protocol
 
 from macapp.core.history.errors import StoreError
 from macapp.core.history.records import Message, MessageState, ReplyStats
+from macapp.core.jsonvalue import JSONObject
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,15 @@ class ReplyWriter:
         """Add streamed pieces of answer and/or reasoning."""
         with self._lock:
             self._set(self.message.content + text, self.message.reasoning + reasoning)
+
+    def add_tool_call(self, call: JSONObject) -> None:
+        """One more tool call of this reply (events.ToolCallRecord.to_json()), committed now: a call ran."""
+        with self._lock:
+            if self._closed:
+                raise StoreError("This reply is already finished.")
+            self.message.tool_calls = [*self.message.tool_calls, call]
+            self._dirty = True
+            self._flush()
 
     def update(self, text: str, reasoning: str | None = None) -> None:
         """Replace the reply so far (answer, and reasoning unless None)."""

@@ -26,11 +26,11 @@ from math import prod
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from macapp.core.download import hubapi
-from macapp.core.download.errors import RESUME_HINT, DownloadCancelled, DownloadError, DownloadErrorKind, is_disk_full
+from macapp.core.hub import api
+from macapp.core.hub.errors import RESUME_HINT, DownloadCancelled, DownloadError, DownloadErrorKind, is_disk_full
 from macapp.core.download.hfcache import free_bytes
 from macapp.core.download.manager import CancelToken
-from macapp.core.download.transfer import ConnectionDropped
+from macapp.core.hub.errors import ConnectionDropped
 from macapp.core.hub.mtp import SIDE_FILE_MARK, folder_rule, source_repo_for
 from macapp.core.hub.mtp_quant import DTYPE_BYTES, QuantRule
 from macapp.core.jsonvalue import JSONObject
@@ -186,7 +186,7 @@ def _source_record(source: str, revision: str, token: str | None) -> HubModelRec
     except DownloadError:
         raise
     except Exception as exc:
-        raise hubapi.classify(exc, source, revision, has_token=bool(token if token is not None else hubapi.token()))[1] from exc
+        raise api.classify(exc, source, revision, has_token=bool(token if token is not None else api.token()))[1] from exc
 
 
 # --- fetching --------------------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from macapp.core import paths
-from macapp.core.download import hubapi
+from macapp.core.hub import api
 from macapp.core.jsonvalue import JSONObject
 from macapp.core.hub.remote import RangeReader
 from macapp.core.tensor_roles import TensorRole, tensor_role, tied_embeddings
@@ -146,7 +146,7 @@ def _small_file(repo: str, commit: str, name: str, required: bool) -> str | None
     from huggingface_hub.errors import EntryNotFoundError
 
     try:
-        path = hf_hub_download(repo, name, revision=commit, endpoint=hubapi.endpoint(), cache_dir=paths.cache_dir() / SMALL_FILES_CACHE)
+        path = hf_hub_download(repo, name, revision=commit, endpoint=api.endpoint(), cache_dir=paths.cache_dir() / SMALL_FILES_CACHE)
     except EntryNotFoundError:
         if required:
             raise
@@ -164,8 +164,8 @@ def fetch_record(repo: str, revision: str = "main", token: str | None = None, ti
     """Read a repo from the hub: listing and config (their errors raise as huggingface_hub / DownloadError errors),
     then the safetensors headers (a failure there is kept in `headers_error`), then the processor of a seeing build.
     `known` (a record read earlier) is returned as it is when the repo is still at its commit: only the listing is asked."""
-    tok = token if token is not None else hubapi.token()
-    listing = hubapi.fetch_listing(repo, revision, tok, timeout=timeout)
+    tok = token if token is not None else api.token()
+    listing = api.fetch_listing(repo, revision, tok, timeout=timeout)
     if known is not None and known.repo == repo and known.revision == listing.commit and known.headers_read:
         return known
     config = _small_json(repo, listing.commit, "config.json", required=True)

@@ -1,6 +1,6 @@
 """Reading parts of a hub file with HTTP Range requests: safetensors headers, and byte ranges of tensors.
 
-Built on the download code's pieces (`download.hubapi`: endpoint, token headers, URLs, error classification), so a
+Built on the hub's HTTP pieces (`hub.api`: endpoint, token headers, URLs, error classification), so a
 range read fails with the same DownloadError kinds and messages as a download, and transient errors are retried
 with the same doubling backoff.
 """
@@ -13,9 +13,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterator, TypeVar
 
-from macapp.core.download import hubapi
-from macapp.core.download.errors import DownloadError, DownloadErrorKind
-from macapp.core.download.transfer import ConnectionDropped
+from macapp.core.hub import api
+from macapp.core.hub.errors import DownloadError, DownloadErrorKind
+from macapp.core.hub.errors import ConnectionDropped
 from macapp.core.modelfiles import SafetensorsHeader, header_length, parse_safetensors_header
 
 if TYPE_CHECKING:  # httpx2 is imported when a reader is made
@@ -65,12 +65,12 @@ class RangeReader:
 
         self.repo = repo
         self.commit = commit
-        self.token = token if token is not None else hubapi.token()
+        self.token = token if token is not None else api.token()
         self.attempts = max(1, attempts)
         self.backoff_s = backoff_s
         self._sleep = sleep or _sleep_on
-        self._headers = hubapi.auth_headers(self.token)
-        self._base = hubapi.endpoint()
+        self._headers = api.auth_headers(self.token)
+        self._base = api.endpoint()
         self.client = httpx2.Client(follow_redirects=True, timeout=httpx2.Timeout(timeout, read=timeout))
 
     def __enter__(self) -> "RangeReader":
@@ -80,12 +80,12 @@ class RangeReader:
         self.client.close()
 
     def url(self, path: str) -> str:
-        return hubapi.resolve_url(self.repo, self.commit, path, self._base)
+        return api.resolve_url(self.repo, self.commit, path, self._base)
 
     def error(self, exc: BaseException) -> tuple[bool, DownloadError]:
         if isinstance(exc, ConnectionDropped):
             return True, DownloadError(DownloadErrorKind.NETWORK, str(exc), repo=self.repo)
-        return hubapi.classify(exc, self.repo, self.commit, has_token=bool(self.token))
+        return api.classify(exc, self.repo, self.commit, has_token=bool(self.token))
 
     def retrying(self, what: Callable[[], T]) -> T:
         """`what()`, retried on transient errors (doubling delay); the last error raised as a DownloadError."""

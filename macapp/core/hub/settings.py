@@ -5,21 +5,25 @@ huggingface_hub reads them once, at import (`huggingface_hub.constants`); the ap
 
 - endpoint: ``HF_ENDPOINT`` with trailing slashes removed, default https://huggingface.co; the staging hub when
   ``HUGGINGFACE_CO_STAGING`` is true;
-- offline: ``HF_HUB_OFFLINE``, else ``TRANSFORMERS_OFFLINE``, true when it is one of 1/ON/YES/TRUE (any case).
+- offline: ``HF_HUB_OFFLINE``, else ``TRANSFORMERS_OFFLINE``, true when it is one of 1/ON/YES/TRUE (any case);
+- the cache: ``HF_HUB_CACHE``, else ``$HF_HOME/hub``, else ``~/.cache/huggingface/hub`` (`hub_cache_dir`).
+
+Importing this module loads no huggingface_hub (the fit, which names the hub's records, stays light).
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-
-from huggingface_hub.constants import ENV_VARS_TRUE_VALUES
+from pathlib import Path
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 STAGING_ENDPOINT = "https://hub-ci.huggingface.co"
 
 
 def _is_true(value: str | None) -> bool:
+    from huggingface_hub.constants import ENV_VARS_TRUE_VALUES
+
     return value is not None and value.upper() in ENV_VARS_TRUE_VALUES
 
 
@@ -57,3 +61,12 @@ def hub_reachable(timeout: float = 3.0) -> bool:
         return True
     except OSError:
         return False
+
+
+def hub_cache_dir() -> Path:
+    """$HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub (read now, not at import)."""
+    explicit = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")
+    if explicit:
+        return Path(os.path.expandvars(explicit)).expanduser()
+    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "huggingface")
+    return Path(os.path.expandvars(home)).expanduser() / "hub"

@@ -17,8 +17,8 @@ from macapp.core.engine.batch import Sequence
 from macapp.core.engine.batch_reply import Limits, SequenceReply
 from macapp.core.events import PromptProgress
 from macapp.core.sampling import make_sampler_and_processors
-from macapp.core.engine.mtp_context import HeadCheckpoint, HeadContext
-from macapp.core.engine.prompt_cache import PromptCache
+from macapp.core.engine.mtp_context import HeadContext
+from macapp.core.engine.positions import SavedPosition
 from macapp.core.serving.prepared import PreparedRequest
 from macapp.core.serving.reply_text import ReplyText, cancelled, completed
 from macapp.core.serving.requests import RequestStarted, Usage
@@ -40,10 +40,10 @@ def start(serving: "ServingEngine", job: Job, prepared: PreparedRequest, m: Load
     params, budget, limit = settings.params, settings.budget, settings.limit
     pool = serving.pool_for(m)
     key = tuple(tokens)
-    cache, _checkpoint = pool.resume(key, m)
+    cache, source = pool.resume(key, m)
     cached = len(cache)
     usage = Usage(prompt_tokens=len(tokens), cached_tokens=cached)
-    job.emit(RequestStarted(usage.prompt_tokens, usage.cached_tokens))
+    job.emit(RequestStarted(usage.prompt_tokens, usage.cached_tokens, source))
     text = ReplyText(job, rendered, request)
     clock.reading(len(tokens) - cached)
     job.emit(PromptProgress(0, len(tokens) - cached))
@@ -60,8 +60,8 @@ def start(serving: "ServingEngine", job: Job, prepared: PreparedRequest, m: Load
         clock=clock,
     )
 
-    def on_segment(at: int, layers: CacheLayers, head: HeadCheckpoint | None) -> None:
-        pool.add(PromptCache(layers, key[:at], kept_head=head))
+    def on_segment(position: SavedPosition) -> None:
+        pool.add_saved(position)
 
     def on_done(streamed: StreamedReply | None, _cache: CacheLayers | None, _head: HeadContext | None) -> None:
         serving.measured(time.perf_counter() - submitted)

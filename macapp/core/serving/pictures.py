@@ -27,9 +27,11 @@ from macapp.core.serving.requests import INVALID_REQUEST
 from macapp.core.vision.dataurl import image_from_base64
 from macapp.core.fit.picture_cost import ProcessorLimits
 from macapp.core.vision.images import DEFAULT_MAX_PIXELS, ImageError, PreparedImage
+from macapp.core.vision.mlx_frames import video_processor
+from macapp.core.vision.video import PreparedVideo, VideoError, VideoSettings, open_video, plan, probe
 
 if TYPE_CHECKING:  # vision.runner imports MLX
-    from macapp.core.engine.checkpoints import Key
+    from macapp.core.engine.positions import Key
     from macapp.core.engine.model_folder import LoadedModel
     from macapp.core.vision.runner import EncodedTurn, VisionModel
     from mlx_vlm.models.qwen3_vl.processing_qwen3_vl import Qwen3VLImageProcessor
@@ -44,26 +46,34 @@ class PictureRequest:
     tokens: list[int]  # the prompt with each placeholder widened to its picture's image tokens
     key: Key  # the checkpoint pool's key of `tokens`: each picture's image tokens are its digest
     boundaries: tuple[int, ...]  # the rendered prompt's checkpoint boundaries, as offsets into `tokens`
-    pictures: list[PreparedImage]
-    starts: list[int]  # each picture's first image token in `tokens`
-    counts: list[int]  # each picture's image tokens
+    pictures: list[PreparedImage]  # each slot's picture (a video once per pair of its frames)
+    starts: list[int]  # each slot's first image token in `tokens`
+    counts: list[int]  # each slot's image tokens
 
 
 def digest(image: PreparedImage) -> str:
-    """What a picture is, for prompt reuse: its pixels as the processor gets them."""
+    """What a picture is, for prompt reuse: its pixels as the processor gets them (a video: its sampled frames,
+    where they were taken from and the sampling settings, vision.video.PreparedVideo.digest)."""
+    if isinstance(image, PreparedVideo):
+        return image.digest
     h = hashlib.sha256(f"{image.image.mode} {image.size}".encode())
     h.update(image.image.tobytes())
     return "image:" + h.hexdigest()
 
 
-def decode_pictures(images: Sequence[ImagePart]) -> list[PreparedImage]:
-    """The request's image bytes as checked pictures; EngineError(INVALID_REQUEST) naming the bad one."""
+def decode_pictures(images: Sequence[ImagePart], folder: Path | str | None = None, room: int | None = None) -> list[PreparedImage]:
+    """The request's image bytes as checked pictures, its videos decoded for the model in `folder` (at most `room`
+    tokens each, else refused before decoding); EngineError(INVALID_REQUEST) naming the bad one."""
     import base64
 
-    out = []
+    out: list[PreparedImage] = []
     for n, part in enumerate(images):
         try:
-            out.append(image_from_base64(base64.b64encode(part.data).decode(), part.media_type or "image/png", f"image {n + 1}"))
+            if part.is_video:
+                settings = VideoSettings(part.fps, part.max_frames)
+                out.append(open_video(part.data, video_processor(str(folder)), settings, name=f"video {n + 1}", room=room))
+            else:
+                out.append(image_from_base64(base64.b64encode(part.data).decode(), part.media_type or "image/png", f"image {n + 1}"))
         except ImageError as exc:
             raise EngineError(str(exc), INVALID_REQUEST) from None
     return out
@@ -77,6 +87,9 @@ def extra_image_tokens(folder: Path | str, images: Sequence[ImagePart]) -> int:
     processor = _image_processor(str(folder))
     extra = 0
     for n, part in enumerate(images):
+        if part.is_video:
+            extra += _video_tokens(folder, part, f"video {n + 1}")
+            continue
         try:
             with Image.open(io.BytesIO(part.data)) as image:
                 width, height = image.size
@@ -84,6 +97,24 @@ def extra_image_tokens(folder: Path | str, images: Sequence[ImagePart]) -> int:
             raise EngineError(f"image {n + 1}: is not a picture Qwen Desk can read", INVALID_REQUEST) from None
         extra += processor.num_image_tokens(height, width) - 1
     return extra
+
+
+def _video_tokens(folder: Path | str, part: ImagePart, name: str) -> int:
+    """What a video adds to a rendered prompt, from its header and the sampling alone (no frame decoded): its video
+    tokens, and per pair of frames two markers and its timestamp (vision.video.FramePlan.prompt_cost)."""
+    import os
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(prefix="qwen-desk-video-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(part.data)
+        frames = plan(probe(tmp), video_processor(str(folder)), VideoSettings(part.fps, part.max_frames))
+    except VideoError as exc:
+        raise EngineError(f"{name}: {exc.problem}", INVALID_REQUEST) from None
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return frames.prompt_cost - 3  # the placeholder the template wrote
 
 
 @functools.lru_cache(maxsize=4)
@@ -100,33 +131,57 @@ def _image_processor(folder: str) -> "Qwen3VLImageProcessor":
     )
 
 
-def prepare(m: LoadedModel, tokens: list[int], boundaries: Sequence[int], images: Sequence[ImagePart], limit: int) -> PictureRequest:
-    """A rendered prompt (one placeholder per picture) laid out with its pictures' image tokens; no tower run."""
-    pictures = decode_pictures(images)
+def prepare(m: LoadedModel, tokens: list[int], boundaries: Sequence[int], images: Sequence[ImagePart], limit: int, text: str | None = None) -> PictureRequest:
+    """A rendered prompt (one placeholder per picture) laid out with its pictures' image tokens; no tower run. With
+    videos, `text` (the rendered prompt's text) is rendered again with each video's timestamps and a placeholder per
+    pair of frames, as the processor writes them (engine.pictures.content_of does the same for a chat turn)."""
     try:
         vision = engine_pictures.vision_for(m)
+        pictures = decode_pictures(images, m.path, limit)
+        if any(isinstance(p, PreparedVideo) for p in pictures):
+            if text is None:
+                raise EngineError("A prompt with videos needs its text to place their timestamps.", ev.ERROR)
+            tokens, boundaries = _with_timestamps(m, text, pictures)
         engine_pictures.check_room(vision, pictures, len(tokens), limit - 1)
     except EngineError as exc:
         raise EngineError(exc.message, INVALID_REQUEST) from exc  # the request cannot be served as sent: a 400
-    slots = [i for i, t in enumerate(tokens) if t == vision.image_token_id]
-    if len(slots) != len(pictures):
-        raise EngineError(f"The prompt has {len(slots)} picture placeholders for {len(pictures)} pictures.", INVALID_REQUEST)
-    counts = [vision.image_token_count(image) for image in pictures]
+    slots = [i for i, t in enumerate(tokens) if t in vision.slot_token_ids]
+    per_slot = [(image, count) for image in pictures for count in vision.slot_counts(image)]
+    if len(slots) != len(per_slot):
+        raise EngineError(f"The prompt has {len(slots)} picture placeholders for {len(per_slot)} pictures and video frame pairs.", INVALID_REQUEST)
+    counts = [count for _, count in per_slot]
     widened: list[int] = []
     key: list[int | str] = []
     starts: list[int] = []
     last = 0
-    for slot, count, image in zip(slots, counts, pictures):
+    for slot, (image, count) in zip(slots, per_slot):
         widened += tokens[last:slot]
         key += tokens[last:slot]
         starts.append(len(widened))
-        widened += [vision.image_token_id] * count
+        widened += [tokens[slot]] * count
         key += [digest(image)] * count
         last = slot + 1
     widened += tokens[last:]
     key += tokens[last:]
     moved = [b + sum(c - 1 for s, c in zip(slots, counts) if s < b) for b in boundaries]
-    return PictureRequest(vision, dataclasses.replace(m, model=vision.lm), widened, tuple(key), tuple(moved), pictures, starts, counts)
+    slot_pictures = [image for image, _ in per_slot]
+    return PictureRequest(vision, dataclasses.replace(m, model=vision.lm), widened, tuple(key), tuple(moved), slot_pictures, starts, counts)
+
+
+def _with_timestamps(m: LoadedModel, text: str, pictures: Sequence[PreparedImage]) -> tuple[list[int], tuple[int, ...]]:
+    """The prompt text with each video's block written per pair of frames (its timestamp, then a block), tokenized."""
+    from macapp.core.serving.render import boundaries
+
+    block = "<|vision_start|><|video_pad|><|vision_end|>"
+    pieces = text.split(block)
+    videos = [p for p in pictures if isinstance(p, PreparedVideo)]
+    if len(pieces) - 1 != len(videos):
+        raise EngineError(f"The prompt has {len(pieces) - 1} video placeholders for {len(videos)} videos.", INVALID_REQUEST)
+    out = pieces[0]
+    for video, piece in zip(videos, pieces[1:]):
+        out += "".join(f"<{seconds:.1f} seconds>{block}" for seconds in video.plan.group_seconds) + piece
+    tokens = list(m.tokenizer.encode(out, add_special_tokens=False))
+    return tokens, boundaries(m.tokenizer, out, tokens)
 
 
 def begin(request: PictureRequest, cache: PromptCache) -> EncodedTurn | None:
@@ -147,7 +202,8 @@ def begin(request: PictureRequest, cache: PromptCache) -> EncodedTurn | None:
         tail += request.tokens[at : request.starts[n] + 1]
         at = request.starts[n] + request.counts[n]
     tail += request.tokens[at:]
-    encoded = request.vision.encode(tail, [request.pictures[n] for n in later])
+    items = list({id(request.pictures[n]): request.pictures[n] for n in later}.values())  # a video has a slot per pair of frames
+    encoded = request.vision.encode(tail, items)
     if encoded.tokens != request.tokens[cached:]:
         raise EngineError("The processor gave a picture a different number of image tokens than its size said.", ev.ERROR)
     lm.queue(encoded, cache.layers)

@@ -5,7 +5,7 @@ to a shorter prefix, so the runner snapshots the cache at the boundaries render.
 prompt; the next request restores the longest stored prefix of its own tokens into a fresh cache and reads
 only the rest.
 
-What a checkpoint holds (no copy at the time) is in engine/checkpoints.py.
+A checkpoint is a detached SavedPosition; what it holds (no copy at the time) is in engine/positions.py.
 
 One conversation, one KV buffer: a new checkpoint's KV buffers hold every shorter checkpoint of the same token
 prefix too, so those are moved onto views of the newest one and their own buffers are freed (the positions
@@ -23,7 +23,11 @@ content digest (macapp.core.serving.pictures), so a prefix matches only with the
 A checkpoint after a picture also keeps the picture's span (its mRoPE positions, engine/prompt_cache.py), which
 the reading of the rest goes on from.
 
-Several Macs: a checkpoint of a mirrored cache keeps its mirror (engine/checkpoints.py), which the pool tells
+On disk (macapp.core.prompt_disk): with a `disk` shelf, every checkpoint added is also written to disk (off the
+decode path), and a prompt whose longest prefix in memory is shorter than one on disk is resumed from the disk's,
+which then stays in memory too: a new session, or the server after a restart, reads only what is new.
+
+Several Macs: a checkpoint of a mirrored cache keeps its mirror (engine/positions.py), which the pool tells
 of a checkpoint moved onto a newer KV block. Dropping one (eviction, clear) is the mirror's to notice (it goes
 when the checkpoint is no longer referenced).
 """
@@ -34,13 +38,16 @@ import collections
 from dataclasses import replace
 from typing import TYPE_CHECKING, Sequence
 
-from macapp.core.engine.checkpoints import Checkpoint, KVBlock, Key, restore, snapshot
+from macapp.core.engine.positions import KVBlock, Key, SavedPosition, restore, save
 from macapp.core.engine.prompt_cache import PromptCache
 
 if TYPE_CHECKING:
     from macapp.core.engine.model_folder import LoadedModel
+    from macapp.core.prompt_disk.shelf import ModelShelf
 
-__all__ = ["CheckpointPool", "Checkpoint", "KVBlock", "Key", "restore", "snapshot"]
+MEMORY, DISK = "memory", "disk"  # where a resumed prompt's checkpoint came from
+
+__all__ = ["CheckpointPool", "KVBlock", "Key", "SavedPosition", "restore", "save"]
 
 
 class CheckpointPool:
@@ -49,10 +56,11 @@ class CheckpointPool:
     def __init__(self, max_bytes: int):
         self.max_bytes = max(0, int(max_bytes))
         self.owner: object | None = None  # what the checkpoints belong to (the loaded model), told apart by identity; see bind()
-        self._entries: collections.OrderedDict[Key, Checkpoint] = collections.OrderedDict()
+        self._entries: collections.OrderedDict[Key, SavedPosition] = collections.OrderedDict()
         self._blocks: dict[int, tuple[KVBlock, int]] = {}  # id -> (block, checkpoints using it)
         self.nbytes = 0
         self.evicted = 0  # checkpoints dropped for room, since the start
+        self.disk: ModelShelf | None = None  # the owner's place in the disk store (None: memory only)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -70,11 +78,13 @@ class CheckpointPool:
         """How many distinct KV buffers the checkpoints keep."""
         return len(self._blocks)
 
-    def bind(self, owner: object) -> None:
-        """Checkpoints are only good for the model (and cache settings) they were taken with: forget them on a change."""
+    def bind(self, owner: object, disk: "ModelShelf | None" = None) -> None:
+        """Checkpoints are only good for the model (and cache settings) they were taken with: forget them on a change
+        (`disk`: the owner's place in the disk store)."""
         if owner is not self.owner:
             self.clear()
             self.owner = owner
+            self.disk = disk
 
     def clear(self) -> None:
         self._entries.clear()
@@ -85,8 +95,9 @@ class CheckpointPool:
         """The engine's model is being replaced or unloaded (Engine.hold_caches): free every checkpoint now."""
         self.clear()
         self.owner = None
+        self.disk = None
 
-    def longest_prefix(self, tokens: Sequence[int | str]) -> Checkpoint | None:
+    def longest_prefix(self, tokens: Sequence[int | str]) -> SavedPosition | None:
         """The longest stored checkpoint that is a proper prefix of `tokens` (one token at least is left to read).
 
         Every stored prefix of `tokens` counts as used now, the longest first (see the module docstring)."""
@@ -97,23 +108,42 @@ class CheckpointPool:
             self._entries.move_to_end(c.tokens)
         return found[0] if found else None
 
-    def resume(self, tokens: Sequence[int | str], model: "LoadedModel") -> tuple[PromptCache, Checkpoint | None]:
-        """A cache to read `tokens` into: restored from their longest stored prefix (and that checkpoint), or a new
-        one for `model` (a LoadedModel) and None."""
+    def resume(self, tokens: Sequence[int | str], model: "LoadedModel") -> tuple[PromptCache, str]:
+        """A cache to read `tokens` into: restored from their longest stored prefix, in memory or on disk, and where
+        it came from (MEMORY or DISK); or a new one for `model` (a LoadedModel) and ""."""
         checkpoint = self.longest_prefix(tokens)
+        found = self.disk.lookup(tokens, checkpoint.length if checkpoint is not None else 0) if self.disk is not None else None
+        if found is not None:
+            self._keep(found)
+            return PromptCache.restore(found), DISK
         if checkpoint is None:
-            return PromptCache.new(model), None
-        return PromptCache.restore(checkpoint), checkpoint
+            return PromptCache.new(model), ""
+        return PromptCache.restore(checkpoint), MEMORY
 
-    def add(self, prompt: PromptCache) -> Checkpoint | None:
+    def add(self, prompt: PromptCache) -> SavedPosition | None:
         """Checkpoint `prompt` as it is (its tokens are the key, its pictures kept); None if it alone is over the
         pool's size."""
         key = tuple(prompt.tokens)
         if key in self._entries:
             self._entries.move_to_end(key)
             return self._entries[key]
-        checkpoint = prompt.checkpoint()
-        if checkpoint.kv.nbytes + checkpoint.state_bytes > self.max_bytes:
+        return self.add_saved(prompt.save())
+
+    def add_saved(self, checkpoint: SavedPosition) -> SavedPosition | None:
+        """Keep `checkpoint` (a detached position: its tokens are the key), on disk too with a `disk` shelf; the one
+        stored already for its tokens if there is one; None if it alone is over the pool's size."""
+        key = checkpoint.tokens
+        if key in self._entries:
+            self._entries.move_to_end(key)
+            return self._entries[key]
+        if self.disk is not None:
+            self.disk.put(checkpoint)
+        return self._keep(checkpoint)
+
+    def _keep(self, checkpoint: SavedPosition) -> SavedPosition | None:
+        key = checkpoint.tokens
+        kv = _block(checkpoint)
+        if kv.nbytes + checkpoint.state_bytes > self.max_bytes:
             return None
         self._entries[key] = checkpoint
         self._retain(checkpoint)
@@ -121,7 +151,7 @@ class CheckpointPool:
             if len(k) < len(key) and key[: len(k)] == k and old.kv is not checkpoint.kv:
                 moved = replace(old, kv=checkpoint.kv)
                 if old.mirror is not None:
-                    old.mirror.checkpoint_moved(old, checkpoint, moved)
+                    old.mirror.moved(old, checkpoint, moved)
                 self._retain(moved)
                 self._release(old)
                 self._entries[k] = moved  # an existing key: its place in the LRU order stays
@@ -131,18 +161,25 @@ class CheckpointPool:
             self.evicted += 1
         return checkpoint
 
-    def _retain(self, checkpoint: Checkpoint) -> None:
-        block, users = self._blocks.get(id(checkpoint.kv), (checkpoint.kv, 0))
+    def _retain(self, checkpoint: SavedPosition) -> None:
+        kv = _block(checkpoint)
+        block, users = self._blocks.get(id(kv), (kv, 0))
         if not users:
             self.nbytes += block.nbytes
         self._blocks[id(block)] = (block, users + 1)
         self.nbytes += checkpoint.state_bytes
 
-    def _release(self, checkpoint: Checkpoint) -> None:
-        block, users = self._blocks[id(checkpoint.kv)]
+    def _release(self, checkpoint: SavedPosition) -> None:
+        block, users = self._blocks[id(_block(checkpoint))]
         if users == 1:
             del self._blocks[id(block)]
             self.nbytes -= block.nbytes
         else:
             self._blocks[id(block)] = (block, users - 1)
         self.nbytes -= checkpoint.state_bytes
+
+
+def _block(checkpoint: SavedPosition) -> KVBlock:
+    if checkpoint.kv is None:
+        raise ValueError("the pool keeps detached positions (positions.save), not marks")
+    return checkpoint.kv

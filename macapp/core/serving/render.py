@@ -14,15 +14,21 @@
   rendered and its text is written after the generation prompt, like a forced call's opening (same rules).
 - A thinking budget of 0 is thinking off (the template's own empty think block, so the prompt is the same
   as a thinking-off request's and shares its checkpoints).
-- Checkpoint boundaries (where the pool may keep a cache snapshot): the start of the first turn after the
-  system prompt and tools, the start of every assistant turn (the generation prompt's included: "before the
-  reply"), and the prompt's last token. Every turn starts with the special token ``<|im_start|>``, which the
-  tokenizer never merges with its neighbours, so the tokens before a turn start depend only on the text
-  before it: the same conversation prefix in a later request has the very same tokens up to there.
+- Checkpoint boundaries (where the pool may keep a cache snapshot): the start of every turn after the system
+  prompt and tools (the generation prompt's included: "before the reply"); inside a turn the end of each content
+  block an agent repeats (``</system-reminder>``, ``</tool_response>``: Claude Code's first message opens with
+  some 8,000 tokens of reminders that the next session sends again before other words); every PERIOD tokens
+  (a long read is resumable within a few thousand tokens of where two prompts part); and the prompt's last token.
+  Every turn starts with the special token ``<|im_start|>``, which the tokenizer never merges with its
+  neighbours, so the tokens before a turn start depend only on the text before it: the same conversation prefix
+  in a later request has the very same tokens up to there. A block end is placed after the last token that ends
+  at or before it in the text (the tokenizer's offsets); the pool compares tokens, so a boundary that lands
+  differently in another prompt only misses, it is never reused wrongly.
 """
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, replace
 from typing import Sequence
 
@@ -34,6 +40,8 @@ from macapp.core.serving.toolcalls import OPEN, tool_dicts
 TURN_START = "<|im_start|>"
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
+BLOCK_ENDS = ("</system-reminder>", "</tool_response>")  # content blocks an agent sends again in its next session
+PERIOD = 4096  # a checkpoint every this many tokens of a long read, at whole multiples (the same in every prompt)
 
 
 class RenderError(ValueError):
@@ -54,8 +62,8 @@ class RenderedPrompt:
 def template_message(message: ChatMessage) -> dict[str, object]:
     """One message in the shape chat templates read."""
     content: str | list[dict[str, str]] = message.content
-    if message.images:  # Qwen3.5's template writes one vision block per image part, then the text
-        content = [{"type": "image"} for _ in message.images] + [{"type": "text", "text": message.content}]
+    if message.images:  # Qwen3.5's template writes one vision block per image (or video) part, then the text
+        content = [{"type": "video" if image.is_video else "image"} for image in message.images] + [{"type": "text", "text": message.content}]
     out: dict[str, object] = {"role": message.role.value, "content": content}
     if message.role is Role.ASSISTANT:
         if message.reasoning is not None:
@@ -125,11 +133,20 @@ def _check(request: CompletionRequest) -> None:
 def render(tokenizer: Tokenizer, request: CompletionRequest) -> RenderedPrompt:
     """The prompt of `request` through `tokenizer`'s chat template (an mlx-lm TokenizerWrapper or HF tokenizer)."""
     text, prefill, tools = _template_text(tokenizer, request)
-    tokens = list(tokenizer.encode(text, add_special_tokens=False))
+    tokens, ends = _encode(tokenizer, text)
     gen_prompt = text[text.rfind(TURN_START) :]
     in_reasoning = THINK_OPEN in gen_prompt and THINK_CLOSE not in gen_prompt.rsplit(THINK_OPEN, 1)[1]
     images = tuple(image for m in request.messages for image in m.images)
-    return RenderedPrompt(tokens, boundaries(tokenizer, text, tokens), in_reasoning, prefill, tools, text, images)
+    return RenderedPrompt(tokens, boundaries(tokenizer, text, tokens, ends), in_reasoning, prefill, tools, text, images)
+
+
+def _encode(tokenizer: Tokenizer, text: str) -> tuple[list[int], list[int] | None]:
+    """The tokens of `text`, and where each ends in it (None where the tokenizer gives no offsets: a slow one)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)  # a Hugging Face fast tokenizer's (mlx-lm's wrapper hands it on)
+    if backend is None:
+        return list(tokenizer.encode(text, add_special_tokens=False)), None
+    encoding = backend.encode(text, add_special_tokens=False)
+    return list(encoding.ids), [end for _, end in encoding.offsets]
 
 
 def render_text(tokenizer: Tokenizer, request: CompletionRequest) -> str:
@@ -156,19 +173,26 @@ def _template_text(tokenizer: Tokenizer, request: CompletionRequest) -> tuple[st
     return text + prefill, prefill, tools
 
 
-def boundaries(tokenizer: Tokenizer, text: str, tokens: Sequence[int]) -> tuple[int, ...]:
-    """Checkpoint offsets: after the system turn, before each assistant turn, before the last token."""
+def boundaries(tokenizer: Tokenizer, text: str, tokens: Sequence[int], ends: Sequence[int] | None = None) -> tuple[int, ...]:
+    """Checkpoint offsets (the module docstring): turn starts after the system turn, content-block ends (with the
+    tokens' end offsets in `text`), every PERIOD tokens, before the last token."""
     start_id = tokenizer.convert_tokens_to_ids(TURN_START)
     token_starts = [i for i, t in enumerate(tokens) if t == start_id]
-    text_starts = []
-    at = text.find(TURN_START)
-    while at >= 0:
-        text_starts.append(at)
-        at = text.find(TURN_START, at + 1)
-    found = {len(tokens) - 1}
+    text_starts = _all(text, TURN_START)
+    found = {len(tokens) - 1, *range(PERIOD, len(tokens), PERIOD)}
     if len(token_starts) == len(text_starts):  # else the turn starts cannot be told apart: the end only
         roles = [text[i + len(TURN_START) :].split("\n", 1)[0].strip() for i in text_starts]
-        if roles and roles[0] == "system" and len(token_starts) > 1:
-            found.add(token_starts[1])
-        found.update(pos for pos, role in zip(token_starts, roles) if role == "assistant")
+        first = 1 if roles and roles[0] == "system" else 0
+        found.update(token_starts[first:])
+    if ends is not None and len(ends) == len(tokens):
+        for marker in BLOCK_ENDS:
+            found.update(bisect.bisect_right(ends, at + len(marker)) for at in _all(text, marker))
     return tuple(sorted(b for b in found if 0 < b < len(tokens)))
+
+
+def _all(text: str, marker: str) -> list[int]:
+    found, at = [], text.find(marker)
+    while at >= 0:
+        found.append(at)
+        at = text.find(marker, at + 1)
+    return found

@@ -112,6 +112,7 @@ class RequestStarted(Event):
 
     prompt_tokens: int
     cached_tokens: int
+    cached_from: str = ""  # where the checkpoint came from: "memory" or "disk" (serving.pool), "" with none
 
 
 @dataclass

@@ -37,8 +37,10 @@ from macapp.core.engine.reply import head_context, pick_policy
 from macapp.core.events import PromptProgress
 from macapp.core.serving import batched
 from macapp.core.serving import pictures as request_pictures
-from macapp.core.engine.checkpoints import Key
+from macapp.core.engine.positions import Key
 from macapp.core.engine.prompt_cache import PromptCache
+from macapp.core.prompt_disk.shelf import ModelShelf
+from macapp.core.prompt_disk.store import DiskStore
 from macapp.core.serving.pool import CheckpointPool
 from macapp.core.serving.prepared import PreparedRequest, RunSettings, prepare, prompt_length, render_for, run_settings
 from macapp.core.serving.render import RenderedPrompt
@@ -61,6 +63,7 @@ class ServingOptions:
     pool_bytes: int | None = None  # None: POOL_SHARE of the memory budget the weights leave (at least MIN_POOL_BYTES)
     parallel: int | None = None  # at most this many sequences in the batch (None: as many as fit, estimate.parallel_sequences)
     batching: bool = True  # False: every request one at a time (several Macs: the lockstep layer runs one call at a time)
+    disk: DiskStore | None = None  # the checkpoints on disk too (macapp.core.prompt_disk), shared with the window
 
 
 class QueueFull(Exception):
@@ -266,7 +269,10 @@ class ServingEngine:
         return self._mtp_policy
 
     def pool_for(self, m: LoadedModel) -> CheckpointPool:
-        self.pool.bind(m)
+        if self.pool.owner is not m:
+            disk = self.options.disk
+            shelf = ModelShelf.of(disk, m, self.options.session.kv) if disk is not None and disk.max_bytes else None
+            self.pool.bind(m, shelf)
         if not self._sized:
             budget = self.options.session.memory_budget_bytes or self.engine.memory_budget_bytes()
             size = int((budget - m.weights_bytes) * POOL_SHARE) if budget else FALLBACK_POOL_BYTES
@@ -301,10 +307,10 @@ class ServingEngine:
         settings = self.settings(m, prepared, len(tokens))
         params, budget, limit = settings.params, settings.budget, settings.limit
         pool = self.pool_for(m)
-        cache, _checkpoint = pool.resume(prompt.key, m)
+        cache, source = pool.resume(prompt.key, m)
         cached = len(cache)
         usage = Usage(prompt_tokens=len(tokens), cached_tokens=cached)
-        job.emit(RequestStarted(usage.prompt_tokens, usage.cached_tokens))
+        job.emit(RequestStarted(usage.prompt_tokens, usage.cached_tokens, source))
         if pictures is not None:
             prompt = replace(prompt, embeddings=self._begin_pictures(pictures, cache, clock))
         text = ReplyText(job, rendered, request)
@@ -341,7 +347,7 @@ class ServingEngine:
     def _pictures(self, m: LoadedModel, rendered: RenderedPrompt) -> request_pictures.PictureRequest:
         opts = self.options.session
         most = min(opts.context_limit or m.info.max_context, m.info.max_context)
-        return request_pictures.prepare(m, rendered.tokens, rendered.boundaries, rendered.images, most)
+        return request_pictures.prepare(m, rendered.tokens, rendered.boundaries, rendered.images, most, rendered.text)
 
     @staticmethod
     def _begin_pictures(pictures: request_pictures.PictureRequest, cache: PromptCache, clock: TurnClock) -> mx.array | None:

@@ -10,13 +10,20 @@ from pathlib import Path
 
 from macapp.core.picture_data import ImageRef, PictureFiles, data_url, picture_path
 from macapp.core.vision.dataurl import image_from_url
+from macapp.core.vision import video_files
 from macapp.core.vision.images import ImageError, PreparedImage, image_from_bytes
+from macapp.core.vision.video import PreparedVideo
 
 __all__ = ["FILES", "data_url", "import_data_url", "load_picture", "load_pictures", "picture_path", "save_picture"]
 
 
 def save_picture(image: PreparedImage) -> ImageRef:
-    """Store the picture (as the model saw it) and return its reference; the same picture is stored once."""
+    """Store the picture (as the model saw it) and return its reference; the same picture is stored once. A video:
+    its sampled frames and their plan (vision.video_files), named by its content digest."""
+    if isinstance(image, PreparedVideo):
+        ref = ImageRef(image.digest.removeprefix("video:"), Path(image.name).name or "video", image.size[0], image.size[1], kind="video")
+        _write_once(picture_path(ref), video_files.to_bytes(image))
+        return ref
     data = image.png_bytes()
     ref = ImageRef(hashlib.sha256(data).hexdigest(), Path(image.name).name or "picture", image.size[0], image.size[1])
     _write_once(picture_path(ref), data)
@@ -45,6 +52,8 @@ def load_picture(ref: ImageRef) -> PreparedImage:
         data = path.read_bytes()
     except OSError:
         raise ImageError(ref.name, "its stored copy is missing from the pictures folder") from None
+    if ref.is_video:
+        return video_files.from_bytes(data, ref.name)
     image = image_from_bytes(data, ref.name)
     return PreparedImage(name=ref.name, image=image.image, original_size=image.original_size)
 

@@ -211,40 +211,73 @@ class VisionModel:
     vision_bytes: int  # the tower's weights, read from the files
     load_s: float
     image_token_id: int
+    video_token_id: int = -1
     pictures_encoded: int = 0  # pictures the tower has run on, since it was attached
 
     def image_token_count(self, image: PreparedImage) -> int:
-        """How many prompt tokens the processor will give this picture (no pixels processed)."""
+        """How many prompt tokens the processor will give this picture (no pixels processed); a video: all its
+        video tokens (`slot_counts`)."""
+        return sum(self.slot_counts(image))
+
+    def slot_counts(self, item: PreparedImage) -> list[int]:
+        """The tokens each of an item's placeholder slots widens to: one slot for a picture; one per pair of frames
+        for a video (engine.pictures.content_of writes each pair's timestamp and placeholder), none processed."""
+        from macapp.core.vision.video import PreparedVideo
+
+        if isinstance(item, PreparedVideo):
+            return [item.plan.tokens_per_group] * len(item.plan.group_seconds)
         from mlx_vlm.utils import estimate_num_image_tokens
 
-        width, height = image.size
-        return int(estimate_num_image_tokens(self.processor, height, width))
+        width, height = item.size
+        return [int(estimate_num_image_tokens(self.processor, height, width))]
+
+    @property
+    def slot_token_ids(self) -> tuple[int, int]:
+        return (self.image_token_id, self.video_token_id)
 
     def encode(self, tokens: Sequence[int], images: Sequence[PreparedImage]) -> EncodedTurn:
-        """Prompt tokens holding one ``<|image_pad|>`` per picture (as the chat template writes them), in order →
-        an EncodedTurn: each placeholder widened to the picture's image tokens, the tower run once over the
-        pictures, its features in the embeddings, and the 3-D mRoPE positions."""
+        """Prompt tokens holding one ``<|image_pad|>`` per picture and one ``<|video_pad|>`` per pair of a video's
+        frames (as the chat template writes them), in order → an EncodedTurn: each placeholder widened to its
+        tokens, the tower run once over the pictures (or the videos: mlx-vlm's Qwen3.5 reads one kind per call),
+        its features in the embeddings, and the 3-D mRoPE positions."""
+        from macapp.core.vision.video import PreparedVideo
+
         start = time.perf_counter()
         tokens = list(tokens)
-        slots = [i for i, t in enumerate(tokens) if t == self.image_token_id]
-        if len(slots) != len(images):
-            raise ValueError(f"the prompt has {len(slots)} picture placeholders for {len(images)} pictures")
-        pixel_values = grid = None
+        slots = [i for i, t in enumerate(tokens) if t in self.slot_token_ids]
+        counts = [count for image in images for count in self.slot_counts(image)]
+        if len(slots) != len(counts):
+            raise ValueError(f"the prompt has {len(slots)} picture and video placeholders for {len(counts)}")
+        videos = [image for image in images if isinstance(image, PreparedVideo)]
+        if videos and len(videos) != len(images):
+            raise ValueError("a message takes pictures or videos, not both: send them in separate messages")
+        inputs: dict[str, mx.array] = {}
         if images:
             self.pictures_encoded += len(images)
-            processed = self.processor.image_processor(images=[image.image for image in images])
-            pixel_values = mx.array(processed["pixel_values"])
-            grid = mx.array(processed["image_grid_thw"])
-            merge = self.processor.image_processor.merge_size**2
-            counts = [int(n) // merge for n in _int_list(mx.prod(grid, axis=-1))]
+            if videos:
+                processed = self.processor.video_processor(videos=[v.pixels for v in videos], video_metadata=[v.metadata for v in videos])
+                grid = mx.array(processed["video_grid_thw"])
+                inputs = {"pixel_values_videos": mx.array(processed["pixel_values_videos"]), "video_grid_thw": grid}
+                merge = self.processor.video_processor.merge_size**2
+                given = [n // merge for n in _int_list(mx.prod(grid, axis=-1))]
+                planned = [sum(self.slot_counts(v)) for v in videos]
+            else:
+                processed = self.processor.image_processor(images=[image.image for image in images])
+                grid = mx.array(processed["image_grid_thw"])
+                inputs = {"pixel_values": mx.array(processed["pixel_values"]), "image_grid_thw": grid}
+                merge = self.processor.image_processor.merge_size**2
+                given = [int(n) // merge for n in _int_list(mx.prod(grid, axis=-1))]
+                planned = given
+            if given != planned:
+                raise ValueError(f"the processor gave {given} vision tokens where the plan said {planned}")
             widened: list[int] = []
             last = 0
             for slot, count in zip(slots, counts):
-                widened += tokens[last:slot] + [self.image_token_id] * count
+                widened += tokens[last:slot] + [tokens[slot]] * count
                 last = slot + 1
             tokens = widened + tokens[last:]
         ids = mx.array([tokens], dtype=mx.int32)
-        features = self.model.get_input_embeddings(ids, pixel_values, image_grid_thw=grid)
+        features = self.model.get_input_embeddings(ids, inputs.pop("pixel_values", None), **inputs)
         embeddings = features.inputs_embeds[0]
         positions = features.position_ids
         if positions is None or positions.ndim != 3:
@@ -254,7 +287,7 @@ class VisionModel:
             tokens=tokens,
             embeddings=embeddings,
             positions=positions.astype(mx.int32),
-            image_tokens=sum(1 for t in tokens if t == self.image_token_id),
+            image_tokens=sum(1 for t in tokens if t in self.slot_token_ids),
             encode_s=time.perf_counter() - start,
         )
 
@@ -347,4 +380,5 @@ def attach_vision(text_model: nn.Module, path: str | Path) -> VisionModel:
         vision_bytes=int(vision_bytes),
         load_s=time.perf_counter() - start,
         image_token_id=int(model.config.image_token_id),
+        video_token_id=int(getattr(model.config, "video_token_id", -1)),
     )

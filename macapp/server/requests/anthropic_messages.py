@@ -113,8 +113,14 @@ class AssistantMessage(Model):
         return ChatMessage(Role.ASSISTANT, "".join(texts), reasoning="".join(reasoning) or None, tool_calls=tuple(calls))
 
 
+BILLING_HEADER = "x-anthropic-billing-header:"
+
+
 def system_text(blocks: list[TextBlock]) -> str:
-    return "\n\n".join(b.text for b in blocks)
+    """The system blocks joined, Claude Code's billing line left out: it is metadata for Anthropic's servers, not an
+    instruction, and its suffix changes every session, so keeping it would make every session's prompt differ from
+    its first token on (no checkpoint of the last session could be reused)."""
+    return "\n\n".join(b.text for b in blocks if not b.text.startswith(BILLING_HEADER))
 
 
 class SystemMessage(Model):

@@ -204,6 +204,21 @@ def data_url_image(url: object, suffix: str = "") -> ImagePart:
 DataUrlImage = Annotated[ImagePart, PlainValidator(data_url_image)]
 
 
+def data_url_video(url: object, suffix: str = "") -> ImagePart:
+    """A video given as a base64 `data:video/...` URL; remote URLs are refused (the server fetches no media)."""
+    if not isinstance(url, str):
+        raise Refusal("{param} must be a string URL.", suffix)
+    if re.match(r"^https?://", url.strip(), re.I):
+        raise Refusal("{param}: remote video URLs are not fetched: send the video inline as a data: URL (data:video/mp4;base64,...).", suffix)
+    match = _DATA_URL.match(url)
+    if match is None or not (match["type"] or "").lower().startswith("video/"):
+        raise Refusal("{param}: only base64 data: URLs of a video type are supported (data:video/mp4;base64,...).", suffix)
+    try:
+        return ImagePart(base64.b64decode(match["data"], validate=True), match["type"])
+    except (binascii.Error, ValueError):
+        raise Refusal("{param} is not valid base64 video data.", suffix) from None
+
+
 def sampling_for(thinking: bool, max_tokens: int | None, **overrides: float | dict[int, float] | None) -> SamplingParams:
     """The model card's preset for the thinking mode, with the request's values over it (None: not given)."""
     try:

@@ -39,6 +39,7 @@ from macapp.server.requests.common import (
     StopSequences,
     bounds,
     data_url_image,
+    data_url_video,
     kinds,
     sampling_for,
     string_or_parts,
@@ -70,9 +71,21 @@ class ImageUrlPart(Model):
     image_url: Annotated[ImagePart, PlainValidator(_image_url)]
 
 
+def _video_url(value: object) -> ImagePart:
+    """`{"url": "data:video/..."}`, or the URL itself."""
+    return data_url_video(value.get("url") if isinstance(value, dict) else value, suffix=".url")
+
+
+class VideoUrlPart(Model):
+    video_url: Annotated[ImagePart, PlainValidator(_video_url)]
+
+
 Part = Annotated[
-    Annotated[TextPart, tag("text")] | Annotated[TextPart, tag("input_text")] | Annotated[ImageUrlPart, tag("image_url")],
-    kinds("{param} {kind} is not supported (use 'text' or 'image_url')."),
+    Annotated[TextPart, tag("text")]
+    | Annotated[TextPart, tag("input_text")]
+    | Annotated[ImageUrlPart, tag("image_url")]
+    | Annotated[VideoUrlPart, tag("video_url")],
+    kinds("{param} {kind} is not supported (use 'text', 'image_url' or 'video_url')."),
 ]
 
 
@@ -85,7 +98,16 @@ def _text(parts: list[Part]) -> str:
 
 
 def _images(parts: list[Part]) -> tuple[ImagePart, ...]:
-    return tuple(p.image_url for p in parts if isinstance(p, ImageUrlPart))
+    """The pictures and videos, in order (a video's sampling is the body's: `with_video_sampling`)."""
+    return tuple(p.image_url if isinstance(p, ImageUrlPart) else p.video_url for p in parts if isinstance(p, (ImageUrlPart, VideoUrlPart)))
+
+
+def with_video_sampling(message: ChatMessage, fps: float | None, max_frames: int | None) -> ChatMessage:
+    """The message's videos carrying the request's `video_fps` / `video_max_frames`."""
+    if not any(image.is_video for image in message.images):
+        return message
+    images = tuple(replace(image, fps=fps, max_frames=max_frames) if image.is_video else image for image in message.images)
+    return replace(message, images=images)
 
 
 class _Message(Model):
@@ -333,6 +355,8 @@ class ChatCompletionBody(Model):
     stream_options: StreamOptions | None = None
     stop: StopSequences = ()
     stream: bool | None = None
+    video_fps: Annotated[float, within(0.01, 240)] | None = None  # vllm-mlx's per-request video sampling
+    video_max_frames: Annotated[int, WHOLE, bounds(2, 4096)] | None = None
 
     def thinking(self, default: bool) -> bool:
         """`chat_template_kwargs.enable_thinking` (vLLM / mlx-lm), else `reasoning_effort` ('none' is off), else the default."""
@@ -364,7 +388,7 @@ class ChatCompletionBody(Model):
         if self.parallel_tool_calls is False:
             tool_choice = replace(tool_choice, parallel=False)
         request = CompletionRequest(
-            messages=tuple(m.to_message() for m in self.messages),
+            messages=tuple(with_video_sampling(m.to_message(), self.video_fps, self.video_max_frames) for m in self.messages),
             sampling=sampling,
             thinking=thinking,
             tools=tools,

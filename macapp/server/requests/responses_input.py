@@ -56,6 +56,10 @@ class RefusalPart(Model):
     refusal: str
 
 
+# OpenAI's Responses schema has no video input (its parts: text, image, file, audio): said, never dropped.
+NO_VIDEO = "{at}: the Responses API has no video input in its schema: send the video to /v1/chat/completions as a video_url part."
+
+
 def _input_image(value: object) -> ImagePart:
     if value is None:
         raise Refusal("{param}: only image_url data: URLs are supported (no file_id: this server has no Files API).")
@@ -72,7 +76,9 @@ Part = Annotated[
     | Annotated[TextPart, tag("text")]
     | Annotated[RefusalPart, tag("refusal")]
     | Annotated[InputImagePart, tag("input_image")]
-    | Annotated[None, refuse("{at}: input_file is not supported: send the file's text as input_text."), tag("input_file")],
+    | Annotated[None, refuse("{at}: input_file is not supported: send the file's text as input_text."), tag("input_file")]
+    | Annotated[None, refuse(NO_VIDEO), tag("input_video")]
+    | Annotated[None, refuse(NO_VIDEO), tag("video_url")],
     kinds("{param} {kind} is not supported (input_text, output_text, input_image)."),
 ]
 

@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from macapp.devtools.tiny_model import make_tiny_model
+from macapp.core.demo.tiny_model import make_tiny_model
 
 LOCAL = {"ssh": "127.0.0.1", "ips": ["127.0.0.1"]}
 HANG_S = 60  # a fault must end the run well before this: a bound that tells a hang, not a speed (2 loaded cores)

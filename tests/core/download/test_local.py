@@ -6,6 +6,7 @@ import pytest
 
 from macapp.core import download as dl
 from macapp.core.download import hfcache
+from macapp.core.hub.api import RemoteFile
 from tests.fixtures.downloads import FAST, NEEDED, REPO, SHARD1, SHARD2, blob_of, is_ready, needed_bytes
 
 
@@ -90,7 +91,7 @@ def test_a_stored_listing_without_safetensors_is_never_complete(hub_server):
     served = hub_server.add_repo(REPO, files)
     rdir = hfcache.repo_dir(REPO)
     hfcache.ensure_repo_dirs(rdir)
-    listing = [hfcache.RemoteFile(p, f.size, f.blob_id, f.sha256) for p, f in served.files.items()]
+    listing = [RemoteFile(p, f.size, f.blob_id, f.sha256) for p, f in served.files.items()]
     hfcache.write_listing(rdir, served.commit, listing)
     hfcache.write_ref(rdir, "main", served.commit)
     for f in listing:

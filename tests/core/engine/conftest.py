@@ -32,8 +32,8 @@ def off_script(ids):
 @pytest.fixture(scope="session")
 def tiny_mtp(tiny_models_dir):
     """`tiny_mtp(kind, head, bits=None, side=False, answer=None)`: the folder of a tiny model with an MTP head
-    (macapp.devtools.tiny_model: "random", "successor" or "right"), built once per session."""
-    from macapp.devtools.tiny_model import make_tiny_model
+    (macapp.core.demo.tiny_model: "random", "successor" or "right"), built once per session."""
+    from macapp.core.demo.tiny_model import make_tiny_model
 
     built: dict = {}
 

@@ -6,7 +6,7 @@ import copy
 
 from macapp.core.events import Finished, Reply
 from macapp.core.sampling import greedy, make_sampler_and_processors
-from macapp.devtools.tiny_model import SCRIPT_ANSWER, SCRIPT_REASONING
+from macapp.core.demo.tiny_model import SCRIPT_ANSWER, SCRIPT_REASONING
 
 REASONING = "".join(SCRIPT_REASONING)
 ANSWER = "".join(SCRIPT_ANSWER)

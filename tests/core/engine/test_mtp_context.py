@@ -101,9 +101,11 @@ def test_a_checkpoint_keeps_the_context_and_reading_on_never_writes_into_it(rand
     prompt = PromptCache.new(m)
     prefill(m, prompt.layers, tokens, head=prompt.head_context(m.mtp_head))
     prompt.extend(tokens)
-    checkpoint = prompt.checkpoint()
-    assert checkpoint.head is not None and checkpoint.head.nbytes > 0
-    kept = mx.array(checkpoint.head.keys[0])
+    checkpoint = prompt.save()
+    place, head_layers = checkpoint.head_part
+    assert place.base == 0 and sum(layer.nbytes for layer in head_layers) > 0
+    assert all(a is b for a, b in zip(checkpoint.layers[-len(head_layers) :], head_layers))  # after the model's, in the one list
+    kept = mx.array(head_layers[0].keys)
     restored = PromptCache.restore(checkpoint)
     context = restored.head_context(m.mtp_head)
     assert (context.base, context.end, context.carry[0]) == (0, len(tokens) - 1, len(tokens) - 1)
@@ -111,9 +113,9 @@ def test_a_checkpoint_keeps_the_context_and_reading_on_never_writes_into_it(rand
     prefill(m, restored.layers, more, head=context, held=len(tokens))
     restored.extend(more)
     assert context.end == len(tokens) + len(more) - 1
-    assert mx.array_equal(checkpoint.head.keys[0], kept)
-    again = PromptCache.restore(restored.checkpoint())  # a checkpoint of a restored cache that never asked for it
-    assert again.checkpoint().head is not None and again.checkpoint().head.carry[0] == len(tokens) + len(more) - 1
+    assert mx.array_equal(head_layers[0].keys, kept)
+    again = PromptCache.restore(restored.save())  # a position of a restored cache that never asked for it
+    assert again.save().head is not None and again.save().head.carry[0] == len(tokens) + len(more) - 1
 
 
 def test_a_conversation_keeps_one_context_and_the_plain_replies(tiny_mtp):
@@ -154,7 +156,8 @@ def test_an_agent_loop_through_the_pool_keeps_the_heads_context_and_one_policy(t
         heads = [c.head for c in on.pool._entries.values()]
         assert heads and all(h is not None for h in heads)
         longest = max(on.pool._entries.values(), key=lambda c: c.length)
-        assert longest.head.base == 0 and longest.head.keys[0].shape[2] == longest.length - 1  # no gap since the start
+        place, head_layers = longest.head_part
+        assert place.base == 0 and head_layers[0].keys.shape[2] == longest.length - 1  # no gap since the start
     finally:
         e.close()
 

@@ -202,19 +202,19 @@ def test_mtp_off_and_a_quantized_kv_cache_decode_plainly(tiny_mtp, load_tiny):
 
 def test_a_rejected_draft_leaves_the_deltanet_state_as_a_fresh_read(tiny_mtp, load_tiny):
     """The check can fail: a verify pass over rejected drafts, not rolled back, shows in the next logits."""
-    from macapp.core.engine.snapshots import restore_snapshot, take_snapshot
+    from macapp.core.engine.positions import mark, rewind
 
     m = load_tiny(tiny_mtp("moe", "random"))
     ids = prompt_ids(m, "Hello there", True)
     cache = make_prompt_cache(m.model)
     prefill(m, cache, ids)
-    snap = take_snapshot(cache, len(ids))
+    snap = mark(cache, len(ids))
     m.model(mx.array([[11, 12, 13]]), cache=cache)  # a verify pass whose drafts are all rejected
     for layer in cache:  # trimming the KV layers alone is not enough: the DeltaNet layers read the drafts
         if layer.is_trimmable():
             layer.trim(3)
     wrong = mx.abs(next_logits(m, cache) - read_logits(m, ids)).max().item()
     assert wrong > 100 * EXACT
-    restore_snapshot(cache, snap)
+    rewind(cache, snap)
     mx.eval([c.state for c in cache])
     assert mx.abs(next_logits(m, cache) - read_logits(m, ids)).max().item() < EXACT

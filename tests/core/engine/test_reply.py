@@ -5,7 +5,7 @@ from __future__ import annotations
 from macapp.core.engine import SessionOptions, TurnClock, prefill, stream_reply, wired_memory
 from macapp.core.events import AnswerDelta, Finished, PromptProgress, ReasoningDelta, StatsUpdate
 from macapp.core.sampling import greedy
-from macapp.devtools.tiny_model import SCRIPT_REASONING
+from macapp.core.demo.tiny_model import SCRIPT_REASONING
 from tests.core.engine.helpers import ANSWER, EXACT, REASONING, TIMEOUT, cache_error, joined, logit_error, on_worker, template
 
 

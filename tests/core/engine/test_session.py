@@ -1,5 +1,5 @@
 """A ChatSession through real mlx-lm on the tiny MoE model: turns, stop, regenerate/edit, reopened conversations
-(macapp/core/engine/session.py; see macapp/devtools/tiny_model.py for the greedy script)."""
+(macapp/core/engine/session.py; see macapp/core/demo/tiny_model.py for the greedy script)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from macapp.core import events as ev
 from macapp.core.engine import SessionOptions
 from macapp.core.events import AnswerDelta, Failed, Finished, PromptProgress, ReasoningDelta
 from macapp.core.sampling import greedy
-from macapp.devtools.tiny_model import SCRIPT_REASONING
+from macapp.core.demo.tiny_model import SCRIPT_REASONING
 from tests.core.engine.helpers import ANSWER, EXACT, REASONING, TIMEOUT, cache_error, fresh_tokens, joined, kv_offsets, template
 
 

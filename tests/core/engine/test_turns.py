@@ -8,7 +8,7 @@ import pytest
 
 from macapp.core import events as ev
 from macapp.core.engine import EngineError
-from macapp.core.engine.snapshots import CacheSnapshot
+from macapp.core.engine.positions import SavedPosition
 from macapp.core.engine.turns import (
     ThinkingMode,
     TurnMemory,
@@ -20,7 +20,7 @@ from macapp.core.engine.turns import (
 )
 from macapp.core.events import TurnKind
 
-BEFORE_TURN, BEFORE_LAST = CacheSnapshot(30, ()), CacheSnapshot(41, ())
+BEFORE_TURN, BEFORE_LAST = SavedPosition(30, ()), SavedPosition(41, ())
 CONVERSATION = [
     {"role": "user", "content": "first"},
     {"role": "assistant", "content": "one", "thinking": False},

@@ -39,7 +39,9 @@ def test_context_too_long_names_the_shorter_context_then_the_kv_cache_then_a_sma
     assert f"{est.max_context:,} tokens" in ways.steps[0].text
     kv = next(s for s in ways.steps if s.remedy is Remedy.KV_CACHE)
     assert estimate.estimate(catalog.resolve_model("Qwen3.5-27B", 4), 120000, M4_PRO_24, kv_bits=kv.kv_bits).verdict != "too_big"
-    assert Remedy.WIRED_LIMIT not in remedies  # 24.7 GB is more than macOS can safely give on 24 GB
+    # 24.7 GB is more than macOS can safely give on 24 GB: the raised limit comes with the longest context it allows.
+    wired = next(s for s in ways.steps if s.remedy is Remedy.WIRED_LIMIT)
+    assert est.max_context < wired.context < 120000 and f"up to {wired.context:,} tokens" in wired.text
     assert _in_cost_order(ways.steps)
     assert ways.lines()[0] == ways.headline and ways.lines()[1].startswith("1. use a shorter context")
 
@@ -60,6 +62,35 @@ def test_no_context_fits_but_a_raised_wired_limit_would_gives_the_exact_command(
     raised = with_wired_limit(machine, step.wired_limit_mb * MiB)
     assert estimate.estimate(catalog.resolve_model("Qwen3.5-35B-A3B", 4), 8192, raised).verdict != "too_big"
     assert _in_cost_order(ways.steps)
+
+
+def test_at_32k_on_a_24gb_m4_pro_the_wired_limit_comes_with_the_longest_context_it_allows():
+    # The headline case (issue 34): the 35B-A3B 4-bit holds no context on the default budget and not the whole 32K even
+    # at the most macOS can safely give; together, the raised limit and a shorter context make it run.
+    model = catalog.resolve_model("Qwen3.5-35B-A3B", 4)
+    est, ways = _advise("Qwen3.5-35B-A3B", 4, M4_PRO_24, 32768)
+    assert est.verdict == "too_big" and est.max_context == 0
+    assert est.total_bytes > max_safe_wired_limit(M4_PRO_24.memory_bytes)  # the limit alone is not enough
+    step = ways.steps[0]
+    assert step.remedy is Remedy.WIRED_LIMIT
+    assert step.wired_limit_mb * MiB == max_safe_wired_limit(M4_PRO_24.memory_bytes) // MiB * MiB  # the most it can give
+    assert step.command == f"sudo sysctl iogpu.wired_limit_mb={step.wired_limit_mb}"
+    raised = with_wired_limit(M4_PRO_24, step.wired_limit_mb * MiB)
+    # The context it names is the longest that fits on the raised budget: one KV step more does not.
+    assert 0 < step.context < 32768 and step.context == estimate.max_context(model, raised.budget_bytes)
+    assert estimate.estimate(model, step.context, raised).verdict != "too_big"
+    assert estimate.estimate(model, step.context + estimate.KV_STEP, raised).verdict == "too_big"
+    assert f"a context of up to {step.context:,} tokens" in step.text and "you asked for 32,768" in step.text
+    # ... and a quantized cache on top holds the whole 32K there: named in the same step.
+    assert "`--kv-bits 8`" in step.text and estimate.estimate(model, 32768, raised, kv_bits=8).verdict != "too_big"
+    assert ways.lines()[1].startswith("1. let macOS wire more memory for the GPU")
+    assert _in_cost_order(ways.steps)
+
+
+def test_the_wired_limit_that_holds_the_whole_context_names_that_context():
+    _, ways = _advise("Qwen3.5-35B-A3B", 4, M4_PRO_24, 8192)
+    step = ways.steps[0]
+    assert step.remedy is Remedy.WIRED_LIMIT and step.context == 8192 and "the whole 8,192-token context" in step.text
 
 
 def test_a_4bit_build_with_no_context_is_never_told_to_use_4bit():

@@ -8,7 +8,7 @@ import json
 import mlx.core as mx
 import pytest
 
-from macapp.core.download.errors import DownloadError, DownloadErrorKind
+from macapp.core.hub.errors import DownloadError, DownloadErrorKind
 from macapp.core.hub.mtp import MtpWhere, folder_status
 from macapp.core.hub.mtp_fetch import fetch_mtp_head, plan_mtp_fetch
 from macapp.core.hub.mtp_quant import QuantRule

@@ -63,13 +63,13 @@ def test_the_same_endpoint_and_offline_mode_as_huggingface_hub(index, huggingfac
 
 def test_the_download_code_and_the_catalog_read_the_same_settings(monkeypatch):
     from macapp.core import catalog
-    from macapp.core.download import hubapi
+    from macapp.core.hub import api
 
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9/")
     monkeypatch.setenv("HF_HUB_OFFLINE", "")
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "yes")
-    assert hubapi.endpoint() == catalog.hub_endpoint() == "http://127.0.0.1:9"
-    assert hubapi.is_offline() is catalog.hub_offline() is True
+    assert api.endpoint() == catalog.hub_endpoint() == "http://127.0.0.1:9"
+    assert api.is_offline() is catalog.hub_offline() is True
     monkeypatch.delenv("HF_ENDPOINT")
-    assert catalog.hub_endpoint() is None and hubapi.endpoint() == "https://huggingface.co"
+    assert catalog.hub_endpoint() is None and api.endpoint() == "https://huggingface.co"
     assert hub_settings().host_label == "huggingface.co"

@@ -12,7 +12,7 @@ from macapp.core.sampling import SamplingParams, greedy
 from macapp.core.serving.render import render
 from macapp.core.serving.requests import ChatMessage, Completed, FinishReason, Role
 from macapp.core.serving.runner import ServingEngine, ServingOptions
-from macapp.devtools.tiny_model import SCRIPT_ANSWER, SCRIPT_REASONING
+from macapp.core.demo.tiny_model import SCRIPT_ANSWER, SCRIPT_REASONING
 from tests.core.serving.conftest import TIMEOUT
 from tests.core.serving.test_runner import ANSWER, SYSTEM, USER, WEATHER, ask, longest_shared_boundary, off_script
 from tests.fixtures.scripted import TOOL_CALL_ARGUMENTS, TOOL_PREAMBLE

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from macapp.core.engine.snapshots import ObservedCache
+from macapp.core.engine.positions import ObservedCache
 from macapp.core.engine.prompt_cache import PromptCache
-from macapp.core.serving.pool import CheckpointPool, restore, snapshot
+from macapp.core.serving.pool import CheckpointPool, restore, save as snapshot
 from macapp.core.vision.runner import PictureSpan
 
 N = 300  # past mlx-lm's 256-token KV step, so the KV buffer grows while checkpoints hold the old one
@@ -192,20 +192,23 @@ class Mirrored(ObservedCache):
 
 
 class Recorder:
-    """A CheckpointMirror that notes what it is told (the lockstep one sends it to the other ranks)."""
+    """A CacheMirror that notes what it is told (the lockstep one sends it to the other ranks)."""
 
     def __init__(self):
         self.told = []
 
-    def checkpoint_taken(self, cache, checkpoint):
+    def saved(self, cache, checkpoint):
         assert isinstance(cache, Mirrored)
         self.told.append(("taken", checkpoint.length))
 
-    def checkpoint_moved(self, old, onto, moved):
+    def rewound(self, cache, position):  # pragma: no cover - the pool never rewinds
+        raise AssertionError("a checkpoint is never rewound into")
+
+    def moved(self, old, onto, moved):
         assert moved.kv is onto.kv and moved.layers is old.layers and moved.tokens == old.tokens
         self.told.append(("moved", old.length, onto.length))
 
-    def checkpoint_restored(self, checkpoint, layers):
+    def restored(self, checkpoint, layers):
         self.told.append(("restored", checkpoint.length))
         return Mirrored(layers, self)
 

@@ -100,18 +100,40 @@ def test_bad_requests_raise_a_clear_render_error(tokenizer):
         render(tokenizer, request(USER, bad, ChatMessage(Role.TOOL, "x")))
 
 
-def test_boundaries_are_turn_starts_and_the_last_token(tokenizer):
+def test_boundaries_are_every_turn_start_and_the_last_token(tokenizer):
     call, result = agent_round(1)
     p = render(tokenizer, request(SYSTEM, USER, call, result))
     start = tokenizer.convert_tokens_to_ids("<|im_start|>")
     assert p.boundaries == tuple(sorted(p.boundaries)) and p.boundaries[-1] == len(p.tokens) - 1
-    turn_starts = [b for b in p.boundaries[:-1]]
-    assert all(p.tokens[b] == start for b in turn_starts)
-    after_system, before_call, before_reply = turn_starts
+    turn_starts = [b for b in p.boundaries[:-1] if p.tokens[b] == start]
+    assert all(tokenizer.decode(p.tokens[:b]).endswith("</tool_response>") for b in p.boundaries[:-1] if b not in turn_starts)
+    after_system, before_call, before_results, before_reply = turn_starts
+    assert tokenizer.decode(p.tokens[before_results:]).startswith("<|im_start|>user\n<tool_response>")
     assert p.text.count("<|im_start|>") == 5  # system, user, assistant, tool results, generation prompt
     assert tokenizer.decode(p.tokens[after_system:]).startswith("<|im_start|>user\nWhat is")
     assert tokenizer.decode(p.tokens[before_call:]).startswith("<|im_start|>assistant\n<think>\n\n</think>\n\nChecking.")
     assert tokenizer.decode(p.tokens[before_reply:]) == "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+
+
+def test_boundaries_are_at_the_ends_of_reminder_and_tool_result_blocks_and_every_period(tokenizer):
+    """Claude Code's first message: reminders, then the user's words; a tool turn of two results. A checkpoint
+    after each block, so a second session with other words reuses the reminders; and one every PERIOD tokens."""
+    from macapp.core.serving.render import PERIOD
+
+    reminder = "<system-reminder>\nThe date is today. Files: a, b, c.\n</system-reminder>\n"
+    call = ChatMessage(Role.ASSISTANT, "", tool_calls=(ToolCall("c1", "get_weather", {"city": "Paris"}), ToolCall("c2", "get_weather", {"city": "Rome"})))
+    results = (ChatMessage(Role.TOOL, "sunny", tool_call_id="c1"), ChatMessage(Role.TOOL, "rain", tool_call_id="c2"))
+    prompts = [render(tokenizer, request(SYSTEM, ChatMessage(Role.USER, reminder * 2 + words), call, *results)) for words in ("say hi", "list files")]
+    for p in prompts:
+        cut = [tokenizer.decode(p.tokens[:b]) for b in p.boundaries]
+        assert sum(c.endswith("</system-reminder>") for c in cut) == 2  # after each reminder block
+        assert sum(c.endswith("</tool_response>") for c in cut) == 2  # after each tool result
+    a, b = prompts
+    after_reminders = max(x for x in a.boundaries if tokenizer.decode(a.tokens[:x]).endswith("</system-reminder>"))
+    assert after_reminders in b.boundaries and a.tokens[:after_reminders] == b.tokens[:after_reminders]
+    assert a.tokens[after_reminders] != b.tokens[after_reminders] or a.tokens[after_reminders + 1] != b.tokens[after_reminders + 1]
+    long = render(tokenizer, request(ChatMessage(Role.USER, "word " * (2 * PERIOD + 100))))
+    assert {PERIOD, 2 * PERIOD} <= set(long.boundaries)
 
 
 @pytest.mark.parametrize("thinking", [False, True])
@@ -142,7 +164,7 @@ def strict_tokenizer(tiny_dense_path):
     """The tiny template with Qwen3.5's own check: a system message anywhere but first is an error."""
     from mlx_lm.tokenizer_utils import load
 
-    from macapp.devtools.tiny_model import CHAT_TEMPLATE
+    from macapp.core.demo.tiny_model import CHAT_TEMPLATE
 
     tok = load(Path(tiny_dense_path))
     tok._tokenizer.chat_template = STRICT_SYSTEM + CHAT_TEMPLATE

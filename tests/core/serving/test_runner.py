@@ -27,7 +27,7 @@ from macapp.core.serving.requests import (
     ToolSpec,
 )
 from macapp.core.serving.runner import QueueFull, ServingEngine, ServingOptions
-from macapp.devtools.tiny_model import SCRIPT_ANSWER, SCRIPT_REASONING
+from macapp.core.demo.tiny_model import SCRIPT_ANSWER, SCRIPT_REASONING
 from tests.core.serving.conftest import TIMEOUT
 from tests.fixtures.scripted import (
     MALFORMED_TEXT,
@@ -143,7 +143,7 @@ def test_an_agent_loop_reads_only_the_new_tail(tool_model, engine, thinking):
         assert done.finish_reason is FinishReason.TOOL_CALLS, done
         assert done.usage.prompt_tokens == len(rendered.tokens)
         # the split is known before any of the prompt is read: the job's first event says it
-        assert events[0] == RequestStarted(done.usage.prompt_tokens, done.usage.cached_tokens)
+        assert events[0] == RequestStarted(done.usage.prompt_tokens, done.usage.cached_tokens, "memory" if rounds else "")
         assert isinstance(events[1], PromptProgress) and events[1].total == done.usage.read_tokens
         if rounds:
             before_reply = rounds[-1].boundaries[-2]  # where the previous reply started

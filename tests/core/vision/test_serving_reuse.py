@@ -73,7 +73,7 @@ def test_a_follow_up_about_the_same_picture_reuses_it_and_answers_as_a_fresh_rea
     served = _run(pooled, _ask(follow_up, long_reply))
     assert _encoded(engine) == before  # the tower did not run again for the picture
     picture_end = layout.starts[0] + layout.counts[0]
-    reply_start = layout.boundaries[-3]  # before the earlier reply (then: the generation prompt, the last token)
+    reply_start = layout.boundaries[-4]  # before the earlier reply (then: the new user turn, the generation prompt, the last token)
     assert served.usage.cached_tokens == reply_start > picture_end  # the conversation, picture included
     assert served.usage.prompt_tokens == len(layout.tokens)
     reference = _run(fresh, _ask(follow_up, long_reply))

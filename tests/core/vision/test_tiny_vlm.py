@@ -9,8 +9,8 @@ import pytest
 from mlx.utils import tree_flatten
 from PIL import Image
 
-from macapp.devtools.tiny_model import SCRIPT_ANSWER
-from macapp.devtools.tiny_vlm import MAX_PIXELS, VISION_TOKENS
+from macapp.core.demo.tiny_model import SCRIPT_ANSWER
+from macapp.core.demo.tiny_vlm import MAX_PIXELS, VISION_TOKENS
 
 
 def test_config_and_processor_files_are_real_shaped(tiny_vlm_path):

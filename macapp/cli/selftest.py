@@ -31,8 +31,8 @@ from macapp.core.fit import estimate
 from macapp.core.logs import setup_logging
 from macapp.core.sampling import SamplingParams
 from macapp.core.vision.images import PreparedImage
-from macapp.devtools.tiny_model import make_tiny_model
-from macapp.devtools.tiny_vlm import make_tiny_vlm
+from macapp.core.demo.tiny_model import make_tiny_model
+from macapp.core.demo.tiny_vlm import make_tiny_vlm
 
 log = logging.getLogger(__name__)
 

@@ -4,11 +4,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from macapp.core.download.errors import TOKEN_HINT, DownloadError, DownloadErrorKind
-from macapp.core.download.hfcache import RemoteFile
+from macapp.core.hub.errors import TOKEN_HINT, DownloadError, DownloadErrorKind
 from macapp.core.hub.settings import hub_settings
 
 TRANSIENT_STATUS = {408, 425, 429, 500, 502, 503, 504}
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    """One file of a repo at a commit, as the hub lists it."""
+
+    path: str
+    size: int
+    blob_id: str  # git object id
+    sha256: str | None = None  # set for LFS files (all weights)
+
+    @property
+    def etag(self) -> str:
+        """The blob's name in the cache: what huggingface_hub names it after the ETag header."""
+        return self.sha256 or self.blob_id
+
+    @property
+    def is_weight(self) -> bool:
+        return self.path.endswith(".safetensors")
 
 
 def endpoint() -> str:

@@ -1,4 +1,5 @@
-"""Download failures: one exception type with a `kind` the UI can branch on and a message a person can act on."""
+"""Failures of reading from the hub or downloading from it (listings, range reads, downloads, the MTP head's
+fetch): one exception type with a `kind` the UI can branch on and a message a person can act on."""
 
 from __future__ import annotations
 
@@ -48,6 +49,10 @@ class DownloadCancelled(DownloadError):
 
     def __init__(self, message: str = "download cancelled", *, repo: str | None = None, bytes_kept: int = 0) -> None:
         super().__init__(DownloadErrorKind.CANCELLED, message, repo=repo, bytes_kept=bytes_kept)
+
+
+class ConnectionDropped(Exception):
+    """The body ended before the expected bytes arrived (a transient error: resume from where it stopped)."""
 
 
 def is_disk_full(exc: BaseException) -> bool:

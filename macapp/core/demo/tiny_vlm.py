@@ -4,7 +4,7 @@
 `mlx_vlm.load(dest)` loads with its vision tower and processor, and that `mlx_lm.load(dest)` loads text-only (its
 `sanitize` drops ``vision_tower.*``), the way one real download serves both paths:
 
-- The text part is `macapp.devtools.tiny_model`'s model with the same seed (so it follows the same greedy
+- The text part is `macapp.core.demo.tiny_model`'s model with the same seed (so it follows the same greedy
   script under mlx-lm), its weights copied into `mlx_vlm.models.qwen3_5.Model` / ``qwen3_5_moe.Model`` built
   with ``ModelConfig.from_dict``; the vision tower is that class's own random initialisation (a small
   `VISION_CONFIG`: 16-pixel patches, 2x2 merge, 2-frame temporal patch, ``out_hidden_size`` = the text hidden size).
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from macapp.core.jsonvalue import JSONObject
-from macapp.devtools import tiny_model
+from macapp.core.demo import tiny_model
 
 if TYPE_CHECKING:
     import mlx.nn as nn
@@ -169,7 +169,7 @@ def _vlm_model(config: JSONObject, seed: int) -> nn.Module:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m macapp.devtools.tiny_vlm DEST [--kind dense|moe] [--seed N]`."""
+    """`python -m macapp.core.demo.tiny_vlm DEST [--kind dense|moe] [--seed N]`."""
     import argparse
 
     parser = argparse.ArgumentParser(description=main.__doc__)

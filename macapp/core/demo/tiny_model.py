@@ -44,6 +44,14 @@ quantized like the build), in the build's model.safetensors or, with ``mtp_side=
 sampling fields, so the server's thinking preset applies (temperature 1.0 and a presence penalty of 1.5 over
 the prompt's tail, which holds the script's own tokens in an agent's follow-up): with the ordinary margin the
 top token's share fell to about 0.5 there, and a test of the reply's tool call failed one run in a few.
+
+``after_tool=[...]``: a second answer script, for a model that reads its tools' results: the reply is `answer`
+(say, a tool call) while the prompt holds no ``<tool_response>`` (made one token, as in Qwen3.5's vocabulary), and
+`after_tool` once it holds one. The branch is built, not learned: hidden dimension 0 is left out of every
+embedding but ``<tool_response>``'s and out of every layer's writes; the full-attention layer's only query (at
+the branch token ``\n\n``) and only key read it, so that layer looks at a ``<tool_response>`` when there is one and
+writes dimension 0, which lowers the first answer token's logit below `after_tool`'s first. Only the
+full-attention layer's query/key are set; everything else stays as above (random, context-dependent).
 """
 
 from __future__ import annotations
@@ -68,6 +76,10 @@ MODEL_VOCAB = 512
 MTP_HEADS = ("random", "successor", "right")
 CYCLE_WRITE_SCALE = 0.25  # the "right" model's layers: their writes stay well under the successor's margin
 SCRIPT_MARGIN, FIRM_SCRIPT_MARGIN = 1.6, 4.0  # the successor's weight in lm_head (module docstring: ``firm``)
+TOOL_RESPONSE = "<tool_response>"
+# `after_tool` (module docstring): the first answer token's lead at the branch without a <tool_response> (times
+# its successor weight) and what the attention's dimension 0 takes off it with one (measured: a lead of ~6 logits becomes ~7 behind).
+BRANCH_LEAD, BRANCH_SWING = 0.25, 4.0
 
 # Greedy script: each word is one token of the tiny tokenizer (checked when the model is built).
 # Every token of the script is distinct, so each one has a single successor.
@@ -245,13 +257,13 @@ def _full_config(kind: str, text_config: dict[str, object], eos_ids: list[int]) 
 
 
 def _add_script_tokens(tokenizer: Tokenizer, pieces: list[str]) -> None:
-    """Make each piece of a custom answer script one token (an added token unless BPE already has it)."""
+    """Make each piece of a custom script (reasoning or answer) one token (an added token unless BPE already has it)."""
     from tokenizers import AddedToken
 
     new = [p for p in dict.fromkeys(pieces) if len(tokenizer.encode(p, add_special_tokens=False).ids) != 1]
     tokenizer.add_tokens([AddedToken(p, normalized=False, special=False) for p in new])
     if tokenizer.get_vocab_size() > MODEL_VOCAB:
-        raise ValueError(f"the answer script needs {len(new)} new tokens: more than the model's vocabulary holds")
+        raise ValueError(f"the script needs {len(new)} new tokens: more than the model's vocabulary holds")
 
 
 def token_id(tokenizer: Tokenizer, token: str) -> int:
@@ -262,7 +274,12 @@ def token_id(tokenizer: Tokenizer, token: str) -> int:
     return found
 
 
-def _script_ids(tokenizer: Tokenizer, answer_pieces: list[str] | None = None) -> tuple[list[int], list[int], dict[str, int]]:
+def _script_ids(
+    tokenizer: Tokenizer,
+    answer_pieces: list[str] | None = None,
+    reasoning_pieces: list[str] | None = None,
+    after_tool: list[str] | None = None,
+) -> tuple[list[int], list[int], dict[str, int]]:
     special = {t: token_id(tokenizer, t) for t in SPECIAL_TOKENS}
 
     def one(text: str) -> int:
@@ -273,10 +290,11 @@ def _script_ids(tokenizer: Tokenizer, answer_pieces: list[str] | None = None) ->
 
     special["\n"] = one("\n")
     special["\n\n"] = one("\n\n")
-    reasoning, answer = [one(w) for w in SCRIPT_REASONING], [one(w) for w in answer_pieces or SCRIPT_ANSWER]
+    reasoning, answer = [one(w) for w in reasoning_pieces or SCRIPT_REASONING], [one(w) for w in answer_pieces or SCRIPT_ANSWER]
     chain = [special["\n"], *reasoning, special["</think>"], special["\n\n"], *answer, special["<|im_end|>"]]
+    chain += [one(w) for w in after_tool or []]  # the second branch's tokens must differ from all of these too
     if len(set(chain)) != len(chain):  # a token twice would have two successors
-        raise ValueError("every piece of the answer script must be a different token, unlike the reasoning script's")
+        raise ValueError("every piece of the reasoning and answer scripts must be a different token")
     return reasoning, answer, special
 
 
@@ -292,14 +310,24 @@ def _cycle(tokenizer: Tokenizer, chain: list[int], seed: int) -> list[int]:
     return body + rest + body[:1]
 
 
-def _shape_weights(model: nn.Module, tokenizer: Tokenizer, seed: int, answer_pieces: list[str] | None = None, cycle: bool = False, firm: bool = False) -> None:
+def _shape_weights(
+    model: nn.Module,
+    tokenizer: Tokenizer,
+    seed: int,
+    answer_pieces: list[str] | None = None,
+    cycle: bool = False,
+    firm: bool = False,
+    reasoning_pieces: list[str] | None = None,
+    after_tool: list[str] | None = None,
+) -> None:
     """Give the random model its greedy script (see the module docstring); layers stay random.
     `cycle`: the "right" model's script (every ordinary token has a successor; the layers write less).
-    `firm`: the script survives the card's sampling (a stronger successor)."""
+    `firm`: the script survives the card's sampling (a stronger successor).
+    `after_tool`: the answer once the prompt holds a <tool_response> (module docstring)."""
     import mlx.core as mx
     from mlx.utils import tree_unflatten
 
-    reasoning, answer, special = _script_ids(tokenizer, answer_pieces)
+    reasoning, answer, special = _script_ids(tokenizer, answer_pieces, reasoning_pieces, after_tool)
     chain = [special["\n"], *reasoning, special["</think>"], special["\n\n"], *answer, special["<|im_end|>"]]
     if cycle:
         chain = _cycle(tokenizer, chain, seed)
@@ -307,28 +335,62 @@ def _shape_weights(model: nn.Module, tokenizer: Tokenizer, seed: int, answer_pie
     hidden = lm.args.hidden_size
     k1, k2, k3 = mx.random.split(mx.random.key(seed + 1), 3)
     embed = mx.random.normal((MODEL_VOCAB, hidden), key=k1)
+    branch = [tokenizer.encode(w, add_special_tokens=False).ids[0] for w in after_tool or []]
+    if branch:  # dimension 0 is the <tool_response> flag (module docstring)
+        flag = mx.zeros((MODEL_VOCAB, hidden)).at[:, 0].add(1.0)
+        embed = embed * (1 - flag) + flag * (mx.arange(MODEL_VOCAB) == token_id(tokenizer, TOOL_RESPONSE))[:, None] * 8.0
     unit = embed / mx.linalg.norm(embed, axis=-1, keepdims=True)
     head = mx.random.normal((MODEL_VOCAB, hidden), key=k2) * (0.6 / hidden**0.5)
     rows: dict[int, list[int]] = {}
     for prev, nxt in zip(chain, chain[1:]):
         rows.setdefault(nxt, []).append(prev)
+    if branch:
+        for prev, nxt in zip([special["\n\n"], *branch], [*branch, special["<|im_end|>"]]):
+            rows.setdefault(nxt, []).append(prev)
+    margin = FIRM_SCRIPT_MARGIN if cycle or firm else SCRIPT_MARGIN
     head_rows = [head[i] for i in range(MODEL_VOCAB)]
     for nxt, prevs in rows.items():
-        head_rows[nxt] = head_rows[nxt] + (FIRM_SCRIPT_MARGIN if cycle or firm else SCRIPT_MARGIN) * sum(unit[p] for p in prevs)
+        head_rows[nxt] = head_rows[nxt] + margin * sum(unit[p] for p in prevs)
+    if branch:
+        first = answer[0]
+        dim0 = mx.zeros((hidden,)).at[0].add(1.0)
+        head_rows[first] = head_rows[first] + BRANCH_LEAD * margin * unit[special["\n\n"]] - BRANCH_SWING * dim0
     lm.model.embed_tokens.weight = embed
     lm.lm_head.weight = mx.stack(head_rows)
     # Scale what each block writes into the residual stream: the script survives and context still counts.
     updates = []
     for path, value in _flat_arrays(lm.model.parameters()):
         if path.endswith(("o_proj.weight", "out_proj.weight", "down_proj.weight")):
-            updates.append((path, value * (CYCLE_WRITE_SCALE if cycle else 2.5)))
+            value = value * (CYCLE_WRITE_SCALE if cycle else 2.5)
+            updates.append((path, value.at[0].multiply(0.0) if branch else value))
     lm.model.update(tree_unflatten(updates))
+    if branch:
+        _tool_response_attention(lm, unit[special["\n\n"]])
     # Slow DeltaNet decay (mlx-lm draws A in [0, 16]: the state forgets within a token or two), so the
     # recurrent state carries the conversation and a wrongly restored cache shows in the logits.
     for layer in lm.model.layers:
         if layer.is_linear:
             shape = layer.linear_attn.A_log.shape
             layer.linear_attn.A_log = mx.log(mx.random.uniform(0.05, 0.5, shape, key=k3))
+
+
+def _tool_response_attention(lm: nn.Module, query_dir: mx.array) -> None:
+    """The full-attention layer of an `after_tool` model: each head's last query dimension (left out of the rotary
+    part) reads `query_dir` (the branch token's), the only key dimension and a value dimension read the
+    <tool_response> flag (dimension 0), and o_proj writes that value back to dimension 0 alone."""
+    import mlx.core as mx
+
+    attn = next(layer.self_attn for layer in lm.model.layers if not layer.is_linear)
+    hidden, head_dim, heads = query_dir.shape[0], attn.head_dim, attn.num_attention_heads
+    last = head_dim - 1
+    flag = mx.zeros((hidden,)).at[0].add(1.0)
+    q = mx.zeros((heads, 2, head_dim, hidden))  # per head: its query rows, then its output gate's (0: a gate of 1/2)
+    attn.q_proj.weight = q.at[:, 0, last].add(query_dir).reshape(-1, hidden)
+    attn.k_proj.weight = mx.zeros(attn.k_proj.weight.shape).at[last].add(flag)
+    attn.v_proj.weight = attn.v_proj.weight.at[last].multiply(0.0).at[last].add(flag)
+    attn.k_norm.weight = attn.k_norm.weight * 3.0  # a score of ~24 at a <tool_response>, 0 elsewhere
+    o = attn.o_proj.weight.at[:, last::head_dim].multiply(0.0)
+    attn.o_proj.weight = o.at[0, last::head_dim].add(1.0)
 
 
 def _hub_weights(weights: dict[str, mx.array], kind: str, num_layers: int, hidden: int, head: dict[str, mx.array] | None = None) -> dict[str, mx.array]:
@@ -438,7 +500,11 @@ def _add_to_shard(dest: Path, tensors: dict[str, mx.array]) -> None:
         raise TypeError(f"{shard} did not load as named arrays")
     weights = dict(loaded)
     weights.update(tensors)
-    mx.save_safetensors(str(shard), weights, metadata={"format": "mlx"})
+    # Written beside it, then renamed: the loaded arrays are read from the shard lazily, and MLX 0.32.2 empties a file
+    # it saves to before it reads them (the MTP fixtures failed on .ci/lowest-constraints.txt).
+    partial = shard.with_name("partial-" + shard.name)  # save_safetensors names its file *.safetensors
+    mx.save_safetensors(str(partial), weights, metadata={"format": "mlx"})
+    partial.replace(shard)
     index = dest / "model.safetensors.index.json"
     if index.is_file():
         data = json.loads(index.read_text())
@@ -497,16 +563,20 @@ def make_tiny_model(
     hidden_size: int = 64,
     num_layers: int = 4,
     answer: list[str] | None = None,
+    reasoning: list[str] | None = None,
     mtp: str | None = None,
     mtp_side: bool = False,
     firm: bool = False,
+    after_tool: list[str] | None = None,
 ) -> Path:
     """Write a tiny random-weights Qwen3.5 model folder at `dest` and return `dest`.
 
     `answer` replaces SCRIPT_ANSWER with other pieces (each made one token, distinct from every other script
-    token): e.g. a tool call, for tests of the API server (tests/fixtures/scripted.py).
+    token): e.g. a tool call, for tests of the API server (tests/fixtures/scripted.py); `reasoning` replaces
+    SCRIPT_REASONING the same way (the demo model's words: macapp.core.demo.model).
     `mtp`: one of MTP_HEADS (module docstring), in the build's shard or with `mtp_side` in its side file.
-    `firm`: the script holds under the card's sampling too (module docstring)."""
+    `firm`: the script holds under the card's sampling too (module docstring).
+    `after_tool`: the answer once the prompt holds a <tool_response> (module docstring)."""
     import mlx.core as mx
     from mlx_lm.utils import _get_classes, quantize_model, save_config, save_model
 
@@ -516,6 +586,8 @@ def make_tiny_model(
         raise ValueError(f"bits must be None, 4 or 8, not {bits!r}")
     if hub_layout and bits is not None:
         raise ValueError("the hub layout is the unquantized upstream checkpoint; use bits=None")
+    if after_tool and (kind != "dense" or mtp is not None):
+        raise ValueError("after_tool is built for the dense kind without an MTP head")
     if mtp not in (None, *MTP_HEADS):
         raise ValueError(f"mtp must be None or one of {', '.join(MTP_HEADS)}, not {mtp!r}")
     dest = Path(dest)
@@ -524,8 +596,8 @@ def make_tiny_model(
     dest.mkdir(parents=True)
 
     tokenizer = _train_tokenizer(seed)
-    if answer:
-        _add_script_tokens(tokenizer, list(answer))
+    if answer or reasoning or after_tool:
+        _add_script_tokens(tokenizer, [*(reasoning or ()), *(answer or ()), *(after_tool or ()), *([TOOL_RESPONSE] if after_tool else [])])
     eos_ids = [token_id(tokenizer, "<|im_end|>"), token_id(tokenizer, "<|endoftext|>")]
     text_config = _text_config(kind, hidden_size, num_layers)
     config = _full_config(kind, text_config, eos_ids)
@@ -533,7 +605,16 @@ def make_tiny_model(
     mx.random.seed(seed)
     model_class, args_class = _get_classes(config)
     model = model_class(args_class.from_dict(config))
-    _shape_weights(model, tokenizer, seed, list(answer) if answer else None, cycle=mtp == "right", firm=firm)
+    _shape_weights(
+        model,
+        tokenizer,
+        seed,
+        list(answer) if answer else None,
+        cycle=mtp == "right",
+        firm=firm,
+        reasoning_pieces=list(reasoning) if reasoning else None,
+        after_tool=after_tool,
+    )
     mx.eval(model.parameters())
     head = _mtp_tensors(config, hidden_size, mtp, bits) if mtp else None
     shard_head = head if head is not None and not mtp_side else None
@@ -558,7 +639,7 @@ def make_tiny_model(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m macapp.devtools.tiny_model DEST [--kind moe|dense] [--bits 4|8] [--hub-layout]`."""
+    """`python -m macapp.core.demo.tiny_model DEST [--kind moe|dense] [--bits 4|8] [--hub-layout]`."""
     import argparse
 
     parser = argparse.ArgumentParser(description=main.__doc__)
