@@ -85,7 +85,7 @@ EXCLUDED_MODULES = (
     "mlx_audio",
     "miniaudio",
     "sounddevice",
-    "cryptography",
+    # not cryptography: the MCP client imports it (mcp.server.request_state), and the chat imports the MCP client
     "mlx_vlm.server",
     "mlx_vlm.evals",
     # The checkout's tests (only DEV_ONLY_MODULES import their fixtures) and what they bring
