@@ -2,24 +2,31 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+APP_STAMP := $(VENV)/.installed-app
 STAMP := $(VENV)/.installed
 # The tests run in two processes (pytest-xdist; each test file stays in one, so its fixtures are built once):
 # CI's two cores. PYTEST_WORKERS=0 runs them in this one process.
 PYTEST_WORKERS ?= 2
 
-.PHONY: setup run test test-lowest lint bench app dmg clean screenshots
+.PHONY: setup run test test-lowest lint bench app dmg clean screenshots docs
 
-$(STAMP): pyproject.toml
+# `make run` installs the app alone (its own dependencies); `make test` adds the test and packaging tools and the
+# reference torch. pip's progress stays visible: the first install downloads several hundred MB.
+$(APP_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[test,package]"
+	$(BIN)/pip install --upgrade pip
+	$(BIN)/pip install -e .
+	touch $(APP_STAMP)
+
+$(STAMP): $(APP_STAMP)
+	$(BIN)/pip install -e ".[test,package]"
 	# transformers' reference (tests/reference/) only: the CPU build, kept off the venv's path
-	$(BIN)/pip install --quiet --target $(VENV)/torch-reference torch==2.13.0
+	$(BIN)/pip install --target $(VENV)/torch-reference torch==2.13.0
 	touch $(STAMP)
 
 setup: $(STAMP)
 
-run: $(STAMP)
+run: $(APP_STAMP)
 	$(BIN)/qwen-desk
 
 test: $(STAMP)
@@ -57,6 +64,10 @@ dmg: app
 screenshots: $(STAMP)
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m macapp.devtools.screenshots docs/
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m macapp.devtools.screenshots_newcomer docs/
+
+# The example outputs in README.md and docs/*.md, rewritten from the commands they document (tests/test_docs.py checks them).
+docs: $(APP_STAMP)
+	$(BIN)/python -m macapp.devtools.doc_outputs
 
 clean:
 	rm -rf build dist $(VENV) $(LOWEST_VENV) .pytest_cache

@@ -13,7 +13,7 @@ tools from its end, is one agent session's first request. Through the API's serv
   session's request from the first session's checkpoints on disk (a copy of the folder as session 1 left it).
 Each is the request's time to first token (Completed.ttft_s), the three in one run; the replies are compared.
 
-Then, for every catalog build (from the catalog configs: macapp/resources/catalog.json): the KV bytes one token
+Then, for every catalog build (from the catalog configs: resources/catalog.json): the KV bytes one token
 adds on disk (the full-attention layers, bf16), the DeltaNet state one checkpoint adds, the disk bytes of a
 --tokens preamble with a checkpoint every 4,096 tokens and a few at its block boundaries, the fit's estimate of
 reading it cold on an M4 Pro (48 GB), and a restore's read (the preamble's KV and one state) at an assumed SSD

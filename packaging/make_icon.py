@@ -1,4 +1,4 @@
-"""Draw the Qwen Desk app icon (macapp/resources/icon.png, 1024×1024) and its macOS .icns from plain shapes.
+"""Draw the Qwen Desk app icon (resources/icon.png, 1024×1024) and its macOS .icns from plain shapes.
 
 Only geometry, no fonts, so the same Pillow gives the same pixels on any machine:
     .venv/bin/python packaging/make_icon.py
@@ -15,8 +15,8 @@ SIZE = 1024
 # Draw at 4× and downsample: Pillow's shapes are not anti-aliased.
 SCALE = 4
 ROOT = Path(__file__).resolve().parents[1]
-PNG_PATH = ROOT / "macapp" / "resources" / "icon.png"
-ICNS_PATH = ROOT / "macapp" / "resources" / "icon.icns"
+PNG_PATH = ROOT / "resources" / "icon.png"
+ICNS_PATH = ROOT / "resources" / "icon.icns"
 
 # macOS icon grid: an 824-px rounded square centred on the 1024 canvas, corner radius ~185.
 TILE_INSET = 100

@@ -51,11 +51,16 @@ def pictures_dir() -> Path:
 
 
 def resources_dir() -> Path:
-    """The built-in data (catalog, icon, style sheet): package data of `macapp`, or the bundle's copy when frozen.
+    """The built-in data (catalog, icon, style sheet, Info.plist): the bundle's copy, the wheel's, or the checkout's.
 
-    Read through importlib.resources so a wheel install finds the files that setuptools put beside the code.
+    The repository keeps them in its top-level resources/ folder; setup.py installs that folder as the package data
+    macapp/resources, read through importlib.resources so a wheel install finds the files beside the code. A source
+    checkout (or an editable install, whose macapp/ is the checkout's) has no macapp/resources: the folder beside it.
     """
     frozen_root = getattr(sys, "_MEIPASS", None)
     if frozen_root:
         return Path(frozen_root) / "resources"
-    return Path(str(resources.files("macapp") / "resources"))
+    installed = Path(str(resources.files("macapp") / "resources"))
+    if installed.is_dir():
+        return installed
+    return Path(__file__).resolve().parents[2] / "resources"

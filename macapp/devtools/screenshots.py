@@ -9,7 +9,9 @@ so run it from a checkout with the test extras installed.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import socket
 import sys
 import tempfile
@@ -122,11 +124,18 @@ def _landscape(path: Path, size: tuple[int, int], seed: int) -> Path:
     return path
 
 
+def work_folder() -> Path:
+    """A throwaway app home and HF cache for one run, removed when the process exits (the window holds it open till then)."""
+    work = Path(tempfile.mkdtemp(prefix="qwen-desk-shots-"))
+    atexit.register(shutil.rmtree, work, ignore_errors=True)
+    return work
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     out = Path(argv[0] if argv else "docs").resolve()
     out.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="qwen-desk-shots-"))
+    work = work_folder()
     os.environ["QWEN_DESK_HOME"] = str(work / "home")
     os.environ["HF_HOME"] = str(work / "hf")
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")

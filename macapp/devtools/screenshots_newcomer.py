@@ -8,13 +8,12 @@ from __future__ import annotations
 import os
 import socket
 import sys
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from macapp.core.settings import Settings
 from macapp.ui.pages import CHAT, LIBRARY, SERVER  # page numbers only: Qt, no hub settings read at import
-from macapp.devtools.screenshots import SIZE, WHAT_IF, _save, _wait
+from macapp.devtools.screenshots import SIZE, WHAT_IF, _save, _wait, work_folder
 from macapp.core.demo.tiny_model import make_tiny_model
 
 if TYPE_CHECKING:
@@ -27,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     out = Path(argv[0] if argv else "docs").resolve()
     out.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="qwen-desk-shots-"))
+    work = work_folder()
     os.environ["QWEN_DESK_HOME"] = str(work / "home")
     os.environ["HF_HOME"] = str(work / "hf")
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")

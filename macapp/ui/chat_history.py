@@ -51,6 +51,7 @@ class ChatHistory:
         self.store: Store | None = None  # None until open()
         self.read_only_store: Store | None = None  # the read-only history chats moved away from
         self.unsaved: str | None = None
+        self._scratch_dirs: list[tempfile.TemporaryDirectory[str]] = []  # removed by close(): a scratch history is not kept
 
     def open(self) -> HistoryStatus:
         """Open the history once (integrity check and recovery of interrupted replies included)."""
@@ -59,7 +60,7 @@ class ChatHistory:
                 self.store = Store.open(pictures=FILES)
                 self.store.recover_interrupted()
             except StoreError as exc:
-                self.store = _scratch_store()
+                self.store = self._scratch_store()
                 self.unsaved = f"{exc} Chats work but are not saved until Qwen Desk is restarted."
         return HistoryStatus(self.store, self.store.notice, self.unsaved)
 
@@ -75,7 +76,7 @@ class ChatHistory:
         store = self.open().store
         if not store.read_only:
             return None
-        scratch = _scratch_store()
+        scratch = self._scratch_store()
         if conversation_id is not None:
             conversation_id = scratch.restore(store.get_conversation(conversation_id))
         self.read_only_store, self.store = store, scratch
@@ -83,13 +84,18 @@ class ChatHistory:
         return Switched(conversation_id, NOT_SAVED_READ_ONLY)
 
     def close(self) -> None:
+        """Close the history; a scratch one's folder goes with it (its chats were never to be kept)."""
         for store in (self.store, self.read_only_store):
             if store is not None:
                 store.close()
+        for folder in self._scratch_dirs:
+            folder.cleanup()
+        self._scratch_dirs.clear()
 
-
-def _scratch_store() -> Store:
-    return Store.open(Path(tempfile.mkdtemp(prefix="qwen-desk-unsaved-")) / "history.sqlite3", pictures=FILES)
+    def _scratch_store(self) -> Store:
+        folder = tempfile.TemporaryDirectory(prefix="qwen-desk-unsaved-", ignore_cleanup_errors=True)
+        self._scratch_dirs.append(folder)
+        return Store.open(Path(folder.name) / "history.sqlite3", pictures=FILES)
 
 
 def conversation_rows(store: Store) -> list[tuple[int, str]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import plistlib
 import subprocess
@@ -68,7 +69,7 @@ def test_entitlements_grant_only_what_python_and_mlx_need(build):
 
 
 def test_icon_png_is_a_1024_square_with_transparent_corners():
-    with Image.open(ROOT / "macapp" / "resources" / "icon.png") as icon:
+    with Image.open(ROOT / "resources" / "icon.png") as icon:
         assert icon.size == (1024, 1024)
         assert icon.mode == "RGBA"
         assert icon.getpixel((0, 0))[3] == 0  # outside the rounded square
@@ -76,7 +77,7 @@ def test_icon_png_is_a_1024_square_with_transparent_corners():
 
 
 def test_icns_holds_every_size_from_16_to_1024():
-    with Image.open(ROOT / "macapp" / "resources" / "icon.icns") as icns:
+    with Image.open(ROOT / "resources" / "icon.icns") as icns:
         assert icns.format == "ICNS"
         sizes = {(w, scale) for w, _h, scale in icns.info["sizes"]}
         assert {w for w, _scale in sizes} >= {16, 32, 128, 256, 512}
@@ -97,7 +98,7 @@ def test_committed_icon_is_what_make_icon_draws(tmp_path):
     spec.loader.exec_module(make_icon)
     png, icns = make_icon.write_icons(tmp_path / "icon.png", tmp_path / "icon.icns")
 
-    with Image.open(png) as fresh, Image.open(ROOT / "macapp" / "resources" / "icon.png") as committed:
+    with Image.open(png) as fresh, Image.open(ROOT / "resources" / "icon.png") as committed:
         diff = ImageStat.Stat(ImageChops.difference(fresh.convert("RGBA"), committed.convert("RGBA")))
         assert max(diff.mean) < 1.0  # same drawing; tiny resampling differences between Pillow versions allowed
     assert icns.stat().st_size > 50_000
@@ -271,10 +272,15 @@ def linux_bundle():
     return dist / "qwen-desk"
 
 
+def _pyz_toc() -> list[tuple]:
+    """The modules the bundle's archive holds, as PyInstaller listed them in its work folder (linux_bundle's)."""
+    return ast.literal_eval((ROOT / "build" / "test-bundle" / "work" / "qwen_desk" / "PYZ-00.toc").read_text())[-1]
+
+
 @linux_only
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
-def test_linux_bundle_passes_its_self_test_and_keeps_data_outside(linux_bundle, tmp_path):
+def test_linux_bundle_passes_its_self_test_and_keeps_data_outside(linux_bundle, tmp_path, build):
     exe = linux_bundle / "qwen-desk"
     internal = linux_bundle / "_internal"
     assert (internal / "resources" / "icon.png").exists()
@@ -284,6 +290,10 @@ def test_linux_bundle_passes_its_self_test_and_keeps_data_outside(linux_bundle, 
     assert not (internal / "PySide6" / "QtNetwork.abi3.so").exists()  # unused Qt modules left out
     assert not (internal / "torch").exists()
     assert (internal / "PIL").exists() and not (internal / "cv2").exists() and not (internal / "pyarrow").exists()
+    bundled = {entry[0] for entry in _pyz_toc()}
+    assert "macapp.core.fit.estimate" in bundled
+    assert not {name for name in bundled if name.split(".")[0] in ("tests", "hypothesis", "pytest", "_pytest")}  # no test code
+    assert not {name for name in bundled if name.startswith(build.DEV_ONLY_MODULES)}  # nor the tools that use it
     before = sorted(p.relative_to(linux_bundle) for p in linux_bundle.rglob("*"))
 
     home = tmp_path / "home"

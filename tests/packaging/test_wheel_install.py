@@ -7,6 +7,7 @@ through a .pth line, so the check needs no network and takes seconds. The .venv'
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -23,12 +24,12 @@ RESOURCES = ("catalog.json", "icon.png", "style.qss", "Info.plist")
 
 
 def _setuptools_builds_wheels_offline() -> bool:
-    """setuptools ≥ 70.1 carries bdist_wheel, so the wheel builds without fetching a build backend."""
+    """setuptools ≥ 77 carries bdist_wheel and reads the SPDX `license` string: the wheel builds without fetching a backend."""
     try:
         major, minor = (int(part) for part in metadata.version("setuptools").split(".")[:2])
     except (metadata.PackageNotFoundError, ValueError):
         return False
-    return (major, minor) >= (70, 1)
+    return (major, minor) >= (77, 0)
 
 
 def _run(command: list[str], **kwargs) -> subprocess.CompletedProcess:
@@ -43,16 +44,19 @@ def wheel_install(tmp_path_factory) -> tuple[Path, Path, dict[str, str]]:
     work = tmp_path_factory.mktemp("wheel")
     # Built from a copy: an in-tree build leaves build/lib behind, whose stale files would go into later wheels.
     source = work / "source"
-    shutil.copytree(ROOT / "macapp", source / "macapp", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    for name in ("pyproject.toml", "README.md"):
+    for folder in ("macapp", "resources"):
+        shutil.copytree(ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy2(ROOT / name, source / name)
     isolation = ["--no-build-isolation"] if _setuptools_builds_wheels_offline() else []
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", *isolation, "-w", str(work / "dist"), str(source)])
+    (work / "tmp").mkdir()
+    pip_env = {**os.environ, "TMPDIR": str(work / "tmp")}  # pip's scratch folders stay in this test's folder
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", *isolation, "-w", str(work / "dist"), str(source)], env=pip_env)
     wheel = next((work / "dist").glob("qwen_desk-*.whl"))
     venv = work / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
     python = venv / "bin" / "python"
-    _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q", str(wheel)])
+    _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q", str(wheel)], env=pip_env)
     site = Path(_run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"]).stdout.strip())
     (site / "zz_test_deps.pth").write_text(sysconfig.get_path("purelib") + "\n")
     env = {**os.environ, "QWEN_DESK_HOME": str(work / "home"), "QT_QPA_PLATFORM": "offscreen", "HF_HUB_OFFLINE": "1"}
@@ -61,10 +65,27 @@ def wheel_install(tmp_path_factory) -> tuple[Path, Path, dict[str, str]]:
 
 
 def test_the_wheel_carries_the_built_in_data(wheel_install):
+    """The top-level resources/ folder travels inside the wheel as macapp/resources, byte for byte."""
     wheel, _bin, _env = wheel_install
-    names = zipfile.ZipFile(wheel).namelist()
-    for name in RESOURCES:
-        assert f"macapp/resources/{name}" in names
+    with zipfile.ZipFile(wheel) as archive:
+        for name in RESOURCES:
+            assert archive.read(f"macapp/resources/{name}") == (ROOT / "resources" / name).read_bytes()
+
+
+def test_the_wheel_states_its_license_as_an_spdx_expression(wheel_install):
+    wheel, _bin, _env = wheel_install
+    with zipfile.ZipFile(wheel) as archive:
+        meta = archive.read(next(name for name in archive.namelist() if name.endswith(".dist-info/METADATA"))).decode()
+    assert "License-Expression: Apache-2.0" in meta.splitlines()
+    assert not any(line.startswith("License: ") for line in meta.splitlines())  # the deprecated table form
+
+
+def test_a_wheel_install_reads_its_own_catalog(wheel_install, tmp_path):
+    _wheel, bin_dir, env = wheel_install
+    probe = "from macapp.core import catalog, paths; print(paths.resources_dir()); print(len(catalog.load_catalog()))"
+    where, rows = _run([str(bin_dir / "python"), "-c", probe], env=env, cwd=tmp_path).stdout.split()
+    assert Path(where).is_relative_to(bin_dir.parent), where  # the wheel's copy, not the checkout's resources/
+    assert int(rows) == len(json.loads((ROOT / "resources" / "catalog.json").read_text())["models"])
 
 
 def test_the_wheel_carries_the_demo_and_no_developer_tools(wheel_install):

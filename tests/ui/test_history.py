@@ -70,6 +70,10 @@ def test_a_history_that_cannot_be_opened_does_not_stop_the_app(make_window):
     assert w.chat.controller.unsaved and w.chat.notice.isVisibleTo(w.chat) and "not saved" in w.chat.notice.text()
     assert w.status.notice_label.isVisible()
     assert w.chat.controller.store.create_conversation(model="tiny").id  # a scratch history still takes chats
+    scratch = w.chat.controller.store.path.parent
+    assert scratch.name.startswith("qwen-desk-unsaved-") and scratch.is_dir()
+    w.close()
+    assert not scratch.exists()  # never kept: closing the window removes it, nothing is left in the temp folder
 
 
 def test_delete_offers_undo_that_puts_the_conversation_back(make_window, qtbot):

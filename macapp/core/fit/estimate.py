@@ -30,7 +30,7 @@ RUNTIME_FIXED_BYTES = int(0.4 * 1024**3)  # MLX, Metal and Python runtime
 RUNTIME_WEIGHT_SHARE = 0.015  # allocator slack that grows with the model
 FITS_SHARE = 0.90  # above 90% of the budget the verdict is "tight"
 
-# Decode-speed model, calibrated on MLX measurements (see README, "How the numbers are made"):
+# Decode-speed model, calibrated on MLX measurements (see docs/fit.md, "How the numbers are made"):
 # M3 Ultra 8-bit 35B-A3B 80.6 tok/s, 122B-A10B 42.5, 27B 21.3; M3 Ultra 4-bit 397B-A17B ~39;
 # M5 Max 4-bit 122B-A10B 60-65; M4 4-bit 0.8B ~190.
 LAYER_COST_MS = {"dense": 0.06, "moe": 0.19}  # fixed per-layer cost on an M3-generation GPU

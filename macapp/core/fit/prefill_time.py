@@ -18,7 +18,7 @@ dominated by the per-chunk costs, long ones by attention, whose cost per token g
 
 The constants (`FITTED`) are fitted to public Apple measurements listed with their URLs in
 `bench/fit_accuracy.py` (`python bench/fit_accuracy.py --fit` refits them and prints the leave-one-out error by
-chip and prompt length; README, "How the numbers are made"). `estimate.estimate` calls `estimate_prefill`, so there
+chip and prompt length; docs/fit.md, "How the numbers are made"). `estimate.estimate` calls `estimate_prefill`, so there
 is still one function producing the figure every screen shows.
 """
 
