@@ -37,6 +37,7 @@ from macapp.core.modelfiles import read_safetensors_header
 from macapp.core.vision.capability import is_tower_tensor
 from macapp.core.fit.picture_cost import ProcessorLimits
 from macapp.core.vision.images import PreparedImage
+from macapp.core.vision.spans import PictureSpan
 from macapp.core.vision.video import PreparedVideo
 
 if TYPE_CHECKING:
@@ -61,26 +62,6 @@ class EncodedTurn:
     def delta(self) -> int:
         """How far this turn moves positions behind the token count (<= 0 with pictures, 0 without)."""
         return int(self.positions.max()) + 1 - len(self.tokens)
-
-
-@dataclass(frozen=True, eq=False)  # its positions are an array: compared by identity
-class PictureSpan:
-    """A prompt read with explicit positions (a turn with pictures): cache indices [start, end). A PromptCache keeps
-    them (engine/prompt_cache.py), and so do its checkpoints: the one record of where pictures put the positions."""
-
-    start: int
-    end: int
-    positions: mx.array  # (3, 1, end - start), absolute
-    delta: int  # how far it moved later positions behind the token count
-    base: int = 0  # the position its first token would have without it (start + the deltas of the spans before)
-
-    def until(self, end: int) -> "PictureSpan":
-        """This span cut at cache index `end` (a checkpoint there: a boundary, never inside a picture)."""
-        if end >= self.end:
-            return self
-        k = end - self.start
-        positions = self.positions[..., :k]
-        return PictureSpan(self.start, end, positions, int(positions.max()) + 1 - self.base - k, self.base)
 
 
 class PositionedLM(nn.Module):
