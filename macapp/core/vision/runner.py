@@ -34,7 +34,7 @@ from mlx.utils import tree_flatten
 
 from macapp.core.cache_layers import CacheLayers
 from macapp.core.modelfiles import read_safetensors_header
-from macapp.core.vision.capability import is_tower_tensor
+from macapp.core.vision.capability import VisionLoadError, is_tower_tensor
 from macapp.core.fit.picture_cost import ProcessorLimits
 from macapp.core.vision.images import PreparedImage
 from macapp.core.vision.spans import PictureSpan
@@ -42,10 +42,6 @@ from macapp.core.vision.video import PreparedVideo
 
 if TYPE_CHECKING:
     from mlx_vlm.models import cache as vlm_cache
-
-
-class VisionLoadError(RuntimeError):
-    pass
 
 
 @dataclass
