@@ -109,7 +109,7 @@ class Conversation:
     created: float
     updated: float
     system_prompt: str | None = None
-    settings: dict[str, Any] = field(default_factory=dict)
+    settings: JSONObject = field(default_factory=dict)
     message_count: int = 0
     messages: list[Message] = field(default_factory=list)  # filled by get_conversation, empty in listings
     # The store's, to read pictures back in chat_messages (None: a store opened without them).
