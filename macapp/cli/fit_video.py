@@ -12,6 +12,7 @@ from macapp.cli import UsageError
 from macapp.core import catalog
 from macapp.core.fit.picture_cost import VisionCost
 from macapp.core.vision.builds import downloaded_folder
+from macapp.core.vision.mlx_frames import video_processor
 from macapp.core.vision.video import VideoWork, most_frames, video_work
 
 DEFAULT_SIZE = (1920, 1080)
@@ -36,8 +37,6 @@ def video_fit(args: argparse.Namespace, model: catalog.ModelRef, vision: VisionC
         return vision, None, 0
     if args.video_frames < 2:
         raise UsageError("--video-frames must be at least 2: frames are read in pairs")
-    from macapp.core.vision.mlx_frames import video_processor
-
     folder = model.local_path or downloaded_folder(model.repo)
     if folder is None:
         from mlx_vlm.models.qwen3_vl.processing_qwen3_vl import Qwen3VLVideoProcessor

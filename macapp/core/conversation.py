@@ -49,7 +49,7 @@ SETTLE_WAIT_S = 5.0  # how long the session check waits for the worker to finish
 
 TEXT_PIECES = (AnswerDelta, ReasoningDelta)
 TurnRunner = Callable[..., "Job"]  # (session, kind, text, thinking=, **options) -> the turn's Job, as recorder.run_on
-SessionFactory = Callable[[str | None, list[dict[str, Any]] | None], "ChatSession"]  # (system prompt, messages) -> a ChatSession
+SessionFactory = Callable[[str | None, list[dict[str, object]] | None], "ChatSession"]  # (system prompt, messages) -> a ChatSession
 
 
 def starts_reply(event: Event) -> bool:
@@ -62,7 +62,7 @@ class _Seed:
     """What the next session reads once: a saved conversation's system prompt and messages."""
 
     system_prompt: str | None
-    messages: list[dict[str, Any]] | None
+    messages: list[dict[str, object]] | None
 
 
 class _Serial:

@@ -14,13 +14,13 @@ from macapp.core.download import hfcache
 from macapp.core.hub import api
 from macapp.core.hub.errors import DownloadCancelled, DownloadError, DownloadErrorKind
 from macapp.core.download.hfcache import LocalFile
+from macapp.core.fit import estimate
 from macapp.core.hub.api import RemoteFile
 from macapp.core.hub.settings import hub_cache_dir
 from macapp.core.memory import format_bytes
 
 if TYPE_CHECKING:
     from macapp.core.catalog import ModelRef
-    from macapp.core.fit.estimate import Estimate
 
 DEFAULT_DISK_MARGIN = 512 * 1024**2  # kept free on top of what the download needs (plus 1% of it)
 
@@ -35,7 +35,7 @@ class DownloadPlan:
     disk_free: int
     disk_margin: int
     from_cache_only: bool = False  # the hub was not asked (offline) or could not be reached
-    fit: Estimate | None = None  # when the sizing model could run
+    fit: estimate.Estimate | None = None  # when the sizing model could run
     fit_note: str = ""  # why there is no fit verdict
     all_files: tuple[RemoteFile, ...] = field(default=(), repr=False)  # the whole listing (stored for huggingface_hub)
     made_at: float = field(default_factory=time.time, compare=False)
@@ -94,13 +94,10 @@ def disk_margin_for(to_fetch: int, minimum: int = DEFAULT_DISK_MARGIN) -> int:
     return minimum + to_fetch // 100
 
 
-def _fit(model: ModelRef | None, weights_bytes: int, context: int | None) -> tuple[Estimate | None, str]:
+def _fit(model: ModelRef | None, weights_bytes: int, context: int | None) -> tuple[estimate.Estimate | None, str]:
     """The sizing model's verdict for this build on this machine, or a note saying why there is none."""
     if model is None:
         return None, "no catalog entry or config for this model"
-    # why: the fit imports the catalog and the hub records, which import this package (its __init__ imports plan)
-    from macapp.core.fit import estimate
-
     try:
         if weights_bytes and hasattr(model, "weights_bytes"):
             model = dataclasses.replace(model, weights_bytes=weights_bytes)

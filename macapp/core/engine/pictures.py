@@ -21,7 +21,7 @@ from macapp.core.engine.errors import EngineError
 from macapp.core.engine.messages import ChatMessage
 from macapp.core.engine.model_proxy import pictures_refusal
 from macapp.core.vision.builds import seeing_alternative
-from macapp.core.vision.capability import folder_support, text_only_message
+from macapp.core.vision.capability import VisionLoadError, folder_support, text_only_message
 from macapp.core.vision.images import ImageError, PreparedImage, image_from_bytes, open_image
 from macapp.core.vision.video import PreparedVideo, frames_that_fit
 
@@ -62,8 +62,6 @@ def vision_for(model: LoadedModel) -> VisionModel:
     if not support.sees:
         message = text_only_message(model.info.name, seeing_alternative(model.info.name))
         raise EngineError(f"{message} ({support.why_not})", ev.TEXT_ONLY)
-    from macapp.core.vision.runner import VisionLoadError  # why: vision.runner imports MLX, which the engine loads only once it runs
-
     try:
         vision = model.tower.attach(model.model, model.path)
     except VisionLoadError as exc:

@@ -10,7 +10,7 @@ model's layers):
   them on every step instead of writing into them, so keeping the references costs no copy.
 - an MTP head layer: `HeadLayer`, views of its keys and values from the position `HeadPlace.base` on
   (mtp_context.py says what the head's context is); `head` keeps where it starts and its carried hidden state.
-plus the pictures among the tokens (`spans`, vision.runner.PictureSpan: where they put the mRoPE positions).
+plus the pictures among the tokens (`spans`, vision.spans.PictureSpan: where they put the mRoPE positions).
 
 Two ways to take one, and two ways back:
 
@@ -39,12 +39,11 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol, Sequence, TypedDict, cast
 
 from macapp.core.cache_layers import CacheLayers
+from macapp.core.vision.spans import PictureSpan
 
 if TYPE_CHECKING:
     import mlx.core as mx
     from mlx_lm.models.cache import ArraysCache
-
-    from macapp.core.vision.runner import PictureSpan
 
     KVArrays = mx.array | tuple[mx.array, ...]  # a KV layer's keys or values (QuantizedKVCache: data, scales, biases)
 
@@ -338,8 +337,6 @@ class SavedPosition:
             head = HeadPlace(int(header["head"]["base"]), (int(at), array("head.carry")) if at is not None else None)
         spans: tuple[PictureSpan, ...] = ()
         if header["spans"]:
-            from macapp.core.vision.runner import PictureSpan  # lazy: the tower module imports MLX and mlx-vlm at its top
-
             spans = tuple(
                 PictureSpan(int(s["start"]), int(s["end"]), array(f"span.{i}.positions"), int(s["delta"]), int(s["base"]))
                 for i, s in enumerate(header["spans"])

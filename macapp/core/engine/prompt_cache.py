@@ -10,7 +10,7 @@ Marks and saved positions are one type, SavedPosition (positions.py). `layers` i
 (an ObservedCache on several Macs, whose one `mirror` hears of every position taken, rewound to or restored:
 positions.py); `tokens` the tokens they hold, in order (the
 pool's key: a picture's image tokens may be its digest); `spans` the pictures among them with their mRoPE
-positions (macapp.core.vision.runner.PictureSpan), so a rewind forgets the pictures after the point it goes back
+positions (macapp.core.vision.spans.PictureSpan), so a rewind forgets the pictures after the point it goes back
 to, and a saved position keeps those before it: restored, the cache has them again and reading on from it gives the
 positions a fresh read gives (the one record of picture positions, for a chat session and the API alike);
 `head` the MTP head's own context over the same tokens (mtp_context.py), where a stream drafts: marks, rewinds
@@ -29,7 +29,7 @@ from macapp.core.engine.positions import HeadPart, SavedPosition
 if TYPE_CHECKING:
     from macapp.core.engine.model_folder import LoadedModel
     from macapp.core.engine.mtp_head import MTPHead
-    from macapp.core.vision.runner import PictureSpan
+    from macapp.core.vision.spans import PictureSpan
 
 
 class PromptCache:
@@ -45,7 +45,7 @@ class PromptCache:
     ):
         self.layers = layers
         self.tokens: list[Any] = list(tokens)
-        self.spans: list[PictureSpan] = spans if spans is not None else []  # vision.runner's PictureSpans, by start
+        self.spans: list[PictureSpan] = spans if spans is not None else []  # vision.spans' PictureSpans, by start
         self.head = head
         self._kept_head = kept_head  # the head's context a saved position kept, until a stream asks for it
 

@@ -109,7 +109,7 @@ class Conversation:
     created: float
     updated: float
     system_prompt: str | None = None
-    settings: dict[str, Any] = field(default_factory=dict)
+    settings: JSONObject = field(default_factory=dict)
     message_count: int = 0
     messages: list[Message] = field(default_factory=list)  # filled by get_conversation, empty in listings
     # The store's, to read pictures back in chat_messages (None: a store opened without them).
@@ -119,7 +119,7 @@ class Conversation:
     def display_title(self) -> str:
         return self.title or "New chat"
 
-    def chat_messages(self, include_system: bool = True) -> list[dict[str, Any]]:
+    def chat_messages(self, include_system: bool = True) -> list[dict[str, object]]:
         """The conversation in the engine's message shape, to reopen it: `engine.new_session(messages=...)`.
 
         {role, content}; replies also carry reasoning, thinking and finish_reason, like ChatSession.messages; a
@@ -127,11 +127,11 @@ class Conversation:
         PictureFiles; a missing file is left out, the text stays; a store opened without PictureFiles gives none).
         A reply with tool calls comes back as its rounds (tools.rounds.session_rounds), as the session held it.
         """
-        out: list[dict[str, Any]] = []
+        out: list[dict[str, object]] = []
         if include_system and self.system_prompt:
             out.append({"role": "system", "content": self.system_prompt})
         for m in self.messages:
-            item: dict[str, Any] = {"role": m.role.value, "content": m.content}
+            item: dict[str, object] = {"role": m.role.value, "content": m.content}
             if m.role == Role.ASSISTANT:
                 rounds = session_rounds(m.content, m.finish_reason, m.tool_calls)
                 if rounds:  # a tool turn: its rounds as the model read them (the answer's text last)

@@ -23,6 +23,7 @@ from macapp.core.engine import EngineError
 from macapp.core.engine import pictures as engine_pictures
 from macapp.core.engine.prompt_cache import PromptCache
 from macapp.core.picture_data import ImagePart
+from macapp.core.serving.render import boundaries
 from macapp.core.serving.requests import INVALID_REQUEST
 from macapp.core.vision.dataurl import image_from_base64
 from macapp.core.fit.picture_cost import ProcessorLimits
@@ -170,8 +171,6 @@ def prepare(m: LoadedModel, tokens: list[int], boundaries: Sequence[int], images
 
 def _with_timestamps(m: LoadedModel, text: str, pictures: Sequence[PreparedImage]) -> tuple[list[int], tuple[int, ...]]:
     """The prompt text with each video's block written per pair of frames (its timestamp, then a block), tokenized."""
-    from macapp.core.serving.render import boundaries
-
     block = "<|vision_start|><|video_pad|><|vision_end|>"
     pieces = text.split(block)
     videos = [p for p in pictures if isinstance(p, PreparedVideo)]

@@ -6,7 +6,7 @@ Pure text, no MLX: the history and the conversation model read it too."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 RESPONSE_OPEN = "<tool_response>"
 DENIED = "The user denied this tool call; it did not run. Do not call it again unless the user asks."
@@ -31,7 +31,7 @@ def _is_results(message: Mapping[str, object]) -> bool:
     return message.get("role") == "user" and str(message.get("content") or "").startswith(RESPONSE_OPEN)
 
 
-def session_rounds(content: str, finish_reason: str | None, calls: Sequence[Mapping[str, object]]) -> list[dict[str, Any]] | None:
+def session_rounds(content: str, finish_reason: str | None, calls: Sequence[Mapping[str, object]]) -> list[dict[str, str]] | None:
     """A saved reply with tool calls as the session held it: per round that called, an assistant message of what
     the round wrote (markup included) and, when a later round read them, a user message of its results; then the
     answer round's text (the reply's text after the last call), if there was one. None when the calls do not
@@ -50,7 +50,7 @@ def session_rounds(content: str, finish_reason: str | None, calls: Sequence[Mapp
     if at and tail.startswith(ROUND_JOIN):
         tail = tail[len(ROUND_JOIN) :]
     answered = bool(tail) and finish_reason != ROUNDS_REASON
-    out: list[dict[str, Any]] = []
+    out: list[dict[str, str]] = []  # role and content
     for i, group in enumerate(ordered):
         out.append({"role": "assistant", "content": str(group[0]["said"])})
         if i < len(ordered) - 1 or answered:
@@ -60,7 +60,7 @@ def session_rounds(content: str, finish_reason: str | None, calls: Sequence[Mapp
     return out
 
 
-def without_rounds(messages: Sequence[Mapping[str, object]]) -> list[dict[str, Any]]:
+def without_rounds(messages: Sequence[Mapping[str, object]]) -> list[dict[str, object]]:
     """`messages` with the last exchange's tool rounds folded away (its user message, then its last reply): what a
     regenerate or edit of that exchange answers again."""
     out = [dict(m) for m in messages]

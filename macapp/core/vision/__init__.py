@@ -14,4 +14,6 @@ it. Modules:
 - `tower`: the tower as a capability of one loaded model (LoadedModel.tower), attached on first use.
 - `runner`: the mlx-vlm side of a chat: the tower loaded next to mlx-lm's text model (sharing its weights),
   a turn's pictures encoded once into embeddings and mRoPE positions, fed through mlx-lm's own generation loop.
+- `spans`: `PictureSpan`, where a turn's pictures put the mRoPE positions in a prompt cache (no MLX import: the
+  engine's positions and prompt cache keep them).
 """

@@ -27,7 +27,12 @@ __all__ = [
     "folder_support",
     "text_only_message",
     "is_tower_tensor",
+    "VisionLoadError",
 ]
+
+
+class VisionLoadError(RuntimeError):
+    """A build that sees whose tower could not be attached (vision.runner.attach_vision): files that do not match."""
 
 
 @dataclass(frozen=True)

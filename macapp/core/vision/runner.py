@@ -34,16 +34,14 @@ from mlx.utils import tree_flatten
 
 from macapp.core.cache_layers import CacheLayers
 from macapp.core.modelfiles import read_safetensors_header
-from macapp.core.vision.capability import is_tower_tensor
+from macapp.core.vision.capability import VisionLoadError, is_tower_tensor
 from macapp.core.fit.picture_cost import ProcessorLimits
 from macapp.core.vision.images import PreparedImage
+from macapp.core.vision.spans import PictureSpan
+from macapp.core.vision.video import PreparedVideo
 
 if TYPE_CHECKING:
     from mlx_vlm.models import cache as vlm_cache
-
-
-class VisionLoadError(RuntimeError):
-    pass
 
 
 @dataclass
@@ -60,26 +58,6 @@ class EncodedTurn:
     def delta(self) -> int:
         """How far this turn moves positions behind the token count (<= 0 with pictures, 0 without)."""
         return int(self.positions.max()) + 1 - len(self.tokens)
-
-
-@dataclass(frozen=True, eq=False)  # its positions are an array: compared by identity
-class PictureSpan:
-    """A prompt read with explicit positions (a turn with pictures): cache indices [start, end). A PromptCache keeps
-    them (engine/prompt_cache.py), and so do its checkpoints: the one record of where pictures put the positions."""
-
-    start: int
-    end: int
-    positions: mx.array  # (3, 1, end - start), absolute
-    delta: int  # how far it moved later positions behind the token count
-    base: int = 0  # the position its first token would have without it (start + the deltas of the spans before)
-
-    def until(self, end: int) -> "PictureSpan":
-        """This span cut at cache index `end` (a checkpoint there: a boundary, never inside a picture)."""
-        if end >= self.end:
-            return self
-        k = end - self.start
-        positions = self.positions[..., :k]
-        return PictureSpan(self.start, end, positions, int(positions.max()) + 1 - self.base - k, self.base)
 
 
 class PositionedLM(nn.Module):
@@ -162,7 +140,7 @@ class PositionedLM(nn.Module):
         return logits
 
 
-def _to_vlm(layer: Any) -> vlm_cache.ArraysCache | vlm_cache.KVCache | vlm_cache.QuantizedKVCache:
+def _to_vlm(layer: object) -> vlm_cache.ArraysCache | vlm_cache.KVCache | vlm_cache.QuantizedKVCache:
     """An mlx-vlm cache layer holding the same arrays as an mlx-lm one."""
     from mlx_lm.models import cache as lm_cache
     from mlx_vlm.models import cache as vlm_cache
@@ -182,13 +160,17 @@ def _to_vlm(layer: Any) -> vlm_cache.ArraysCache | vlm_cache.KVCache | vlm_cache
     return kv
 
 
-def _from_vlm(layer: Any, twin: Any) -> None:
+def _from_vlm(layer: object, twin: vlm_cache.ArraysCache | vlm_cache.KVCache | vlm_cache.QuantizedKVCache) -> None:
+    """What mlx-vlm's `twin` (_to_vlm's) read, back into the mlx-lm `layer`."""
     from mlx_lm.models import cache as lm_cache
+    from mlx_vlm.models import cache as vlm_cache
 
-    if isinstance(layer, lm_cache.ArraysCache):
+    if isinstance(layer, lm_cache.ArraysCache) and isinstance(twin, vlm_cache.ArraysCache):
         layer.cache = twin.cache
-    else:
+    elif isinstance(layer, (lm_cache.KVCache, lm_cache.QuantizedKVCache)) and not isinstance(twin, vlm_cache.ArraysCache):
         layer.keys, layer.values, layer.offset = twin.keys, twin.values, twin.offset
+    else:  # pragma: no cover - _to_vlm made every twin of its layer's kind
+        raise TypeError(f"a {type(twin).__name__} cannot go back into a {type(layer).__name__}")
 
 
 def cache_length(cache: CacheLayers | None) -> int:
@@ -222,8 +204,6 @@ class VisionModel:
     def slot_counts(self, item: PreparedImage) -> list[int]:
         """The tokens each of an item's placeholder slots widens to: one slot for a picture; one per pair of frames
         for a video (engine.pictures.content_of writes each pair's timestamp and placeholder), none processed."""
-        from macapp.core.vision.video import PreparedVideo
-
         if isinstance(item, PreparedVideo):
             return [item.plan.tokens_per_group] * len(item.plan.group_seconds)
         from mlx_vlm.utils import estimate_num_image_tokens
@@ -240,8 +220,6 @@ class VisionModel:
         frames (as the chat template writes them), in order → an EncodedTurn: each placeholder widened to its
         tokens, the tower run once over the pictures (or the videos: mlx-vlm's Qwen3.5 reads one kind per call),
         its features in the embeddings, and the 3-D mRoPE positions."""
-        from macapp.core.vision.video import PreparedVideo
-
         start = time.perf_counter()
         tokens = list(tokens)
         slots = [i for i, t in enumerate(tokens) if t in self.slot_token_ids]

@@ -22,7 +22,7 @@ class TowerSlot:
         self.vision: "VisionModel | None" = None
 
     def attach(self, text_model: nn.Module, path: str | Path) -> "VisionModel":
-        """The tower, attached now unless it already is (vision.runner.attach_vision; VisionLoadError)."""
+        """The tower, attached now unless it already is (vision.runner.attach_vision; vision.capability.VisionLoadError)."""
         if self.vision is None:
             from macapp.core.vision.runner import attach_vision  # why: runner imports mlx-vlm; loading a model must not
 

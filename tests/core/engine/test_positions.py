@@ -158,7 +158,7 @@ def test_a_mark_or_a_damaged_file_is_refused_with_what_is_wrong(engine, tmp_path
     import mlx.core as mx
 
     from macapp.core.engine.positions import SavedPosition
-    from macapp.core.vision.runner import PictureSpan
+    from macapp.core.vision.spans import PictureSpan
 
     def run(m):
         cache = make_prompt_cache(m.model)

@@ -7,7 +7,7 @@ import pytest
 from macapp.core.engine.positions import ObservedCache
 from macapp.core.engine.prompt_cache import PromptCache
 from macapp.core.serving.pool import CheckpointPool, restore, save as snapshot
-from macapp.core.vision.runner import PictureSpan
+from macapp.core.vision.spans import PictureSpan
 
 N = 300  # past mlx-lm's 256-token KV step, so the KV buffer grows while checkpoints hold the old one
 
