@@ -8,6 +8,7 @@ so a finished reply's events are not kept for the window's life.
 
 from __future__ import annotations
 
+import threading
 import weakref
 from typing import Callable, Protocol
 
@@ -33,6 +34,10 @@ class EventBridge(QObject):
         super().__init__(parent)
         self.throttle = Throttle(interval_ms / 1000)
         self.finished = False  # the terminal event has been delivered
+        # Held by a producer from its check of `finished` through its emit, and by the GUI thread while it marks the
+        # bridge finished: the deleteLater that follows cannot free the object under an emit in flight (that was a
+        # segfault, not the RuntimeError below, when the timer drained the terminal event between offer and emit).
+        self._feeding = threading.RLock()  # re-entered when a producer on the GUI thread wakes it directly
         self._timer = QTimer(self)
         self._timer.setInterval(interval_ms)
         self._timer.timeout.connect(self._tick)
@@ -40,13 +45,14 @@ class EventBridge(QObject):
 
     # -- producer side (any thread) -------------------------------------------------------------------------
     def feed(self, event: Fed) -> None:
-        if self.finished:  # nothing comes after the terminal event; the bridge may be deleted by now
-            return
-        if self.throttle.offer(event):
-            try:
-                self._wake.emit()
-            except RuntimeError:  # the GUI thread's timer delivered the terminal event first and deleted the bridge
-                pass
+        with self._feeding:
+            if self.finished:  # nothing comes after the terminal event; the bridge may be deleted by now
+                return
+            if self.throttle.offer(event):
+                try:
+                    self._wake.emit()
+                except RuntimeError:  # deleted from outside (its parent went first)
+                    pass
 
     def attach(self, job: Listenable) -> None:
         """Listen to a core Job's events; call on the GUI thread (it starts the delivery timer)."""
@@ -80,7 +86,8 @@ class EventBridge(QObject):
             return
         terminal = isinstance(batch[-1], TerminalEvent)
         if terminal:
-            self.finished = True
+            with self._feeding:
+                self.finished = True
             self._timer.stop()
         self.delivered.emit(batch)
         if terminal:
