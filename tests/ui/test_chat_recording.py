@@ -133,8 +133,10 @@ def _rows(store, conversation_id):
     ]
 
 
-def test_the_window_and_the_command_line_record_the_same_turns_the_same_way(chat, qtbot):
+def test_the_window_and_the_command_line_record_the_same_turns_the_same_way(chat, qtbot, tmp_path):
     from macapp.core.engine import Engine
+    from macapp.core.prompt_disk import DiskStore
+    from macapp.core.prompt_disk.shelf import shelves
 
     window = WindowDriver(chat, qtbot)
     for kind, text, thinking, twist in SCRIPT:
@@ -147,6 +149,10 @@ def test_the_window_and_the_command_line_record_the_same_turns_the_same_way(chat
         return chat.controller.sampling(thinking)  # the very settings the window used
 
     engine = Engine()
+    # `qwen-desk chat` shelves its positions on disk as the window does (cli.cache.open_store), here in a store of its
+    # own: after the failed turn both find the same shelved position (the window's store would give it more)
+    disk = DiskStore(tmp_path / "cli-prompts", 1 << 30)
+    engine.position_shelf = shelves(disk)
     try:
         loaded = engine.load(str(chat.controller.model_ref.local_path)).result(timeout=120)
         cli = CliDriver(engine, chat.controller.model_ref.name, sampling)
@@ -159,6 +165,7 @@ def test_the_window_and_the_command_line_record_the_same_turns_the_same_way(chat
             cli.history.close()
     finally:
         engine.close()
+        disk.close()
 
     assert loaded.name == chat.controller.model_ref.name  # the same name the command line records by itself
     contents = [(role, content, state, reason) for _p, role, content, _r, _t, state, reason, *_ in seen]

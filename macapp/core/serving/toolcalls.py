@@ -19,14 +19,13 @@ import re
 import uuid
 from typing import Callable, Sequence
 
-from mlx_lm.tool_parsers import qwen3_coder
-
 from macapp.core.jsonvalue import JSONObject, JSONValue
 from macapp.core.serving.requests import ToolCall, ToolSpec
 from macapp.core.serving.stops import partial_suffix
 
-OPEN = qwen3_coder.tool_call_start  # "<tool_call>"
-CLOSE = qwen3_coder.tool_call_end  # "</tool_call>"
+OPEN = "<tool_call>"  # mlx-lm's qwen3_coder.tool_call_start (tests/core/serving/test_toolcalls.py holds them equal)
+CLOSE = "</tool_call>"  # qwen3_coder.tool_call_end; mlx-lm is imported where a call is read: it loads MLX, which the window
+# must not at its start (the MCP tools pane imports this parser)
 _FUNCTION = re.compile(r"<function=(.*?)</function>", re.DOTALL)
 _NAME = re.compile(r"\s*[^\s<>=]+>")  # the function's name, closed by ">" before anything else
 _PARAMETER = re.compile(r"<parameter=.*?</parameter>", re.DOTALL)
@@ -101,6 +100,8 @@ def parse_block(body: str, tools: Sequence[ToolSpec], new_id: Callable[[], str] 
 
 
 def _parse_block(body: str, schemas: list[JSONObject], new_id: Callable[[], str]) -> list[ToolCall] | None:
+    from mlx_lm.tool_parsers import qwen3_coder
+
     calls: list[ToolCall] = []
     pos = 0
     for match in _FUNCTION.finditer(body):

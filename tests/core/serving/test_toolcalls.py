@@ -200,3 +200,12 @@ def test_values_are_typed_by_optional_and_union_schemas_too():
     assert args == {"n": 3, "s": "123", "o": {"a": 1}, "e": "1"}
     assert _one("<parameter=n>\n2.5\n</parameter>\n", {"n": {"type": ["number", "null"]}}) == {"n": 2.5}
     assert _one("<parameter=x>\n7\n</parameter>\n", {"x": {"anyOf": [{"type": "string"}, {"type": "integer"}]}}) == {"x": "7"}  # no single type: as before
+
+
+def test_the_markers_are_mlx_lms_own():
+    """OPEN and CLOSE are written out (mlx-lm loads MLX, which the window must not import at its start)."""
+    from mlx_lm.tool_parsers import qwen3_coder
+
+    from macapp.core.serving import toolcalls
+
+    assert (toolcalls.OPEN, toolcalls.CLOSE) == (qwen3_coder.tool_call_start, qwen3_coder.tool_call_end)
