@@ -10,7 +10,6 @@ from macapp.core.conversation import ConversationModel
 from macapp.core.engine import Engine, SessionOptions
 from macapp.core.engine.turns import full_prompt
 from macapp.core.events import AnswerDelta, Finished, ToolCallAsked, ToolCallDone, TurnKind
-from macapp.core.history import Store
 from macapp.core.recorder import ChatRecorder, TurnResult
 from macapp.core.sampling import greedy
 from macapp.core.tools.approvals import Decision
@@ -30,25 +29,6 @@ def engine(scripted_answering_tool_path):
     e.load(str(scripted_answering_tool_path)).result(timeout=TIMEOUT)
     yield e
     e.close()
-
-
-@pytest.fixture(scope="module")
-def files(tmp_path_factory) -> McpFiles:
-    where = tmp_path_factory.mktemp("mcp")
-    return McpFiles(where / "calls.txt", where / "pids.txt")
-
-
-@pytest.fixture(scope="module")
-def host(files):
-    with McpHost([files.stdio()]) as h:
-        yield h
-    assert files.still_running() == []
-
-
-@pytest.fixture
-def store(tmp_path):
-    with Store.open(tmp_path / "history.sqlite3") as s:
-        yield s
 
 
 def run(engine, store, loop: ToolLoop, thinking: bool = False):

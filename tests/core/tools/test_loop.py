@@ -9,7 +9,6 @@ import pytest
 from macapp.core.conversation import ConversationModel
 from macapp.core.engine import Engine, SessionOptions
 from macapp.core.events import AnswerDelta, Failed, Finished, PromptProgress, ReasoningDelta, ToolCallAsked, ToolCallDone, TurnKind
-from macapp.core.history import Store
 from macapp.core.recorder import ChatRecorder, TurnResult
 from macapp.core.sampling import greedy
 from macapp.core.tools.approvals import Approvals, Decision, approvals_path
@@ -31,25 +30,6 @@ def engine(scripted_tool_model_path):
     e.load(str(scripted_tool_model_path)).result(timeout=TIMEOUT)
     yield e
     e.close()
-
-
-@pytest.fixture(scope="module")
-def files(tmp_path_factory) -> McpFiles:
-    where = tmp_path_factory.mktemp("mcp")
-    return McpFiles(where / "calls.txt", where / "pids.txt")
-
-
-@pytest.fixture(scope="module")
-def host(files):
-    with McpHost([files.stdio()]) as h:
-        yield h
-    assert files.still_running() == []
-
-
-@pytest.fixture
-def store(tmp_path):
-    with Store.open(tmp_path / "history.sqlite3") as s:
-        yield s
 
 
 def conversation(engine, store, loop: ToolLoop, options: SessionOptions | None = None) -> ConversationModel:
