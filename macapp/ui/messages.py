@@ -6,7 +6,7 @@ import time
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QImage, QTextDocument
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from macapp.core.events import GenerationStats, ToolCallAsked, ToolCallRecord
 from macapp.core.history import ReplyStats
@@ -17,7 +17,7 @@ from macapp.core.vision.video import PreparedVideo
 from macapp.ui.attachments import THUMB, VIDEO_WIDTH, pixmap_of, preview_of, video_caption
 from macapp.ui.meter import stats_summary
 from macapp.ui.tools import ToolCallBlock, asked_block
-from macapp.ui.widgets import MarkdownView
+from macapp.ui.widgets import CollapsibleFrame, MarkdownView
 
 # Why a reply ended, when it is worth saying (by the engine's finish_reason).
 ENDINGS = {
@@ -35,18 +35,13 @@ def reply_note(finish_reason: str | None, budget_hit: bool = False) -> str:
     return " · ".join(filter(None, notes))
 
 
-class ReasoningBlock(QFrame):
+class ReasoningBlock(CollapsibleFrame):
     """'Thinking…' while reasoning streams; 'Thought for 12 s' and collapsed once the answer starts."""
 
+    body: MarkdownView
+
     def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setObjectName("ReasoningBox")
-        self.header = QToolButton(self)
-        self.header.setObjectName("ReasoningHeader")
-        self.header.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
-        self.header.setCheckable(True)
-        self.header.setCursor(Qt.CursorShape.PointingHandCursor)
-        self.header.toggled.connect(self.set_expanded)
+        super().__init__("ReasoningBox", parent)
         self.body = MarkdownView(self, muted=True)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(10, 0, 0, 0)
@@ -79,16 +74,6 @@ class ReasoningBlock(QFrame):
         self.body.set_plain(self.text.strip())
         self.header.setText(f"Thought for {self.seconds:.0f} s" if self.seconds >= 1 else "Thought for a moment")
         self.header.setChecked(False)
-
-    def set_expanded(self, expanded: bool) -> None:
-        self.header.setArrowType(Qt.ArrowType.DownArrow if expanded else Qt.ArrowType.RightArrow)
-        if self.header.isChecked() != expanded:
-            self.header.setChecked(expanded)
-        self.body.setVisible(expanded)
-
-    @property
-    def expanded(self) -> bool:
-        return self.body.isVisibleTo(self)
 
 
 def saved_pictures(refs: tuple[ImageRef, ...]) -> tuple[PreparedImage, ...]:

@@ -17,12 +17,10 @@ from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QFontDatabase
 from PySide6.QtWidgets import (
     QDialog,
-    QFrame,
     QHBoxLayout,
     QLabel,
     QPlainTextEdit,
     QPushButton,
-    QToolButton,
     QTreeWidget,
     QTreeWidgetItem,
     QVBoxLayout,
@@ -36,6 +34,7 @@ from macapp.core.tools.config import ConfigError, config_path, read_config
 from macapp.core.tools.host import McpHost
 from macapp.core.tools.loop import ApprovalRequest, ToolLoop, ToolPolicy
 from macapp.core.conversation import TurnRunner
+from macapp.ui.widgets import CollapsibleFrame
 
 log = logging.getLogger(__name__)
 
@@ -113,21 +112,16 @@ def call_state(record: ToolCallRecord | None) -> str:
     return f"{'failed' if record.is_error else 'done'} in {record.elapsed_s:.2f} s"
 
 
-class ToolCallBlock(QFrame):
+class ToolCallBlock(CollapsibleFrame):
     """One call in a reply: a header (tool, state, time) that folds out the arguments and the result."""
 
+    body: QPlainTextEdit
+
     def __init__(self, server: str, name: str, arguments: dict[str, object], parent: QWidget | None = None, call_id: str = "") -> None:
-        super().__init__(parent)
-        self.setObjectName("ToolCallBox")
+        super().__init__("ToolCallBox", parent)
         self.call_id = call_id
         self.server, self.name, self.arguments = server, name, arguments
         self.record: ToolCallRecord | None = None
-        self.header = QToolButton(self)
-        self.header.setObjectName("ReasoningHeader")
-        self.header.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
-        self.header.setCheckable(True)
-        self.header.setCursor(Qt.CursorShape.PointingHandCursor)
-        self.header.toggled.connect(self.set_expanded)
         self.body = QPlainTextEdit(self)
         self.body.setReadOnly(True)
         self.body.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)  # long lines wrap
@@ -160,16 +154,6 @@ class ToolCallBlock(QFrame):
         lines = min(text.count("\n") + 1, BODY_LINES)  # as tall as the text, up to BODY_LINES (then it scrolls)
         margins = 2 * (self.body.frameWidth() + int(self.body.document().documentMargin())) + 8
         self.body.setFixedHeight(self.body.fontMetrics().lineSpacing() * (lines + 1) + margins)
-
-    def set_expanded(self, expanded: bool) -> None:
-        self.header.setArrowType(Qt.ArrowType.DownArrow if expanded else Qt.ArrowType.RightArrow)
-        if self.header.isChecked() != expanded:
-            self.header.setChecked(expanded)
-        self.body.setVisible(expanded)
-
-    @property
-    def expanded(self) -> bool:
-        return self.body.isVisibleTo(self)
 
 
 @dataclass

@@ -16,7 +16,7 @@ from PySide6.QtGui import (
     QTextDocument,
     QTextDocumentFragment,
 )
-from PySide6.QtWidgets import QLabel, QSizePolicy, QTextBrowser, QWidget
+from PySide6.QtWidgets import QFrame, QLabel, QSizePolicy, QTextBrowser, QToolButton, QWidget
 
 from macapp.ui.style import BADGE_TEXT, badge_colour
 
@@ -261,3 +261,30 @@ class ElidedLabel(QLabel):
     def _elide(self) -> None:
         fm = self.fontMetrics()
         super().setText(fm.elidedText(self._full, Qt.TextElideMode.ElideRight, max(self.width(), 40)))
+
+
+class CollapsibleFrame(QFrame):
+    """A block in a reply that folds: a checkable header with an arrow, and a body its subclass sets
+    (the reasoning, a tool call)."""
+
+    body: QWidget
+
+    def __init__(self, object_name: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName(object_name)
+        self.header = QToolButton(self)
+        self.header.setObjectName("ReasoningHeader")
+        self.header.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.header.setCheckable(True)
+        self.header.setCursor(Qt.CursorShape.PointingHandCursor)
+        self.header.toggled.connect(self.set_expanded)
+
+    def set_expanded(self, expanded: bool) -> None:
+        self.header.setArrowType(Qt.ArrowType.DownArrow if expanded else Qt.ArrowType.RightArrow)
+        if self.header.isChecked() != expanded:
+            self.header.setChecked(expanded)
+        self.body.setVisible(expanded)
+
+    @property
+    def expanded(self) -> bool:
+        return self.body.isVisibleTo(self)
