@@ -39,7 +39,7 @@ from macapp.core.engine.reply import Next
 from macapp.core.engine.jobs import Job
 from macapp.core.engine.mtp_context import HeadContext
 from macapp.core.engine.mtp_policy import MTPCounts
-from macapp.core.engine.positions import save
+from macapp.core.engine.positions import SavedPosition, save
 from macapp.core.engine.prefill import wired_memory
 from macapp.core.engine.sequence import Sequence, Starter
 from macapp.core.engine.reply import StreamedReply
@@ -275,7 +275,7 @@ class BatchLoop:
                 at = seq.start + done
                 if at in seq.bounds:
                     ((cache, _tokens),) = gen.extract_cache([r.uid]).values()
-                    seq.on_segment(save(cache, seq.tokens_until(at)))
+                    seq.on_segment(_CopyEnd(save(cache, seq.tokens_until(at))))
         reinsert: list[tuple[int, Sequence]] = []
         for r in responses:
             seq = active.get(r.uid)
@@ -356,6 +356,20 @@ def _failure(exc: Exception) -> Failed:
     if isinstance(exc, EngineError):
         return Failed(exc.message, exc.code)
     return Failed(f"Unexpected engine error: {type(exc).__name__}: {exc}", ev.ERROR)
+
+
+class _CopyEnd:
+    """A segment's end in the batch: a detached position of mlx-lm's copy of the sequence's cache (sequence.SegmentEnd);
+    its mark rewinds the copy the sequence ends with (lengths and DeltaNet references)."""
+
+    def __init__(self, position: SavedPosition):
+        self.position, self.length = position, position.length
+
+    def mark(self) -> SavedPosition:
+        return self.position.as_mark()
+
+    def save(self) -> SavedPosition:
+        return self.position
 
 
 def _never() -> bool:

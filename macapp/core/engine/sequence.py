@@ -5,7 +5,7 @@ runs it alone (solo.py) or beside others in mlx-lm's BatchGenerator."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from macapp.core.cache_layers import CacheLayers
 from macapp.core.engine.reply import SequenceReply
@@ -25,6 +25,18 @@ if TYPE_CHECKING:
     from macapp.core.engine.model_folder import LoadedModel
 
 
+class SegmentEnd(Protocol):
+    """Where a segment of a sequence's prompt ends: `length` tokens held; a position there on request."""
+
+    length: int
+
+    def mark(self) -> SavedPosition:
+        """A mark there (no copy), to rewind the cache the sequence ends with (regenerate, edit)."""
+
+    def save(self) -> SavedPosition:
+        """A detached position there (the API's pool, the disk)."""
+
+
 @dataclass(eq=False)
 class Sequence:
     """One sequence for the batch: its cache and what it reads into it, how it samples, and who hears of it.
@@ -40,8 +52,8 @@ class Sequence:
     sampler: Sampler
     processors: list[LogitsProcessor]
     reply: SequenceReply
-    # a segment was read: the detached position there (its tokens, and the MTP head's context if it was kept: solo.py)
-    on_segment: Callable[[SavedPosition], None] | None = None
+    # a segment was read: a position there on request (its tokens, and the MTP head's context where one is kept)
+    on_segment: Callable[[SegmentEnd], None] | None = None
     # (the reply, the cache holding it when `keep_cache` and the MTP head's context over that cache where the
     # sequence read with it to the end: solo.py) once it ended; None: stopped or failed while reading.
     # The loop settles the job after it.

@@ -18,7 +18,7 @@ from macapp.core.engine.model_folder import LoadedModel
 from macapp.core.engine.mtp_context import HeadContext
 from macapp.core.engine.mtp_policy import DepthPolicy
 from macapp.core.engine.options import SessionOptions
-from macapp.core.engine.sequence import Sequence as BatchedSequence
+from macapp.core.engine.sequence import SegmentEnd, Sequence as BatchedSequence
 from macapp.core.engine.reply import StreamedReply
 from macapp.core.engine.shelf import PositionShelf, ShelfFactory
 from macapp.core.engine.prompt_cache import PromptCache
@@ -56,8 +56,9 @@ class SessionHost(Protocol):
 
 @dataclass
 class _Read:
-    before_last: SavedPosition | None = None  # just before the prompt's last token (from the batch), with the MTP
-    # head's context there where the prompt was read with it
+    before_last: SavedPosition | None = None  # a mark just before the prompt's last token
+    saved: SavedPosition | None = None  # a detached position there (with a shelf, or from the batch's copy), with the
+    # MTP head's context there where the prompt was read with it
     undone: bool = False  # a stop while reading already answered the turn (Job.stop's early Finished)
 
 
@@ -303,11 +304,13 @@ class ChatSession:
         if head and plan.undo_on_stop:
             job.arm_early_reply(stopped)
 
-        def on_segment(position: SavedPosition) -> None:
-            if position.length < start + len(head):  # the reply's turn start: for the shelf
-                self._shelve(position)
+        def on_segment(end: SegmentEnd) -> None:
+            if end.length < start + len(head):  # the reply's turn start: for the shelf
+                self._shelve(end.save())
                 return
-            read.before_last = position
+            read.before_last = end.mark()
+            if self._shelf_for(m) is not None:
+                read.saved = end.save()  # a reopened conversation's prompt starts the same (shelved at the end)
             read.undone = plan.undo_on_stop and job.disarm_early_reply()
 
         def on_done(streamed: StreamedReply | None, cache: CacheLayers | None, context: HeadContext | None) -> None:
@@ -320,8 +323,9 @@ class ChatSession:
             if head:
                 if read.before_last is None:
                     raise RuntimeError("the batch finished a two-segment prompt without reporting its first segment")
-                before_last = read.before_last.as_mark()  # its KV buffers are the batch's copy: lengths do
-                self._shelve(read.before_last)  # detached: a reopened conversation's prompt starts the same
+                before_last = read.before_last
+                if read.saved is not None:
+                    self._shelve(read.saved)
             else:
                 before_last = prompt.mark()
             self._turn = TurnMemory(
@@ -334,8 +338,8 @@ class ChatSession:
             )
             self._messages.append(self._user_message(plan))
             prompt.adopt(cache, head, context)
-            if context is not None and read.before_last is not None:
-                context.keep_mark(read.before_last)  # regenerate's rewind to before_last goes on pairing
+            if context is not None and read.saved is not None:
+                context.keep_mark(read.saved)  # regenerate's rewind to before_last goes on pairing
             self._settle_reply(m, plan, streamed)
             job.emit(Finished(streamed.reply))
 

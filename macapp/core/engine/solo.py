@@ -31,7 +31,7 @@ from macapp.core.cache_layers import CacheLayers
 from macapp.core.engine.reply import Next
 from macapp.core.engine.mtp_decode import Decoder
 from macapp.core.engine.mtp_policy import DepthPolicy
-from macapp.core.engine.positions import save
+from macapp.core.engine.positions import SavedPosition, mark, save
 from macapp.core.engine.prefill import prefill
 from macapp.core.engine.prompt_cache import PromptCache
 from macapp.core.engine.reply import StreamedReply, drafting, head_context, pick_policy
@@ -77,7 +77,9 @@ class SoloRun:
         if seq.kv.bits is not None:  # quantized as the batch's would be, so alone and beside others read the same
             own.layers[:] = quantized_layers(own.layers, seq.kv)  # the same list: a mirrored cache stays one
         self.layers = own.layers
-        self.tokens: list[int] = list(own.tokens)
+        # what the logits processors see (a picture's tokens are held as its digest: its image token stands for it)
+        pad = int(cast(int, m.config.get("image_token_id", 0)))
+        self.tokens: list[int] = [t if isinstance(t, int) else pad for t in own.tokens]
         self.segments = [list(s) for s in (at.segments if at is not None else seq.segments)]
         self.context = TokenBuffer(self.tokens) if seq.processors else None
         self.eos = set(m.tokenizer.eos_token_ids)
@@ -156,8 +158,7 @@ class SoloRun:
             segments.pop(0)
             at = len(self.tokens)
             if seq.on_segment is not None and at in seq.bounds:
-                spans = [span.until(at) for span in seq.prompt.spans if span.start < at]
-                seq.on_segment(save(self.layers, seq.tokens_until(at), spans, self.head.saved(at) if self.head is not None else None))
+                seq.on_segment(_HereEnd(self, at))
         return None
 
     def _feed(self, tokens: list[int]) -> mx.array:
@@ -284,6 +285,23 @@ class SoloRun:
             return None
         held: mx.array = self.context.update_and_fetch(mx.array(tokens, dtype=mx.int32))
         return held
+
+
+class _HereEnd:
+    """A segment's end in a lone sequence's own cache, where it is now (sequence.SegmentEnd)."""
+
+    def __init__(self, run: SoloRun, at: int):
+        self.run, self.length = run, at
+
+    def mark(self) -> SavedPosition:
+        if self.run.head is not None:
+            self.run.head.remember()
+        return mark(self.run.layers, self.length)
+
+    def save(self) -> SavedPosition:
+        run, at = self.run, self.length
+        spans = [span.until(at) for span in run.seq.prompt.spans if span.start < at]
+        return save(run.layers, run.seq.tokens_until(at), spans, run.head.saved(at) if run.head is not None else None)
 
 
 def run_alone(m: "LoadedModel", seq: "Sequence") -> StreamedReply | None:

@@ -30,10 +30,9 @@ from macapp.core.engine import Engine, EngineError, Job, LoadedModel, SessionOpt
 from macapp.core.cache_layers import CacheLayers
 from macapp.core.engine import StreamedReply
 from macapp.core.engine.batch import DEFAULT_LIMIT, BatchLoop
-from macapp.core.engine.sequence import Sequence
+from macapp.core.engine.sequence import SegmentEnd, Sequence
 from macapp.core.engine.reply import Limits, SequenceReply
 from macapp.core.engine.options import MTPMode
-from macapp.core.engine.positions import SavedPosition
 from macapp.core.sampling import make_sampler_and_processors
 from macapp.core.engine.limits import context_limit, kv_quantization
 from macapp.core.fit import estimate
@@ -308,8 +307,8 @@ class ServingEngine:
             clock=clock,
         )
 
-        def on_segment(position: SavedPosition) -> None:
-            pool.add_saved(position)
+        def on_segment(end: SegmentEnd) -> None:
+            pool.add_saved(end.save())
 
         def on_done(streamed: StreamedReply | None, _cache: CacheLayers | None, _head: HeadContext | None) -> None:
             self.measured(time.perf_counter() - submitted)
