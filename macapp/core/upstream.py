@@ -3,8 +3,7 @@
 Each touchpoint says what it relies on, what breaks when that changes, and the test that shows it (those that break
 quietly have one in tests/core/test_upstream.py, which fails when the internal moves). It sits in macapp.core, below
 the engine, vision, the demo model and long-context mode, so each of them may import it; it imports no MLX until a
-call. Not here: mlx-vlm's video steps (private functions of its qwen3_vl processing module), kept together in
-vision/mlx_frames.py, each one mlx-vlm's own step of its clip pipeline (tests/core/vision/test_video.py shows them).
+call.
 
 - A quantized KV cache in mlx-lm's BatchGenerator (`BatchableQuantizedKV`, `quantized_layers`): mlx-lm's
   QuantizedKVCache has no `merge`, so BatchGenerator refuses it ("does not yet support batching with
@@ -41,10 +40,18 @@ vision/mlx_frames.py, each one mlx-vlm's own step of its clip pipeline (tests/co
   scale, mask, sinks). Breaks as: a silent no-op (a long prompt's chunk then materialises its whole score matrix:
   memory, not wrong answers) or a TypeError in every attention call. Shown by
   tests/core/test_upstream.py::test_use_attention_routes_qwen3_5_attention_through_the_given_function.
+- mlx-vlm's video steps (`qwen_vl_video`): five private functions of `mlx_vlm.models.qwen3_vl.processing_qwen3_vl`
+  (the processor's settings from a folder, its frame sizing, its bicubic frame resize, the pairs' timestamps and the
+  prompt text for them), which vision/mlx_frames.py runs one frame at a time where mlx-vlm runs a clip whole.
+  Breaks as: an ImportError at the first video, or a TypeError if a signature changes. Shown by
+  tests/core/test_upstream.py::test_qwen_vl_video_steps_are_mlx_vlms, and tests/core/vision/test_video.py (the
+  frames and prompt text equal mlx-vlm's own clip path).
 """
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, cast
 
@@ -187,3 +194,28 @@ def use_attention(attention: Attention) -> Attention | None:
     if before is not None:
         qwen3_next.scaled_dot_product_attention = attention
     return before
+
+
+@dataclass(frozen=True)
+class QwenVLVideo:
+    """mlx-vlm's Qwen-VL video steps (private, untyped upstream): see vision/mlx_frames.py for their use."""
+
+    video_kwargs: Callable[..., Any]  # (folder, default_patch_size=) -> the video processor's keyword arguments
+    smart_resize: Callable[..., Any]  # (num_frames=, height=, width=, temporal_factor=, factor=, min_pixels=, max_pixels=) -> (h, w)
+    resize_frames: Callable[..., Any]  # ((T, C, H, W) uint8 array, height, width) -> (T, C, height, width)
+    group_timestamps: Callable[..., Any]  # (groups, temporal_patch_size, fps, metadata) -> seconds per group
+    timestamped_placeholder: Callable[..., Any]  # (seconds, tokens_per_group, start, end) -> text with <|placeholder|>
+
+
+@functools.cache
+def qwen_vl_video() -> QwenVLVideo:
+    """mlx-vlm's Qwen-VL video steps, looked up once."""
+    from mlx_vlm.models.qwen3_vl import processing_qwen3_vl as p
+
+    return QwenVLVideo(
+        video_kwargs=p._qwen_vl_video_kwargs,
+        smart_resize=p._smart_resize_video,
+        resize_frames=p._resize_video_frames,
+        group_timestamps=p._video_group_timestamps,
+        timestamped_placeholder=p._timestamped_video_placeholder,
+    )

@@ -74,3 +74,21 @@ def test_sampled_not_read_is_the_token_the_batch_generator_reads_next(tiny_dense
         assert ahead[:5] == decoded[1:6]  # each read-ahead token is the one the next step hands out
     finally:
         gen.close()
+
+
+def test_qwen_vl_video_steps_are_mlx_vlms(tiny_vlm_path):
+    import numpy as np
+    from mlx_vlm.utils import VideoMetadata
+
+    steps = upstream.qwen_vl_video()
+    kwargs = steps.video_kwargs(str(tiny_vlm_path), default_patch_size=16)
+    assert kwargs["patch_size"] and kwargs["temporal_patch_size"] == 2 and kwargs["merge_size"]
+    factor = kwargs["patch_size"] * kwargs["merge_size"]
+    height, width = steps.smart_resize(num_frames=4, height=480, width=640, temporal_factor=2, factor=factor, min_pixels=factor**2, max_pixels=factor**2 * 64)
+    assert height % factor == 0 and width % factor == 0 and height * width <= factor**2 * 64 and width > height
+    frames = np.zeros((1, 3, 48, 64), np.uint8)
+    assert steps.resize_frames(frames, height, width).shape == (1, 3, height, width)
+    metadata = VideoMetadata(total_num_frames=8, fps=2.0, frames_indices=[0, 2, 4, 6], width=64, height=48, duration=4.0)
+    assert steps.group_timestamps(2, 2, 2.0, metadata) == [0.5, 2.5]  # the mean of each pair's source times
+    text = steps.timestamped_placeholder([0.5, 2.5], 3, "<s>", "</s>")
+    assert text == "<0.5 seconds><s>" + "<|placeholder|>" * 3 + "</s><2.5 seconds><s>" + "<|placeholder|>" * 3 + "</s>"
