@@ -30,7 +30,7 @@ ERROR = "error"
 
 
 class Event:
-    """Marker base: what a job reports (engine/jobs.py, event_log.py); the front ends dispatch on the subclasses."""
+    """Marker base: what a job reports (engine/jobs.py, event_stream.py); the front ends dispatch on the subclasses."""
 
     __slots__ = ()
 
