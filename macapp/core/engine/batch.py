@@ -44,7 +44,7 @@ from macapp.core.engine.prefill import wired_memory
 from macapp.core.engine.sequence import Sequence, Starter
 from macapp.core.engine.reply import StreamedReply
 from macapp.core.engine.solo import Ended, HandOver, SoloRun
-from macapp.core.engine.upstream import quantized_layers, sampled_not_read
+from macapp.core.upstream import quantized_layers, sampled_not_read
 from macapp.core.engine.worker import waiting_jobs
 from macapp.core import events as ev
 from macapp.core.engine.errors import EngineError

@@ -35,7 +35,7 @@ from macapp.core.engine.positions import SavedPosition, mark, save
 from macapp.core.engine.prefill import prefill
 from macapp.core.engine.prompt_cache import PromptCache
 from macapp.core.engine.reply import StreamedReply, drafting, head_context, pick_policy
-from macapp.core.engine.upstream import quantized_layers
+from macapp.core.upstream import quantized_layers
 from macapp.core.events import PromptProgress
 
 if TYPE_CHECKING:

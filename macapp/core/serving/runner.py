@@ -326,7 +326,7 @@ class ServingEngine:
             # drafts while it is alone (engine/solo.py); a seeded reply never does: MTP's acceptance draws from MLX's
             # global key, so the reply would depend on whether it was alone
             mtp=MTPMode.OFF if request.sampling.seed is not None else self.options.session.mtp,
-            kv=kv_quantization(m, self.options.session),  # --kv-bits quantizes it, alone and batched (engine/upstream.py)
+            kv=kv_quantization(m, self.options.session),  # --kv-bits quantizes it, alone and batched (core/upstream.py)
             mtp_policy=self.mtp_policy_for(m),
             prefill_step=self.options.session.prefill_step_size,
             runs_on=pictures.model if pictures is not None else None,
