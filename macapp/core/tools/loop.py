@@ -322,4 +322,5 @@ class ToolLoop:
         stats = dataclasses.replace(
             last.stats, prompt_tokens=turn.prompt_tokens, generation_tokens=turn.generation_tokens, reasoning_tokens=turn.reasoning_tokens
         )
-        return dataclasses.replace(last, text="".join(turn.text), reasoning="".join(turn.reasoning), stats=stats, kept=True)
+        # no cache_tokens: they are the last round's, and the history keeps the rounds as text (tools.rounds)
+        return dataclasses.replace(last, text="".join(turn.text), reasoning="".join(turn.reasoning), stats=stats, kept=True, cache_tokens=[])
