@@ -83,6 +83,7 @@ def test_a_reopened_tool_turn_feeds_the_model_the_same_prompt(engine, host, stor
     saved = store.get_conversation(turn.conversation.conversation_id)
     reopened = saved.chat_messages(include_system=False)
     held = [m for m in live.messages if m["role"] != "system"]
+    assert saved.messages[1].cache_tokens == ()  # a turn of several rounds: read again as its rounds' text
     # the rounds as the session held them: the call as the model wrote it, its result, then the answer
     assert [(m["role"], m["content"]) for m in reopened] == [(m["role"], m["content"]) for m in held]
     assert [m["role"] for m in reopened] == ["user", "assistant", "user", "assistant"] and "<tool_call>" in reopened[1]["content"]
