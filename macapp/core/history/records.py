@@ -126,10 +126,10 @@ class Conversation:
         """The conversation in the engine's message shape, to reopen it: `engine.new_session(messages=...)`.
 
         {role, content}; replies also carry reasoning, thinking, finish_reason and, when saved, cache_tokens, like
-        ChatSession.messages; a
-        message with pictures carries them under "images" (read back from the pictures folder by the store's
-        PictureFiles; a missing file is left out, the text stays; a store opened without PictureFiles gives none).
-        A reply with tool calls comes back as its rounds (tools.rounds.session_rounds), as the session held it.
+        ChatSession.messages; a message with pictures carries them under "images" (read back from the pictures folder
+        by the store's PictureFiles; a missing file is left out, the text stays; a store opened without PictureFiles
+        gives none). A reply with tool calls comes back as its rounds (tools.rounds.session_rounds), as the session
+        held it (their text: no cache_tokens).
         """
         out: list[dict[str, object]] = []
         if include_system and self.system_prompt:

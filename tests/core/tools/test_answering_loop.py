@@ -101,6 +101,8 @@ def test_a_reopened_tool_turn_feeds_the_model_the_same_prompt(engine, host, stor
     assert isinstance(final, Finished) and final.reply.text == AFTER_TOOL_TEXT  # the result is in its prompt: no new call
     prompt = tokenizer.decode(again.session.tokens)
     assert prompt.count(f"<tool_response>\n{RESULT}\n</tool_response>") == 1 and prompt.count("<tool_call>\n<function=get_weather>") == 1
+    answered = store.get_conversation(saved.id).messages[-1]  # a turn of one round keeps its tokens, as without tools
+    assert answered.cache_tokens and list(answered.cache_tokens) == again.session.messages[-1]["cache_tokens"]
     # a regenerate answers the user's own message again (the rounds folded), calling the tool anew
     redo = conv.start(TurnKind.REGENERATE, thinking=thinking, sampling=greedy(200))
     assert isinstance(redo.wait(TIMEOUT), Finished)
