@@ -4,6 +4,7 @@ restart) starts from the disk's positions, its cache the one a whole read gives.
 
 from __future__ import annotations
 
+import logging
 import threading
 
 import pytest
@@ -94,11 +95,12 @@ def _recorded(recorder, session, text, **options):
     return turn.outcome.reply
 
 
-def test_a_conversation_reopened_after_a_restart_reads_only_its_new_message(shelved, tmp_path):
+def test_a_conversation_reopened_after_a_restart_reads_only_its_new_message(shelved, tmp_path, caplog):
     """Three turns with thinking on (the second's reasoning cut by a budget, the third's closed by the prompt), saved
     in the history; after a restart the conversation, reopened from its messages or from the history (as the
     window and `chat --resume` reopen it), finds the position its session left after the last reply and reads only
     the new message: its reply and its cache are the still-open session's own for the same message."""
+    caplog.set_level(logging.INFO, logger="macapp.core.engine.session")
     e, store = shelved()
     history = Store.open(tmp_path / "history.sqlite3")
     recorder = ChatRecorder(history, model="tiny", system_prompt="sys")
@@ -123,6 +125,8 @@ def test_a_conversation_reopened_after_a_restart_reads_only_its_new_message(shel
         assert reply.stats.prompt_tokens == reference.stats.prompt_tokens == new_message, way
         assert reply.token_ids == reference.token_ids and reply.text == ANSWER and reopened.tokens == live.tokens, way
         assert reply.stats.context_tokens == reference.stats.context_tokens and cache_error(again, reopened) < EXACT, way
+        held = reply.stats.context_tokens - reply.stats.prompt_tokens - reply.stats.generation_tokens
+        assert f"reuses {held} of its {held + new_message} prompt tokens from disk" in caplog.text, way  # the log says so
     history.close()
 
 
