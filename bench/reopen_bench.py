@@ -24,6 +24,10 @@ import sys
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from macapp.core.events import Reply
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -35,7 +39,7 @@ def user_message(turn: int) -> str:
     return f"Question {turn}: " + " ".join(f"point {turn}.{i} on rivers and lakes;" for i in range(10))
 
 
-def measure(model: Path, turns: int, reply: int, work: Path) -> dict[str, object]:
+def measure(model: Path, turns: int, reply: int, work: Path) -> tuple[int, dict[str, "Reply"]]:
     from macapp.core.engine import Engine
     from macapp.core.events import TurnKind
     from macapp.core.history import Store
@@ -64,7 +68,7 @@ def measure(model: Path, turns: int, reply: int, work: Path) -> dict[str, object
             turn.feed(event)
     assert disk is not None
     disk.flush()
-    rows: dict[str, object] = {"context": len(session.tokens)}
+    context, rows = len(session.tokens), {}
     live.close()
     disk.close()
     saved = history.get_conversation(recorder.conversation_id)
@@ -84,7 +88,7 @@ def measure(model: Path, turns: int, reply: int, work: Path) -> dict[str, object
             e.close()
             if store is not None:
                 store.close()
-    return rows
+    return context, rows
 
 
 def main() -> int:
@@ -102,19 +106,19 @@ def main() -> int:
             from macapp.core.demo.tiny_model import make_tiny_model
 
             model = make_tiny_model(work / "tiny-qwen3.5-moe", "moe")
-        got = measure(model, args.turns, args.reply, work)
+        context, got = measure(model, args.turns, args.reply, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     print(f"## A saved conversation reopened after a restart (bench/reopen_bench.py) — {stamp}, {platform.machine()} {platform.system()}")
     print(f"\n{model.name}, MLX {mx.__version__}, {mx.default_device()}: {args.turns} exchanges with thinking on, replies of {args.reply} tokens,")
-    print(f"{got['context']:,} tokens in the session's cache; the reopened conversation's next message:\n")
+    print(f"{context:,} tokens in the session's cache; the reopened conversation's next message:\n")
     print("| reopened from the history | prompt tokens read | first token |")
     print("|---|---|---|")
     for name in ("saved tokens", "text only", "no disk store"):
-        stats = got[name].stats  # type: ignore[attr-defined]
+        stats = got[name].stats
         print(f"| {name} | {stats.prompt_tokens:,} | {stats.ttft_s:.2f} s |")
-    same = got["saved tokens"].token_ids == got["no disk store"].token_ids  # type: ignore[attr-defined]
+    same = got["saved tokens"].token_ids == got["no disk store"].token_ids
     print(f"\nThe same reply from the disk's position as from a whole read: {same}.")
     return 0
 
