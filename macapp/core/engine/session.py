@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
@@ -33,6 +34,8 @@ if TYPE_CHECKING:
     from macapp.core.engine.batch import BatchLoop
     from macapp.core.vision.runner import EncodedTurn
 
+
+log = logging.getLogger(__name__)
 
 Turn = Callable[[Job], BatchedSequence | None]  # a turn's work, when the batch loop takes it: the Sequence it reads
 
@@ -384,8 +387,10 @@ class ChatSession:
 
     def _warm_start(self, m: LoadedModel, plan: TurnPlan) -> TurnPlan:
         """A conversation without a cache yet (reopened, after a restart too) starts from the longest position of its
-        prompt on the engine's shelf (the disk), and reads only the rest. Its prefix is then counted from there
-        (an edit goes back to the turn's start), or None when the position is past it (an edit reads it all)."""
+        prompt on the engine's shelf (the disk), and reads only the rest: its prompt is the tokens its session held
+        (turns.replay), so the position that session left after its last reply matches. Its prefix is then counted
+        from there (an edit goes back to the turn's start), or None when the position is past it (an edit reads it
+        all)."""
         if self._prompt is not None or plan.rereads or plan.restore is not None or plan.images:
             return plan
         shelf = self._shelf_for(m)
@@ -394,6 +399,7 @@ class ChatSession:
             return plan
         self._prompt = PromptCache.restore(found)
         n = found.length
+        log.info("prompt cache: a conversation without a cache reuses %d of its %d prompt tokens from disk", n, len(plan.prompt))
         prefix = plan.prefix[n:] if plan.prefix is not None and n <= len(plan.prefix) else None
         return dataclasses.replace(plan, prompt=plan.prompt[n:], prefix=prefix)
 
@@ -468,15 +474,17 @@ class ChatSession:
         """The reply is in the cache: account for its tokens, and know how the next turn closes it."""
         reply = streamed.reply
         self._live.extend(streamed.tokens_added)
-        last = self.tokens[-1] if self.tokens else None
-        if last is not None and last == m.im_end_id:
-            self._close_text = "\n"
-        elif streamed.still_reasoning:
-            self._close_text = "\n</think>\n\n<|im_end|>\n"
-        else:
-            self._close_text = "<|im_end|>\n"
+        self._close_text = turns.close_text(self.tokens[-1] if self.tokens else None, m.im_end_id, streamed.still_reasoning)
+        reply.cache_tokens = turns.held_tokens(m.tokenizer, plan.mode, streamed.tokens_added)  # a reopening reads them again
         self._messages.append(
-            {"role": "assistant", "content": reply.text, "reasoning": reply.reasoning, "thinking": plan.mode.thinking, "finish_reason": reply.finish_reason}
+            {
+                "role": "assistant",
+                "content": reply.text,
+                "reasoning": reply.reasoning,
+                "thinking": plan.mode.thinking,
+                "finish_reason": reply.finish_reason,
+                "cache_tokens": reply.cache_tokens,
+            }
         )
         self.last_reply = reply
         self._shelve()

@@ -9,6 +9,7 @@ import pytest
 
 from macapp.core.engine import Engine, SessionOptions
 from macapp.core.engine.options import MTPMode
+from macapp.core.engine.turns import replay
 from macapp.core.events import AnswerDelta
 from macapp.core.sampling import greedy
 from macapp.core.serving.requests import ChatMessage, Completed, Role
@@ -32,6 +33,8 @@ def conversation(session, engine) -> list:
     ):
         reply = job().result(TIMEOUT)
         out.append((reply.text, reply.reasoning, reply.finish_reason, list(session.tokens)))
+        # the conversation read again (a reopening) is the cache, token for token: each reply in its cache_tokens
+        assert replay(engine.model.tokenizer, None, session.messages)[0] == session.tokens
     return out
 
 
