@@ -9,7 +9,7 @@ window's ChatController wires a turn's events to widgets, `qwen-desk chat` to pr
     turn.outcome                                    # the recorder's TurnOutcome (None when nothing is recorded)
 
 Where the work runs. `start` only submits the session's job (nothing blocks the caller's thread). The job's
-events go, on the thread that emits them (the engine's worker, or the batch loop while the local API serves), to
+events go, on the thread that emits them (the engine's worker, running the batch loop), to
 this conversation's recording thread, which handles them one at a time, in the job's order:
 - first of all, at once, the turn's start is committed (a send's message, its pictures saved as PNG and fsynced:
   ChatRecorder.begin), even while the engine is still busy with other work;
