@@ -60,6 +60,8 @@ from macapp.core.cache_layers import CacheLayers
 if TYPE_CHECKING:
     import mlx.core as mx
     import mlx.nn as nn
+    import numpy as np
+    from mlx_lm.models.base import BaseModelArgs
     from mlx_lm.generate import BatchGenerator
     from mlx_lm.models.cache import QuantizedKVCache
     from mlx_vlm.models.cache import BatchQuantizedKVCache
@@ -163,7 +165,7 @@ def sampled_not_read(gen: "BatchGenerator", uid: int) -> int | None:
     return int(cast(int, sampled[uids.index(uid)].item()))  # a token id (mlx types item() as any scalar)
 
 
-def text_model_classes(config: Mapping[str, object]) -> tuple[Callable[..., nn.Module], Any]:
+def text_model_classes(config: Mapping[str, object]) -> tuple[Callable[..., nn.Module], type[BaseModelArgs]]:
     """mlx-lm's (Model, ModelArgs) classes for a model's config.json, as its `load` picks them (ModelArgs: a dataclass
     with `from_dict`, untyped upstream)."""
     from mlx_lm.utils import _get_classes
@@ -201,10 +203,10 @@ class QwenVLVideo:
     """mlx-vlm's Qwen-VL video steps (private, untyped upstream): see vision/mlx_frames.py for their use."""
 
     video_kwargs: Callable[..., Any]  # (folder, default_patch_size=) -> the video processor's keyword arguments
-    smart_resize: Callable[..., Any]  # (num_frames=, height=, width=, temporal_factor=, factor=, min_pixels=, max_pixels=) -> (h, w)
-    resize_frames: Callable[..., Any]  # ((T, C, H, W) uint8 array, height, width) -> (T, C, height, width)
-    group_timestamps: Callable[..., Any]  # (groups, temporal_patch_size, fps, metadata) -> seconds per group
-    timestamped_placeholder: Callable[..., Any]  # (seconds, tokens_per_group, start, end) -> text with <|placeholder|>
+    smart_resize: Callable[..., tuple[int, int]]  # (num_frames=, height=, width=, temporal_factor=, factor=, min_pixels=, max_pixels=) -> (h, w)
+    resize_frames: Callable[..., np.ndarray]  # ((T, C, H, W) uint8 array, height, width) -> (T, C, height, width)
+    group_timestamps: Callable[..., list[float]]  # (groups, temporal_patch_size, fps, metadata) -> seconds per group
+    timestamped_placeholder: Callable[..., str]  # (seconds, tokens_per_group, start, end) -> text with <|placeholder|>
 
 
 @functools.cache

@@ -178,8 +178,7 @@ class BatchLoop:
         except Exception as exc:  # an MLX error mid-step: every sequence in the batch ends with it
             log.exception("the batch failed")
             for seq in active.values():
-                seq.job.emit(_failure(exc))
-                _done(seq, None, None)
+                _failed(seq, exc)
             active.clear()
         finally:
             self.active = 0
@@ -228,8 +227,7 @@ class BatchLoop:
             outcome = run()
         except Exception as exc:  # an MLX error: this sequence ends with it
             log.exception("the lone sequence failed")
-            seq.job.emit(_failure(exc))
-            _done(seq, None, None)
+            _failed(seq, exc)
             return
         finally:
             self.steps += solo.steps
@@ -350,6 +348,14 @@ def _done(seq: Sequence, streamed: StreamedReply | None, cache: CacheLayers | No
         seq.on_done(streamed, cache, head)
     finally:
         seq.job.settle()
+
+
+def _failed(seq: Sequence, exc: Exception) -> None:
+    seq.job.emit(_failure(exc))
+    try:
+        seq.on_failed()
+    finally:
+        _done(seq, None, None)
 
 
 def _failure(exc: Exception) -> Failed:

@@ -58,6 +58,7 @@ class Sequence:
     # sequence read with it to the end: solo.py) once it ended; None: stopped or failed while reading.
     # The loop settles the job after it.
     on_done: Callable[[StreamedReply | None, CacheLayers | None, HeadContext | None], None] = lambda _reply, _cache, _head: None
+    on_failed: Callable[[], None] = lambda: None  # an error ended it (its cache is in an unknown state); on_done follows
     keep_cache: bool = False  # hand the sequence's cache to on_done (a chat session goes on from it)
     mtp: MTPMode = MTPMode.OFF  # the MTP head drafts while the sequence is alone (solo.py); the batch decodes plain
     mtp_policy: DepthPolicy | None = None  # the conversation's measurements (None: a fresh one)

@@ -63,6 +63,7 @@ class _Read:
     saved: SavedPosition | None = None  # a detached position there (with a shelf, or from the batch's copy), with the
     # MTP head's context there where the prompt was read with it
     undone: bool = False  # a stop while reading already answered the turn (Job.stop's early Finished)
+    failed: bool = False  # an error ended it (its Failed is out)
 
 
 class ChatSession:
@@ -316,7 +317,15 @@ class ChatSession:
                 read.saved = end.save()  # a reopened conversation's prompt starts the same (shelved at the end)
             read.undone = plan.undo_on_stop and job.disarm_early_reply()
 
+        def on_failed() -> None:
+            read.failed = True
+
         def on_done(streamed: StreamedReply | None, cache: CacheLayers | None, context: HeadContext | None) -> None:
+            if read.failed:  # the cache is in an unknown state: the next send re-reads the conversation
+                self.forget_cache()
+                self._model = m
+                self._messages.append(self._user_message(plan))
+                return
             if streamed is None or read.undone or cache is None:
                 self._undo(m, plan, turn_start, previous)
                 stopped.reply.stats.elapsed_s = clock.elapsed()
@@ -368,6 +377,7 @@ class ChatSession:
             reply=reply,
             on_segment=on_segment,
             on_done=on_done,
+            on_failed=on_failed,
             keep_cache=True,
             mtp=self.options.mtp,
             kv=limits.kv_quantization(m, self.options),  # unlike the batch's: it runs alone (batch.py)

@@ -32,7 +32,7 @@ from macapp.core.engine.reply import Next
 from macapp.core.engine.mtp_decode import Decoder
 from macapp.core.engine.mtp_policy import DepthPolicy
 from macapp.core.engine.positions import SavedPosition, mark, save
-from macapp.core.engine.prefill import prefill
+from macapp.core.engine.prefill import prefill, wired_memory
 from macapp.core.engine.prompt_cache import PromptCache
 from macapp.core.engine.reply import StreamedReply, drafting, head_context, pick_policy
 from macapp.core.upstream import quantized_layers
@@ -74,9 +74,8 @@ class SoloRun:
 
         self.m, self.seq, self.prefill_step = seq.runs_on or m, seq, seq.prefill_step
         own = PromptCache(at.layers, list(at.tokens)) if at is not None else seq.prompt  # read in place
-        if seq.kv.bits is not None:  # quantized as the batch's would be, so alone and beside others read the same
-            own.layers[:] = quantized_layers(own.layers, seq.kv)  # the same list: a mirrored cache stays one
         self.layers = own.layers
+        self.quantize = seq.kv.bits is not None  # until done: once the cache holds --quantized-kv-start tokens
         # what the logits processors see (a picture's tokens are held as its digest: its image token stands for it)
         pad = int(cast(int, m.config.get("image_token_id", 0)))
         self.tokens: list[int] = [t if isinstance(t, int) else pad for t in own.tokens]
@@ -84,6 +83,7 @@ class SoloRun:
         self.context = TokenBuffer(self.tokens) if seq.processors else None
         self.eos = set(m.tokenizer.eos_token_ids)
         self.steps = 0  # forward passes
+        self._quantize_at(len(self.tokens))
         self.policy = pick_policy(self.m, self.layers, seq.kv, seq.mtp, seq.mtp_policy)  # no MTP on a quantized cache
         # the MTP head's context (mtp_context.py), fed as the prompt is read, when this sequence drafts
         self.head = head_context(self.m, own, self.policy)
@@ -276,11 +276,19 @@ class SoloRun:
             return "length"
         return None
 
+    def _quantize_at(self, held: int) -> None:
+        """Quantize the KV layers once they hold the sequence's `start` tokens, as the batch's are (upstream.py), so
+        alone and beside others read the same; in place, so a mirrored cache stays one list."""
+        if self.quantize and held >= self.seq.kv.start:
+            self.layers[:] = quantized_layers(self.layers, self.seq.kv)
+            self.quantize = False
+
     def _held(self, tokens: list[int]) -> mx.array | None:
         """`tokens` were read into the layers; returns every token they hold, as the logits processors see them."""
         import mlx.core as mx
 
         self.tokens.extend(tokens)
+        self._quantize_at(len(self.tokens))
         if self.context is None:
             return None
         held: mx.array = self.context.update_and_fetch(mx.array(tokens, dtype=mx.int32))
@@ -308,8 +316,6 @@ def run_alone(m: "LoadedModel", seq: "Sequence") -> StreamedReply | None:
     """Run `seq` alone to its end, now, on this thread (the worker: inside Engine.submit work), as the batch loop
     runs a sequence that cannot share the batch; for engine extensions and measurements. The reply (None: stopped
     while reading); the sequence's cache then holds what it read and wrote (`seq.prompt`'s layers)."""
-    from macapp.core.engine.prefill import wired_memory
-
     solo = SoloRun(m, seq)
     with wired_memory(m):
         outcome = solo.run(lambda: False)
