@@ -14,6 +14,12 @@ call.
   `offset`, `left_padding`, `_idx`) and mlx-lm's attention choosing the quantized kernel by `hasattr(cache,
   "bits")`. Breaks as: an insert that raises, or replies that differ batched and alone. Shown by
   tests/core/serving/test_batched.py::test_8_bit_kv_replies_batched_equal_the_same_alone.
+- A sequence after pictures in mlx-lm's batch (`shifted_layers`, ShiftedKV): its rotary positions sit the pictures'
+  delta from its token count. Relied on: mlx-lm's BatchKVCache (and mlx-vlm's BatchQuantizedKVCache) reading
+  `offset` (one entry per sequence) only as the rotary position in Qwen3.5's attention (`rope(x, offset=cache.offset)`),
+  the mask following `_idx` and `left_padding`, and extend/filter carrying the rows. Breaks as: a picture request's
+  reply that differs beside others and alone. Shown by
+  tests/core/vision/test_serving_reuse.py::test_a_picture_request_is_answered_while_a_long_reply_streams.
 - The token mlx-lm's BatchGenerator sampled for a sequence but has not read (`sampled_not_read`): read from
   `BatchGenerator._generation_batch.uids` / `._next_tokens`, private fields with no public call. Needed to take the
   one sequence left in the batch back to the lone executor mid-reply. Breaks as: None here, so the sequence stays
@@ -53,7 +59,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, cast
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence, cast
 
 from macapp.core.cache_layers import CacheLayers
 
@@ -77,20 +83,20 @@ class KVQuantization(Protocol):
     def group_size(self) -> int: ...
 
 
-def _quantized_kv_class() -> type:
-    """BatchableQuantizedKV, made on first use (its bases import MLX)."""
-    global _CLASS
-    if _CLASS is None:
-        _CLASS = _make_class()
-    return _CLASS
+def _classes() -> tuple[type, type]:
+    """(BatchableQuantizedKV, ShiftedKV), made on first use (their bases import MLX)."""
+    global _CLASSES
+    if _CLASSES is None:
+        _CLASSES = _make_classes()
+    return _CLASSES
 
 
-_CLASS: type | None = None
+_CLASSES: tuple[type, type] | None = None
 
 
-def _make_class() -> type:
+def _make_classes() -> tuple[type, type]:
     import mlx.core as mx
-    from mlx_lm.models.cache import QuantizedKVCache
+    from mlx_lm.models.cache import BatchKVCache, KVCache, QuantizedKVCache
     from mlx_vlm.models.cache import BatchQuantizedKVCache
 
     class BatchRows(BatchQuantizedKVCache):
@@ -129,9 +135,30 @@ def _make_class() -> type:
             batch.keys, batch.values = stacked("keys"), stacked("values")  # type: ignore[assignment]  # typed as None
             batch.offset += n
             batch._idx = n
+            _shift_rows(batch, caches)
             return batch
 
-    return BatchableQuantizedKV
+    class ShiftedKV(KVCache):
+        """mlx-lm's KVCache whose sequence's rotary positions sit `rope_shift` from its token count in the batch."""
+
+        rope_shift = 0
+
+        def merge(self, caches: list[KVCache]) -> BatchKVCache:  # type: ignore[override]  # mlx-lm's is a classmethod
+            batch: BatchKVCache = BatchKVCache.merge(caches)
+            _shift_rows(batch, caches)
+            return batch
+
+    return BatchableQuantizedKV, ShiftedKV
+
+
+def _shift_rows(batch: object, caches: Sequence[object]) -> None:
+    """Each merged sequence's rope shift added to its row of the batch cache's `offset`, which mlx-lm's attention reads
+    only as the rotary position (its mask follows `_idx` and `left_padding`); extract, filter and extend carry it."""
+    import mlx.core as mx
+
+    shifts = [int(getattr(c, "rope_shift", 0)) for c in caches]
+    if any(shifts):
+        batch.offset = batch.offset + mx.array(shifts)  # type: ignore[attr-defined]
 
 
 def quantized_layers(layers: CacheLayers, kv: KVQuantization) -> CacheLayers:
@@ -140,7 +167,7 @@ def quantized_layers(layers: CacheLayers, kv: KVQuantization) -> CacheLayers:
     alone or beside others, so both read the same quantized cache."""
     from mlx_lm.models.cache import KVCache, QuantizedKVCache
 
-    cls = _quantized_kv_class()
+    cls = _classes()[0]
     bits = kv.bits or 8
     out: CacheLayers = []
     for layer in layers:
@@ -152,6 +179,28 @@ def quantized_layers(layers: CacheLayers, kv: KVQuantization) -> CacheLayers:
         q = cls(group_size=layer.group_size, bits=layer.bits)
         q.keys, q.values, q.offset = layer.keys, layer.values, layer.offset
         out.append(q)
+    return out
+
+
+def shifted_layers(layers: CacheLayers, shift: int) -> CacheLayers:
+    """`layers` for mlx-lm's batch, their rotary positions `shift` from their token count (a sequence after pictures:
+    mRoPE moved its later text by the pictures' delta, vision.spans; for text, equal t/h/w positions are plain RoPE).
+    Every full-attention layer comes as a ShiftedKV, or keeps its BatchableQuantizedKV class, carrying the shift that
+    its `merge` writes into the batch cache's per-sequence offsets; the arrays are shared, not copied. Only layers that
+    go into the batch: mlx-lm's `extract` gives back plain caches whose offset is their token count."""
+    from mlx_lm.models.cache import KVCache
+
+    quantized, shifted = _classes()
+    out: CacheLayers = []
+    for layer in layers:
+        if isinstance(layer, quantized):
+            setattr(layer, "rope_shift", shift)
+        elif isinstance(layer, KVCache):
+            plain = layer
+            layer = shifted()
+            layer.keys, layer.values, layer.offset = plain.keys, plain.values, plain.offset
+            layer.rope_shift = shift
+        out.append(layer)
     return out
 
 

@@ -44,7 +44,7 @@ from macapp.core.engine.prefill import wired_memory
 from macapp.core.engine.sequence import Sequence, Starter
 from macapp.core.engine.reply import StreamedReply
 from macapp.core.engine.solo import Ended, HandOver, SoloRun
-from macapp.core.upstream import quantized_layers, sampled_not_read
+from macapp.core.upstream import quantized_layers, sampled_not_read, shifted_layers
 from macapp.core.engine.worker import waiting_jobs
 from macapp.core import events as ev
 from macapp.core.engine.errors import EngineError
@@ -194,15 +194,21 @@ class BatchLoop:
             return
         alone = (
             not self.engine.batches
-            or seq.must_run_alone
+            or seq.alone
             or seq.reply.max_tokens() <= 0  # no room for a first token: it ends at once, alone (solo.py)
             or any(other.kv != seq.kv for other in active.values())
         )
-        if alone or (last and not active):
+        if alone or (last and not active) or seq.runs_on is not None:
             self.active = self.peak = max(self.peak, 1)
             self.alone += 1
             solo = SoloRun(m, seq)
-            self._solo(gen, active, seq, solo, lambda: solo.run(_never if alone else self._someone_waits))
+            if alone:
+                waits = _never
+            elif active:  # pictures: read alone (the tower's features), then into the batch at the first token
+                waits = _always
+            else:
+                waits = self._someone_waits
+            self._solo(gen, active, seq, solo, lambda: solo.run(waits))
         else:
             _join(gen, active, seq, seq.segments, seq.prompt.layers, seq.prompt.tokens)
 
@@ -212,7 +218,7 @@ class BatchLoop:
         this mlx-lm's generator does not show the token it sampled for it."""
         ((uid, seq),) = active.items()
         token = sampled_not_read(gen, uid)
-        if token is None or seq.job.stopped:
+        if token is None or seq.job.stopped or seq.runs_on is not None:  # a picture's positioned model may be another's now
             return
         ((layers, tokens),) = gen.remove([uid], return_prompt_caches=True).values()
         del active[uid]
@@ -305,7 +311,7 @@ class BatchLoop:
             (new,) = gen.insert_segments(
                 [[seq.reply.segment]],
                 max_tokens=[seq.reply.max_tokens()],
-                caches=[cache],
+                caches=[shifted_layers(cache, seq.rope_shift)],
                 all_tokens=[list(tokens)],
                 samplers=[seq.sampler],
                 logits_processors=[seq.processors],
@@ -332,6 +338,7 @@ def _join(gen: "BatchGenerator", active: dict[int, Sequence], seq: Sequence, seg
     """Insert `seq` into the batch: `layers` hold `tokens`, `segments` are still to read."""
     if seq.kv.bits is not None:
         layers = quantized_layers(layers, seq.kv)
+    layers = shifted_layers(layers, seq.rope_shift)
     (uid,) = gen.insert_segments(
         [segments],
         max_tokens=[seq.reply.max_tokens()],
@@ -380,6 +387,10 @@ class _CopyEnd:
 
 def _never() -> bool:
     return False
+
+
+def _always() -> bool:
+    return True
 
 
 def _end_unstarted(job: Job) -> None:

@@ -64,12 +64,13 @@ class Sequence:
     mtp_policy: DepthPolicy | None = None  # the conversation's measurements (None: a fresh one)
     kv: KVQuantization = field(default_factory=KVQuantization)  # the batch's (BatchLoop.kv): quantized KV when bits
     prefill_step: int = DEFAULT_PREFILL_STEP  # tokens read per forward pass while alone (the batch has its own)
-    # Pictures (mlx-vlm's positions): the model that reads it (its positioned language model) and the embeddings of
-    # its segments' tokens, in order (the tower's features in place of the image tokens). It then runs alone.
+    # Pictures (mlx-vlm's positions): the model that reads it alone (its positioned language model) and the embeddings
+    # of its segments' tokens, in order (the tower's features in place of the image tokens); beside others it decodes
+    # in mlx-lm's batch, its rotary positions moved by its pictures' delta (rope_shift).
     runs_on: LoadedModel | None = None
     embeddings: mx.array | None = None
     keys: list[int | str] | None = None  # its whole prompt as positions record it (a picture's tokens: its digest)
-    alone: bool = False  # runs alone to its end (pictures; a server that batches nothing), pausing the batch
+    alone: bool = False  # runs alone to its end (a server that batches nothing), pausing the batch
     read: int = 0  # prompt tokens read so far
     joined_at: int = 0  # prompt tokens read before it joined the batch (alone first: solo.py)
     start: int = 0  # tokens the cache held at the start
@@ -84,8 +85,9 @@ class Sequence:
         self.total = at - self.start
 
     @property
-    def must_run_alone(self) -> bool:
-        return self.alone or self.runs_on is not None
+    def rope_shift(self) -> int:
+        """Where its next token's rotary position sits from its token count: its pictures' delta (< 0 after one)."""
+        return sum(span.delta for span in self.prompt.spans)
 
     def tokens_until(self, at: int) -> list[int | str]:
         """The first `at` tokens of the sequence's prompt (those `prompt` holds, then its segments'), as positions

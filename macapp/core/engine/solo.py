@@ -140,7 +140,7 @@ class SoloRun:
         while len(segments) > 1:
             if seq.job.stopped and not seq.reply.started:
                 return None
-            if someone_waits():
+            if seq.embeddings is None and someone_waits():  # the tower's features are read here, never in the batch
                 return HandOver(self.layers, self.tokens, segments)
             segment = segments[0]
             chunk, rest = segment[: self.prefill_step], segment[self.prefill_step :]

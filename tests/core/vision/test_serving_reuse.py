@@ -149,8 +149,9 @@ def test_positions_after_a_checkpoint_are_a_fresh_reads(engine, later_picture):
 
 
 def test_a_picture_request_is_answered_while_a_long_reply_streams(engine, long_reply):
-    """A picture request cannot share mlx-lm's batch (mlx-vlm's positions): it runs alone at once while the long reply
-    waits, instead of waiting for it to end; its answer is the one it gets alone."""
+    """A picture request is read alone at once (the tower's features, mlx-vlm's positions), then decodes in mlx-lm's
+    batch beside the long reply, its rotary positions moved by its picture's delta; its answer is the one it gets
+    alone."""
     import threading
 
     from macapp.core.events import AnswerDelta
@@ -164,9 +165,11 @@ def test_a_picture_request_is_answered_while_a_long_reply_streams(engine, long_r
     streaming = threading.Event()
     long.add_listener(lambda e: streaming.set() if isinstance(e, AnswerDelta) else None)
     assert streaming.wait(TIMEOUT)
+    joined, steps = serving.batch.handed_over, serving.batch.steps
     beside = _run(serving, question)
     assert not long.done  # answered while the long reply was still going, not after it
-    assert beside.text == alone.text and beside.usage.completion_tokens == 24
+    assert serving.batch.handed_over > joined  # read alone, then decoded in mlx-lm's batch beside the long reply
+    assert beside.text == alone.text and beside.usage.completion_tokens == 24  # at its pictures' positions
     long.stop()
     assert isinstance(long.wait(TIMEOUT), Completed)
     serving.close()

@@ -232,3 +232,63 @@ def test_pictures_on_several_macs_are_refused_clearly(engine):
         return True
 
     assert on_worker(engine, attach_on_a_cluster)
+
+
+def _full_attention_keys(session):
+    """The keys of the session's full-attention layers (rotary positions are in them), read on the worker."""
+    import mlx.core as mx
+    import numpy as np
+
+    from tests.core.engine.helpers import on_worker
+
+    def read(_m):
+        layers = [c for c in session.cache if c.is_trimmable()]
+        return [np.array(c.keys[..., : c.offset, :].astype(mx.float32)) for c in layers]
+
+    return on_worker(session.engine, read)
+
+
+def test_a_picture_turn_beside_a_long_api_reply_decodes_in_the_batch_at_its_own_positions(engine, picture, long_reply):
+    """A turn with a picture is read alone (the tower's features), then decodes in mlx-lm's batch beside a long API
+    reply, its rotary positions moved by the picture's delta (core/upstream.py shifted_layers): the same reply and
+    the same cache, keys and all, as the turn alone; the follow-up after it (alone again) too."""
+    import threading
+
+    from macapp.core.events import AnswerDelta
+    from macapp.core.serving.requests import ChatMessage, CompletionRequest, Role
+    from macapp.core.serving.runner import ServingEngine, ServingOptions
+
+    path = picture("beside.png", (128, 96))
+
+    batch = engine.batch_loop()
+    decoding_beside: list[int] = []  # sequences in the loop while the turn's reply streamed
+
+    def conversation(s):
+        job = s.send("What is in this picture?", thinking=THINK, sampling=long_reply, images=[path])
+        job.add_listener(lambda e: decoding_beside.append(batch.active) if isinstance(e, AnswerDelta) else None)
+        return job.result(timeout=TIMEOUT)
+
+    first = engine.new_session()
+    alone = conversation(first)
+    alone_keys = _full_attention_keys(first)
+    decoding_beside.clear()
+    serving = ServingEngine(engine, ServingOptions(pool_bytes=0))
+    vocab = engine.model.tokenizer.get_vocab()
+    endless = greedy(100_000, logit_bias={vocab["<|im_end|>"]: -1e9, vocab["<|endoftext|>"]: -1e9})
+    long = serving.submit(CompletionRequest(messages=(ChatMessage(Role.USER, "Tell me a long story."),), sampling=endless, thinking=False))
+    streaming = threading.Event()
+    long.add_listener(lambda e: streaming.set() if isinstance(e, AnswerDelta) else None)
+    assert streaming.wait(TIMEOUT)
+    second = engine.new_session()
+    try:
+        beside = conversation(second)
+        assert max(decoding_beside) >= 2  # its reply decoded in mlx-lm's batch, beside the long one
+    finally:
+        long.stop()
+        long.wait(TIMEOUT)
+        serving.close()
+    beside_keys = _full_attention_keys(second)  # a job of the worker: after the long reply (the batch finishes first)
+    assert beside.token_ids == alone.token_ids and beside.stats.image_tokens == alone.stats.image_tokens
+    assert len(beside_keys) == len(alone_keys) > 0
+    for got, want in zip(beside_keys, alone_keys):
+        assert got.shape == want.shape and abs(got - want).max() < 1e-4
