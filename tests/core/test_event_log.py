@@ -30,7 +30,7 @@ def test_a_blocked_reader_gets_every_event_appended_from_another_thread():
         log.add(Failed("end", "x"))
 
     threading.Thread(target=produce).start()
-    got = list(log.events(timeout=5))
+    got = list(log.events(timeout=60))
     assert got == [*pieces, Failed("end", "x")]
 
 

@@ -97,9 +97,9 @@ def test_generation_is_fast_and_offline(tmp_path, monkeypatch):
     import time
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    start = time.perf_counter()
+    start = time.process_time()  # this process's CPU time: another suite on the same cores does not count
     path = make_tiny_model(tmp_path / "dense8", kind="dense", bits=8)
-    assert time.perf_counter() - start < 10  # generous: about a second on 2 shared cores
+    assert time.process_time() - start < 10  # generous: about a second
     model, tokenizer = mlx_lm.load(str(path))
     assert mlx_lm.generate(model, tokenizer, _prompt(tokenizer, False), max_tokens=40) == PLAIN_REPLY
 
