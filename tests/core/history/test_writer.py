@@ -110,6 +110,7 @@ def test_concurrent_reads_from_another_connection_while_streaming(tmp_path):
     threads = [threading.Thread(target=reader, args=(lengths,)) for lengths in seen]
     for t in threads:
         t.start()
+
     def readers_read_again() -> None:  # each reader reads at least once more: reads and writes interleave
         counts = [len(lengths) for lengths in seen]
         deadline = time.monotonic() + 60
