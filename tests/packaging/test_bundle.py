@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import ast
-import hashlib
-import json
 import os
 import plistlib
 import subprocess
 import sys
-from importlib import metadata
 from pathlib import Path
 
 import pytest
 from PIL import Image
 
 import macapp
+from tests.packaging import bundle_cache
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -256,71 +254,32 @@ def test_dmg_off_macos_says_why_and_builds_nothing(tmp_path):
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only: the one-folder bundle")
 
 
-BUNDLE_SOURCES = ("macapp", "resources", "packaging", "pyproject.toml", "setup.py")
-
-
-def bundle_inputs(root: Path = ROOT) -> str:
-    """A digest of what the bundle is built from: every file the spec can pack or read under `root` (compiled
-    caches aside), and the Python and installed distributions (name and version) it packs them with."""
-    digest = hashlib.sha256(f"{sys.executable}\n{sys.version}\n".encode())
-    for line in sorted({f"{dist.metadata['Name']}=={dist.version}" for dist in metadata.distributions()}):
-        digest.update(line.encode() + b"\n")
-    for name in BUNDLE_SOURCES:
-        top = root / name
-        files = sorted(p for p in top.rglob("*") if p.is_file() and "__pycache__" not in p.parts) if top.is_dir() else [top]
-        for file in files:
-            digest.update(file.relative_to(root).as_posix().encode() + b"\0" + hashlib.sha256(file.read_bytes()).digest())
-    return digest.hexdigest()
-
-
-def bundle_files(bundle: Path) -> str:
-    """A digest of the bundle's files (names and sizes): a reused bundle is the one that was built, nothing added."""
-    listing = sorted((p.relative_to(bundle).as_posix(), p.lstat().st_size) for p in bundle.rglob("*")) if bundle.is_dir() else []
-    return hashlib.sha256(json.dumps(listing).encode()).hexdigest()
-
-
 def test_the_bundles_inputs_change_with_any_source_file_and_not_with_compiled_caches(tmp_path):
-    for name in BUNDLE_SOURCES[:3]:
+    for name in bundle_cache.SOURCES[:3]:
         (tmp_path / name / "__pycache__").mkdir(parents=True)
         (tmp_path / name / "a.py").write_text("x = 1\n")
-    for name in BUNDLE_SOURCES[3:]:
+    for name in bundle_cache.SOURCES[3:]:
         (tmp_path / name).write_text("[project]\n")
-    first = bundle_inputs(tmp_path)
+    first = bundle_cache.inputs(tmp_path)
     (tmp_path / "macapp" / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"compiled")
-    assert bundle_inputs(tmp_path) == first
+    assert bundle_cache.inputs(tmp_path) == first
     (tmp_path / "resources" / "a.py").write_text("x = 2\n")
-    assert bundle_inputs(tmp_path) != first
+    assert bundle_cache.inputs(tmp_path) != first
 
 
 @pytest.fixture(scope="module")
 def linux_bundle():
-    """Build the one-folder bundle with the real spec (about two minutes on 2 cores), once for this module, and
-    again in a later run only if something it is built from changed (bundle_inputs; the build took 90 s even when
-    PyInstaller found nothing changed).
-
-    Into build/ (ignored by git), not pytest's temp folder: other pytest runs on a shared machine prune
-    old temp folders, and PyInstaller reuses its work folder when nothing changed.
-    """
-    out = ROOT / "build" / "test-bundle"
-    dist, work, stamp = out / "dist", out / "work", out / "built-from.json"
-    bundle, built_from = dist / "qwen-desk", {"inputs": bundle_inputs()}
-    if stamp.exists() and json.loads(stamp.read_text()) == {**built_from, "files": bundle_files(bundle)}:
-        return bundle
-    stamp.unlink(missing_ok=True)
-    result = subprocess.run(
-        ["nice", "-n", "10", sys.executable, str(ROOT / "packaging" / "build.py"), "--dist", str(dist), "--work", str(work)],
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    stamp.write_text(json.dumps({**built_from, "files": bundle_files(bundle)}))
-    return bundle
+    """The one-folder bundle built with the real spec from what is here now (tests/packaging/bundle_cache.py: built
+    once, kept while nothing it is built from changes; `make test` starts its build beside the linters)."""
+    try:
+        return bundle_cache.ensure()
+    except bundle_cache.BuildFailed as exc:
+        pytest.fail(f"packaging/build.py failed:\n{exc}")
 
 
 def _pyz_toc() -> list[tuple]:
     """The modules the bundle's archive holds, as PyInstaller listed them in its work folder (linux_bundle's)."""
-    return ast.literal_eval((ROOT / "build" / "test-bundle" / "work" / "qwen_desk" / "PYZ-00.toc").read_text())[-1]
+    return ast.literal_eval((bundle_cache.WORK / "qwen_desk" / "PYZ-00.toc").read_text())[-1]
 
 
 @linux_only
