@@ -28,6 +28,12 @@ os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="qwen-desk-tests-hf-")
 atexit.register(shutil.rmtree, os.environ["HF_HOME"], ignore_errors=True)  # this process's own: nothing left in /tmp
 import huggingface_hub.constants  # noqa: E402,F401  fix its import-time constants now (the app reads HF_* at call time)
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Hypothesis times how fast its examples are generated and fails a test whose generation is slow: on 2 cores shared
+# with another suite that says nothing about the code. The tests set deadline=None themselves.
+settings.register_profile("shared-cores", suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("shared-cores")
 
 pytest_plugins = [
     "tests.fixtures.models",
