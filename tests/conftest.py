@@ -57,25 +57,26 @@ def _isolated_home(tmp_path_factory, monkeypatch):
 # loadfile --no-loadscope-reorder`, whose two workers take whole files in this order, so the long ones run side by
 # side from the start and the short ones even out the end (a long file started last runs alone while the other worker
 # idles; pytest-xdist's own order, by number of tests, put the bundle 19th and the agents' replays near the end).
-# Seconds: each file alone (-n 0), niced, on the 2-core VM beside other work (testtime branch, 2026-12-06).
+# Seconds: each file alone (-n 0), niced, on the 2-core VM beside other work (testtime branch, 2026-12-06); a file
+# that takes more than about 15 s alone belongs here.
 LONGEST_FIRST = (
-    "tests/packaging/test_bundle.py",  # 155 from a fresh clone (its bundle build 124); 9 when the bundle is reused
-    "tests/cli/test_chat_cluster.py",  # 70
-    "tests/core/cluster/test_launch.py",  # 55
-    "tests/server/test_anthropic_clients.py",  # 44
-    "tests/cli/test_serve_cluster.py",  # 40
+    "tests/packaging/test_bundle.py",  # 155 from a fresh clone (its bundle build 124, started by make test); 9 reused
+    "tests/core/cluster/test_launch.py",  # 50
+    "tests/cli/test_chat_cluster.py",  # 45
+    "tests/server/test_anthropic_clients.py",  # 40
     "tests/ui/test_library.py",  # 36
-    "tests/ui/test_tools_window.py",  # 35
-    "tests/server/test_claude_code_requests.py",  # 33
     "tests/ui/test_chat.py",  # 33
-    "tests/core/download/test_manager.py",  # 32
-    "tests/core/test_long_context_reference.py",  # 31
-    "tests/core/cluster/test_lockstep.py",  # 28
+    "tests/server/test_claude_code_requests.py",  # 29
     "tests/server/test_bad_input_http.py",  # 27
     "tests/core/tools/test_loop.py",  # 25
-    "tests/cli/test_prompt_cache_cli.py",  # 25
-    "tests/server/test_qwen_code_requests.py",  # 23
     "tests/core/test_long_context.py",  # 22
+    "tests/cli/test_prompt_cache_cli.py",  # 21
+    "tests/server/test_qwen_code_requests.py",  # 20
+    "tests/core/cluster/test_lockstep.py",  # 19
+    "tests/cli/test_serve_cluster.py",  # 15
+    "tests/core/download/test_manager.py",  # 15
+    "tests/core/test_long_context_reference.py",  # 14
+    "tests/ui/test_tools_window.py",  # 14
 )
 
 
