@@ -1,12 +1,13 @@
-"""One request alone: decode speed through the batch vs the one-at-a-time path, same engine, same run (by hand).
+"""One request alone: decode speed through the batch loop vs a server with batching off, same engine, same run (by hand).
 
     .venv/bin/python bench/batch_solo.py [--model PATH] [--tokens 256] [--repeat 7]
     .venv/bin/python bench/batch_solo.py --mtp right|random [--layers 32]   # + the lone request drafting with MTP
     .venv/bin/python bench/batch_solo.py --companion 16 [--mtp right]   # + a short request sharing the batch at first
 
-Issue 18's target: batching must not slow a single client (>= 0.97x of the path it replaced). Both paths are
-kept in the runner (`ServingOptions(batching=False)` is the one-at-a-time path, mlx-lm's stream_generate), so
-they are compared in one process, interleaved, greedy, end-of-turn tokens banned so every reply is `--tokens`
+Issue 18's target: batching must not slow a single client (>= 0.97x). Since issue 30 both run the same lone
+executor (engine/solo.py; `ServingOptions(batching=False)` runs every request alone, never in mlx-lm's batch), so this
+checks that the loop's admission costs nothing; the lone executor against raw mlx-lm is bench/engine_bench.py. They are
+compared in one process, interleaved, greedy, end-of-turn tokens banned so every reply is `--tokens`
 long. Decode tok/s is the engine's own figure (tokens after the first over the time after the first).
 A request alone in the batch runs outside mlx-lm's generator (core/engine/solo.py) until another arrives.
 With `--mtp` the tiny model gets an MTP head (always right, or random: macapp/core/demo/tiny_model.py, as

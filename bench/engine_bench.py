@@ -222,7 +222,7 @@ def multi_turn(engine: Engine, turns: int, reply_tokens: int, reps: int) -> tupl
         for t in range(1, turns + 1):
             reply = s.send(user_message(t), thinking=False, sampling=params).result()
             per_turn[t].append((reply.stats.prompt_tokens, reply.stats.ttft_s, reply.stats.context_tokens))
-        # the same last turn read afresh: the conversation so far through the template, then the question
+        # the same last turn read afresh: the conversation so far as the session held it (turns.replay), then the question
         history = s.messages[:-2]
         fresh = engine.new_session(messages=history)
         reread = fresh.send(user_message(turns), thinking=False, sampling=params).result()

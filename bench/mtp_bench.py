@@ -14,7 +14,7 @@ tests' 64 x 4 the head's layer is a quarter of the model.
 
 Each model is calibrated first, as `Engine.load` does in "auto" (mtp_calibration.py, in a fresh app home so no
 remembered verdict is used): the time it took and the verdict are printed. Each reply goes through the engine's
-own stream_reply (greedy, thinking on, eos banned so every reply runs to --tokens) in a fresh cache after one
+own lone executor (engine/solo.py run_alone: greedy, thinking on, eos banned so every reply runs to --tokens) in a fresh cache after one
 of three prompts, with a fresh DepthPolicy (a new conversation: the worst case for probing), and the head's
 context fed while reading the prompt where the reply may draft, as a chat session does. Modes, interleaved
 round by round so they see the same machine load: off; "auto, no verdict" (auto as before the calibration:
@@ -63,7 +63,7 @@ class Runs:
 
 
 def one_reply(m, mode: str, tokens: int, prompt: str, prompt_repeat: int = 1):
-    """One greedy reply after `prompt` (repeated) through prefill and stream_reply, with the head's context where MTP
+    """One greedy reply after `prompt` (repeated) through prefill and the lone executor (engine/solo.py), with the head's context where MTP
     may draft, as a chat session runs it; (reply, policy, seconds reading the prompt)."""
     import time
 
@@ -72,8 +72,9 @@ def one_reply(m, mode: str, tokens: int, prompt: str, prompt_repeat: int = 1):
     from macapp.core.engine.options import KVQuantization, MTPMode
     from macapp.core.engine.prefill import prefill, wired_memory
     from macapp.core.engine.prompt_cache import PromptCache
-    from macapp.core.engine.reply import head_context, pick_policy, stream_reply
-    from macapp.core.sampling import greedy
+    from macapp.core.engine import Job, Limits, Sequence, SequenceReply, run_alone
+    from macapp.core.engine.reply import head_context, pick_policy
+    from macapp.core.sampling import greedy, make_sampler_and_processors
 
     vocab = m.tokenizer.get_vocab()
     params = greedy(tokens, logit_bias={vocab["<|im_end|>"]: -1e9, vocab["<|endoftext|>"]: -1e9})
@@ -93,20 +94,22 @@ def one_reply(m, mode: str, tokens: int, prompt: str, prompt_repeat: int = 1):
             start = time.perf_counter()
             prefill(m, cache.layers, ids[:-1], head=context)
             read_s = time.perf_counter() - start
-            streamed = stream_reply(
+            sampler, processors = make_sampler_and_processors(params)
+            cache.extend(ids[:-1])
+            reply = SequenceReply(
                 m,
-                cache.layers,
-                ids[-1:],
-                cached=len(ids) - 1,
-                limit=len(ids) + tokens + 8,
+                limits=Limits(cached=len(ids) - 1, limit=len(ids) + tokens + 8),
+                segment=ids[-1:],
                 params=params,
                 thinking=True,
+                budget=None,
+                should_stop=lambda: False,
                 emit=lambda _e: None,
                 clock=clock,
-                mtp=mtp,
-                mtp_policy=policy,
-                mtp_context=context,
             )
+            seq = Sequence(job=Job("bench"), prompt=cache, segments=[ids[-1:]], sampler=sampler, processors=processors, reply=reply, mtp=mtp, mtp_policy=policy)
+            streamed = run_alone(m, seq)
+            assert streamed is not None
     finally:
         if m.mtp_head is not None:
             m.mtp_head.verdict = verdict

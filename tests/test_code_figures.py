@@ -15,7 +15,7 @@ PARTS = ("core", "server", "cli", "ui", "devtools")
 # ceilings: (Any names, function-level imports of macapp modules), per part of macapp. When #23 was filed the whole
 # of macapp had about 540 and 145; the pass left these (2026-12-02).
 CEILINGS = {
-    "core": (22, 1),
+    "core": (23, 1),  # +1 (2026-12-06): mlx-vlm's untyped video processor keyword arguments, in core/upstream.py
     "server": (0, 0),
     "cli": (0, 4),
     "ui": (0, 2),

@@ -9,7 +9,7 @@ window's ChatController wires a turn's events to widgets, `qwen-desk chat` to pr
     turn.outcome                                    # the recorder's TurnOutcome (None when nothing is recorded)
 
 Where the work runs. `start` only submits the session's job (nothing blocks the caller's thread). The job's
-events go, on the thread that emits them (the engine's worker, or the batch loop while the local API serves), to
+events go, on the thread that emits them (the engine's worker, running the batch loop), to
 this conversation's recording thread, which handles them one at a time, in the job's order:
 - first of all, at once, the turn's start is committed (a send's message, its pictures saved as PNG and fsynced:
   ChatRecorder.begin), even while the engine is still busy with other work;
@@ -28,9 +28,9 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable
 
-from macapp.core.event_log import EventLog
+from macapp.core.event_stream import EventStream
 from macapp.core.events import AnswerDelta, Event, Finished, ReasoningDelta, TerminalEvent, TurnKind
 from macapp.core.history import Conversation
 from macapp.core.tools.rounds import has_tool_rounds, without_rounds
@@ -106,11 +106,13 @@ class _Serial:
             idle_since = time.monotonic()
 
 
-class Turn:
-    """One turn: the session's job and what the recorder made of it. Its events are the job's, each passed on
-    once the recorder has it (`events()`, `add_listener`, `wait()`); the terminal one comes last."""
+class Turn(EventStream):
+    """One turn: the session's job and what the recorder made of it. An EventStream (event_stream.py) of the job's
+    events, each emitted on the recording thread once the recorder has it (`events()`, `add_listener`, `wait()`);
+    the terminal one comes last, once recorded and the session checked."""
 
     def __init__(self, conversation: ConversationModel, kind: TurnKind, text: str, thinking: bool, images: tuple[PreparedImage, ...]) -> None:
+        super().__init__("the turn")
         self.conversation = conversation
         self.kind = kind
         self.text = text
@@ -121,42 +123,13 @@ class Turn:
         self.recorded: RecordedTurn | None = None  # None until its start is recorded, and when nothing records it
         self.record_error: BaseException | None = None  # the turn's start could not be saved (and, strict, it was stopped)
         self._outcome: TurnOutcome | None = None  # set here only when the start could not be saved
-        self._log = EventLog("the turn")
-        self._listeners: list[Callable[[Event], None]] = []
 
-    # -- what happened
     @property
     def outcome(self) -> TurnOutcome | None:
         """The recorder's outcome once the terminal event was recorded (None before, and when nothing records)."""
         if self._outcome is not None:
             return self._outcome
         return self.recorded.outcome if self.recorded is not None else None
-
-    @property
-    def done(self) -> bool:
-        """The terminal event was recorded (and the session checked) and passed on."""
-        return self._log.done
-
-    @property
-    def history(self) -> list[Event]:
-        return self._log.history
-
-    # -- following it (any thread)
-    def add_listener(self, callback: Callable[[Event], None]) -> None:
-        """Call `callback(event)` for every event, each once and in order: past ones now, on this thread, later ones
-        on the recording thread. It must be quick and must not wait for the turn (e.g. EventBridge.feed)."""
-        with self._log.lock:
-            for event in self._log.history:
-                callback(event)
-            self._listeners.append(callback)
-
-    def events(self, timeout: float | None = None) -> Iterator[Event]:
-        """Every event, blocking until the terminal one (TimeoutError after `timeout` idle seconds)."""
-        return self._log.events(timeout)
-
-    def wait(self, timeout: float | None = None) -> TerminalEvent:
-        """Block until the terminal event was recorded; return it (TimeoutError after `timeout`)."""
-        return self._log.wait(timeout)
 
     def stop(self) -> None:
         """Ask the engine to stop the reply; what it wrote is kept (the recorder's rules)."""
@@ -166,17 +139,6 @@ class Turn:
         """No more events will be recorded (the app closes before the turn ended): keep what it wrote as stopped."""
         if self.recorded is not None:
             self.recorded.abandon()
-
-    # -- the recording thread
-    def _pass_on(self, event: Event) -> None:
-        with self._log.lock:
-            if not self._log.add(event):
-                return
-            for callback in self._listeners:
-                try:
-                    callback(event)
-                except Exception:  # a view's bug must not stop the recording of the next events
-                    log.exception("turn listener %r failed on %s", callback, type(event).__name__)
 
 
 class ConversationModel:
@@ -309,7 +271,7 @@ class ConversationModel:
             turn.recorded.feed(event)
         if isinstance(event, TerminalEvent):
             self._check_session(turn, recorder)
-        turn._pass_on(event)
+        turn.emit(event)
 
     def _begin(self, turn: Turn, recorder: ChatRecorder) -> None:
         try:

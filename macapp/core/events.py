@@ -30,7 +30,7 @@ ERROR = "error"
 
 
 class Event:
-    """Marker base: what a job reports (engine/jobs.py, event_log.py); the front ends dispatch on the subclasses."""
+    """Marker base: what a job reports (engine/jobs.py, event_stream.py); the front ends dispatch on the subclasses."""
 
     __slots__ = ()
 
@@ -110,6 +110,9 @@ class Reply:
     kept: bool = True  # False when stopped while the prompt was still being read: the turn was rolled back
     budget_hit: bool = False  # the thinking budget closed the reasoning
     token_ids: list[int] = field(default_factory=list)  # the sampled tokens (the budget's forced ones are not included)
+    # A chat turn's tokens after its generation prompt as the session's cache holds them (a budget-0 prompt's
+    # closing tag, then every sampled and forced token): what a reopened conversation reads again (engine.turns.replay).
+    cache_tokens: list[int] = field(default_factory=list)
 
 
 @dataclass

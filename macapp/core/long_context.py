@@ -26,6 +26,7 @@ import copy
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, TypeAlias, Union
 
+from macapp.core import upstream
 from macapp.core.jsonvalue import JSONObject, JSONValue
 
 if TYPE_CHECKING:
@@ -228,6 +229,4 @@ def _upto(kv: KVBuffer, n: int) -> KVBuffer:
 
 def install_blocked_attention() -> None:
     """Route the Qwen3.5 attention layers (mlx-lm's qwen3_next attention) through blocked_attention."""
-    from mlx_lm.models import qwen3_next
-
-    qwen3_next.scaled_dot_product_attention = blocked_attention
+    upstream.use_attention(blocked_attention)

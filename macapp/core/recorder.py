@@ -211,7 +211,7 @@ class RecordedTurn:
                         writer = self._start_reply()
                         writer.update(reply.text, reply.reasoning)
                         stopped = reply.finish_reason == "stopped"
-                        message = writer.finish(reply.stats, reply.finish_reason, stopped=stopped)
+                        message = writer.finish(reply.stats, reply.finish_reason, stopped=stopped, cache_tokens=reply.cache_tokens)
                         self._settle(TurnResult.STOPPED if stopped else TurnResult.COMPLETE, message)
                     case Finished():
                         self._undo()

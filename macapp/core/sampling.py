@@ -133,7 +133,7 @@ def _sampler(params: SamplingParams) -> Sampler:
 
 
 def filtered_logprobs(logprobs: mx.array, params: SamplingParams) -> mx.array:
-    """mlx-lm's make_sampler chain before its draw, copied (engine/upstream.py lists it): top-p, min-p, top-k (one
+    """mlx-lm's make_sampler chain before its draw, copied (core/upstream.py lists it): top-p, min-p, top-k (one
     not below the vocabulary is none), in that order, on log-probabilities. The seeded sampler below and the MTP
     acceptance rule (engine/mtp_accept.py) sample from exactly what plain decoding samples from."""
     from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p

@@ -77,26 +77,26 @@ def test_conversations_are_saved_to_the_history_and_can_be_resumed(capsys, tiny_
 
 def test_a_resumed_conversation_reads_only_what_is_new_from_disk(capsys, tiny_moe_path):
     """Two equal conversations, each continued twice in new processes. From the disk's checkpoints (the default)
-    the second continuation reads only the last reply and its new message: the template renders earlier replies
-    without their reasoning, so a conversation's own cache is a prefix of its reopened prompt only up to its first
-    reply, and the first continuation reuses that much; its own checkpoints are the reopened prompt's. With
-    --prompt-cache-disk 0 all of it is read each time; the replies are the same."""
+    each continuation reads only its new message: the conversation is read again as its session held it (each
+    reply in the tokens the history saved), so the checkpoint the last process left after its reply matches whole.
+    With --prompt-cache-disk 0 all of it is read each time; the replies and the caches are the same."""
     model = ("--model", str(tiny_moe_path), "--temp", "0")
     runs = {}
     for size in ("0", "20GB"):
-        conv = run_json(capsys, *model, "--prompt", "first question", "--prompt", "second", "--prompt-cache-disk", size)[0]["conversation_id"]
+        first = run_json(capsys, *model, "--prompt", "first question", "--prompt", "second", "--prompt-cache-disk", size)
+        conv = first[0]["conversation_id"]
         runs[size] = [run_json(capsys, *model, "--resume", str(conv), "--prompt", words, "--prompt-cache-disk", size)[0] for words in ("third", "fourth")]
     cold, warm = runs["0"], runs["20GB"]
     assert [(r["text"], r["reasoning"]) for r in warm] == [(r["text"], r["reasoning"]) for r in cold] == [(ANSWER, REASONING)] * 2
     assert [r["context_tokens"] for r in warm] == [r["context_tokens"] for r in cold]
-    assert warm[0]["prompt_tokens"] < cold[0]["prompt_tokens"]  # the first question came back from disk
+    # each continuation's context: the process before's, then its own new message and reply, as one process would
+    assert cold[0]["context_tokens"] == first[1]["context_tokens"] + warm[0]["prompt_tokens"] + warm[0]["generation_tokens"]
     from mlx_lm.tokenizer_utils import load
 
     tokenizer = load(tiny_moe_path)
-    turn = [{"role": "user", "content": "x"}]
-    gen = len(tokenizer.apply_chat_template(turn, add_generation_prompt=True, tokenize=True)) - len(tokenizer.apply_chat_template(turn, tokenize=True))
-    # the second continuation reuses the first one's whole prompt but its generation prompt
-    assert warm[1]["prompt_tokens"] == cold[1]["prompt_tokens"] - (cold[0]["prompt_tokens"] - gen)
+    for words, reply in zip(("third", "fourth"), warm):
+        turn = tokenizer.apply_chat_template([{"role": "user", "content": words}], add_generation_prompt=True, tokenize=True)
+        assert reply["prompt_tokens"] == 1 + len(turn)  # "\n" after the last reply's <|im_end|>, then the new message
 
 
 @pytest.mark.parametrize(

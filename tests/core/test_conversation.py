@@ -155,6 +155,39 @@ def test_a_stopped_turn_keeps_what_it_wrote_and_the_next_one_follows_it(engine, 
     assert saved[1][2:] == ("stopped", "stopped") and saved[1][1] and saved[3] == ("assistant", ANSWER, "complete", "stop")
 
 
+def test_a_turn_listener_added_while_events_flow_gets_each_event_once_in_order(engine, endless):
+    conversation = model_for(engine, None)
+    turn = conversation.start(TurnKind.SEND, "go", thinking=False, sampling=endless.with_overrides(max_tokens=48))
+    gate, held, ended = threading.Event(), threading.Event(), threading.Event()
+    pieces = []
+
+    def hold(event):  # on the worker: the reply waits at its 5th piece until the listener below is being replayed
+        if isinstance(event, (AnswerDelta, ReasoningDelta)):
+            pieces.append(event)
+            if len(pieces) == 5:
+                held.set()
+                gate.wait(TIMEOUT)
+
+    turn.job.add_listener(hold)
+    turn.add_listener(lambda e: ended.set() if isinstance(e, Finished) else None)
+    assert held.wait(TIMEOUT)
+    assert not turn.done
+    me = threading.current_thread()
+    got, threads = [], []
+
+    def listener(event):
+        if not got:  # replaying the past on this thread: the rest of the turn is recorded and emitted meanwhile
+            gate.set()
+            assert ended.wait(TIMEOUT)
+        got.append(event)
+        threads.append(threading.current_thread())
+
+    turn.add_listener(listener)
+    assert isinstance(turn.wait(TIMEOUT), Finished)
+    assert got == turn.history == turn.job.history and sum(isinstance(e, Finished) for e in got) == 1
+    assert len(pieces) > 5 and set(threads) == {me}  # pieces came after it was added, delivered here after the past
+
+
 def test_strict_a_start_that_cannot_be_saved_stops_the_turn_and_gives_the_text_back(engine, store):
     conversation = model_for(engine, store, strict=True)
     store.database.read_only = True  # every write now raises ReadOnlyStoreError

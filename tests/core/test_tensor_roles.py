@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import mlx.core as mx
 import pytest
 
+from macapp.core import upstream
 from macapp.core.tensor_roles import TensorRole, bytes_by_role, is_mtp_tensor, is_tower_tensor, loaded_by_mlx_lm, tensor_role, tied_embeddings
 
 # Key names as the real conversions write them: mlx-community MLX builds (mlx-lm / mlx-vlm convert), the original
@@ -65,10 +66,8 @@ def _hub_weights_with_nested_visual(folder):
 
 def test_the_roles_match_mlx_lms_sanitize_on_a_real_hub_layout_checkpoint(tiny_hub_layout_path):
     """The language tensors are exactly what mlx-lm's sanitize keeps (it renames and splits them, bytes unchanged)."""
-    from mlx_lm.utils import _get_classes
-
     config = json.loads((tiny_hub_layout_path / "config.json").read_text())
-    model_class, args_class = _get_classes(config)
+    model_class, args_class = upstream.text_model_classes(config)
     model = model_class(args_class.from_dict(config))
     weights = mx.load(str(tiny_hub_layout_path / "model.safetensors"))
     roles = {name: tensor_role(name, tied_embeddings(config)) for name in weights}
@@ -80,13 +79,11 @@ def test_the_roles_match_mlx_lms_sanitize_on_a_real_hub_layout_checkpoint(tiny_h
 
 def test_the_roles_match_mlx_vlms_sanitize_tower_included(tiny_hub_layout_path):
     """mlx-vlm keeps the tower (renamed vision_tower.*), the nested model.language_model.visual layout included."""
-    from mlx_vlm.utils import get_model_and_args
-
     config = json.loads((tiny_hub_layout_path / "config.json").read_text())
     weights = _hub_weights_with_nested_visual(tiny_hub_layout_path)
     if "vision_config" not in config:
         pytest.fail("the tiny hub-layout model has no vision_config: this check needs one")
-    model_module, _ = get_model_and_args(config)
+    model_module = upstream.vlm_model_module(config)
     model_config = model_module.ModelConfig.from_dict(config)
     model_config.text_config = model_module.TextConfig.from_dict(config["text_config"])
     model_config.vision_config = model_module.VisionConfig.from_dict(config["vision_config"])

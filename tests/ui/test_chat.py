@@ -141,15 +141,16 @@ def test_new_chat_then_reopen_restores_and_continues(chat, qtbot, window):
     reply = send(chat, qtbot, "Still there?", thinking=False)
     assert reply.view.source_text == ANSWER
     assert chat.controller.session is not None
-    # The reopened conversation was read once into the engine's cache, in this turn: all three turns' tokens, but
-    # those before the first reply, which came back from the disk's checkpoint (docs/prompt-cache.md).
+    # The reopened conversation is read as its session held it (the first reply in the tokens the history saved), so
+    # the checkpoint that session left on disk after its reply matches whole: only the new message is read, as if
+    # the conversation had never been closed (docs/prompt-cache.md).
     session = chat.controller.session
-    first_turn = session.engine.model.tokenizer.apply_chat_template([{"role": "user", "content": "Remember me"}], add_generation_prompt=False)
-    assert session.context_tokens == len(first_turn) + reply.stats.prompt_tokens + reply.stats.generation_tokens
-    new_turn = session.engine.model.tokenizer.apply_chat_template(
-        [{"role": "user", "content": "Still there?"}], add_generation_prompt=True, enable_thinking=False
-    )
-    assert reply.stats.prompt_tokens > 1 + len(new_turn)  # more than an appended turn ("\n" + the new message)
+    tokenizer = session.engine.model.tokenizer
+    first_turn = tokenizer.apply_chat_template([{"role": "user", "content": "Remember me"}], add_generation_prompt=True, enable_thinking=True)
+    new_turn = tokenizer.apply_chat_template([{"role": "user", "content": "Still there?"}], add_generation_prompt=True, enable_thinking=False)
+    assert reply.stats.prompt_tokens == 1 + len(new_turn)  # "\n" after the first reply's <|im_end|>, then the new message
+    first_reply = chat.controller.store.get_conversation(first_id).messages[1]
+    assert session.context_tokens == len(first_turn) + len(first_reply.cache_tokens) + reply.stats.prompt_tokens + reply.stats.generation_tokens
     assert [m["role"] for m in chat.controller.session.messages] == ["user", "assistant", "user", "assistant"]
 
 

@@ -8,7 +8,7 @@ and without network, a folder that `mlx_lm.load(dest)` loads:
   each, for tests that read prompts of tens of thousands of tokens: the CPU steps DeltaNet token by token), gated attention,
   partial rotary 0.25, MoE with a shared expert (moe kind). Every matrix dimension is a multiple of 64,
   so 4-bit/8-bit affine quantization (group 64) applies to every layer, as in the real repos.
-- model.safetensors built by mlx-lm's own `Model` class (``mlx_lm.utils._get_classes``) and saved with
+- model.safetensors built by mlx-lm's own `Model` class (``macapp.core.upstream.text_model_classes``) and saved with
   `save_model` / `save_config`; ``bits`` quantizes it with `quantize_model` (router gates 8-bit like upstream).
 - ``hub_layout=True`` writes the Hugging Face checkpoint layout instead (``model.language_model.*`` keys,
   fused ``experts.gate_up_proj``, conv1d as (C, 1, K), zero-centred norms, plus ``mtp.*`` and
@@ -64,6 +64,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from macapp.core import upstream
 from macapp.core.modelfiles import mtp_side_file
 
 if TYPE_CHECKING:
@@ -580,7 +581,7 @@ def make_tiny_model(
     `firm`: the script holds under the card's sampling too (module docstring).
     `after_tool`: the answer once the prompt holds a <tool_response> (module docstring)."""
     import mlx.core as mx
-    from mlx_lm.utils import _get_classes, quantize_model, save_config, save_model
+    from mlx_lm.utils import quantize_model, save_config, save_model
 
     if kind not in ("moe", "dense"):
         raise ValueError(f"kind must be 'moe' or 'dense', not {kind!r}")
@@ -605,7 +606,7 @@ def make_tiny_model(
     config = _full_config(kind, text_config, eos_ids)
 
     mx.random.seed(seed)
-    model_class, args_class = _get_classes(config)
+    model_class, args_class = upstream.text_model_classes(config)
     model = model_class(args_class.from_dict(config))
     _shape_weights(
         model,

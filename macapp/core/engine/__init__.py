@@ -19,26 +19,28 @@ Public API (everything returns at once; work happens on the worker, in submissio
     engine.unload(); engine.close()
 
 For extensions (work submitted with `engine.submit(kind, work)`, on the worker, with `engine.model`):
-`prefill(model, cache, tokens, ...)` reads a prompt into any mlx-lm prompt cache and
-`stream_reply(model, cache, segment, ...)` streams one reply from it with the engine's events, statistics,
-thinking budget, stop and context cap (see their docstrings); a `TurnClock` times them.
+`prefill(model, cache, tokens, ...)` reads a prompt into any mlx-lm prompt cache, and `run_alone(model, sequence)`
+runs one Sequence (a PromptCache, the tokens to read, a SequenceReply: the engine's events, statistics, thinking
+budget, stop and context cap) to its end, as the batch loop runs a sequence alone; a `TurnClock` times them.
 
 The modules: jobs (Job and its listeners), worker (the one MLX thread), model_folder (find, check, load),
 prompt_cache (PromptCache: one sequence's layers, tokens and pictures, the one owner of a cache),
 positions (SavedPosition: a point in a cache, for regenerate/edit/undo, the API's pool, several Macs and
 the disk), turns (turn
-plans), limits (what a turn may ask for), prefill (reading a prompt), reply (one reply stream), clock (its
-statistics), batch (continuous batching on mlx-lm's BatchGenerator), batch_reply (one sequence's reply in it),
-sequence (Sequence: one sequence of the batch loop, a chat turn or a request), session (ChatSession), engine (Engine), options
+plans), limits (what a turn may ask for), prefill (reading a prompt), reply (SequenceReply: a reply's bookkeeping,
+token by token), clock (its statistics), batch (the batch loop: continuous batching on mlx-lm's BatchGenerator),
+solo (a sequence alone, MTP drafting there), sequence (Sequence: one sequence of the batch loop, a chat turn or a
+request), session (ChatSession), engine (Engine), options
 (SessionOptions), errors (EngineError), pictures (pictures in a turn or a request: opened, the loaded model's
 tower, room in the context), model_proxy (the seam a model run otherwise plugs into: several Macs' LockstepModel).
 
 Design:
 - One worker thread per process (shared by Engine objects) does all MLX work; it never ends, because with
   mlx 0.32 a process whose MLX thread has exited can abort at exit.
-- Generation is mlx-lm's own `stream_generate`, with nothing added per token but a list append, the
-  thinking splitter's string work and an event append; so decode speed is mlx-lm's. While the local API
-  serves, turns and requests decode together in mlx-lm's `BatchGenerator` instead (batch.py).
+- One path: every chat turn and every API request is a Sequence of the engine's batch loop. Alone, it is read and
+  decoded by the lone executor (solo.py: mlx-lm's generate_step pipelining, MTP drafts there) with nothing added per
+  token but the reply's bookkeeping, so decode speed is mlx-lm's; beside others, it decodes in mlx-lm's
+  `BatchGenerator` (batch.py), and it moves between the two at token boundaries.
 - Each session keeps ONE prompt cache and appends only the new turn: the previous reply is closed with
   ``<|im_end|>\\n`` (or just ``\\n`` when the model wrote it) and only the new user message is templated,
   with an explicit ``enable_thinking`` every turn. Qwen3.5's DeltaNet cache cannot be trimmed, so the trade
@@ -70,7 +72,9 @@ from macapp.core.engine.jobs import NOTIFY_INTERVAL_S, Job
 from macapp.core.engine.model_folder import LoadedModel, check_model_folder, load_model, locate_model
 from macapp.core.engine.options import KVQuantization, SessionOptions
 from macapp.core.engine.prefill import prefill, wired_memory
-from macapp.core.engine.reply import StreamedReply, stream_reply
+from macapp.core.engine.reply import Limits, SequenceReply, StreamedReply
+from macapp.core.engine.sequence import Sequence
+from macapp.core.engine.solo import run_alone
 from macapp.core.engine.session import ChatSession
 from macapp.core.engine.positions import SavedPosition, mark, restore, rewind, save
 from macapp.core.engine.worker import start_worker
@@ -99,6 +103,9 @@ __all__ = [
     "save",
     "SavedPosition",
     "safetensors_problem",
-    "stream_reply",
+    "run_alone",
+    "Limits",
+    "Sequence",
+    "SequenceReply",
     "wired_memory",
 ]

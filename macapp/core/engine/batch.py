@@ -8,16 +8,19 @@ Sequences join and leave the running batch at token boundaries: the loop inserts
 step, calls the generator's `next()` once (one decode step for the batch and one prefill chunk for those still
 reading), and hands each sequence its token (`SequenceReply.take`). Each keeps its own sampler, logits
 processors, max tokens, thinking budget, stop and cancellation; prompts are inserted in segments so the
-generator pauses at their boundaries and the caller can checkpoint there (`Sequence.on_segment`). A sequence
-that arrives at an empty batch runs alone, outside the generator, until another arrives (solo.py says why); one
-left alone mid-reply when the others end goes back to running alone.
+generator pauses at their boundaries and the caller can checkpoint there (`Sequence.on_segment`).
+
+Every chat turn and every API request is a sequence of this loop, whether a server is up or not. A sequence that
+arrives at an empty batch runs alone, outside the generator, until another arrives (solo.py says why); one left
+alone mid-reply when the others end goes back to running alone. A sequence that cannot share mlx-lm's batch runs
+alone to its end while the batch waits: pictures (mlx-vlm's positions), a KV quantization unlike the batch's, and
+every sequence of an engine that cannot batch (several Macs: one model call at a time).
 
 What BatchGenerator lacks and this adds (a wrapper, not a second batching engine): the thinking budget, which
 must feed tokens the model did not sample (the sequence is taken out with its cache and inserted again with the
-closing tag to read, as stream_reply feeds it); a stop asked from another thread; and fair turns with the rest
-of the worker's jobs: while any other job waits for the worker (a chat turn, a load, a request that cannot be
-batched), the loop takes no new sequence, lets the ones it has finish and hands the worker over; sequences that
-arrived meanwhile wait for the next loop, queued behind that job.
+closing tag to read); a stop asked from another thread; and fair turns with the rest of the worker's jobs (a
+load, an unload, a session's reset): while one waits for the worker, the loop takes no new sequence, lets the
+ones it has finish and hands the worker over; sequences that arrived meanwhile wait for the next loop.
 
 The loop is a Job of kind "batch" on the engine's worker (one at a time per BatchLoop). Its sequences have Jobs
 of their own, which the caller made and owns.
@@ -32,16 +35,16 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Protocol
 
 from macapp.core.cache_layers import CacheLayers
-from macapp.core.engine.batch_reply import Next
+from macapp.core.engine.reply import Next
 from macapp.core.engine.jobs import Job
 from macapp.core.engine.mtp_context import HeadContext
 from macapp.core.engine.mtp_policy import MTPCounts
-from macapp.core.engine.options import KVQuantization
-from macapp.core.engine.positions import save
+from macapp.core.engine.positions import SavedPosition, save
+from macapp.core.engine.prefill import wired_memory
 from macapp.core.engine.sequence import Sequence, Starter
 from macapp.core.engine.reply import StreamedReply
 from macapp.core.engine.solo import Ended, HandOver, SoloRun
-from macapp.core.engine.upstream import quantized_layers, sampled_not_read
+from macapp.core.upstream import quantized_layers, sampled_not_read
 from macapp.core.engine.worker import waiting_jobs
 from macapp.core import events as ev
 from macapp.core.engine.errors import EngineError
@@ -64,6 +67,8 @@ class Worker(Protocol):
     @property
     def model(self) -> "LoadedModel | None": ...
 
+    batches: bool  # False: every sequence alone, one at a time (several Macs' lockstep carries one call at a time)
+
     def submit(self, kind: str, work: Callable[[Job], None]) -> Job: ...
 
 
@@ -74,7 +79,6 @@ class BatchLoop:
         self.engine = engine
         self.limit = max(1, int(limit))
         self.prefill_step = prefill_step
-        self.kv = KVQuantization()  # its sequences' KV quantization: one kind per batch (mlx-lm merges their caches)
         self._lock = threading.Lock()
         self._inbox: collections.deque[tuple[Job, Starter]] = collections.deque()
         self._scheduled = False  # a loop job is queued or running and will take what is in the inbox
@@ -131,13 +135,17 @@ class BatchLoop:
             job.emit(Failed("No model is loaded: load a model first.", ev.NO_MODEL))
             job.settle()
 
-    def _take(self) -> list[tuple[Job, Starter]]:
+    def _take(self, everything: bool) -> list[tuple[Job, Starter]]:
+        """What waits in the inbox: all of it, or the first alone (an engine that cannot batch)."""
         with self._lock:
+            if not everything:
+                return [self._inbox.popleft()] if self._inbox else []
             taken = list(self._inbox)
             self._inbox.clear()
             return taken
 
     def _serve(self, m: "LoadedModel") -> None:
+        import mlx.core as mx
         from mlx_lm.generate import BatchGenerator
 
         gen = BatchGenerator(
@@ -149,50 +157,54 @@ class BatchLoop:
         )
         active: dict[int, Sequence] = {}
         try:
-            while True:
-                if not waiting_jobs():  # another job waits for the worker: finish these, take no more
-                    taken = self._take()
-                    if len(taken) == 1 and not active:  # alone: outside the batch until another comes (solo.py)
-                        self._alone(gen, active, *taken[0], m)
-                    else:
-                        for job, starter in taken:
-                            self._insert(gen, active, job, starter, m)
-                elif not active:
-                    return
-                self.active = len(active)
-                self.peak = max(self.peak, self.active)
-                if not active:
-                    with self._lock:
-                        if not self._inbox:
-                            return
-                    continue
-                self._step(gen, active)
-                if len(active) == 1 and not self._someone_else():
-                    self._alone_again(gen, active, m)
+            with wired_memory(m):
+                while True:
+                    if not waiting_jobs():  # another job waits for the worker: finish these, take no more
+                        taken = self._take(everything=self.engine.batches)
+                        for n, (job, starter) in enumerate(taken):
+                            self._admit(gen, active, job, starter, m, last=n == len(taken) - 1)
+                    elif not active:
+                        return
+                    self.active = len(active)
+                    self.peak = max(self.peak, self.active)
+                    if not active:
+                        with self._lock:
+                            if not self._inbox:
+                                return
+                        continue
+                    self._step(gen, active)
+                    if len(active) == 1 and not self._someone_else():
+                        self._alone_again(gen, active, m)
         except Exception as exc:  # an MLX error mid-step: every sequence in the batch ends with it
             log.exception("the batch failed")
             for seq in active.values():
-                seq.job.emit(_failure(exc))
-                _done(seq, None, None)
+                _failed(seq, exc)
             active.clear()
         finally:
             self.active = 0
             gen.close()
+            mx.clear_cache()
 
-    def _insert(self, gen: "BatchGenerator", active: dict[int, Sequence], job: Job, starter: Starter, m: "LoadedModel") -> None:
-        seq = _start(job, starter, m)
-        if seq is not None:
-            _join(gen, active, seq, seq.segments, seq.prompt.layers, seq.prompt.tokens)
-
-    def _alone(self, gen: "BatchGenerator", active: dict[int, Sequence], job: Job, starter: Starter, m: "LoadedModel") -> None:
-        """Run a lone sequence outside the batch (solo.py) until it ends or another arrives: then it joins the batch."""
+    def _admit(self, gen: "BatchGenerator", active: dict[int, Sequence], job: Job, starter: Starter, m: "LoadedModel", last: bool) -> None:
+        """Start a sequence taken from the inbox and place it: alone to its end (pictures, a KV kind unlike the
+        batch's, an engine that cannot batch: the batch waits meanwhile), alone until another arrives (the last one
+        taken, at an empty batch: solo.py), or into mlx-lm's batch."""
         seq = _start(job, starter, m)
         if seq is None:
             return
-        self.active = self.peak = max(self.peak, 1)
-        self.alone += 1
-        solo = SoloRun(m, seq, self.prefill_step)
-        self._solo(gen, active, seq, solo, lambda: solo.run(self._someone_waits))
+        alone = (
+            not self.engine.batches
+            or seq.must_run_alone
+            or seq.reply.max_tokens() <= 0  # no room for a first token: it ends at once, alone (solo.py)
+            or any(other.kv != seq.kv for other in active.values())
+        )
+        if alone or (last and not active):
+            self.active = self.peak = max(self.peak, 1)
+            self.alone += 1
+            solo = SoloRun(m, seq)
+            self._solo(gen, active, seq, solo, lambda: solo.run(_never if alone else self._someone_waits))
+        else:
+            _join(gen, active, seq, seq.segments, seq.prompt.layers, seq.prompt.tokens)
 
     def _alone_again(self, gen: "BatchGenerator", active: dict[int, Sequence], m: "LoadedModel") -> None:
         """The one sequence left mid-reply goes on outside the batch (solo.py: faster, and drafts with the MTP head)
@@ -205,7 +217,7 @@ class BatchLoop:
         ((layers, tokens),) = gen.remove([uid], return_prompt_caches=True).values()
         del active[uid]
         self.alone_again += 1
-        solo = SoloRun(m, seq, self.prefill_step, at=HandOver(layers, list(tokens), []))
+        solo = SoloRun(m, seq, at=HandOver(layers, list(tokens), []))
         self._solo(gen, active, seq, solo, lambda: solo.go_on(token, self._someone_waits))
 
     def _solo(self, gen: "BatchGenerator", active: dict[int, Sequence], seq: Sequence, solo: SoloRun, run: Callable[[], HandOver | Ended]) -> None:
@@ -215,8 +227,7 @@ class BatchLoop:
             outcome = run()
         except Exception as exc:  # an MLX error: this sequence ends with it
             log.exception("the lone sequence failed")
-            seq.job.emit(_failure(exc))
-            _done(seq, None, None)
+            _failed(seq, exc)
             return
         finally:
             self.steps += solo.steps
@@ -262,7 +273,7 @@ class BatchLoop:
                 at = seq.start + done
                 if at in seq.bounds:
                     ((cache, _tokens),) = gen.extract_cache([r.uid]).values()
-                    seq.on_segment(save(cache, seq.tokens_until(at)))
+                    seq.on_segment(_CopyEnd(save(cache, seq.tokens_until(at))))
         reinsert: list[tuple[int, Sequence]] = []
         for r in responses:
             seq = active.get(r.uid)
@@ -339,10 +350,36 @@ def _done(seq: Sequence, streamed: StreamedReply | None, cache: CacheLayers | No
         seq.job.settle()
 
 
+def _failed(seq: Sequence, exc: Exception) -> None:
+    seq.job.emit(_failure(exc))
+    try:
+        seq.on_failed()
+    finally:
+        _done(seq, None, None)
+
+
 def _failure(exc: Exception) -> Failed:
     if isinstance(exc, EngineError):
         return Failed(exc.message, exc.code)
     return Failed(f"Unexpected engine error: {type(exc).__name__}: {exc}", ev.ERROR)
+
+
+class _CopyEnd:
+    """A segment's end in the batch: a detached position of mlx-lm's copy of the sequence's cache (sequence.SegmentEnd);
+    its mark rewinds the copy the sequence ends with (lengths and DeltaNet references)."""
+
+    def __init__(self, position: SavedPosition):
+        self.position, self.length = position, position.length
+
+    def mark(self) -> SavedPosition:
+        return self.position.as_mark()
+
+    def save(self) -> SavedPosition:
+        return self.position
+
+
+def _never() -> bool:
+    return False
 
 
 def _end_unstarted(job: Job) -> None:

@@ -13,7 +13,7 @@ class TurnClock:
     """The times of one turn, from the request (templating included) to its last token.
 
     Made when the request starts; `reading(n)` when its prompt (n tokens) starts being read; `first_token(t)`
-    when the first token is sampled (stream_reply calls it). `stats(...)` then turns counts into figures.
+    when the first token is sampled (the reply's bookkeeping calls it: reply.SequenceReply). `stats(...)` then turns counts into figures.
     """
 
     def __init__(self, start: float | None = None):

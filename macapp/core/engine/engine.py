@@ -30,7 +30,7 @@ class CacheHolder(Protocol):
 class Engine:
     """The loaded model and the jobs on it; all MLX work runs on the one worker thread, in order."""
 
-    batches = True  # the API may batch requests on it (several Macs' rank 0 cannot: macapp.core.cluster.rank.Rank0Engine)
+    batches = True  # sequences may share mlx-lm's batch (several Macs' rank 0 runs them one at a time: cluster.rank)
 
     def __init__(self, read_model: model_folder.ModelReader = model_folder.read_with_mlx_lm) -> None:
         """`read_model` reads a checked model folder into (model, tokenizer, config): mlx-lm's load by default;
@@ -41,9 +41,7 @@ class Engine:
         self._closed = False
         self._cache_holders: weakref.WeakSet[CacheHolder] = weakref.WeakSet()  # chat sessions and the API's pools
         self._jobs: weakref.WeakSet[Job] = weakref.WeakSet()
-        self._batch: BatchLoop | None = None
-        self._batch_for: LoadedModel | None = None
-        self._servers: weakref.WeakSet[object] = weakref.WeakSet()  # the local API servers on this engine (serve_from)
+        self._batch = BatchLoop(self)
         self.position_shelf: ShelfFactory | None = None  # chat sessions' positions on disk (a front end sets it: shelf.py)
 
     def submit(self, kind: str, work: Callable[[Job], None]) -> Job:
@@ -55,32 +53,13 @@ class Engine:
         submit_work(job, work)
         return job
 
-    def batch_loop(self) -> BatchLoop | None:
-        """The batch of the loaded model (macapp.core.engine.batch), shared by the API's requests and, while a server
-        is up, the chat's turns; None with no model or on an engine that cannot batch (several Macs)."""
-        m = self._model
-        if m is None or not self.batches:
-            return None
-        if self._batch is None or self._batch_for is not m:
-            self._batch = BatchLoop(self)
-            self._batch_for = m
+    def batch_loop(self) -> BatchLoop:
+        """The engine's one batch loop (macapp.core.engine.batch): every chat turn and every API request is a sequence
+        of it, run on whatever model is loaded when the loop takes it (a load queued before it comes first)."""
         return self._batch
 
-    def serve_from(self, server: object) -> None:
-        """`server` (a ServingEngine) answers from this engine until it is closed or gone: while one does, chat turns
-        join its batch (ChatSession). Held weakly."""
-        self._servers.add(server)
-
-    def stop_serving_from(self, server: object) -> None:
-        self._servers.discard(server)
-
-    @property
-    def serving(self) -> bool:
-        """Whether a local API server answers from this engine now."""
-        return len(self._servers) > 0
-
     def new_job(self, kind: str) -> Job:
-        """A job whose work runs inside another job (a sequence of the batch): stopped, like the rest, on close."""
+        """A job whose work runs inside another job (a sequence of the batch loop): stopped, like the rest, on close."""
         if self._closed:
             raise RuntimeError("this engine is closed")
         job = Job(kind)

@@ -1,9 +1,7 @@
-"""Speculative decoding with the model's own MTP head on Qwen3.5's hybrid cache: a token source for stream_reply.
+"""Speculative decoding with the model's own MTP head on Qwen3.5's hybrid cache, for a lone sequence (solo.py).
 
-`mtp_stream(...)` keeps mlx-lm's stream_generate contract (what reply._generate reads: `.token`, `.text`,
-`.finish_reason`; eos and max_tokens end it the same way), and the same cache contract: when the consumer
-stops reading, the cache holds exactly the tokens it was given, in order, as after plain decoding (mlx-lm's
-generate_step feeds each token before yielding it).
+The cache contract is plain decoding's: once settled, the cache holds exactly the tokens handed out, in order, as
+after mlx-lm's generate_step (which feeds each token before yielding it).
 
 A round: the head drafts k tokens after the last one `b` (not yet read into the cache); the model reads
 [b, *drafts] in one verify pass; the acceptance walk (mtp_accept) keeps the first `a` drafts and gives the
@@ -19,7 +17,7 @@ own KV cache and seeds the next round). What was needed beyond it: the head's lo
 target's post-norm hidden states from mlx-lm's model (mlx-vlm's path asks its own model for them); rollback of
 mlx-lm's ArraysCache by snapshot and re-read (mlx-vlm relies on its own DeltaNet kernel's per-step states);
 the acceptance rule on our sampler and logits processors; the stop/eos/max_tokens cache contract above; the
-measured depth and "auto" (mtp_policy.py), handing over to mlx-lm's own generate_step when MTP does not pay.
+measured depth and "auto" (mtp_policy.py), handing back to plain decoding when MTP does not pay.
 The head's own cache (mtp_context.HeadContext) is the sequence's, kept with its prompt cache: fed each prompt
 chunk's hidden states as the prompt is read (prefill.py, solo.py; mlx-vlm's `prefill_from_target_hidden` does this
 once for a whole prompt), lent to the drafter for the rounds, and settled with the cache. Without one (a caller
@@ -32,7 +30,7 @@ that keeps none) the head starts empty at each stream and sees only its tokens: 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Generator, Iterator, NamedTuple, Sequence, cast
+from typing import TYPE_CHECKING, cast
 
 from macapp.core.cache_layers import CacheLayers
 from macapp.core.engine.mtp_accept import Acceptor
@@ -49,55 +47,12 @@ if TYPE_CHECKING:
     from macapp.core.engine.mtp_head import MTPHead
 
 
-class Token(NamedTuple):
-    """One token as stream_generate's GenerationResponse gives it (the fields stream_reply reads)."""
-
-    token: int
-    text: str
-    finish_reason: str | None
-
-
 def usable(m: "LoadedModel", head: "MTPHead | None", cache: CacheLayers, kv_bits: int | None) -> bool:
     """Whether this stream can draft with `head`: the head belongs to this very model object (not the pictures'
     positioned model, not a cluster's shard), the KV cache is not quantized, and no mirror repeats the cache."""
     if head is None or head.target is not m.model or kv_bits is not None:
         return False
     return not (isinstance(cache, ObservedCache) and cache.mirror is not None)
-
-
-def mtp_stream(
-    m: "LoadedModel",
-    head: "MTPHead",
-    cache: CacheLayers,
-    segment: Sequence[int],
-    *,
-    cached: int,
-    max_tokens: int,
-    params: SamplingParams,
-    sampler: "Sampler",
-    processors: list["LogitsProcessor"],
-    policy: DepthPolicy,
-    counts: MTPCounts,
-    context: "HeadContext | None" = None,
-) -> Generator[Token, None, None]:
-    """Feed `segment` into `cache` (holding `cached` tokens) and give up to `max_tokens` tokens, as stream_generate;
-    `context`: the head's context over `cache` (mtp_context.py), or None to start the head empty."""
-    raw = Decoder(m, head, cache, cached, params, sampler, processors, policy, counts, context=context).tokens(list(segment), max_tokens)
-    detokenizer = m.tokenizer.detokenizer
-    eos = m.tokenizer.eos_token_ids
-    token = -1  # raw gives at least one token (max_tokens >= 1)
-    try:
-        for n, token in enumerate(raw):
-            if token in eos:
-                break
-            detokenizer.add_token(token)
-            if n + 1 == max_tokens:
-                break
-            yield Token(token, detokenizer.last_segment, None)
-        detokenizer.finalize()
-        yield Token(token, detokenizer.last_segment, "stop" if token in eos else "length")
-    finally:
-        raw.close()
 
 
 class Decoder:
@@ -129,7 +84,6 @@ class Decoder:
         self.base: SavedPosition | None = None
         self.fed: list[int] = []
         self.given: list[int] = []
-        self.handed_over = False
         self.last_hidden: mx.array | None = None  # the target's hidden state before the last given token
         self.live = False  # the head's own cache follows this stream's tokens
 
@@ -163,28 +117,6 @@ class Decoder:
     def _tell_context(self, first: int, tokens: list[int], hidden: mx.array) -> None:
         if self.context is not None:
             self.context.read(first, tokens, hidden)
-
-    # -- the stream ------------------------------------------------------------------------------------
-    def tokens(self, segment: list[int], max_tokens: int) -> Generator[int, None, None]:
-        try:
-            yield from self._rounds(segment, max_tokens)
-        finally:
-            self.settle()
-
-    def _rounds(self, segment: list[int], max_tokens: int) -> Iterator[int]:
-        token = self.start(segment)
-        self.gave(token)
-        yield token
-        produced = 1
-        while produced < max_tokens:
-            given = self.round(max_tokens - produced)
-            if given is None:
-                yield from self._hand_over(max_tokens - produced)
-                return
-            for token in given:
-                produced += 1
-                self.gave(token)
-                yield token
 
     def start(self, segment: list[int]) -> int:
         """Read `segment`; the first token (the caller hands it on with `gave`, as a round's)."""
@@ -293,31 +225,9 @@ class Decoder:
         rewind(self.cache, self.base)
         self.length = self.base.length
 
-    def _hand_over(self, most: int) -> Iterator[int]:
-        """MTP does not pay here: mlx-lm's own generate_step from the last token on (exactly plain decoding; the
-        processors still see this stream's earlier tokens, as one generate_step would have)."""
-        from mlx_lm.generate import generate_step
-
-        import mlx.core as mx
-
-        b = self.given[-1]
-        self.base, self.fed, self.given = None, [], [b]
-        prefix = mx.array(self.history) if self.history else None
-        processors = [_with_prefix(p, prefix) for p in self.processors]
-        self.handed_over = True
-        steps = generate_step(mx.array([b]), self.m.model, max_tokens=most, sampler=self.sampler, logits_processors=processors, prompt_cache=self.cache)
-        try:
-            for token, _ in steps:
-                self.counts.passes += 1
-                yield int(token)
-        finally:
-            steps.close()
-
     def settle(self, last_unread: bool = False) -> None:
         """The cache holds exactly what was handed out (see the class docstring); `last_unread`: all but the last
         given token (a lone sequence hands that one to the batch to read: solo.py)."""
-        if self.handed_over:
-            return  # generate_step reads each token before giving it (the head's context is left behind: a gap)
         fed = self.fed
         want = self.given[:-1] if last_unread else self.given
         if want[: len(fed)] == fed:
@@ -328,12 +238,3 @@ class Decoder:
         self.fed = list(want)
         if self.context is not None:  # a round's entries for tokens not held (a stop mid-round, the last unread)
             self.context.trim_to(self.length)
-
-
-def _with_prefix(processor: "LogitsProcessor", prefix: "mx.array | None") -> "LogitsProcessor":
-    """A logits processor that sees `prefix` before the tokens it is given."""
-    if prefix is None:
-        return processor
-    import mlx.core as mx
-
-    return lambda tokens, logits: processor(mx.concatenate([prefix, tokens]), logits)

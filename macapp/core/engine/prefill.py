@@ -52,7 +52,7 @@ def prefill(
     chunk's post-norm hidden states go into it as they come (the chunk then runs through the model's body alone;
     the lm_head's logits, which a prefill never evaluates anyway, are not asked for).
 
-    Usually fed all but the prompt's last token: stream_reply feeds that one, so the cache can be snapshotted
+    Usually fed all but the prompt's last token: the sequence's executor feeds that one, so the cache can be snapshotted
     right before the reply. Run it on the engine's worker thread (Engine.submit), inside `wired_memory(model)`.
     """
     import mlx.core as mx

@@ -1,14 +1,23 @@
-"""One reply stream: mlx-lm's stream_generate over a prepared cache, split into reasoning and answer as it comes.
+"""A sequence's reply, token by token: the one bookkeeping of every reply, alone or in the batch.
 
-`stream_reply` is not tied to a chat session: any core code with a loaded model, a prompt cache and the
-tokens still to feed (the API server's runner, for one) gets the engine's events, statistics, thinking
-budget, stop and context cap from it.
+`SequenceReply.take(token, finish)` is called once per sampled token, by the lone executor (solo.py) and by the batch
+loop (batch.py) alike, and says what must happen next to the sequence (go on, end it, or feed the tokens that close
+its reasoning). It turns tokens into the engine's events: the text split into reasoning and answer as it comes, the
+first token's time, statistics at most every STATS_INTERVAL_S, the thinking budget (after N reasoning tokens
+``</think>`` is fed and the model answers), a stop asked from another thread, the context cap; `finish()` returns
+the StreamedReply (the Reply, whether it ended inside its reasoning, every token it put in the cache).
+
+Text: a streaming detokenizer of the sequence's own (mlx-lm's `tokenizer.detokenizer` is a copy per caller); an
+end-of-turn token is not written out, as mlx-lm's stream_generate does not. Also here: which MTP policy a lone
+sequence drafts with (pick_policy, head_context).
 """
 
 from __future__ import annotations
 
+import enum
 import time
-from typing import TYPE_CHECKING, Callable, Generator, NamedTuple
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from macapp.core.cache_layers import CacheLayers
 from macapp.core.engine import mtp_decode
@@ -16,13 +25,10 @@ from macapp.core.engine.clock import STATS_INTERVAL_S, TurnClock
 from macapp.core.engine.mtp_policy import DepthPolicy, MTPCounts
 from macapp.core.engine.options import KVQuantization, MTPMode
 from macapp.core.events import AnswerDelta, Event, GenerationStats, PromptProgress, ReasoningDelta, Reply, StatsUpdate
-from macapp.core.sampling import SamplingParams, make_sampler_and_processors
-from macapp.core.fit.estimate import DEFAULT_PREFILL_STEP
+from macapp.core.sampling import SamplingParams
 from macapp.core.thinking import ANSWER, ThinkingSplitter
 
 if TYPE_CHECKING:
-    from mlx_lm.generate import GenerationResponse
-
     from macapp.core.engine.model_folder import LoadedModel, Tokenizer
     from macapp.core.engine.mtp_context import HeadContext
     from macapp.core.engine.prompt_cache import PromptCache
@@ -36,114 +42,9 @@ class StreamedReply(NamedTuple):
     tokens_added: list[int]  # every token this stream put in the cache, in order (segment, forced, sampled)
 
 
-class _Stream:
-    """What one stream_reply call counts as it goes (the per-token loop copies it into locals)."""
-
-    def __init__(
-        self,
-        model: "LoadedModel",
-        cache: CacheLayers,
-        cached: int,
-        params: SamplingParams,
-        kv: KVQuantization,
-        prefill_step: int,
-        splitter: ThinkingSplitter,
-        budget: int | None,
-        should_stop: Callable[[], bool],
-        emit: Emit,
-        clock: TurnClock,
-        policy: DepthPolicy | None,
-        context: "HeadContext | None" = None,
-    ):
-        self.model, self.cache, self.cached, self.params = model, cache, cached, params
-        self.context = context  # the MTP head's context over `cache` (mtp_context.py), if the caller keeps one
-        self.kv, self.prefill_step, self.splitter, self.budget = kv.kwargs(), prefill_step, splitter, budget
-        self.policy = policy  # None: plain decoding (no head, MTP off, or a cache MTP cannot roll back)
-        self.mtp = MTPCounts()
-        self.should_stop, self.emit, self.clock = should_stop, emit, clock
-        self.sampler, self.processors = make_sampler_and_processors(params)
-        self.generated: list[int] = []  # sampled tokens (the reply's token_ids)
-        self.added: list[int] = []  # tokens put in the cache so far
-        self.reasoning = 0  # sampled tokens inside the reasoning
-        self.forced = 0  # tokens fed to close the reasoning (the budget)
-        self.budget_hit = False
-        self.last_token_at = 0.0
-        self.next_stats = 0.0
-
-
 def deliver(emit: Emit, pieces: list[tuple[str, str]]) -> None:
     for kind, piece in pieces:
         emit(AnswerDelta(piece) if kind == ANSWER else ReasoningDelta(piece))
-
-
-def stream_reply(
-    model: "LoadedModel",
-    cache: CacheLayers,
-    segment: list[int],
-    *,
-    cached: int,
-    limit: int,
-    params: SamplingParams,
-    thinking: bool,
-    budget: int | None = None,
-    should_stop: Callable[[], bool] = lambda: False,
-    emit: Emit,
-    clock: TurnClock,
-    kv: KVQuantization = KVQuantization(),
-    prefill_step: int = DEFAULT_PREFILL_STEP,
-    mtp: MTPMode = MTPMode.AUTO,
-    mtp_policy: DepthPolicy | None = None,
-    mtp_context: "HeadContext | None" = None,
-) -> StreamedReply:
-    """Generate one reply into `cache` and stream it as events; return the Reply and what went into the cache.
-
-    - `cache`: a prompt cache of `model` (mlx-lm's make_prompt_cache) holding `cached` tokens; `segment`: the
-      tokens still to feed before the first sampled one (at least one: usually the prompt's last token, after
-      `prefill` read the rest). The cache ends holding `cached + len(tokens_added)` tokens.
-    - `limit`: the context limit; the reply ends with finish_reason "context" when the cache is full.
-    - `params`: sampling (its max_tokens caps the sampled tokens; its seed, if any, seeds MLX now).
-    - `thinking`: the prompt opened a reasoning block (Qwen3.5's template with enable_thinking); the text is
-      split into ReasoningDelta / AnswerDelta. `budget`: after that many reasoning tokens ``</think>`` is fed
-      (counted as forced tokens) and the model answers; 0 means the prompt itself already closed it.
-    - `should_stop()`: asked after every token; yes ends the reply with finish_reason "stopped" (kept).
-    - `emit(event)`: gets PromptProgress (prompt read, at the first token), the text deltas, and a StatsUpdate
-      at most every STATS_INTERVAL_S; the caller emits the terminal event. Called on this (the worker) thread.
-    - `clock`: the turn's TurnClock (call its `reading()` before the prefill): TTFT and rates are timed by it.
-    - `mtp`: speculative decoding with the build's MTP head (`model.mtp_head`; mtp_decode.py), the same
-      tokens (greedy) or the same distribution (sampling); `mtp_policy`: the conversation's measurements and
-      "auto"'s decision, kept across its turns (None: a fresh one for this reply); `mtp_context`: the head's own
-      context over `cache` (PromptCache.head_context; None: the head starts empty).
-
-    Run on the engine's worker thread (Engine.submit), inside prefill.wired_memory(model). Per token this adds
-    a list append, the splitter's string work and the event to mlx-lm's own loop.
-    """
-    import mlx.core as mx
-
-    splitter = ThinkingSplitter(in_reasoning=thinking and budget != 0)
-    policy = pick_policy(model, cache, kv, mtp, mtp_policy)
-    run = _Stream(model, cache, cached, params, kv, prefill_step, splitter, budget, should_stop, emit, clock, policy, mtp_context)
-    if params.seed is not None:
-        mx.random.seed(params.seed)
-    remaining = params.max_tokens
-    segment = list(segment)
-    while True:
-        room = limit - cached - len(run.added) - len(segment)  # tokens the reply may still add to the cache
-        cap = min(remaining, room)
-        if cap <= 0:
-            finish = "context" if room <= 0 else "length"
-            break
-        taken, finish, over_budget = _generate(run, segment, cap)
-        remaining -= taken
-        if over_budget:
-            if remaining <= 0:
-                finish = "length"
-                break
-            segment = _close_reasoning(run)
-            continue
-        if finish == "length" and taken == cap and cap < remaining + taken:
-            finish = "context"  # the context limit, not max_tokens, ended the reply
-        break
-    return _finish(run, thinking, finish)
 
 
 def pick_policy(model: "LoadedModel", cache: CacheLayers, kv: KVQuantization, mode: MTPMode, policy: DepthPolicy | None) -> DepthPolicy | None:
@@ -172,42 +73,6 @@ def drafting(policy: DepthPolicy) -> bool:
     return not (policy.off and policy.mode is MTPMode.AUTO)
 
 
-def _token_source(run: _Stream, segment: list[int], cap: int) -> Generator["mtp_decode.Token | GenerationResponse", None, None]:
-    """mlx-lm's stream_generate, or the MTP head's speculative stream (the same contract: mtp_decode)."""
-    import mlx.core as mx
-    from mlx_lm.generate import stream_generate
-
-    m = run.model
-    policy = run.policy
-    head = m.mtp_head
-    if policy is not None and head is not None and drafting(policy):
-        return mtp_decode.mtp_stream(
-            m,
-            head,
-            run.cache,
-            segment,
-            cached=run.cached + len(run.added),
-            max_tokens=cap,
-            params=run.params,
-            sampler=run.sampler,
-            processors=run.processors,
-            policy=policy,
-            counts=run.mtp,
-            context=run.context,
-        )
-    return stream_generate(
-        m.model,
-        m.tokenizer,
-        mx.array(segment),
-        max_tokens=cap,
-        sampler=run.sampler,
-        logits_processors=run.processors,
-        prompt_cache=run.cache,
-        prefill_step_size=run.prefill_step,
-        **run.kv,
-    )
-
-
 def with_mtp(stats: GenerationStats, counts: MTPCounts) -> GenerationStats:
     """`stats` with the MTP figures of `counts` (unchanged when MTP did not run)."""
     if counts.steps:
@@ -225,108 +90,166 @@ def leading_space(tokenizer: Tokenizer, tokens: list[int], text: str) -> str:
     return " " + text
 
 
-def _generate(run: _Stream, segment: list[int], cap: int) -> tuple[int, str, bool]:
-    """Feed `segment` and sample up to `cap` tokens with one stream_generate (or the MTP stream), until it
-    finishes, a stop is asked or the thinking budget is spent. Returns (tokens sampled, finish reason, whether
-    the budget ended it)."""
-    m = run.model
-    gen = _token_source(run, segment, cap)
-    run.added.extend(segment)
-    # The loop below runs once per token: locals only, and nothing but cheap work.
-    emit, should_stop, budget, clock, splitter = run.emit, run.should_stop, run.budget, run.clock, run.splitter
-    feed = splitter.feed
-    generated = run.generated
-    append = generated.append
-    perf = time.perf_counter
-    reasoning, next_stats, last, first = run.reasoning, run.next_stats, run.last_token_at, clock.first_token_at
-    base = run.cached + len(run.added)
-    taken = 0
-    finish = "length"
-    over_budget = False
-    lead = True  # no text out of this stream yet (see leading_space)
-    try:
-        for r in gen:
-            now = perf()
-            if not first:
-                first = now
-                clock.first_token(now)
-                emit(PromptProgress(clock.prompt_tokens, clock.prompt_tokens))
-            last = now
-            append(r.token)
-            taken += 1
-            if splitter.in_reasoning:
-                reasoning += 1
-            if r.text:
-                text = r.text
-                if lead:
-                    lead = False
-                    text = leading_space(m.tokenizer, generated[len(generated) - taken :], text)
-                deliver(emit, feed(text))
-            if r.finish_reason is not None:
-                finish = r.finish_reason
-                break
-            if should_stop():
-                finish = "stopped"
-                break
-            if budget is not None and reasoning >= budget and splitter.in_reasoning:
-                over_budget = True
-                break
-            if now >= next_stats:
-                next_stats = now + STATS_INTERVAL_S
-                stats = clock.stats(
-                    last_token_at=now,
-                    now=now,
-                    generated=len(generated),
-                    reasoning=reasoning,
-                    forced=run.forced,
-                    context=base + taken,
-                    finish=None,
-                )
-                emit(StatsUpdate(with_mtp(stats, run.mtp)))
-    finally:
-        gen.close()
-        run.reasoning, run.next_stats, run.last_token_at = reasoning, next_stats, last
-        run.added.extend(generated[len(generated) - taken :])
-    return taken, finish, over_budget
-
-
 def close_text_for(splitter: ThinkingSplitter) -> str:
     """The text that closes a reasoning cut by the thinking budget (on a line of its own)."""
     return "</think>\n\n" if splitter.reasoning_text.endswith("\n") else "\n</think>\n\n"
 
 
-def _close_reasoning(run: _Stream) -> list[int]:
-    """The thinking budget is spent: write the closing tag into the text; return its tokens, to feed next."""
-    run.budget_hit = True
-    close_text = close_text_for(run.splitter)
-    deliver(run.emit, run.splitter.feed(close_text))
-    tokens = list(run.model.tokenizer.encode(close_text, add_special_tokens=False))
-    run.forced += len(tokens)
-    return tokens
+class Next(enum.Enum):
+    GO_ON = "go_on"
+    END = "end"  # remove the sequence from the batch: the reply is over (finish() tells how)
+    CLOSE_REASONING = "close_reasoning"  # remove it and insert it again with `SequenceReply.segment` to read first
 
 
-def _finish(run: _Stream, thinking: bool, finish: str) -> StreamedReply:
-    splitter = run.splitter
-    deliver(run.emit, splitter.flush())
-    stats = with_mtp(
-        run.clock.stats(
-            last_token_at=run.last_token_at,
-            now=time.perf_counter(),
-            generated=len(run.generated),
-            reasoning=run.reasoning,
-            forced=run.forced,
-            context=run.cached + len(run.added),
+@dataclass(frozen=True)
+class Limits:
+    cached: int  # tokens in the cache before the reply's first fed token
+    limit: int  # the context limit
+
+
+class SequenceReply:
+    """The reply of one sequence, token by token (see the module docstring). Worker thread only."""
+
+    def __init__(
+        self,
+        model: "LoadedModel",
+        *,
+        limits: Limits,
+        segment: list[int],
+        params: SamplingParams,
+        thinking: bool,
+        budget: int | None,
+        should_stop: Callable[[], bool],
+        emit: Emit,
+        clock: TurnClock,
+    ):
+        self.model, self.params, self.thinking, self.budget = model, params, thinking, budget
+        self.should_stop, self.emit, self.clock = should_stop, emit, clock
+        self.cached, self.limit = limits.cached, limits.limit
+        self.splitter = ThinkingSplitter(in_reasoning=thinking and budget != 0)
+        self.detokenizer = model.tokenizer.detokenizer
+        self.eos = set(model.tokenizer.eos_token_ids)
+        self.generated: list[int] = []  # sampled tokens (the reply's token_ids)
+        self.added: list[int] = list(segment)  # every token this reply put in the cache: fed, then sampled, in order
+        self.stream_start = 0  # where the current detokenizer's tokens start in `generated`
+        self.reasoning = 0
+        self.forced = 0
+        self.budget_hit = False
+        self.last_token_at = 0.0
+        self.next_stats = 0.0
+        self.lead = True  # no text out of this detokenizer yet (reply.leading_space)
+        self.segment: list[int] = []  # tokens to feed when take() says CLOSE_REASONING
+        self.finish_reason = "length"
+        self.mtp = MTPCounts()  # what the MTP head did while the sequence ran alone (solo.py)
+
+    @property
+    def started(self) -> bool:
+        return bool(self.generated)
+
+    def max_tokens(self) -> int:
+        """How many tokens the batch may still sample for it: max_tokens left, within the context's room."""
+        room = self.limit - self.cached - len(self.added)
+        return min(self.params.max_tokens - len(self.generated), room)
+
+    def no_room(self) -> None:
+        """Not even the first token fits in the context: nothing is fed, and the reply ends empty."""
+        self.added.clear()
+        self.finish_reason = "context"
+
+    def take(self, token: int, finish: str | None) -> Next:
+        """The batch sampled `token` (its finish reason: 'stop' for an end-of-turn token, 'length' for the last
+        token max_tokens allowed). Emits its text and statistics; says what to do next."""
+        now = time.perf_counter()
+        clock = self.clock
+        if not clock.first_token_at:
+            clock.first_token(now)
+            self.emit(PromptProgress(clock.prompt_tokens, clock.prompt_tokens))
+        self.last_token_at = now
+        self.generated.append(token)
+        self.added.append(token)
+        if self.splitter.in_reasoning:
+            self.reasoning += 1
+        if token not in self.eos:
+            self.detokenizer.add_token(token)
+            self._text(self.detokenizer.last_segment)
+        if finish is not None:
+            self.finish_reason = self._capped(finish)
+            return Next.END
+        if self.should_stop():
+            self.finish_reason = "stopped"
+            return Next.END
+        if self.budget is not None and self.reasoning >= self.budget and self.splitter.in_reasoning:
+            return self._over_budget()
+        if self.max_tokens() <= 0:  # only the context's room can end it here (max_tokens ends with finish 'length')
+            self.finish_reason = "context"
+            return Next.END
+        if now >= self.next_stats:
+            self.next_stats = now + STATS_INTERVAL_S
+            self.emit(StatsUpdate(self._stats(now, None)))
+        return Next.GO_ON
+
+    def _capped(self, finish: str) -> str:
+        if finish == "length" and self.params.max_tokens - len(self.generated) > 0:
+            return "context"  # the context limit, not max_tokens, ended the reply
+        return finish
+
+    def _over_budget(self) -> Next:
+        """The thinking budget is spent: feed the closing tag unless no token is left."""
+        if self.params.max_tokens - len(self.generated) <= 0:
+            self.finish_reason = "length"
+            return Next.END
+        self._text(self._flush_detokenizer())
+        self.budget_hit = True
+        close = close_text_for(self.splitter)
+        deliver(self.emit, self.splitter.feed(close))
+        self.segment = list(self.model.tokenizer.encode(close, add_special_tokens=False))
+        self.forced += len(self.segment)
+        self.added.extend(self.segment)
+        self.detokenizer = self.model.tokenizer.detokenizer  # the closing tag is written; go on from after it
+        self.stream_start = len(self.generated)
+        self.lead = True
+        if self.max_tokens() <= 0:
+            self.finish_reason = "context"
+            return Next.END
+        return Next.CLOSE_REASONING
+
+    def _flush_detokenizer(self) -> str:
+        self.detokenizer.finalize()
+        segment: str = self.detokenizer.last_segment
+        return segment
+
+    def _text(self, text: str) -> None:
+        if not text:
+            return
+        if self.lead:
+            self.lead = False
+            text = leading_space(self.model.tokenizer, self.generated[self.stream_start :], text)
+        deliver(self.emit, self.splitter.feed(text))
+
+    def _stats(self, now: float, finish: str | None) -> GenerationStats:
+        stats = self.clock.stats(
+            last_token_at=self.last_token_at or now,
+            now=now,
+            generated=len(self.generated),
+            reasoning=self.reasoning,
+            forced=self.forced,
+            context=self.cached + len(self.added),
             finish=finish,
-        ),
-        run.mtp,
-    )
-    reply = Reply(
-        text=splitter.answer_text,
-        reasoning=splitter.reasoning_text,
-        thinking=thinking,
-        finish_reason=finish,
-        stats=stats,
-        budget_hit=run.budget_hit,
-        token_ids=run.generated,
-    )
-    return StreamedReply(reply, splitter.in_reasoning, run.added)
+        )
+        return with_mtp(stats, self.mtp)
+
+    def finish(self) -> StreamedReply:
+        """The reply, once take() said END."""
+        self._text(self._flush_detokenizer())
+        deliver(self.emit, self.splitter.flush())
+        stats = self._stats(time.perf_counter(), self.finish_reason)
+        reply = Reply(
+            text=self.splitter.answer_text,
+            reasoning=self.splitter.reasoning_text,
+            thinking=self.thinking,
+            finish_reason=self.finish_reason,
+            stats=stats,
+            budget_hit=self.budget_hit,
+            token_ids=self.generated,
+        )
+        return StreamedReply(reply, self.splitter.in_reasoning, self.added)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
 from macapp.core import events as ev
 from macapp.core.cache_layers import CacheLayers
 from macapp.core.engine import limits, turns
-from macapp.core.engine.batch_reply import Limits, SequenceReply
+from macapp.core.engine.reply import Limits, SequenceReply
 from macapp.core.engine.clock import TurnClock
 from macapp.core.engine.errors import EngineError
 from macapp.core.engine.jobs import Job
@@ -18,9 +19,8 @@ from macapp.core.engine.model_folder import LoadedModel
 from macapp.core.engine.mtp_context import HeadContext
 from macapp.core.engine.mtp_policy import DepthPolicy
 from macapp.core.engine.options import SessionOptions
-from macapp.core.engine.prefill import prefill, wired_memory
-from macapp.core.engine.sequence import Sequence as BatchedSequence
-from macapp.core.engine.reply import StreamedReply, head_context, pick_policy, stream_reply
+from macapp.core.engine.sequence import SegmentEnd, Sequence as BatchedSequence
+from macapp.core.engine.reply import StreamedReply
 from macapp.core.engine.shelf import PositionShelf, ShelfFactory
 from macapp.core.engine.prompt_cache import PromptCache
 from macapp.core.engine.positions import SavedPosition
@@ -35,7 +35,9 @@ if TYPE_CHECKING:
     from macapp.core.vision.runner import EncodedTurn
 
 
-Turn = Callable[[Job, bool], BatchedSequence | None]  # a turn's work: batched, it returns the Sequence the batch reads
+log = logging.getLogger(__name__)
+
+Turn = Callable[[Job], BatchedSequence | None]  # a turn's work, when the batch loop takes it: the Sequence it reads
 
 
 class SessionHost(Protocol):
@@ -44,14 +46,11 @@ class SessionHost(Protocol):
     @property
     def model(self) -> LoadedModel | None: ...
 
-    @property
-    def serving(self) -> bool: ...
-
     def submit(self, kind: str, work: Callable[[Job], None]) -> Job: ...
 
     def new_job(self, kind: str) -> Job: ...
 
-    def batch_loop(self) -> "BatchLoop | None": ...
+    def batch_loop(self) -> "BatchLoop": ...
 
     def memory_budget_bytes(self) -> int | None: ...
 
@@ -60,9 +59,11 @@ class SessionHost(Protocol):
 
 @dataclass
 class _Read:
-    before_last: SavedPosition | None = None  # just before the prompt's last token (from the batch), with the MTP
-    # head's context there where the prompt was read with it
+    before_last: SavedPosition | None = None  # a mark just before the prompt's last token
+    saved: SavedPosition | None = None  # a detached position there (with a shelf, or from the batch's copy), with the
+    # MTP head's context there where the prompt was read with it
     undone: bool = False  # a stop while reading already answered the turn (Job.stop's early Finished)
+    failed: bool = False  # an error ended it (its Failed is out)
 
 
 class ChatSession:
@@ -125,15 +126,15 @@ class ChatSession:
     ) -> Job:
         """Add a user message and stream the reply. `sampling` None: the model card's preset for the mode. `images`:
         pictures for this message (paths, encoded bytes or vision.images.PreparedImage), run through mlx-vlm."""
-        return self._submit_turn(lambda job, batched: self._send(job, text, bool(thinking), sampling, thinking_budget, images, batched), images)
+        return self._submit_turn(lambda job: self._send(job, text, bool(thinking), sampling, thinking_budget, images))
 
     def regenerate(self, thinking: bool | None = None, sampling: SamplingParams | None = None, thinking_budget: int | None = None) -> Job:
         """Replace the last reply with a new one to the same message; `thinking` None keeps the last mode."""
-        return self._submit_turn(lambda job, batched: self._redo(job, None, thinking, sampling, thinking_budget, batched))
+        return self._submit_turn(lambda job: self._redo(job, None, thinking, sampling, thinking_budget))
 
     def edit_last(self, text: str, thinking: bool | None = None, sampling: SamplingParams | None = None, thinking_budget: int | None = None) -> Job:
         """Replace the last user message (and its reply) with `text`, and answer it."""
-        return self._submit_turn(lambda job, batched: self._redo(job, text, thinking, sampling, thinking_budget, batched))
+        return self._submit_turn(lambda job: self._redo(job, text, thinking, sampling, thinking_budget))
 
     def reset(self) -> Job:
         """Forget the cache (not the messages): the next send reads the conversation once through the template."""
@@ -164,33 +165,18 @@ class ChatSession:
         self.last_job = job
         return job
 
-    def _submit_turn(self, turn: Turn, images: Sequence[Picture] | None = None) -> Job:
-        """A turn as a job of its own, or, while the local API serves from this engine, as one more sequence of its
-        batch (so the chat neither waits for the agents' replies nor makes them wait): `turn(job, batched)` then runs
-        when the batch takes it and returns the Sequence to insert."""
-        batch = self.engine.batch_loop() if self._joins_batch(images) else None
-        if batch is None:
-
-            def alone(job: Job) -> None:
-                turn(job, False)  # a job of its own: the turn returns nothing
-
-            return self._submit(alone)
+    def _submit_turn(self, turn: Turn) -> Job:
+        """A turn as one sequence of the engine's batch loop (alone, or beside the API's requests: the chat neither
+        waits for the agents' replies nor makes them wait): `turn(job)` runs when the loop takes it and returns the
+        Sequence to read."""
         job = self.engine.new_job("chat")
         self.last_job = job
-        batch.add(job, lambda _m: self._in_batch(job, turn))
+        self.engine.batch_loop().add(job, lambda _m: self._start_turn(job, turn))
         return job
 
-    def _joins_batch(self, images: Sequence[Picture] | None) -> bool:
-        """Text turns join the API's batch when their KV quantization is the batch's (one kind per batch: mlx-lm
-        merges the caches); pictures (mlx-vlm's model, mRoPE positions) run as jobs of their own."""
-        if not self.engine.serving or images or engine_pictures.pictures_in(self._messages):
-            return False
-        batch, m = self.engine.batch_loop(), self.engine.model
-        return batch is not None and m is not None and limits.kv_quantization(m, self.options) == batch.kv
-
-    def _in_batch(self, job: Job, turn: Turn) -> BatchedSequence | None:
+    def _start_turn(self, job: Job, turn: Turn) -> BatchedSequence | None:
         try:
-            return turn(job, True)
+            return turn(job)
         except EngineError:
             raise
         except Exception:
@@ -214,7 +200,6 @@ class ChatSession:
         sampling: SamplingParams | None,
         budget: int | None,
         images: Sequence[Picture] | None = None,
-        batched: bool = False,
     ) -> BatchedSequence | None:
         clock = TurnClock()
         if job.stopped:
@@ -235,7 +220,7 @@ class ChatSession:
             close_text=self._close_text if appending else None,
             images=pictures,
         )
-        return self._run_turn(job, m, clock, plan, sampling, budget, batched)
+        return self._run_turn(job, m, clock, plan, sampling, budget)
 
     def _redo(
         self,
@@ -244,7 +229,6 @@ class ChatSession:
         thinking: bool | None,
         sampling: SamplingParams | None,
         budget: int | None,
-        batched: bool = False,
     ) -> BatchedSequence | None:
         clock = TurnClock()
         if job.stopped:
@@ -262,7 +246,7 @@ class ChatSession:
             system_prompt=self.system_prompt,
             last=self._turn if self._prompt is not None else None,
         )
-        return self._run_turn(job, m, clock, plan, sampling, budget, batched)
+        return self._run_turn(job, m, clock, plan, sampling, budget)
 
     # -- the turn (worker thread) ----------------------------------------------------------------------
     def _run_turn(
@@ -273,9 +257,8 @@ class ChatSession:
         plan: TurnPlan,
         sampling: SamplingParams | None,
         budget: int | None,
-        batched: bool = False,
-    ) -> BatchedSequence | None:
-        """Run the turn (batched: return the Sequence the batch reads and answers it with: batched_sequence)."""
+    ) -> BatchedSequence:
+        """The turn's sequence (turn_sequence), its pictures encoded and its limits known."""
         params = limits.turn_sampling(sampling, plan.mode.thinking, budget, self.options)
         plan = self._warm_start(m, plan)
         if plan.restore is not None:
@@ -288,19 +271,9 @@ class ChatSession:
             plan = dataclasses.replace(plan, prompt=encoded.tokens)
         with_tower = dataclasses.replace(m, weights_bytes=m.weights_bytes + engine_pictures.attached_bytes(m))
         limit = limits.context_limit(with_tower, self.options, len(plan.prompt), cached, budget_bytes)  # the tower counts
-        if batched:
-            return self.batched_sequence(job, m, clock, plan, params, budget, limit)
-        try:
-            reply = self._read_and_stream(job, m, clock, plan, params, budget, limit, encoded)
-        except Exception:
-            self.forget_cache()  # the cache is in an unknown state: the next send re-reads the conversation
-            self._model = m
-            raise
-        if reply is not None:
-            job.emit(Finished(reply))
-        return None
+        return self.turn_sequence(job, m, clock, plan, params, budget, limit, encoded)
 
-    def batched_sequence(
+    def turn_sequence(
         self,
         job: Job,
         m: "LoadedModel",
@@ -309,22 +282,25 @@ class ChatSession:
         params: SamplingParams,
         budget: int | None,
         limit: int,
+        encoded: EncodedTurn | None = None,
     ) -> BatchedSequence:
-        """The turn as one sequence of the engine's batch (worker thread, when the batch takes it).
+        """The turn as one sequence of the engine's batch loop (worker thread, when the loop takes it).
 
-        The batch reads and writes copies of the caches it is given, so nothing of the session changes until the turn
-        is over: a stop while reading undoes the turn by changing nothing but the plan's rewind, and the reply's cache
-        comes back in `on_done`. Two points come from the batch: the position before the prompt's last token
-        (regenerate's mark, from the segment's end) and the cache after the reply, each a copy of the KV cache
-        (mlx-lm's `extract`), the price of sharing the batch. A turn that ran alone (solo.py) with the MTP head hands
-        its head's context back too, so the conversation's goes on."""
+        Alone (solo.py) the sequence reads into the session's own cache; in mlx-lm's batch into a copy that comes back
+        in `on_done` (mlx-lm's `extract`, the price of sharing the batch). A stop while reading undoes the turn (the
+        cache rewound to the turn's start). The position before the prompt's last token is regenerate's mark; with a
+        disk shelf the position at the reply's turn start (its last <|im_start|>) is kept there too, so a reopened
+        conversation's prompt starts the same. A turn that drafted with the MTP head hands its head's context back,
+        so the conversation's goes on. Pictures (`encoded`) are read by mlx-vlm's positioned model, alone."""
         if plan.rereads:
             self.forget_cache()
             self._model = m
         previous = self._turn
         turn_start = self._rewind(m, plan)
         self._messages = list(plan.history)
+        runs_on = self._with_pictures(m, encoded) if encoded is not None or self._live.spans else None
         head, last = plan.prompt[:-1], plan.prompt[-1:]
+        start = len(self._live)
         clock.reading(len(plan.prompt))
         job.emit(PromptProgress(0, len(plan.prompt)))
         stopped = Finished(Reply(thinking=plan.mode.thinking, finish_reason="stopped", kept=False, stats=clock.unanswered(turn_start.length)))
@@ -332,11 +308,24 @@ class ChatSession:
         if head and plan.undo_on_stop:
             job.arm_early_reply(stopped)
 
-        def on_segment(position: SavedPosition) -> None:
-            read.before_last = position
+        def on_segment(end: SegmentEnd) -> None:
+            if end.length < start + len(head):  # the reply's turn start: for the shelf
+                self._shelve(end.save())
+                return
+            read.before_last = end.mark()
+            if self._shelf_for(m) is not None:
+                read.saved = end.save()  # a reopened conversation's prompt starts the same (shelved at the end)
             read.undone = plan.undo_on_stop and job.disarm_early_reply()
 
+        def on_failed() -> None:
+            read.failed = True
+
         def on_done(streamed: StreamedReply | None, cache: CacheLayers | None, context: HeadContext | None) -> None:
+            if read.failed:  # the cache is in an unknown state: the next send re-reads the conversation
+                self.forget_cache()
+                self._model = m
+                self._messages.append(self._user_message(plan))
+                return
             if streamed is None or read.undone or cache is None:
                 self._undo(m, plan, turn_start, previous)
                 stopped.reply.stats.elapsed_s = clock.elapsed()
@@ -346,8 +335,9 @@ class ChatSession:
             if head:
                 if read.before_last is None:
                     raise RuntimeError("the batch finished a two-segment prompt without reporting its first segment")
-                before_last = read.before_last.as_mark()  # its KV buffers are the batch's copy: lengths do
-                self._shelve(read.before_last)  # detached: a reopened conversation's prompt starts the same
+                before_last = read.before_last
+                if read.saved is not None:
+                    self._shelve(read.saved)
             else:
                 before_last = prompt.mark()
             self._turn = TurnMemory(
@@ -360,8 +350,8 @@ class ChatSession:
             )
             self._messages.append(self._user_message(plan))
             prompt.adopt(cache, head, context)
-            if context is not None and read.before_last is not None:
-                context.keep_mark(read.before_last)  # regenerate's rewind to before_last goes on pairing
+            if context is not None and read.saved is not None:
+                context.keep_mark(read.saved)  # regenerate's rewind to before_last goes on pairing
             self._settle_reply(m, plan, streamed)
             job.emit(Finished(streamed.reply))
 
@@ -377,19 +367,24 @@ class ChatSession:
             emit=job.emit,
             clock=clock,
         )
+        cut = self._cut(head, runs_on)
         return BatchedSequence(
             job=job,
             prompt=self._live,
-            segments=[s for s in (head, last) if s],
+            segments=[s for s in (head[:cut], head[cut:], last) if s],
             sampler=sampler,
             processors=processors,
             reply=reply,
             on_segment=on_segment,
             on_done=on_done,
+            on_failed=on_failed,
             keep_cache=True,
             mtp=self.options.mtp,
-            kv=limits.kv_quantization(m, self.options),  # the batch's (ChatSession joins only then)
+            kv=limits.kv_quantization(m, self.options),  # unlike the batch's: it runs alone (batch.py)
             mtp_policy=self.mtp_policy,
+            prefill_step=self.options.prefill_step_size,
+            runs_on=runs_on,
+            embeddings=None if encoded is None else encoded.embeddings,
         )
 
     def _shelf_for(self, m: LoadedModel) -> PositionShelf | None:
@@ -402,8 +397,10 @@ class ChatSession:
 
     def _warm_start(self, m: LoadedModel, plan: TurnPlan) -> TurnPlan:
         """A conversation without a cache yet (reopened, after a restart too) starts from the longest position of its
-        prompt on the engine's shelf (the disk), and reads only the rest. Its prefix is then counted from there
-        (an edit goes back to the turn's start), or None when the position is past it (an edit reads it all)."""
+        prompt on the engine's shelf (the disk), and reads only the rest: its prompt is the tokens its session held
+        (turns.replay), so the position that session left after its last reply matches. Its prefix is then counted
+        from there (an edit goes back to the turn's start), or None when the position is past it (an edit reads it
+        all)."""
         if self._prompt is not None or plan.rereads or plan.restore is not None or plan.images:
             return plan
         shelf = self._shelf_for(m)
@@ -412,6 +409,7 @@ class ChatSession:
             return plan
         self._prompt = PromptCache.restore(found)
         n = found.length
+        log.info("prompt cache: a conversation without a cache reuses %d of its %d prompt tokens from disk", n, len(plan.prompt))
         prefix = plan.prefix[n:] if plan.prefix is not None and n <= len(plan.prefix) else None
         return dataclasses.replace(plan, prompt=plan.prompt[n:], prefix=prefix)
 
@@ -439,62 +437,6 @@ class ChatSession:
         clock.image_tokens = encoded.image_tokens
         return encoded
 
-    def _read_and_stream(
-        self,
-        job: Job,
-        m: LoadedModel,
-        clock: TurnClock,
-        plan: TurnPlan,
-        params: SamplingParams,
-        budget: int | None,
-        limit: int,
-        encoded: EncodedTurn | None = None,
-    ) -> Reply | None:
-        """Read the plan's prompt and stream the reply; None when a stop while reading undid the turn."""
-        if plan.rereads:
-            self.forget_cache()
-            self._model = m
-        previous = self._turn
-        turn_start = self._rewind(m, plan)
-        if encoded is not None or self._live.spans:
-            m = self._with_pictures(m, encoded)
-        self._messages = list(plan.history)
-        clock.reading(len(plan.prompt))
-        context = head_context(m, self._live, pick_policy(m, self._live.layers, limits.kv_quantization(m, self.options), self.options.mtp, self.mtp_policy))
-        with wired_memory(m):
-            if not self._read_prompt(job, m, clock, plan, turn_start, previous, encoded, context):
-                return None
-            self._shelve()  # before the reply: a reopened conversation's prompt starts the same
-            self._turn = TurnMemory(
-                before_turn=turn_start,
-                close_before=plan.close_before,
-                prefix=plan.prefix,
-                before_last=self._live.mark(),
-                last_token=plan.prompt[-1],
-                mode=plan.mode,
-            )
-            self._messages.append(self._user_message(plan))
-            streamed = stream_reply(
-                m,
-                self._live.layers,
-                plan.prompt[-1:],
-                cached=len(self.tokens),
-                limit=limit,
-                params=params,
-                thinking=plan.mode.thinking,
-                budget=budget,
-                should_stop=job.stop_event.is_set,
-                emit=job.emit,
-                clock=clock,
-                kv=limits.kv_quantization(m, self.options),
-                prefill_step=self.options.prefill_step_size,
-                mtp=self.options.mtp,
-                mtp_policy=self.mtp_policy,
-                mtp_context=context,
-            )
-        self._settle_reply(m, plan, streamed)
-        return streamed.reply
-
     def _rewind(self, m: LoadedModel, plan: TurnPlan) -> SavedPosition:
         """Make sure there is a cache and go back to the plan's point in it; return where the turn starts."""
         if self._prompt is None:
@@ -519,69 +461,14 @@ class ChatSession:
             message["images"] = list(plan.user_images)
         return message
 
-    def _read_prompt(
-        self,
-        job: Job,
-        m: LoadedModel,
-        clock: TurnClock,
-        plan: TurnPlan,
-        turn_start: SavedPosition,
-        previous: TurnMemory | None,
-        encoded: EncodedTurn | None = None,
-        context: HeadContext | None = None,
-    ) -> bool:
-        """Prefill all but the prompt's last token (`context`: the MTP head's, fed as it goes); False if a stop undid
-        the turn (its Finished is then emitted).
-
-        A stop during a chunk is answered at once by Job.stop() (armed here); the undo waits for the chunk."""
-        prompt = plan.prompt
-        total = len(prompt)
-        job.emit(PromptProgress(0, total))
-        stopped = Finished(Reply(thinking=plan.mode.thinking, finish_reason="stopped", kept=False, stats=clock.unanswered(turn_start.length)))
-        if plan.undo_on_stop:
-            job.arm_early_reply(stopped)
-        held = len(self._live)
-        done = 0
-
-        def progress(at: int) -> Callable[[int], None]:
-            return lambda n: job.emit(PromptProgress(at + n, total))
-
-        for end in self._cuts(prompt, encoded):
-            start = done
-            done += prefill(
-                m,
-                self._live.layers,
-                prompt[start:end],
-                step=self.options.prefill_step_size,
-                kv=limits.kv_quantization(m, self.options),
-                should_stop=job.stop_event.is_set if plan.undo_on_stop else None,
-                on_progress=progress(start),
-                embeddings=None if encoded is None else encoded.embeddings,
-                head=context,
-                held=held + start,
-            )
-            self._live.extend(prompt[start:done])
-            if done < end:
-                break
-            if end < total - 1:
-                self._shelve()  # before the reply's turn: where a reopened conversation's prompt parts from this one
-        if plan.undo_on_stop and (job.disarm_early_reply() or job.stopped):
-            self._undo(m, plan, turn_start, previous)
-            stopped.reply.stats.elapsed_s = clock.elapsed()
-            job.emit(stopped)  # ignored if stop() already sent it
-            return False
-        return True
-
-    def _cuts(self, prompt: list[int], encoded: EncodedTurn | None) -> list[int]:
-        """Where the prompt's reading stops (all but its last token): with a shelf, first at the reply's turn start
-        (its last <|im_start|>), so the position there is kept (text only: a turn with pictures reads in one go)."""
-        last = len(prompt) - 1
+    def _cut(self, head: list[int], runs_on: LoadedModel | None) -> int:
+        """Where the prompt's reading pauses before its last token: with a shelf, at the reply's turn start (its last
+        <|im_start|>), so the position there is kept (0: no pause; a turn with pictures reads in one go)."""
         m = self._model
-        if encoded is not None or self._live.spans or m is None or self._shelf_for(m) is None:
-            return [last]
+        if runs_on is not None or m is None or self._shelf_for(m) is None:
+            return 0
         start_id = m.tokenizer.convert_tokens_to_ids("<|im_start|>")
-        cut = max((i for i, t in enumerate(prompt[:last]) if t == start_id), default=0)
-        return [cut, last] if cut > 0 else [last]
+        return max((i for i, t in enumerate(head) if t == start_id), default=0)
 
     def _undo(self, m: LoadedModel, plan: TurnPlan, turn_start: SavedPosition, previous: TurnMemory | None) -> None:
         """A stop while reading: the conversation and the cache as before the turn."""
@@ -597,15 +484,17 @@ class ChatSession:
         """The reply is in the cache: account for its tokens, and know how the next turn closes it."""
         reply = streamed.reply
         self._live.extend(streamed.tokens_added)
-        last = self.tokens[-1] if self.tokens else None
-        if last is not None and last == m.im_end_id:
-            self._close_text = "\n"
-        elif streamed.still_reasoning:
-            self._close_text = "\n</think>\n\n<|im_end|>\n"
-        else:
-            self._close_text = "<|im_end|>\n"
+        self._close_text = turns.close_text(self.tokens[-1] if self.tokens else None, m.im_end_id, streamed.still_reasoning)
+        reply.cache_tokens = turns.held_tokens(m.tokenizer, plan.mode, streamed.tokens_added)  # a reopening reads them again
         self._messages.append(
-            {"role": "assistant", "content": reply.text, "reasoning": reply.reasoning, "thinking": plan.mode.thinking, "finish_reason": reply.finish_reason}
+            {
+                "role": "assistant",
+                "content": reply.text,
+                "reasoning": reply.reasoning,
+                "thinking": plan.mode.thinking,
+                "finish_reason": reply.finish_reason,
+                "cache_tokens": reply.cache_tokens,
+            }
         )
         self.last_reply = reply
         self._shelve()

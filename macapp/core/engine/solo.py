@@ -28,13 +28,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, cast
 
 from macapp.core.cache_layers import CacheLayers
-from macapp.core.engine.batch_reply import Next
+from macapp.core.engine.reply import Next
 from macapp.core.engine.mtp_decode import Decoder
 from macapp.core.engine.mtp_policy import DepthPolicy
-from macapp.core.engine.positions import save
+from macapp.core.engine.positions import SavedPosition, mark, save
+from macapp.core.engine.prefill import prefill, wired_memory
 from macapp.core.engine.prompt_cache import PromptCache
-from macapp.core.engine.reply import drafting, head_context, pick_policy
-from macapp.core.engine.upstream import quantized_layers
+from macapp.core.engine.reply import StreamedReply, drafting, head_context, pick_policy
+from macapp.core.upstream import quantized_layers
 from macapp.core.events import PromptProgress
 
 if TYPE_CHECKING:
@@ -67,27 +68,25 @@ class Ended:
 class SoloRun:
     """One sequence's reading and decoding on its own (worker thread only; see the module docstring)."""
 
-    def __init__(self, m: "LoadedModel", seq: "Sequence", prefill_step: int, at: HandOver | None = None):
+    def __init__(self, m: "LoadedModel", seq: "Sequence", at: HandOver | None = None):
         """`at`: where the batch left the sequence (its own copy of the cache; go_on decodes on from there)."""
         from mlx_lm.models.cache import TokenBuffer
 
-        self.m, self.seq, self.prefill_step = m, seq, prefill_step
-        prompt = seq.prompt  # read into a copy, as the batch does: a stopped read leaves `prompt` as it was
-        if at is not None:
-            own = PromptCache(at.layers, list(at.tokens))
-        else:
-            own = PromptCache.restore(prompt.save()) if len(prompt) else PromptCache.new(m)
-        if seq.kv.bits is not None:  # quantized as the batch's would be, so alone and beside others read the same
-            own.layers = quantized_layers(own.layers, seq.kv)
+        self.m, self.seq, self.prefill_step = seq.runs_on or m, seq, seq.prefill_step
+        own = PromptCache(at.layers, list(at.tokens)) if at is not None else seq.prompt  # read in place
         self.layers = own.layers
-        self.tokens: list[int] = list(own.tokens)
+        self.quantize = seq.kv.bits is not None  # until done: once the cache holds --quantized-kv-start tokens
+        # what the logits processors see (a picture's tokens are held as its digest: its image token stands for it)
+        pad = int(cast(int, m.config.get("image_token_id", 0)))
+        self.tokens: list[int] = [t if isinstance(t, int) else pad for t in own.tokens]
         self.segments = [list(s) for s in (at.segments if at is not None else seq.segments)]
         self.context = TokenBuffer(self.tokens) if seq.processors else None
         self.eos = set(m.tokenizer.eos_token_ids)
         self.steps = 0  # forward passes
-        self.policy = pick_policy(m, self.layers, seq.kv, seq.mtp, seq.mtp_policy)  # no MTP on a quantized cache
+        self._quantize_at(len(self.tokens))
+        self.policy = pick_policy(self.m, self.layers, seq.kv, seq.mtp, seq.mtp_policy)  # no MTP on a quantized cache
         # the MTP head's context (mtp_context.py), fed as the prompt is read, when this sequence drafts
-        self.head = head_context(m, own, self.policy)
+        self.head = head_context(self.m, own, self.policy)
 
     def run(self, someone_waits: Callable[[], bool]) -> HandOver | Ended:
         """Read the prompt, then decode, until the reply ends or `someone_waits()` (asked at every boundary)."""
@@ -104,6 +103,9 @@ class SoloRun:
                 if seq.job.stopped and not seq.reply.started:
                     return Ended(self.layers, reply_done=False)
                 if not seq.reply.started:
+                    if seq.reply.max_tokens() <= 0:
+                        seq.reply.no_room()
+                        return Ended(self.layers, reply_done=True, head=self.head)
                     seq.read += len(segments[-1])
                 last = segments.pop()  # the last segment: its logits give the first token
                 policy, head = self.policy, self.m.mtp_head
@@ -133,9 +135,7 @@ class SoloRun:
         return self.run(someone_waits)
 
     def _read(self, segments: list[list[int]], someone_waits: Callable[[], bool]) -> HandOver | None:
-        """Read every segment but the last, chunk by chunk, telling `on_segment` of each boundary."""
-        import mlx.core as mx
-
+        """Read every segment but the last, chunk by chunk (engine/prefill.py), telling `on_segment` of each boundary."""
         seq = self.seq
         while len(segments) > 1:
             if seq.job.stopped and not seq.reply.started:
@@ -144,11 +144,9 @@ class SoloRun:
                 return HandOver(self.layers, self.tokens, segments)
             segment = segments[0]
             chunk, rest = segment[: self.prefill_step], segment[self.prefill_step :]
-            if self.head is not None:  # the model's body alone gives the hidden states the head reads
-                self.head.read(len(self.tokens), chunk, self.m.model.language_model.model(mx.array(chunk)[None], cache=self.layers))
-            else:
-                self.m.model(mx.array(chunk)[None], cache=self.layers)
-            mx.eval([c.state for c in self.layers])
+            at = seq.read - seq.joined_at  # rows of `embeddings` read so far (pictures never join the batch)
+            embeddings = None if seq.embeddings is None else seq.embeddings[at : at + len(chunk)]
+            prefill(self.m, self.layers, chunk, step=len(chunk), embeddings=embeddings, head=self.head, held=len(self.tokens))
             self.steps += 1
             self._held(chunk)
             seq.read += len(chunk)
@@ -160,7 +158,7 @@ class SoloRun:
             segments.pop(0)
             at = len(self.tokens)
             if seq.on_segment is not None and at in seq.bounds:
-                seq.on_segment(save(self.layers, self.tokens, (), self.head.saved(at) if self.head is not None else None))
+                seq.on_segment(_HereEnd(self, at))
         return None
 
     def _feed(self, tokens: list[int]) -> mx.array:
@@ -278,12 +276,49 @@ class SoloRun:
             return "length"
         return None
 
+    def _quantize_at(self, held: int) -> None:
+        """Quantize the KV layers once they hold the sequence's `start` tokens, as the batch's are (upstream.py), so
+        alone and beside others read the same; in place, so a mirrored cache stays one list."""
+        if self.quantize and held >= self.seq.kv.start:
+            self.layers[:] = quantized_layers(self.layers, self.seq.kv)
+            self.quantize = False
+
     def _held(self, tokens: list[int]) -> mx.array | None:
         """`tokens` were read into the layers; returns every token they hold, as the logits processors see them."""
         import mlx.core as mx
 
         self.tokens.extend(tokens)
+        self._quantize_at(len(self.tokens))
         if self.context is None:
             return None
         held: mx.array = self.context.update_and_fetch(mx.array(tokens, dtype=mx.int32))
         return held
+
+
+class _HereEnd:
+    """A segment's end in a lone sequence's own cache, where it is now (sequence.SegmentEnd)."""
+
+    def __init__(self, run: SoloRun, at: int):
+        self.run, self.length = run, at
+
+    def mark(self) -> SavedPosition:
+        if self.run.head is not None:
+            self.run.head.remember()
+        return mark(self.run.layers, self.length)
+
+    def save(self) -> SavedPosition:
+        run, at = self.run, self.length
+        spans = [span.until(at) for span in run.seq.prompt.spans if span.start < at]
+        return save(run.layers, run.seq.tokens_until(at), spans, run.head.saved(at) if run.head is not None else None)
+
+
+def run_alone(m: "LoadedModel", seq: "Sequence") -> StreamedReply | None:
+    """Run `seq` alone to its end, now, on this thread (the worker: inside Engine.submit work), as the batch loop
+    runs a sequence that cannot share the batch; for engine extensions and measurements. The reply (None: stopped
+    while reading); the sequence's cache then holds what it read and wrote (`seq.prompt`'s layers)."""
+    solo = SoloRun(m, seq)
+    with wired_memory(m):
+        outcome = solo.run(lambda: False)
+    if isinstance(outcome, Ended) and outcome.reply_done:
+        return seq.reply.finish()
+    return None

@@ -4,7 +4,13 @@ A session's cache is only ever appended to. A send feeds the previous reply's cl
 turn (or the whole conversation through the template when nothing is cached). A regenerate goes back to just
 before the prompt's last token and feeds that one token again (or, in another thinking mode, back to before
 the user turn and feeds it anew); an edit goes back to before the user turn and feeds the new one. Without a
-snapshot (a reopened conversation) both read the conversation once through the template.
+snapshot (a reopened conversation) both read the conversation once.
+
+A conversation with nothing cached (reopened, after a restart too) is read as its session held it (`replay`):
+its first message through the template with the system prompt, then each reply as its tokens went into the cache
+(reasoning included), its close text and the next user turn. The template would write earlier replies without
+their reasoning, so the reopened prompt would part from the cache the live session left (on the disk's shelf)
+at its first reply; this way it matches whole, and only the new message is read.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from macapp.core.engine.model_folder import Tokenizer
 from macapp.core.engine.pictures import content_of, pictures_in
 from macapp.core.engine.positions import SavedPosition
 from macapp.core.events import TurnKind
+from macapp.core.thinking import ThinkingSplitter
 from macapp.core.vision.images import PreparedImage
 
 CLOSE_REASONING = "</think>\n\n"
@@ -107,9 +114,82 @@ def full_prompt(
     return prefix, full
 
 
+def reread(
+    tokenizer: Tokenizer, system_prompt: str | None, history: list[ChatMessage], text: str, mode: ThinkingMode, images: tuple[PreparedImage, ...] = ()
+) -> tuple[list[int] | None, list[int]]:
+    """(prefix, all tokens) for reading a conversation with nothing cached and a new user message: as a session held
+    it (`replay`), or through the template when `history` is not one a session made turn by turn."""
+    held = replay(tokenizer, system_prompt, history)
+    if held is None:
+        return full_prompt(tokenizer, system_prompt, history, text, mode.thinking, images)
+    tokens, close = held
+    prefix = tokens + _encode(tokenizer, close)
+    return prefix, prefix + _user_turn(tokenizer, text, mode, images)
+
+
+def replay(tokenizer: Tokenizer, system_prompt: str | None, history: list[ChatMessage]) -> tuple[list[int], str] | None:
+    """The tokens a chat session's cache held after `history`, and the close text its last reply left pending: the
+    first user message through the template with the system prompt, its reply (`held_reply`), then for each later
+    exchange the previous reply's close text, the user turn and its reply, as `plan_send` appended them. None when
+    `history` is not a session's: empty, not user/reply pairs, or a reply without its "thinking" flag."""
+    pairs = list(zip(history[::2], history[1::2]))
+    if (
+        not history
+        or len(history) % 2
+        or any(u.get("role") != "user" or a.get("role") != "assistant" or not isinstance(a.get("thinking"), bool) for u, a in pairs)
+    ):
+        return None
+    system = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    tokens, close = template(tokenizer, [*system, pairs[0][0]], pairs[0][1]["thinking"]), ""
+    for i, (user, reply) in enumerate(pairs):
+        if i:
+            tokens += _encode(tokenizer, close) + template(tokenizer, [user], reply["thinking"])
+        said, close = held_reply(tokenizer, reply)
+        tokens += said
+    return tokens, close
+
+
+def held_reply(tokenizer: Tokenizer, reply: ChatMessage) -> tuple[list[int], str]:
+    """A reply's tokens after its generation prompt and its close text. Exact from its "cache_tokens" (events.Reply's)
+    when they say what the reply says (its reasoning and answer, read back with this tokenizer); otherwise its text
+    re-tokenized, reasoning and answer in the template's form, closed by <|im_end|> (a reply cut short is closed as
+    the live session's close text would have closed it): the same text, possibly other tokens, read again."""
+    thinking = bool(reply.get("thinking"))
+    reasoning, answer = str(reply.get("reasoning") or ""), str(reply.get("content") or "")
+    stored = [t for t in reply.get("cache_tokens") or () if isinstance(t, int)]
+    if stored:
+        eos = set(tokenizer.eos_token_ids)
+        splitter = ThinkingSplitter(in_reasoning=thinking)
+        splitter.feed(tokenizer.decode(stored[:-1] if stored[-1] in eos else stored))
+        splitter.flush()
+        if (splitter.reasoning_text, splitter.answer_text) == (reasoning, answer):
+            return stored, close_text(stored[-1], tokenizer.convert_tokens_to_ids("<|im_end|>"), splitter.in_reasoning)
+    text = reasoning.strip("\n") + "\n" + CLOSE_REASONING + answer.lstrip("\n") if thinking else answer
+    return _encode(tokenizer, text + "<|im_end|>"), "\n"
+
+
+def held_tokens(tokenizer: Tokenizer, mode: ThinkingMode, added: list[int]) -> list[int]:
+    """A turn's tokens after its generation prompt (events.Reply.cache_tokens): a budget-0 prompt's closing tag, then
+    what its reply put in the cache after the prompt's last token (`added`: StreamedReply.tokens_added, which
+    starts with that token, the closing tag's last when there is one)."""
+    closing = _encode(tokenizer, CLOSE_REASONING) if mode is ThinkingMode.CLOSED else []
+    return closing + added[1:]
+
+
+def close_text(last: int | None, im_end_id: int | None, still_reasoning: bool) -> str:
+    """What the next turn feeds first to close a reply whose last token in the cache is `last`."""
+    if last is not None and last == im_end_id:
+        return "\n"
+    return "\n</think>\n\n<|im_end|>\n" if still_reasoning else "<|im_end|>\n"
+
+
+def _encode(tokenizer: Tokenizer, text: str) -> list[int]:
+    return list(tokenizer.encode(text, add_special_tokens=False)) if text else []
+
+
 def _closed(tokenizer: Tokenizer, prompt: list[int], mode: ThinkingMode) -> list[int]:
     if mode is ThinkingMode.CLOSED:  # no reasoning at all: the prompt closes it
-        return prompt + list(tokenizer.encode(CLOSE_REASONING, add_special_tokens=False))
+        return prompt + _encode(tokenizer, CLOSE_REASONING)
     return prompt
 
 
@@ -139,10 +219,10 @@ def plan_send(
     """A new user message (see require_text) with its `images`. `close_text`: what closes the cached previous reply;
     None when nothing is cached."""
     if close_text is None:
-        prefix, prompt = full_prompt(tokenizer, system_prompt, messages, text, mode.thinking, images)
+        prefix, prompt = reread(tokenizer, system_prompt, messages, text, mode, images)
         in_prompt = tuple(pictures_in(messages)) + tuple(images)
     else:
-        prefix = list(tokenizer.encode(close_text, add_special_tokens=False)) if close_text else []
+        prefix = _encode(tokenizer, close_text)
         prompt = prefix + _user_turn(tokenizer, text, mode, images)
         in_prompt = tuple(images)
     return TurnPlan(
@@ -223,8 +303,8 @@ def plan_redo(
                 turn_start=last.before_turn,
                 images=pictures,
             )
-    # No snapshot for this turn (a reopened conversation): read the conversation once.
-    prefix, prompt = full_prompt(tokenizer, system_prompt, common.history, text, mode.thinking, pictures)
+    # No snapshot for this turn (a reopened conversation): read the conversation once, as a session held it.
+    prefix, prompt = reread(tokenizer, system_prompt, common.history, text, mode, pictures)
     return dataclasses.replace(
         common,
         prompt=_closed(tokenizer, prompt, mode),

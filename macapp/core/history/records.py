@@ -92,6 +92,9 @@ class Message:
     images: tuple[ImageRef, ...] = ()  # pictures sent with a user message (files in paths.pictures_dir())
     # A reply's tool calls (schema 5), each events.ToolCallRecord.to_json(): server, name, arguments, allowed, result…
     tool_calls: list[JSONObject] = field(default_factory=list)
+    # A reply's tokens as the session's cache held them (schema 6; events.Reply.cache_tokens), so a reopened
+    # conversation reads exactly what its session held; () when unknown (older rows, tool turns, failed replies).
+    cache_tokens: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         self.role, self.state = Role(self.role), MessageState(self.state)  # plain strings are accepted too
@@ -122,10 +125,11 @@ class Conversation:
     def chat_messages(self, include_system: bool = True) -> list[dict[str, object]]:
         """The conversation in the engine's message shape, to reopen it: `engine.new_session(messages=...)`.
 
-        {role, content}; replies also carry reasoning, thinking and finish_reason, like ChatSession.messages; a
-        message with pictures carries them under "images" (read back from the pictures folder by the store's
-        PictureFiles; a missing file is left out, the text stays; a store opened without PictureFiles gives none).
-        A reply with tool calls comes back as its rounds (tools.rounds.session_rounds), as the session held it.
+        {role, content}; replies also carry reasoning, thinking, finish_reason and, when saved, cache_tokens, like
+        ChatSession.messages; a message with pictures carries them under "images" (read back from the pictures folder
+        by the store's PictureFiles; a missing file is left out, the text stays; a store opened without PictureFiles
+        gives none). A reply with tool calls comes back as its rounds (tools.rounds.session_rounds), as the session
+        held it (their text: no cache_tokens).
         """
         out: list[dict[str, object]] = []
         if include_system and self.system_prompt:
@@ -140,6 +144,8 @@ class Conversation:
                         out.append({**earlier, **extra})
                     item["content"] = rounds[-1]["content"]
                 item.update(reasoning=m.reasoning, thinking=m.thinking, finish_reason=m.finish_reason)
+                if m.cache_tokens and not rounds:
+                    item["cache_tokens"] = list(m.cache_tokens)
             if m.images and self.pictures is not None:
                 item["images"] = list(self.pictures.load(m.images))
             out.append(item)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import array
 import json
 import sqlite3
+import sys
 from dataclasses import fields
 
 from macapp.core.history.db import SQLValue
@@ -19,7 +21,7 @@ SELECT_MESSAGES = f"SELECT {', '.join(MESSAGE_COLUMNS)} FROM messages"
 # A finished reply: its text, state, finish reason and figures.
 FINISH_REPLY = (
     "UPDATE messages SET "
-    + ", ".join(f"{name} = ?" for name in ("content", "reasoning", "tool_calls", "state", "finish_reason", *STAT_FIELDS))
+    + ", ".join(f"{name} = ?" for name in ("content", "reasoning", "tool_calls", "state", "finish_reason", "cache_tokens", *STAT_FIELDS))
     + " WHERE id = ?"
 )
 # A reply in flight: its text so far and its tool calls.
@@ -42,13 +44,14 @@ def message_values(m: Message, *, id: int | None, conversation_id: int, position
         thinking=int(m.thinking),
         images=refs_to_json(m.images),
         tool_calls=calls_json(m.tool_calls),
+        cache_tokens=tokens_blob(m.cache_tokens),
     )
     return tuple(values[name] for name in MESSAGE_FIELDS) + stats_values(m.stats)
 
 
 def finish_values(m: Message) -> tuple[SQLValue, ...]:
     """Parameters of FINISH_REPLY for `m`."""
-    return (m.content, m.reasoning, calls_json(m.tool_calls), m.state, m.finish_reason, *stats_values(m.stats), m.id)
+    return (m.content, m.reasoning, calls_json(m.tool_calls), m.state, m.finish_reason, tokens_blob(m.cache_tokens), *stats_values(m.stats), m.id)
 
 
 def stream_values(m: Message) -> tuple[SQLValue, ...]:
@@ -68,10 +71,32 @@ def calls_from_json(text: str | None) -> list[JSONObject]:
     return [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
 
 
+def tokens_blob(tokens: tuple[int, ...]) -> bytes | None:
+    """Token ids as little-endian uint32s (None for none)."""
+    if not tokens:
+        return None
+    packed = array.array("I", tokens)
+    if sys.byteorder == "big":
+        packed.byteswap()
+    return packed.tobytes()
+
+
+def tokens_from_blob(blob: object) -> tuple[int, ...]:
+    """tokens_blob's ids back; () for NULL or a blob that is not whole uint32s."""
+    if not isinstance(blob, bytes) or len(blob) % 4:
+        return ()
+    packed = array.array("I")
+    packed.frombytes(blob)
+    if sys.byteorder == "big":
+        packed.byteswap()
+    return tuple(packed)
+
+
 def message_from_row(row: sqlite3.Row) -> Message:
     values = {name: row[name] for name in MESSAGE_FIELDS}
     values.update(thinking=bool(values["thinking"]), role=Role(values["role"]), state=MessageState(values["state"]), images=refs_from_json(values["images"]))
     values["tool_calls"] = calls_from_json(values["tool_calls"])
+    values["cache_tokens"] = tokens_from_blob(values["cache_tokens"])
     return Message(**values, stats=ReplyStats(**{name: row[name] for name in STAT_FIELDS}))
 
 

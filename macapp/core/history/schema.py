@@ -84,12 +84,19 @@ def _migrate_5_tool_calls(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE messages ADD COLUMN tool_calls TEXT NOT NULL DEFAULT '[]'")
 
 
+def _migrate_6_cache_tokens(conn: sqlite3.Connection) -> None:
+    """A reply's tokens as the session's cache held them (little-endian uint32s; NULL: unknown), so a reopened
+    conversation reads exactly what its session held (engine.turns.replay)."""
+    conn.execute("ALTER TABLE messages ADD COLUMN cache_tokens BLOB")
+
+
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _migrate_1_base,
     _migrate_2_reply_model,
     _migrate_3_search_index,
     _migrate_4_pictures,
     _migrate_5_tool_calls,
+    _migrate_6_cache_tokens,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

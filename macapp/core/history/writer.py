@@ -7,7 +7,7 @@ import logging
 import sqlite3
 import threading
 import time
-from typing import Protocol
+from typing import Protocol, Sequence
 
 from macapp.core.history.errors import StoreError
 from macapp.core.history.records import Message, MessageState, ReplyStats
@@ -113,8 +113,9 @@ class ReplyWriter:
             if self._dirty and not self._closed:
                 self._flush()
 
-    def finish(self, stats: object = None, finish_reason: str | None = None, stopped: bool = False) -> Message:
-        """Commit the final text, stats, finish reason and state ('stopped' or 'complete'); returns the message."""
+    def finish(self, stats: object = None, finish_reason: str | None = None, stopped: bool = False, cache_tokens: Sequence[int] = ()) -> Message:
+        """Commit the final text, stats, finish reason, state ('stopped' or 'complete') and the reply's tokens as the
+        session's cache held them (events.Reply.cache_tokens); returns the message."""
         with self._lock:
             if self._timer is not None:
                 self._timer.cancel()
@@ -125,6 +126,7 @@ class ReplyWriter:
             self.message.stats = ReplyStats.from_any(stats)
             self.message.finish_reason = finish_reason
             self.message.state = MessageState.STOPPED if stopped else MessageState.COMPLETE
+            self.message.cache_tokens = tuple(cache_tokens)
             self.error = None
             self._flush(final=True)
             if self.error is not None:

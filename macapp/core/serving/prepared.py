@@ -35,13 +35,6 @@ class PreparedRequest:
     def client(self) -> str:
         return self.request.client
 
-    @property
-    def batchable(self) -> bool:
-        """Whether it may share the batch: no pictures (they run through mlx-vlm's model, one at a time). A seeded
-        request does: its sampler draws from a random key of its own (sampling.py), so its reply is the same alone
-        or beside others."""
-        return not self.rendered.images
-
 
 @dataclass(frozen=True)
 class RunSettings:

@@ -38,7 +38,7 @@ def completed(m: LoadedModel, text: "ReplyText", streamed: StreamedReply, usage:
 
 
 class ReplyText:
-    """Between stream_reply and the job: answer text through the tool-call parser and the stop sequences."""
+    """Between the reply's bookkeeping (engine/reply.py) and the job: answer text through the tool-call parser and the stop sequences."""
 
     def __init__(self, job: Job, rendered: RenderedPrompt, request: CompletionRequest):
         self.job = job

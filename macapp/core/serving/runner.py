@@ -9,13 +9,12 @@
 
 Each request is rendered through the model's chat template once (prepared.py: the context and memory checks and
 the max_tokens clamp come with it), restored from the longest checkpoint of its prompt (pool.py) and read from
-there, a checkpoint taken at each boundary on the way. Text requests, seeded ones included, join the running
-batch (`sequence`, on mlx-lm's BatchGenerator: engine/batch.py), up to `batch_limit` decoding together;
-requests with pictures run one at a time on the worker (below, through the engine's `prefill` and
-`stream_reply`), between batches. Either way the answer text goes through the tool-call parser and the stop sequences (reply_text.py).
+there, a checkpoint taken at each boundary on the way. Every request is a sequence of the engine's batch loop
+(`sequence`; engine/batch.py), as every chat turn is: alone, or beside others in mlx-lm's BatchGenerator, up to
+`batch_limit` decoding together; a request with pictures runs alone while the batch waits. The answer text goes
+through the tool-call parser and the stop sequences (reply_text.py).
 
-Chat sessions keep their own caches; the pool holds only the API's. A chat turn is a job of the worker, so it
-waits for the batch in flight to finish (the batch takes no new request while one waits).
+Chat sessions keep their own caches; the pool holds only the API's.
 """
 
 from __future__ import annotations
@@ -23,27 +22,24 @@ from __future__ import annotations
 import math
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from macapp.core import events as ev
-from macapp.core.engine import Engine, EngineError, Job, LoadedModel, SessionOptions, TurnClock, prefill, stream_reply, wired_memory
+from macapp.core.engine import Engine, EngineError, Job, LoadedModel, SessionOptions, TurnClock
 from macapp.core.cache_layers import CacheLayers
 from macapp.core.engine import StreamedReply
 from macapp.core.engine.batch import DEFAULT_LIMIT, BatchLoop
-from macapp.core.engine.sequence import Sequence
-from macapp.core.engine.batch_reply import Limits, SequenceReply
+from macapp.core.engine.sequence import SegmentEnd, Sequence
+from macapp.core.engine.reply import Limits, SequenceReply
 from macapp.core.engine.options import MTPMode
-from macapp.core.engine.positions import SavedPosition
 from macapp.core.sampling import make_sampler_and_processors
 from macapp.core.engine.limits import context_limit, kv_quantization
 from macapp.core.fit import estimate
 from macapp.core.engine.mtp_context import HeadContext
 from macapp.core.engine.mtp_policy import DepthPolicy
-from macapp.core.engine.reply import head_context, pick_policy
 from macapp.core.events import PromptProgress
 from macapp.core.serving import pictures as request_pictures
-from macapp.core.engine.positions import Key
 from macapp.core.engine.prompt_cache import PromptCache
 from macapp.core.prompt_disk.shelf import ModelShelf
 from macapp.core.prompt_disk.store import DiskStore
@@ -96,11 +92,7 @@ class ServingEngine:
         self._limit = 1
         self._mtp_model: LoadedModel | None = None  # the model `_mtp_policy` measures (worker thread only)
         self._mtp_policy = DepthPolicy(self.options.session.mtp)
-        engine.serve_from(self)  # chat turns join the batch while this serves (ChatSession)
         self._closed = False
-        batch, m = self.batch, engine.model
-        if batch is not None and m is not None:  # the batch's KV kind, which a chat turn must share to join it
-            batch.kv = kv_quantization(m, self.options.session)
 
     # -- any thread ------------------------------------------------------------------------------------
     @property
@@ -134,9 +126,9 @@ class ServingEngine:
             return self._limit
 
     @property
-    def batch(self) -> BatchLoop | None:
-        """The engine's batch these requests join (None: no model, or an engine that cannot batch)."""
-        return self.engine.batch_loop() if self.options.batching else None
+    def batch(self) -> BatchLoop:
+        """The engine's batch loop these requests are sequences of."""
+        return self.engine.batch_loop()
 
     def _fitting(self, m: LoadedModel) -> int:
         opts = self.options.session
@@ -199,29 +191,14 @@ class ServingEngine:
         return self._mean_s * math.ceil((waiting + 1) / max(1, limit))
 
     def _start(self, prepared: PreparedRequest) -> Job:
-        batch = self._batch_for(prepared)
-        if batch is not None:
-            job = self.engine.new_job("serve")
-            job.add_listener(self._on_event)
-            started = time.perf_counter()
-            batch.add(job, lambda m: self.sequence(job, prepared, m, started))
-            return job
-        job = self.engine.submit("serve", lambda job: self._serve(job, prepared))
+        job = self.engine.new_job("serve")
         job.add_listener(self._on_event)
-        return job
-
-    def _batch_for(self, prepared: PreparedRequest) -> BatchLoop | None:
-        """The engine's batch, sized for this server, when `prepared` may join it (None: it runs alone)."""
-        if not (self.options.batching and prepared.batchable):
-            return None
-        if prepared.model is not self.engine.model or self._limit_for is not prepared.model:
-            return None  # no model, or another one now: the one-at-a-time path prepares it again or fails clearly
+        started = time.perf_counter()
         batch = self.engine.batch_loop()
-        if batch is not None:
-            batch.limit = self._limit
-            batch.prefill_step = self.options.session.prefill_step_size
-            batch.kv = kv_quantization(prepared.model, self.options.session)
-        return batch
+        batch.limit = self.batch_limit  # sized for this server
+        batch.prefill_step = self.options.session.prefill_step_size
+        batch.add(job, lambda m: self.sequence(job, prepared, m, started))
+        return job
 
     def _failed(self, exc: EngineError) -> Job:
         job = self.engine.new_job("serve")
@@ -232,9 +209,7 @@ class ServingEngine:
 
     def close(self) -> None:
         """Drop the checkpoints (on the worker, after the requests already submitted)."""
-        if not self._closed:
-            self._closed = True
-            self.engine.stop_serving_from(self)
+        self._closed = True
 
         def work(job: Job) -> None:
             self.pool.clear()
@@ -291,91 +266,31 @@ class ServingEngine:
             self._sized = True
         return self.pool
 
-    def _serve(self, job: Job, prepared: PreparedRequest) -> None:
-        started = time.perf_counter()
-        try:
-            self._run(job, prepared)
-        finally:
-            self.measured(time.perf_counter() - started)
-
-    def _run(self, job: Job, prepared: PreparedRequest) -> None:
-        import mlx.core as mx
-
-        clock = TurnClock()
-        m = self._model()
-        if job.stopped:  # the client left while the request waited
-            job.emit(cancelled(m, Usage()))
-            return
-        prepared = self.current(prepared)
-        request, rendered = prepared.request, prepared.rendered
-        opts = self.options.session
-        # Pictures (macapp.core.serving.pictures): laid out in the prompt and keyed by content for the pool; read
-        # through mlx-vlm's language model, the tower run only on those after the checkpoint found.
-        pictures = self._pictures(m, rendered) if rendered.images else None
-        prompt = _Prompt.of(pictures) if pictures else _Prompt(rendered.tokens, tuple(rendered.tokens), rendered.boundaries)
-        tokens = prompt.tokens
-        run = pictures.model if pictures else m
-        settings = self.settings(m, prepared, len(tokens))
-        params, budget, limit = settings.params, settings.budget, settings.limit
-        pool = self.pool_for(m)
-        cache, source = pool.resume(prompt.key, m)
-        cached = len(cache)
-        usage = Usage(prompt_tokens=len(tokens), cached_tokens=cached)
-        job.emit(RequestStarted(usage.prompt_tokens, usage.cached_tokens, source))
-        if pictures is not None:
-            prompt = replace(prompt, embeddings=self._begin_pictures(pictures, cache, clock))
-        text = ReplyText(job, rendered, request)
-        policy = self.mtp_policy_for(m)
-        context = head_context(run, cache, pick_policy(run, cache.layers, kv_quantization(m, opts), opts.mtp, policy))
-        with wired_memory(m):
-            clock.reading(len(tokens) - cached)
-            read = self._read(job, run, pool, cache, prompt, cached, context)
-            if read < len(tokens) - 1:
-                job.emit(cancelled(m, usage))
-                return
-            streamed = stream_reply(
-                run,
-                cache.layers,
-                tokens[-1:],
-                cached=len(tokens) - 1,
-                limit=limit,
-                params=params,
-                thinking=rendered.thinking,
-                budget=budget,
-                should_stop=text.should_stop,
-                emit=text.emit,
-                clock=clock,
-                kv=kv_quantization(m, opts),
-                prefill_step=opts.prefill_step_size,
-                mtp=opts.mtp,
-                mtp_policy=policy,
-                mtp_context=context,
-            )
-        del cache
-        mx.clear_cache()
-        job.emit(completed(m, text, streamed, usage))
-
     def sequence(self, job: Job, prepared: PreparedRequest, m: LoadedModel, submitted: float) -> Sequence | None:
-        """`prepared` as a sequence of the engine's batch, made when the batch takes it (worker): restored from the
-        longest checkpoint of its prompt (pool.py), the rest cut at the checkpoint boundaries after it (the batch pauses
-        there and the checkpoint is taken: `on_segment`), answered with the same events, usage and Completed as a
-        request run alone (the reply's text through the same ReplyText). None when it ended already (stopped while it
-        waited)."""
+        """`prepared` as a sequence of the engine's batch loop, made when the loop takes it (worker): restored from the
+        longest checkpoint of its prompt (pool.py), the rest cut at the checkpoint boundaries after it (the loop pauses
+        there and the checkpoint is taken: `on_segment`), its answer text through ReplyText. Pictures
+        (serving/pictures.py) are laid out in the prompt and keyed by content for the pool, the tower run only on
+        those after the checkpoint found; such a request runs alone, on mlx-vlm's positioned model. None when it
+        ended already (stopped while it waited)."""
         clock = TurnClock()
         if job.stopped:
             job.emit(cancelled(m, Usage()))
             return None
         prepared = self.current(prepared)
         request, rendered = prepared.request, prepared.rendered
-        tokens = rendered.tokens
+        pictures = self._pictures(m, rendered) if rendered.images else None
+        tokens = pictures.tokens if pictures is not None else rendered.tokens
+        key = pictures.key if pictures is not None else tuple(tokens)
+        boundaries = pictures.boundaries if pictures is not None else rendered.boundaries
         settings = self.settings(m, prepared, len(tokens))
         params, budget, limit = settings.params, settings.budget, settings.limit
         pool = self.pool_for(m)
-        key = tuple(tokens)
         cache, source = pool.resume(key, m)
         cached = len(cache)
         usage = Usage(prompt_tokens=len(tokens), cached_tokens=cached)
         job.emit(RequestStarted(usage.prompt_tokens, usage.cached_tokens, source))
+        embeddings = self._begin_pictures(pictures, cache, clock) if pictures is not None else None
         text = ReplyText(job, rendered, request)
         clock.reading(len(tokens) - cached)
         job.emit(PromptProgress(0, len(tokens) - cached))
@@ -392,8 +307,8 @@ class ServingEngine:
             clock=clock,
         )
 
-        def on_segment(position: SavedPosition) -> None:
-            pool.add_saved(position)
+        def on_segment(end: SegmentEnd) -> None:
+            pool.add_saved(end.save())
 
         def on_done(streamed: StreamedReply | None, _cache: CacheLayers | None, _head: HeadContext | None) -> None:
             self.measured(time.perf_counter() - submitted)
@@ -402,7 +317,7 @@ class ServingEngine:
         return Sequence(
             job=job,
             prompt=cache,
-            segments=_segments(tokens, cached, rendered.boundaries),
+            segments=_segments(tokens, cached, boundaries),
             sampler=sampler,
             processors=processors,
             reply=reply,
@@ -411,8 +326,13 @@ class ServingEngine:
             # drafts while it is alone (engine/solo.py); a seeded reply never does: MTP's acceptance draws from MLX's
             # global key, so the reply would depend on whether it was alone
             mtp=MTPMode.OFF if request.sampling.seed is not None else self.options.session.mtp,
-            kv=kv_quantization(m, self.options.session),  # the batch's: --kv-bits quantizes it (engine/upstream.py)
+            kv=kv_quantization(m, self.options.session),  # --kv-bits quantizes it, alone and batched (core/upstream.py)
             mtp_policy=self.mtp_policy_for(m),
+            prefill_step=self.options.session.prefill_step_size,
+            runs_on=pictures.model if pictures is not None else None,
+            embeddings=embeddings,
+            keys=list(key) if pictures is not None else None,
+            alone=not self.options.batching,
         )
 
     def _pictures(self, m: LoadedModel, rendered: RenderedPrompt) -> request_pictures.PictureRequest:
@@ -427,51 +347,6 @@ class ServingEngine:
         encoded = request_pictures.begin(pictures, cache)
         clock.image_tokens = encoded.image_tokens if encoded is not None else 0
         return encoded.embeddings if encoded is not None else None
-
-    def _read(
-        self, job: Job, m: LoadedModel, pool: CheckpointPool, cache: PromptCache, prompt: "_Prompt", cached: int, context: HeadContext | None = None
-    ) -> int:
-        """Read the prompt from `cached` up to its last token, checkpointing each boundary (`context`: the MTP
-        head's, fed as it goes); return where it got to."""
-        tokens = prompt.tokens
-        total = len(tokens) - cached
-        opts = self.options.session
-        pos = cached
-        job.emit(PromptProgress(0, total))
-        for boundary in [b for b in prompt.boundaries if b > cached]:
-            start = pos
-            pos += prefill(
-                m,
-                cache.layers,
-                tokens[pos:boundary],
-                step=opts.prefill_step_size,
-                kv=kv_quantization(m, opts),
-                should_stop=lambda: job.stopped,
-                on_progress=lambda done: job.emit(PromptProgress(start - cached + done, total)),
-                embeddings=None if prompt.embeddings is None else prompt.embeddings[pos - cached : boundary - cached],
-                head=context,
-                held=pos,
-            )
-            if pos < boundary:
-                return pos
-            cache.extend(prompt.key[len(cache) : boundary])
-            pool.add(cache)
-        return pos
-
-
-@dataclass(frozen=True)
-class _Prompt:
-    """What is read: the tokens, their pool key (a picture's tokens are its digest), the checkpoint boundaries, and
-    the embeddings of the tokens after the checkpoint when they hold pictures."""
-
-    tokens: list[int]
-    key: Key
-    boundaries: tuple[int, ...]
-    embeddings: mx.array | None = None
-
-    @classmethod
-    def of(cls, pictures: request_pictures.PictureRequest) -> "_Prompt":
-        return cls(pictures.tokens, pictures.key, pictures.boundaries)
 
 
 def _segments(tokens: list[int], cached: int, boundaries: tuple[int, ...]) -> list[list[int]]:

@@ -322,4 +322,7 @@ class ToolLoop:
         stats = dataclasses.replace(
             last.stats, prompt_tokens=turn.prompt_tokens, generation_tokens=turn.generation_tokens, reasoning_tokens=turn.reasoning_tokens
         )
-        return dataclasses.replace(last, text="".join(turn.text), reasoning="".join(turn.reasoning), stats=stats, kept=True)
+        # cache_tokens of a turn of one round only: after a call they are the last round's, and the history keeps the
+        # rounds as text (tools.rounds)
+        tokens = last.cache_tokens if turn.rounds == 1 else []
+        return dataclasses.replace(last, text="".join(turn.text), reasoning="".join(turn.reasoning), stats=stats, kept=True, cache_tokens=tokens)

@@ -1,4 +1,4 @@
-"""mlx-vlm's video path, piece by piece: the one place Qwen Desk reaches into its internals for video.
+"""mlx-vlm's video path, piece by piece (its private steps come through macapp.core.upstream.qwen_vl_video).
 
 mlx-vlm does a clip in one call (`load_video`: every sampled frame decoded at full size; then the processor
 resizes them all); vision.video runs the same steps one frame at a time so a 4K clip never sits in memory whole.
@@ -16,6 +16,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
+from macapp.core.upstream import qwen_vl_video
+
 if TYPE_CHECKING:
     import numpy as np
     from mlx_vlm.models.qwen3_vl.processing_qwen3_vl import Qwen3VLVideoProcessor
@@ -28,9 +30,9 @@ __all__ = ["VideoMetadata", "video_processor", "sample_indices", "frame_size", "
 def video_processor(folder: str | Path) -> Qwen3VLVideoProcessor:
     """The model folder's video processor, configured as mlx-vlm's Qwen3VLProcessor.from_pretrained does it
     (video_preprocessor_config.json, else preprocessor_config.json); no tokenizer, no MLX."""
-    from mlx_vlm.models.qwen3_vl.processing_qwen3_vl import Qwen3VLVideoProcessor, _qwen_vl_video_kwargs
+    from mlx_vlm.models.qwen3_vl.processing_qwen3_vl import Qwen3VLVideoProcessor
 
-    return Qwen3VLVideoProcessor(**_qwen_vl_video_kwargs(str(folder), default_patch_size=16))
+    return Qwen3VLVideoProcessor(**qwen_vl_video().video_kwargs(str(folder), default_patch_size=16))
 
 
 def sample_indices(processor: Qwen3VLVideoProcessor, total: int, source_fps: float, fps: float | None, max_frames: int | None) -> list[int]:
@@ -61,9 +63,7 @@ def sample_indices(processor: Qwen3VLVideoProcessor, total: int, source_fps: flo
 def frame_size(processor: Qwen3VLVideoProcessor, frames: int, height: int, width: int) -> tuple[int, int]:
     """(height, width) the processor resizes `frames` frames of height x width to (its pixel budget spans them all);
     ValueError for a shape it refuses (a side under 32 pixels, an aspect ratio over 200)."""
-    from mlx_vlm.models.qwen3_vl.processing_qwen3_vl import _smart_resize_video
-
-    size: tuple[int, int] = _smart_resize_video(
+    size: tuple[int, int] = qwen_vl_video().smart_resize(
         num_frames=frames,
         height=height,
         width=width,
@@ -77,9 +77,7 @@ def frame_size(processor: Qwen3VLVideoProcessor, frames: int, height: int, width
 
 def resize_frame(rgb: np.ndarray, height: int, width: int) -> np.ndarray:
     """One decoded (H, W, 3) uint8 frame → (3, height, width), by the processor's own resize (PIL bicubic)."""
-    from mlx_vlm.models.qwen3_vl.processing_qwen3_vl import _resize_video_frames
-
-    frame: np.ndarray = _resize_video_frames(rgb.transpose(2, 0, 1)[None], height, width)[0]
+    frame: np.ndarray = qwen_vl_video().resize_frames(rgb.transpose(2, 0, 1)[None], height, width)[0]
     return frame
 
 
@@ -99,16 +97,12 @@ def metadata(total: int, source_fps: float, indices: list[int], size: tuple[int,
 
 def group_seconds(processor: Qwen3VLVideoProcessor, total: int, source_fps: float, indices: list[int], size: tuple[int, int]) -> list[float]:
     """The `<t.t seconds>` of each pair of frames: the mean of the pair's source times (an odd last frame repeated)."""
-    from mlx_vlm.models.qwen3_vl.processing_qwen3_vl import _video_group_timestamps
-
     tps = processor.temporal_patch_size
-    seconds: list[float] = _video_group_timestamps(-(-len(indices) // tps), tps, source_fps, metadata(total, source_fps, indices, size))
+    seconds: list[float] = qwen_vl_video().group_timestamps(-(-len(indices) // tps), tps, source_fps, metadata(total, source_fps, indices, size))
     return seconds
 
 
 def placeholder(seconds: list[float], tokens_per_group: int, start: str, end: str, pad: str = "<|video_pad|>") -> str:
     """The prompt text the processor puts in place of `<|vision_start|><|video_pad|><|vision_end|>`."""
-    from mlx_vlm.models.qwen3_vl.processing_qwen3_vl import _timestamped_video_placeholder
-
-    text: str = _timestamped_video_placeholder(seconds, tokens_per_group, start, end)
+    text: str = qwen_vl_video().timestamped_placeholder(seconds, tokens_per_group, start, end)
     return text.replace("<|placeholder|>", pad)

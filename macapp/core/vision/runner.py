@@ -34,6 +34,7 @@ from mlx.utils import tree_flatten
 
 from macapp.core.cache_layers import CacheLayers
 from macapp.core.modelfiles import read_safetensors_header
+from macapp.core.upstream import vlm_model_module
 from macapp.core.vision.capability import VisionLoadError, is_tower_tensor
 from macapp.core.fit.picture_cost import ProcessorLimits
 from macapp.core.vision.images import PreparedImage
@@ -311,12 +312,12 @@ def _tower_weights(path: Path) -> dict[str, mx.array]:
 
 def attach_vision(text_model: nn.Module, path: str | Path) -> VisionModel:
     """An mlx-vlm model for the folder whose language model shares `text_model`'s (an mlx-lm Qwen3.5) arrays."""
-    from mlx_vlm.utils import get_model_and_args, load_config, load_image_processor, load_processor, sanitize_weights
+    from mlx_vlm.utils import load_config, load_image_processor, load_processor, sanitize_weights
 
     start = time.perf_counter()
     path = Path(path)
     config = load_config(path)
-    model_module, _ = get_model_and_args(config)
+    model_module = vlm_model_module(config)
     model_config = model_module.ModelConfig.from_dict(config)
     model = model_module.Model(model_config)
     _quantize_like(model.language_model, text_model.language_model)

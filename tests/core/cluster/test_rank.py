@@ -38,8 +38,8 @@ def test_rank0_runs_the_engine_through_the_proxy_one_request_at_a_time(rank0, ti
     finally:
         alone.close()
     assert reply.token_ids == same.token_ids  # the proxy changes how the model is called, not what it computes
-    rank0.serve_from(rank0)  # even while a server answers from it, there is no batch to join
-    assert not rank0.batches and rank0.batch_loop() is None
+    loop = rank0.batch_loop()  # its loop runs every sequence alone: no mlx-lm batch over the lockstep channel
+    assert not rank0.batches and loop.alone >= 1 and loop.peak == 1 and loop.steps > 0
 
 
 def test_pictures_are_refused_by_the_proxy_before_the_folder_is_looked_at(rank0):

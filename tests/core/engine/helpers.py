@@ -88,3 +88,56 @@ def assert_head_context_covers_every_token(session) -> None:
     context = session._live.head
     assert context is not None and context.base == 0
     assert context.end == len(session.tokens) - 1 and context.carry[0] == len(session.tokens) - 1
+
+
+def stream_alone(
+    m,
+    cache,
+    segment,
+    *,
+    held,
+    limit,
+    params,
+    thinking,
+    budget=None,
+    should_stop=lambda: False,
+    emit=lambda _e: None,
+    clock=None,
+    kv=None,
+    mtp=None,
+    mtp_policy=None,
+    mtp_context=None,
+):
+    """One reply by the lone executor (engine/solo.py, run_alone), as every chat turn and request runs alone: `cache`
+    (mlx-lm layers) holds the tokens `held`; `segment` is read before the first sampled token. On the worker."""
+    from macapp.core.engine import Job, Limits, Sequence, SequenceReply, TurnClock, run_alone
+    from macapp.core.engine.options import KVQuantization, MTPMode
+    from macapp.core.engine.prompt_cache import PromptCache
+
+    if clock is None:
+        clock = TurnClock()
+        clock.reading(len(segment))
+    sampler, processors = make_sampler_and_processors(params)
+    reply = SequenceReply(
+        m,
+        limits=Limits(cached=len(held), limit=limit),
+        segment=list(segment),
+        params=params,
+        thinking=thinking,
+        budget=budget,
+        should_stop=should_stop,
+        emit=emit,
+        clock=clock,
+    )
+    seq = Sequence(
+        job=Job("test"),
+        prompt=PromptCache(cache, held, head=mtp_context),
+        segments=[list(segment)],
+        sampler=sampler,
+        processors=processors,
+        reply=reply,
+        kv=kv or KVQuantization(),
+        mtp=mtp or MTPMode.OFF,
+        mtp_policy=mtp_policy,
+    )
+    return run_alone(m, seq)

@@ -1,5 +1,5 @@
-"""A chat turn as one sequence of the API's batch (ChatSession.batched_sequence): while a server is up the window's chat
-joins the batch, and the conversation goes on exactly as it does on its own."""
+"""A chat turn as one sequence of the engine's batch loop (ChatSession.turn_sequence): beside the API's requests the
+window's chat joins mlx-lm's batch, and the conversation goes on exactly as it does on its own."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 
 from macapp.core.engine import Engine, SessionOptions
 from macapp.core.engine.options import MTPMode
+from macapp.core.engine.turns import replay
 from macapp.core.events import AnswerDelta
 from macapp.core.sampling import greedy
 from macapp.core.serving.requests import ChatMessage, Completed, Role
@@ -32,6 +33,8 @@ def conversation(session, engine) -> list:
     ):
         reply = job().result(TIMEOUT)
         out.append((reply.text, reply.reasoning, reply.finish_reason, list(session.tokens)))
+        # the conversation read again (a reopening) is the cache, token for token: each reply in its cache_tokens
+        assert replay(engine.model.tokenizer, None, session.messages)[0] == session.tokens
     return out
 
 
@@ -41,20 +44,27 @@ def moe(engine):
     return engine
 
 
-def test_a_conversation_in_the_batch_goes_exactly_as_on_its_own(moe):
+def test_a_conversation_beside_a_long_api_reply_goes_exactly_as_on_its_own(moe):
+    """Every turn is a sequence of the engine's one batch loop: alone it runs in the lone executor (solo.py), beside a
+    long API reply in mlx-lm's BatchGenerator; the conversation is the same token for token."""
+    batch = moe.batch_loop()
+    alone_before, handed_before = batch.alone, batch.handed_over
+    alone = conversation(moe.new_session(), moe)
+    assert batch.alone - alone_before == 5 and batch.handed_over == handed_before  # each turn alone, in the loop
     serving = ServingEngine(moe, ServingOptions(pool_bytes=0))
     try:
-        batch = serving.batch
-        steps = batch.steps
-        batched = conversation(moe.new_session(), moe)
-        assert batch.steps > steps  # the turns ran in the batch
+        long = serving.submit(ask(ChatMessage(Role.USER, "A long story"), sampling=off_script(moe, 3000)))
+        while not any(isinstance(e, AnswerDelta) for e in long.history):
+            threading.Event().wait(0.01)
+        peak_before = batch.peak
+        beside = conversation(moe.new_session(), moe)
+        assert not long.done  # every turn shared the batch with it
+        assert batch.handed_over > handed_before and batch.peak >= max(2, peak_before)
+        long.stop()
+        long.wait(TIMEOUT)
     finally:
         serving.close()
-    assert not moe.serving
-    steps = batch.steps
-    alone = conversation(moe.new_session(), moe)
-    assert batch.steps == steps  # no server: turns of their own
-    assert batched == alone
+    assert beside == alone
 
 
 def test_a_chat_turn_joins_the_batch_of_a_long_api_reply_and_ends_first(moe):

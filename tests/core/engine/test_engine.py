@@ -8,6 +8,7 @@ import pytest
 
 from macapp.core import events as ev
 from macapp.core.engine import Engine
+from macapp.core.engine.turns import replay
 from macapp.core.events import AnswerDelta, Failed
 from macapp.core.sampling import greedy
 from tests.core.engine.helpers import ANSWER, TIMEOUT, template
@@ -31,8 +32,12 @@ def test_a_session_follows_a_newly_loaded_model_by_reading_the_conversation_once
         e.load(str(tiny_dense_path)).result(timeout=TIMEOUT)
         assert s.cache is None and s.context_tokens == 0  # the old model's cache is freed with it
         reply = s.send("again", thinking=False, sampling=greedy(30)).result(timeout=TIMEOUT)
-        expected = template(e, [{"role": "user", "content": "hello"}, {"role": "assistant", "content": ANSWER}, {"role": "user", "content": "again"}], False)
-        assert reply.stats.prompt_tokens == len(expected) and reply.text == ANSWER
+        # read as the session held it: the first turn as it was sampled (its empty think block kept), then the new one
+        tokenizer = e.model.tokenizer
+        first = template(e, [{"role": "user", "content": "hello"}], False) + list(tokenizer.encode(ANSWER + "<|im_end|>", add_special_tokens=False))
+        assert replay(tokenizer, None, s.messages[:2]) == (first, "\n")
+        expected = first + list(tokenizer.encode("\n", add_special_tokens=False)) + template(e, [{"role": "user", "content": "again"}], False)
+        assert reply.stats.prompt_tokens == len(expected) and s.tokens[: len(expected)] == expected and reply.text == ANSWER
     finally:
         e.close()
 

@@ -58,7 +58,7 @@ def test_a_listener_that_raises_is_logged_and_keeps_getting_events(caplog):
 
     job.add_listener(broken)
     job.add_listener(others.append)
-    with caplog.at_level(logging.ERROR, logger="macapp.core.engine.jobs"):
+    with caplog.at_level(logging.ERROR, logger="macapp.core.event_stream"):
         job.emit(AnswerDelta("a"))
         job.emit(Finished(Reply(text="a")))
     assert len(got) == 2 and others == got == job.history

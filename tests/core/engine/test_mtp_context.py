@@ -15,7 +15,7 @@ from macapp.core.engine.mtp_policy import DepthPolicy
 from macapp.core.engine.options import MTPMode
 from macapp.core.engine.prefill import prefill
 from macapp.core.engine.prompt_cache import PromptCache
-from macapp.core.engine.reply import stream_reply
+from tests.core.engine.helpers import stream_alone
 from macapp.core.sampling import greedy
 from macapp.core.serving.requests import ChatMessage, Role
 from macapp.core.serving.runner import ServingEngine, ServingOptions
@@ -173,11 +173,11 @@ def test_after_a_drafting_reply_every_entry_is_the_one_a_whole_read_gives(tiny_m
     prefill(m, prompt.layers, tokens[:-1], head=context)
     prompt.extend(tokens[:-1])
     policy = DepthPolicy(MTPMode.ON)
-    streamed = stream_reply(
+    streamed = stream_alone(
         m,
         prompt.layers,
         tokens[-1:],
-        cached=len(tokens) - 1,
+        held=tokens[:-1],
         limit=4096,
         params=greedy(24),
         thinking=True,

@@ -1,4 +1,4 @@
-"""Speculative decoding with the MTP head (mtp_decode.py through reply.stream_reply): greedy output token for token
+"""Speculative decoding with the MTP head (mtp_decode.py, run by the lone executor solo.py): greedy output token for token
 the plain decode's, and the cache after every kind of round (kept, rejected, stopped mid-draft, eos in a draft)
 as a fresh read of the tokens it accounts for."""
 
@@ -12,9 +12,8 @@ from macapp.core.engine.clock import TurnClock
 from macapp.core.engine.mtp_policy import DepthPolicy
 from macapp.core.engine.options import KVQuantization, MTPMode
 from macapp.core.engine.prefill import prefill
-from macapp.core.engine.reply import stream_reply
 from macapp.core.sampling import greedy
-from tests.core.engine.helpers import EXACT
+from tests.core.engine.helpers import EXACT, stream_alone
 
 PROMPTS = [
     ("Hello there", True),
@@ -39,7 +38,7 @@ def banned(m, **overrides):
 
 
 def reply(m, ids, params, mode, *, thinking=True, budget=None, stop_after=None, policy=None, kv=KVQuantization()):
-    """One stream_reply over a fresh cache holding `ids` (all but the last read first); (StreamedReply, cache)."""
+    """One lone reply over a fresh cache holding `ids` (all but the last read first); (StreamedReply, cache)."""
     cache = make_prompt_cache(m.model)
     prefill(m, cache, ids[:-1])
     asked = []
@@ -48,11 +47,11 @@ def reply(m, ids, params, mode, *, thinking=True, budget=None, stop_after=None, 
         asked.append(1)
         return stop_after is not None and len(asked) >= stop_after
 
-    streamed = stream_reply(
+    streamed = stream_alone(
         m,
         cache,
         ids[-1:],
-        cached=len(ids) - 1,
+        held=ids[:-1],
         limit=4096,
         params=params,
         thinking=thinking,

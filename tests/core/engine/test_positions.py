@@ -79,15 +79,15 @@ def _continue(m, prompt, last, mtp: bool):
     from macapp.core.engine.clock import TurnClock
     from macapp.core.engine.mtp_policy import DepthPolicy
     from macapp.core.engine.options import MTPMode
-    from macapp.core.engine.reply import stream_reply
+    from tests.core.engine.helpers import stream_alone
     from macapp.core.sampling import greedy
 
     context = prompt.head_context(m.mtp_head) if mtp else None
-    streamed = stream_reply(
+    streamed = stream_alone(
         m,
         prompt.layers,
         [last],
-        cached=len(prompt),
+        held=prompt.tokens,
         limit=4096,
         params=greedy(24),
         thinking=False,

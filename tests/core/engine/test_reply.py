@@ -1,12 +1,12 @@
-"""One reply stream (macapp/core/engine/reply.py): thinking budget, context cap, and stream_reply on a cache of its own."""
+"""A reply (macapp/core/engine/reply.py, run alone by solo.py): thinking budget, context cap, and a reply on a cache of its own."""
 
 from __future__ import annotations
 
-from macapp.core.engine import SessionOptions, TurnClock, prefill, stream_reply, wired_memory
+from macapp.core.engine import SessionOptions, TurnClock, prefill
 from macapp.core.events import AnswerDelta, Finished, PromptProgress, ReasoningDelta, StatsUpdate
 from macapp.core.sampling import greedy
 from macapp.core.demo.tiny_model import SCRIPT_REASONING
-from tests.core.engine.helpers import ANSWER, EXACT, REASONING, TIMEOUT, cache_error, joined, logit_error, on_worker, template
+from tests.core.engine.helpers import ANSWER, EXACT, REASONING, TIMEOUT, cache_error, joined, logit_error, on_worker, stream_alone, template
 
 
 def test_thinking_budget_closes_the_reasoning_and_the_model_answers(engine):
@@ -32,7 +32,7 @@ def test_a_reply_stops_at_the_context_limit(engine, off_script):
 
 
 def _own_cache_reply(engine, message, thinking=True, limit=10_000, **kwargs):
-    """stream_reply on a cache made here (not a session's): the prompt prefilled, its last token fed by the stream."""
+    """A lone reply on a cache made here (not a session's): the prompt prefilled, its last token fed by the reply."""
     from mlx_lm.models.cache import make_prompt_cache
 
     prompt = template(engine, [{"role": "user", "content": message}], thinking)
@@ -42,16 +42,15 @@ def _own_cache_reply(engine, message, thinking=True, limit=10_000, **kwargs):
         cache = make_prompt_cache(m.model)
         clock = TurnClock()
         clock.reading(len(prompt))
-        with wired_memory(m):
-            read = prefill(m, cache, prompt[:-1], step=8)
-            streamed = stream_reply(m, cache, prompt[-1:], cached=read, limit=limit, thinking=thinking, emit=events.append, clock=clock, **kwargs)
+        read = prefill(m, cache, prompt[:-1], step=8)
+        streamed = stream_alone(m, cache, prompt[-1:], held=prompt[:read], limit=limit, thinking=thinking, emit=events.append, clock=clock, **kwargs)
         return cache, streamed
 
     cache, streamed = on_worker(engine, run)
     return prompt, cache, streamed, events
 
 
-def test_stream_reply_works_on_a_cache_that_is_not_a_sessions(engine):
+def test_a_lone_reply_works_on_a_cache_that_is_not_a_sessions(engine):
     prompt, cache, (reply, still_reasoning, added), events = _own_cache_reply(engine, "hello there", params=greedy(60))
     assert (reply.reasoning, reply.text, reply.finish_reason, still_reasoning) == (REASONING, ANSWER, "stop", False)
     assert added == prompt[-1:] + reply.token_ids
@@ -65,7 +64,7 @@ def test_stream_reply_works_on_a_cache_that_is_not_a_sessions(engine):
     assert session_reply.token_ids == reply.token_ids
 
 
-def test_stream_reply_stops_when_asked_and_reports_a_reasoning_left_open(engine, off_script):
+def test_a_lone_reply_stops_when_asked_and_reports_a_reasoning_left_open(engine, off_script):
     asked = []
     _, cache, (reply, still_reasoning, added), _ = _own_cache_reply(
         engine,
@@ -77,7 +76,7 @@ def test_stream_reply_stops_when_asked_and_reports_a_reasoning_left_open(engine,
     assert still_reasoning and reply.text == "" and reply.stats.reasoning_tokens == 5
 
 
-def test_stream_reply_keeps_to_the_context_limit_and_the_thinking_budget(engine, off_script):
+def test_a_lone_reply_keeps_to_the_context_limit_and_the_thinking_budget(engine, off_script):
     prompt, cache, (reply, _, added), _ = _own_cache_reply(engine, "hi", params=off_script.with_overrides(max_tokens=1000), limit=0)
     assert reply.finish_reason == "context" and reply.token_ids == [] and added == []  # no room at all: nothing fed
     limit = len(template(engine, [{"role": "user", "content": "hi"}], True)) + 7

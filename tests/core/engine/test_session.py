@@ -10,6 +10,7 @@ from mlx_lm.models.cache import QuantizedKVCache
 
 from macapp.core import events as ev
 from macapp.core.engine import SessionOptions
+from macapp.core.engine.turns import replay
 from macapp.core.events import AnswerDelta, Failed, Finished, PromptProgress, ReasoningDelta
 from macapp.core.sampling import greedy
 from macapp.core.demo.tiny_model import SCRIPT_REASONING
@@ -74,6 +75,8 @@ def test_append_only_gives_the_same_tokens_as_a_fresh_full_prompt(engine, off_sc
     # ... and that prompt is the conversation as the template writes it, plus the earlier replies kept whole
     tail = template(engine, [{"role": "user", "content": "and a third one"}], True)
     assert prompt[-len(tail) :] == tail
+    # ... which is what a reopened conversation reads again: each reply in the tokens it left (turns.replay)
+    assert replay(engine.model.tokenizer, s.system_prompt, s.messages[1:]) == (s.tokens, "<|im_end|>\n")
 
 
 def test_stop_mid_stream_keeps_the_partial_reply_and_the_next_turn_works(engine, off_script):

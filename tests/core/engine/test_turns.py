@@ -13,9 +13,12 @@ from macapp.core.engine.turns import (
     ThinkingMode,
     TurnMemory,
     TurnPlan,
+    held_reply,
+    held_tokens,
     last_user_index,
     plan_redo,
     plan_send,
+    replay,
     require_text,
 )
 from macapp.core.events import TurnKind
@@ -90,11 +93,60 @@ def test_a_send_appends_the_close_and_the_user_turn(tok):
     assert closed.prompt == user_turn(tok, "next", True) + encode(tok, "</think>\n\n") and closed.prefix == []
 
 
-def test_a_send_with_nothing_cached_reads_the_conversation_through_the_template(tok):
+def first_turn(tok, text, thinking, system="sys"):
+    return list(
+        tok.apply_chat_template(
+            [{"role": "system", "content": system}, {"role": "user", "content": text}], add_generation_prompt=True, enable_thinking=thinking
+        )
+    )
+
+
+def by_letter(tok, text):
+    """`text` in other tokens than encode gives: one character at a time (the same text when decoded)."""
+    return [t for c in text for t in encode(tok, c)]
+
+
+def test_a_send_with_nothing_cached_reads_the_conversation_as_its_session_held_it(tok):
+    """Turn by turn, as plan_send appended it: the first message through the template with the system prompt, each
+    reply (no tokens saved: its text, closed by <|im_end|>), its close text, the next user turn."""
     plan = plan_send(tok, text="next", mode=ThinkingMode.ON, messages=CONVERSATION, system_prompt="sys", close_text=None)
-    whole = [{"role": "system", "content": "sys"}, *CONVERSATION, {"role": "user", "content": "next"}]
-    assert plan.prompt == list(tok.apply_chat_template(whole, add_generation_prompt=True, enable_thinking=True))
-    assert plan.prefix + user_turn(tok, "next", True) == plan.prompt and plan.close_before == ""
+    held = first_turn(tok, "first", False) + encode(tok, "one<|im_end|>") + encode(tok, "\n") + user_turn(tok, "second", False) + encode(tok, "two<|im_end|>")
+    assert plan.prefix == held + encode(tok, "\n") and plan.prompt == plan.prefix + user_turn(tok, "next", True) and plan.close_before == ""
+    assert replay(tok, "sys", CONVERSATION) == (held, "\n")
+    # a reply with reasoning, no tokens saved: in the template's form
+    thought = [*CONVERSATION[:1], {"role": "assistant", "content": "one", "reasoning": "why", "thinking": True}]
+    assert replay(tok, None, thought) == (user_turn(tok, "first", True) + encode(tok, "why\n</think>\n\none<|im_end|>"), "\n")
+
+
+def test_a_reply_is_read_again_in_its_saved_tokens_when_they_say_what_it_says(tok):
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    said = by_letter(tok, "why") + encode(tok, "</think>\n\n") + by_letter(tok, "one") + [im_end]
+    assert said != encode(tok, "why</think>\n\none<|im_end|>")  # other tokens for the same text
+    reply = {"role": "assistant", "content": "one", "reasoning": "why", "thinking": True, "cache_tokens": said}
+    assert held_reply(tok, reply) == (said, "\n")
+    cut = {**reply, "content": "", "cache_tokens": by_letter(tok, "why")}  # stopped while reasoning: closed as live
+    assert held_reply(tok, cut) == (by_letter(tok, "why"), "\n</think>\n\n<|im_end|>\n")
+    answer_cut = {**reply, "cache_tokens": said[:-1]}  # stopped in the answer
+    assert held_reply(tok, answer_cut) == (said[:-1], "<|im_end|>\n")
+    for wrong in ([*said[:-2], im_end], encode(tok, "other</think>\n\none<|im_end|>")):  # they say something else
+        assert held_reply(tok, {**reply, "cache_tokens": wrong}) == (encode(tok, "why\n</think>\n\none<|im_end|>"), "\n")
+    plan = plan_send(tok, text="next", mode=ThinkingMode.OFF, messages=[CONVERSATION[0], reply], system_prompt="sys", close_text=None)
+    assert plan.prefix == first_turn(tok, "first", True) + said + encode(tok, "\n")
+
+
+def test_a_turn_holds_a_closed_prompts_closing_tag_then_what_its_reply_added(tok):
+    closing = encode(tok, "</think>\n\n")
+    assert held_tokens(tok, ThinkingMode.ON, [5, 6, 7]) == held_tokens(tok, ThinkingMode.OFF, [5, 6, 7]) == [6, 7]  # after the prompt's last token
+    assert held_tokens(tok, ThinkingMode.CLOSED, [closing[-1], 6, 7]) == closing + [6, 7]
+
+
+def test_a_conversation_not_made_turn_by_turn_reads_through_the_template(tok):
+    plain = [{"role": m["role"], "content": m["content"]} for m in CONVERSATION]  # no thinking flags: not a session's
+    for messages in (plain, CONVERSATION[1:], CONVERSATION[:1] + CONVERSATION[:1]):
+        plan = plan_send(tok, text="next", mode=ThinkingMode.ON, messages=messages, system_prompt="sys", close_text=None)
+        whole = [{"role": "system", "content": "sys"}, *messages, {"role": "user", "content": "next"}]
+        assert plan.prompt == list(tok.apply_chat_template(whole, add_generation_prompt=True, enable_thinking=True))
+        assert replay(tok, "sys", messages) is None
 
 
 def test_regenerate_in_the_same_mode_feeds_one_token_from_the_last_snapshot(tok):
@@ -117,9 +169,8 @@ def test_regenerate_in_another_mode_and_edit_go_back_before_the_user_turn(tok):
 def test_without_a_snapshot_regenerate_and_edit_read_the_conversation_once(tok):
     for last in (None, replace(memory(tok), prefix=None)):
         plan = plan_redo(tok, new_text="fixed", thinking=None, budget=None, messages=CONVERSATION, last_user=2, system_prompt="sys", last=last)
-        whole = [{"role": "system", "content": "sys"}, *CONVERSATION[:2], {"role": "user", "content": "fixed"}]
         assert plan.rereads and plan.restore is None and plan.close_before == ""
-        assert plan.prompt == list(tok.apply_chat_template(whole, add_generation_prompt=True, enable_thinking=False))
+        assert plan.prompt == first_turn(tok, "first", False) + encode(tok, "one<|im_end|>") + encode(tok, "\n") + user_turn(tok, "fixed", False)
     old_mode = plan_redo(tok, new_text=None, thinking=None, budget=None, messages=CONVERSATION[:3], last_user=2, system_prompt=None, last=None)
     assert old_mode.mode is ThinkingMode.ON  # no reply to take the mode from: thinking on
 

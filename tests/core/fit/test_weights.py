@@ -4,6 +4,7 @@ import dataclasses
 
 import pytest
 
+from macapp.core import upstream
 from macapp.core.catalog import load_catalog, resolve_model
 from macapp.core.fit import weights
 
@@ -12,10 +13,10 @@ def mlx_lm_weight_bytes(arch, bits):
     """Build the real mlx-lm model lazily (shapes only, nothing allocated), quantize it as mlx_lm.convert does, sum bytes."""
     import mlx.core as mx
     from mlx.utils import tree_flatten, tree_unflatten
-    from mlx_lm.utils import _get_classes, quantize_model
+    from mlx_lm.utils import quantize_model
 
     config = {"model_type": "qwen3_5_moe" if arch.is_moe else "qwen3_5", "text_config": dataclasses.asdict(arch)}
-    model_class, args_class = _get_classes(config)
+    model_class, args_class = upstream.text_model_classes(config)
     model = model_class(args_class.from_dict(config))
     # Checkpoints are bf16 except A_log, which mlx-lm keeps in float32 (cast_predicate).
     model.update(tree_unflatten([(k, v if k.endswith("A_log") else v.astype(mx.bfloat16)) for k, v in tree_flatten(model.parameters())]))

@@ -28,6 +28,7 @@ def _message(conversation_id: int) -> Message:
         model="Qwen3.5-4B",
         created=1_764_000_000.5,
         images=(ImageRef("ab" * 32, "cat.png", 64, 48),),
+        cache_tokens=(7, 0, 248_077, 2**32 - 1),
     )
 
 
@@ -44,15 +45,15 @@ def test_every_field_of_a_message_goes_into_its_row_and_comes_back(store):
     back = _read_back(store, m.id)
     assert back == m
     assert back.role is Role.ASSISTANT and back.state is MessageState.STOPPED and back.thinking is True
-    assert back.images == m.images and back.stats == STATS
+    assert back.images == m.images and back.stats == STATS and back.cache_tokens == (7, 0, 248_077, 2**32 - 1)
 
 
 def test_a_finished_reply_updates_its_text_state_and_every_figure(store):
     conv = store.create_conversation("Qwen3.5-4B")
-    m = replace(_message(conv.id), content="", reasoning="", state=MessageState.STREAMING, finish_reason=None, stats=ReplyStats(), images=())
+    m = replace(_message(conv.id), content="", reasoning="", state=MessageState.STREAMING, finish_reason=None, stats=ReplyStats(), images=(), cache_tokens=())
     with store.database.write() as conn:
         m.id = conn.execute(rows.INSERT_MESSAGE, rows.message_values(m, id=None, conversation_id=conv.id, position=3)).lastrowid
-    done = replace(m, content="Done.", reasoning="why", state=MessageState.COMPLETE, finish_reason="stop", stats=STATS)
+    done = replace(m, content="Done.", reasoning="why", state=MessageState.COMPLETE, finish_reason="stop", stats=STATS, cache_tokens=(3, 1, 4))
     with store.database.write() as conn:
         assert conn.execute(rows.FINISH_REPLY, rows.finish_values(done)).rowcount == 1
     assert _read_back(store, m.id) == done
@@ -66,6 +67,12 @@ def test_the_columns_are_the_records_fields():
     assert rows.INSERT_MESSAGE.count("?") == len(rows.MESSAGE_COLUMNS)
     assert all(f"{name} = ?" in rows.FINISH_REPLY for name in stats)
     assert rows.stats_values(STATS) == tuple(getattr(STATS, name) for name in stats)
+
+
+def test_saved_tokens_that_are_not_whole_ids_read_as_none():
+    assert rows.tokens_blob(()) is None and rows.tokens_from_blob(None) == ()
+    assert rows.tokens_from_blob(rows.tokens_blob((1, 2))) == (1, 2) and rows.tokens_from_blob(b"\x01\x00\x00") == ()
+    assert rows.tokens_blob((1, 256)) == bytes([1, 0, 0, 0, 0, 1, 0, 0])  # little-endian uint32s on every machine
 
 
 def test_a_conversation_row_with_unreadable_settings_reads_as_no_settings(store):

@@ -35,7 +35,8 @@ V1_DDL = [
 V2_DDL = V1_DDL + ["ALTER TABLE messages ADD COLUMN model TEXT"]
 V3_DDL = V2_DDL + ["CREATE INDEX messages_streaming ON messages(id) WHERE state = 'streaming'"]  # FTS built on open
 V4_DDL = V3_DDL + ["ALTER TABLE messages ADD COLUMN images TEXT NOT NULL DEFAULT '[]'", "ALTER TABLE messages ADD COLUMN image_tokens INTEGER"]
-OLD_SCHEMAS = {1: V1_DDL, 2: V2_DDL, 3: V3_DDL, 4: V4_DDL}
+V5_DDL = V4_DDL + ["ALTER TABLE messages ADD COLUMN tool_calls TEXT NOT NULL DEFAULT '[]'"]
+OLD_SCHEMAS = {1: V1_DDL, 2: V2_DDL, 3: V3_DDL, 4: V4_DDL, 5: V5_DDL}
 
 
 def _build_old(path: Path, version: int) -> None:
@@ -62,9 +63,9 @@ def old_v1(tmp_path):
     return path
 
 
-@pytest.mark.parametrize("version", [0, 1, 2, 3, 4])
+@pytest.mark.parametrize("version", [0, 1, 2, 3, 4, 5])
 def test_migrates_from_every_earlier_version(tmp_path, outside, version):
-    assert SCHEMA_VERSION == 5  # add the new version's frozen DDL above when this changes
+    assert SCHEMA_VERSION == 6  # add the new version's frozen DDL above when this changes
     path = tmp_path / "history.sqlite3"
     if version == 0:
         path.write_bytes(b"")  # a brand-new empty file
@@ -86,6 +87,7 @@ def test_migrates_from_every_earlier_version(tmp_path, outside, version):
         assert half.state == "stopped"
         assert knead.model is None  # only replies carry a model
         assert push.tool_calls == []  # schema 5: no tool calls in a reply from before
+        assert push.cache_tokens == () and "cache_tokens" not in bread.chat_messages()[2]  # schema 6: none saved before
         # v1 -> v2 backfills replies from the conversation; a v2 database is left as its app wrote it.
         assert push.model == ("Qwen3.5-9B" if version == 1 else None)
         assert half.model == ("Qwen3.5-4B" if version >= 2 else "Qwen3.5-9B")  # never overwrites

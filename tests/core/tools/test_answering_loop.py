@@ -83,6 +83,7 @@ def test_a_reopened_tool_turn_feeds_the_model_the_same_prompt(engine, host, stor
     saved = store.get_conversation(turn.conversation.conversation_id)
     reopened = saved.chat_messages(include_system=False)
     held = [m for m in live.messages if m["role"] != "system"]
+    assert saved.messages[1].cache_tokens == ()  # a turn of several rounds: read again as its rounds' text
     # the rounds as the session held them: the call as the model wrote it, its result, then the answer
     assert [(m["role"], m["content"]) for m in reopened] == [(m["role"], m["content"]) for m in held]
     assert [m["role"] for m in reopened] == ["user", "assistant", "user", "assistant"] and "<tool_call>" in reopened[1]["content"]
@@ -100,6 +101,8 @@ def test_a_reopened_tool_turn_feeds_the_model_the_same_prompt(engine, host, stor
     assert isinstance(final, Finished) and final.reply.text == AFTER_TOOL_TEXT  # the result is in its prompt: no new call
     prompt = tokenizer.decode(again.session.tokens)
     assert prompt.count(f"<tool_response>\n{RESULT}\n</tool_response>") == 1 and prompt.count("<tool_call>\n<function=get_weather>") == 1
+    answered = store.get_conversation(saved.id).messages[-1]  # a turn of one round keeps its tokens, as without tools
+    assert answered.cache_tokens and list(answered.cache_tokens) == again.session.messages[-1]["cache_tokens"]
     # a regenerate answers the user's own message again (the rounds folded), calling the tool anew
     redo = conv.start(TurnKind.REGENERATE, thinking=thinking, sampling=greedy(200))
     assert isinstance(redo.wait(TIMEOUT), Finished)

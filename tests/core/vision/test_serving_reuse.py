@@ -146,3 +146,27 @@ def test_positions_after_a_checkpoint_are_a_fresh_reads(engine, later_picture):
         assert sum(s.delta for s in restored.spans) == full[0][0][cached] - cached < 0
         tail, _ = _positions(engine, layout, restored)
         assert tail == [[row[cached:] for row in axis] for axis in full]
+
+
+def test_a_picture_request_is_answered_while_a_long_reply_streams(engine, long_reply):
+    """A picture request cannot share mlx-lm's batch (mlx-vlm's positions): it runs alone at once while the long reply
+    waits, instead of waiting for it to end; its answer is the one it gets alone."""
+    import threading
+
+    from macapp.core.events import AnswerDelta
+
+    serving = ServingEngine(engine, ServingOptions(pool_bytes=0))
+    question = _ask([SYSTEM, _user("What is in this picture?", _image(5))], long_reply)
+    alone = _run(serving, question)
+    vocab = engine.model.tokenizer.get_vocab()
+    endless = greedy(3000, logit_bias={vocab["<|im_end|>"]: -1e9, vocab["<|endoftext|>"]: -1e9})
+    long = serving.submit(_ask([_user("Tell me a long story.")], endless))
+    streaming = threading.Event()
+    long.add_listener(lambda e: streaming.set() if isinstance(e, AnswerDelta) else None)
+    assert streaming.wait(TIMEOUT)
+    beside = _run(serving, question)
+    assert not long.done  # answered while the long reply was still going, not after it
+    assert beside.text == alone.text and beside.usage.completion_tokens == 24
+    long.stop()
+    assert isinstance(long.wait(TIMEOUT), Completed)
+    serving.close()

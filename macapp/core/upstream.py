@@ -1,6 +1,9 @@
-"""Where the engine leans on mlx-lm's and mlx-vlm's internals, beyond their documented calls.
+"""Where Qwen Desk leans on mlx-lm's and mlx-vlm's internals, beyond their documented calls: the one place.
 
-Each touchpoint says what it relies on, what breaks when that changes, and the test that shows it.
+Each touchpoint says what it relies on, what breaks when that changes, and the test that shows it (those that break
+quietly have one in tests/core/test_upstream.py, which fails when the internal moves). It sits in macapp.core, below
+the engine, vision, the demo model and long-context mode, so each of them may import it; it imports no MLX until a
+call.
 
 - A quantized KV cache in mlx-lm's BatchGenerator (`BatchableQuantizedKV`, `quantized_layers`): mlx-lm's
   QuantizedKVCache has no `merge`, so BatchGenerator refuses it ("does not yet support batching with
@@ -14,29 +17,64 @@ Each touchpoint says what it relies on, what breaks when that changes, and the t
 - The token mlx-lm's BatchGenerator sampled for a sequence but has not read (`sampled_not_read`): read from
   `BatchGenerator._generation_batch.uids` / `._next_tokens`, private fields with no public call. Needed to take the
   one sequence left in the batch back to the lone executor mid-reply. Breaks as: None here, so the sequence stays
-  in the batch (slower, never wrong). Shown by tests/core/engine/test_solo.py (a sequence left alone goes on
-  alone again: BatchLoop.alone_again).
+  in the batch (slower, never wrong). Shown by
+  tests/core/test_upstream.py::test_sampled_not_read_is_the_token_the_batch_generator_reads_next, and
+  tests/core/engine/test_solo.py (a sequence left alone goes on alone again: BatchLoop.alone_again).
 - mlx-lm's sampler maths, copied (`macapp.core.sampling.filtered_logprobs`, which sits below the engine): the
   order of make_sampler's filters (top-p, min-p, top-k on log-probabilities) and its draw at the temperature.
   The seeded sampler and the MTP acceptance rule (mtp_accept.py) use it. Breaks as: MTP sampling that no longer
   follows plain decoding's distribution, a seeded reply unlike mlx-lm's distribution. Shown by
   tests/core/engine/test_mtp_accept.py (the acceptance walk's distribution against plain sampling's).
-- Not here yet: the vision runner's `_get_classes` and its attention patch (macapp/core/vision).
+- mlx-lm's model class for a config (`text_model_classes`): `mlx_lm.utils._get_classes`, private, the lookup
+  mlx-lm's own `load` makes (model_type, its remappings). The demo model builds its weights through it, so they are
+  mlx-lm's own model's. Breaks as: an ImportError when the demo model (and every tiny test model) is made. Shown by
+  tests/core/test_upstream.py::test_text_model_classes_are_mlx_lms_qwen3_5.
+- mlx-vlm's model module for a config (`vlm_model_module`): `mlx_vlm.utils.get_model_and_args`, undocumented, the
+  lookup mlx-vlm's own `load` makes; the vision runner builds its model from the module's `Model` and `ModelConfig`
+  (attach_vision). Breaks as: a picture that cannot attach the tower (an ImportError or TypeError at the first
+  picture). Shown by tests/core/test_upstream.py::test_vlm_model_module_is_mlx_vlms_qwen3_5.
+- Qwen3.5's attention, replaced process-wide (`use_attention`): mlx-lm's qwen3_next attention (which its qwen3_5
+  and qwen3_5_moe models use) calls the module-level name `scaled_dot_product_attention` (imported from
+  `mlx_lm.models.base`) at call time, so rebinding that name routes every Qwen3.5 attention layer through
+  long-context mode's blocked_attention, which takes and passes on base's arguments (queries, keys, values, cache,
+  scale, mask, sinks). Breaks as: a silent no-op (a long prompt's chunk then materialises its whole score matrix:
+  memory, not wrong answers) or a TypeError in every attention call. Shown by
+  tests/core/test_upstream.py::test_use_attention_routes_qwen3_5_attention_through_the_given_function.
+- mlx-vlm's video steps (`qwen_vl_video`): five private functions of `mlx_vlm.models.qwen3_vl.processing_qwen3_vl`
+  (the processor's settings from a folder, its frame sizing, its bicubic frame resize, the pairs' timestamps and the
+  prompt text for them), which vision/mlx_frames.py runs one frame at a time where mlx-vlm runs a clip whole.
+  Breaks as: an ImportError at the first video, or a TypeError if a signature changes. Shown by
+  tests/core/test_upstream.py::test_qwen_vl_video_steps_are_mlx_vlms, and tests/core/vision/test_video.py (the
+  frames and prompt text equal mlx-vlm's own clip path).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+import functools
+from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, cast
 
 from macapp.core.cache_layers import CacheLayers
 
 if TYPE_CHECKING:
     import mlx.core as mx
+    import mlx.nn as nn
+    import numpy as np
+    from mlx_lm.models.base import BaseModelArgs
     from mlx_lm.generate import BatchGenerator
     from mlx_lm.models.cache import QuantizedKVCache
     from mlx_vlm.models.cache import BatchQuantizedKVCache
 
-    from macapp.core.engine.options import KVQuantization
+
+class KVQuantization(Protocol):
+    """What quantized_layers reads of the engine's KV quantization (engine.options.KVQuantization): no engine import."""
+
+    @property
+    def bits(self) -> int | None: ...
+
+    @property
+    def group_size(self) -> int: ...
 
 
 def _quantized_kv_class() -> type:
@@ -125,3 +163,61 @@ def sampled_not_read(gen: "BatchGenerator", uid: int) -> int | None:
     if not isinstance(uids, list) or sampled is None or uid not in uids:
         return None
     return int(cast(int, sampled[uids.index(uid)].item()))  # a token id (mlx types item() as any scalar)
+
+
+def text_model_classes(config: Mapping[str, object]) -> tuple[Callable[..., nn.Module], type[BaseModelArgs]]:
+    """mlx-lm's (Model, ModelArgs) classes for a model's config.json, as its `load` picks them (ModelArgs: a dataclass
+    with `from_dict`, untyped upstream)."""
+    from mlx_lm.utils import _get_classes
+
+    model_class, args_class = _get_classes(dict(config))
+    return model_class, args_class
+
+
+def vlm_model_module(config: Mapping[str, object]) -> ModuleType:
+    """mlx-vlm's model module (its `Model`, `ModelConfig`, `TextConfig`, `VisionConfig`) for a config.json."""
+    from mlx_vlm.utils import get_model_and_args
+
+    module, _model_type = get_model_and_args(dict(config))
+    if not isinstance(module, ModuleType):
+        raise TypeError(f"mlx-vlm gave {module!r} for {config.get('model_type')!r}, not a model module")
+    return module
+
+
+Attention = Callable[..., "mx.array"]  # mlx_lm.models.base.scaled_dot_product_attention's arguments
+
+
+def use_attention(attention: Attention) -> Attention | None:
+    """Route every Qwen3.5 attention layer of mlx-lm (its qwen3_next attention) through `attention`, process-wide;
+    returns the function it replaced (None, and nothing replaced, when mlx-lm no longer calls it by that name)."""
+    from mlx_lm.models import qwen3_next
+
+    before: Attention | None = getattr(qwen3_next, "scaled_dot_product_attention", None)
+    if before is not None:
+        qwen3_next.scaled_dot_product_attention = attention
+    return before
+
+
+@dataclass(frozen=True)
+class QwenVLVideo:
+    """mlx-vlm's Qwen-VL video steps (private, untyped upstream): see vision/mlx_frames.py for their use."""
+
+    video_kwargs: Callable[..., Any]  # (folder, default_patch_size=) -> the video processor's keyword arguments
+    smart_resize: Callable[..., tuple[int, int]]  # (num_frames=, height=, width=, temporal_factor=, factor=, min_pixels=, max_pixels=) -> (h, w)
+    resize_frames: Callable[..., np.ndarray]  # ((T, C, H, W) uint8 array, height, width) -> (T, C, height, width)
+    group_timestamps: Callable[..., list[float]]  # (groups, temporal_patch_size, fps, metadata) -> seconds per group
+    timestamped_placeholder: Callable[..., str]  # (seconds, tokens_per_group, start, end) -> text with <|placeholder|>
+
+
+@functools.cache
+def qwen_vl_video() -> QwenVLVideo:
+    """mlx-vlm's Qwen-VL video steps, looked up once."""
+    from mlx_vlm.models.qwen3_vl import processing_qwen3_vl as p
+
+    return QwenVLVideo(
+        video_kwargs=p._qwen_vl_video_kwargs,
+        smart_resize=p._smart_resize_video,
+        resize_frames=p._resize_video_frames,
+        group_timestamps=p._video_group_timestamps,
+        timestamped_placeholder=p._timestamped_video_placeholder,
+    )
