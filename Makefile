@@ -5,8 +5,13 @@ BIN := $(VENV)/bin
 APP_STAMP := $(VENV)/.installed-app
 STAMP := $(VENV)/.installed
 # The tests run in two processes (pytest-xdist; each test file stays in one, so its fixtures are built once):
-# CI's two cores. PYTEST_WORKERS=0 runs them in this one process.
+# CI's two cores. PYTEST_WORKERS=0 runs them in this one process. The files go out longest first, in the order
+# tests/conftest.py gives them (--no-loadscope-reorder keeps it). PYTHONDONTWRITEBYTECODE is cleared for the run:
+# with it set, each worker and each `qwen-desk` process the tests start compiled every module again (and pytest
+# rewrote every test file's asserts), about 20 s of each worker's start-up, on every run.
 PYTEST_WORKERS ?= 2
+TEST_ENV := PYTHONDONTWRITEBYTECODE= QT_QPA_PLATFORM=offscreen MLX_DISABLE_COMPILE=1
+PYTEST_DIST = -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 .PHONY: setup run test test-lowest lint bench app dmg clean screenshots docs
 
@@ -29,12 +34,15 @@ setup: $(STAMP)
 run: $(APP_STAMP)
 	$(BIN)/qwen-desk
 
+# The bundle test's build (about two minutes) starts first, in the background, on the core the linters leave idle;
+# its fixture waits for it (tests/packaging/bundle_cache.py). Not for the quick run, which leaves that test out.
 test: $(STAMP)
+	$(if $(findstring not slow,$(PYTEST_ARGS)),,$(TEST_ENV) $(BIN)/python -m tests.packaging.bundle_cache >/dev/null 2>&1 &)
 	$(BIN)/ruff check macapp tests bench packaging
 	$(BIN)/ruff format --check --quiet macapp tests bench packaging
 	$(BIN)/lint-imports
 	$(BIN)/mypy
-	QT_QPA_PLATFORM=offscreen MLX_DISABLE_COMPILE=1 $(BIN)/python -m pytest -q --durations=15 -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(TEST_ENV) $(BIN)/python -m pytest -q --durations=15 $(PYTEST_DIST) $(PYTEST_ARGS)
 
 # The engine and server tests on the lowest versions pyproject.toml allows (.ci/lowest-constraints.txt), in a venv of
 # their own: what CI's "lowest" job runs.
@@ -44,7 +52,7 @@ test-lowest:
 	$(LOWEST_VENV)/bin/pip install --quiet --upgrade pip
 	$(LOWEST_VENV)/bin/pip install --quiet -c .ci/lowest-constraints.txt -e ".[test]"
 	$(LOWEST_VENV)/bin/pip list 2>/dev/null | grep -iE "^(mlx|mlx-lm|mlx-vlm|transformers|huggingface.hub|starlette|pydantic) "
-	QT_QPA_PLATFORM=offscreen MLX_DISABLE_COMPILE=1 $(LOWEST_VENV)/bin/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile tests/core/engine tests/core/serving tests/server
+	$(TEST_ENV) $(LOWEST_VENV)/bin/python -m pytest -q $(PYTEST_DIST) tests/core/engine tests/core/serving tests/server
 
 lint: $(STAMP)
 	$(BIN)/ruff check macapp tests bench packaging

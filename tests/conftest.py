@@ -14,6 +14,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import atexit  # noqa: E402
 import shutil  # noqa: E402
 import tempfile  # noqa: E402
+from collections import Counter  # noqa: E402
 
 import mlx.core as mx  # noqa: E402
 
@@ -27,6 +28,12 @@ os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="qwen-desk-tests-hf-")
 atexit.register(shutil.rmtree, os.environ["HF_HOME"], ignore_errors=True)  # this process's own: nothing left in /tmp
 import huggingface_hub.constants  # noqa: E402,F401  fix its import-time constants now (the app reads HF_* at call time)
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Hypothesis times how fast its examples are generated and fails a test whose generation is slow: on 2 cores shared
+# with another suite that says nothing about the code. The tests set deadline=None themselves.
+settings.register_profile("shared-cores", suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("shared-cores")
 
 pytest_plugins = [
     "tests.fixtures.models",
@@ -46,17 +53,39 @@ def _isolated_home(tmp_path_factory, monkeypatch):
     yield home
 
 
-# The longest test files first: `make test` runs `-n 2 --dist loadfile`, whose workers take files in collection
-# order, so one worker builds the bundle (minutes) while the other runs the rest, instead of the build starting
-# last and running alone at the end. Measured with `--durations` (issue #34: the bundle build took 253 s of 12.7 min).
-LONGEST_FIRST = ("tests/packaging/test_bundle.py",)
+# The longest test files first, then the rest by their number of tests, most first: `make test` runs `-n 2 --dist
+# loadfile --no-loadscope-reorder`, whose two workers take whole files in this order, so the long ones run side by
+# side from the start and the short ones even out the end (a long file started last runs alone while the other worker
+# idles; pytest-xdist's own order, by number of tests, put the bundle 19th and the agents' replays near the end).
+# Seconds: each file alone (-n 0), niced, on the 2-core VM beside other work (testtime branch, 2026-12-06); a file
+# that takes more than about 15 s alone belongs here.
+LONGEST_FIRST = (
+    "tests/packaging/test_bundle.py",  # 155 from a fresh clone (its bundle build 124, started by make test); 9 reused
+    "tests/core/cluster/test_launch.py",  # 50
+    "tests/cli/test_chat_cluster.py",  # 45
+    "tests/server/test_anthropic_clients.py",  # 40
+    "tests/ui/test_library.py",  # 36
+    "tests/ui/test_chat.py",  # 33
+    "tests/server/test_claude_code_requests.py",  # 29
+    "tests/server/test_bad_input_http.py",  # 27
+    "tests/core/tools/test_loop.py",  # 25
+    "tests/core/test_long_context.py",  # 22
+    "tests/cli/test_prompt_cache_cli.py",  # 21
+    "tests/server/test_qwen_code_requests.py",  # 20
+    "tests/core/cluster/test_lockstep.py",  # 19
+    "tests/cli/test_serve_cluster.py",  # 15
+    "tests/core/download/test_manager.py",  # 15
+    "tests/core/test_long_context_reference.py",  # 14
+    "tests/ui/test_tools_window.py",  # 14
+)
 
 
 def pytest_collection_modifyitems(config, items):
     rank = {path: index for index, path in enumerate(LONGEST_FIRST)}
+    tests_in = Counter(item.path for item in items)
 
-    def order(item) -> int:
+    def order(item) -> tuple[int, int]:
         relative = item.path.relative_to(config.rootpath).as_posix()
-        return rank.get(relative, len(rank))
+        return rank.get(relative, len(rank)), -tests_in[item.path]
 
-    items.sort(key=order)  # stable: the rest keep their order
+    items.sort(key=order)  # stable: a file's tests stay together and in their order

@@ -57,19 +57,19 @@ def test_a_prompt_that_fits_passes(tokenizer):
 
 
 def test_a_huge_prompt_is_refused_fast_from_its_bytes(tokenizer):
-    start = time.perf_counter()
+    start = time.process_time()  # this process's CPU time: another suite on the same cores does not count
     with pytest.raises(PromptTooLong, match="at least") as caught:
         check_prompt(tokenizer, request_of("the answer is here. " * 500_000), 32_768)  # 10 MB
-    assert time.perf_counter() - start < 2 and caught.value.limit == 32_768
+    assert time.process_time() - start < 2 and caught.value.limit == 32_768
 
 
 def test_a_prompt_over_by_its_tokens_is_refused_after_reading_about_the_limit(tokenizer):
     text = "the answer\n" * 300_000  # 3.3 MB: the byte bound alone does not refuse it at this limit
     limit = len(text.encode()) // max_token_bytes(tokenizer) + 1000
-    start = time.perf_counter()
+    start = time.process_time()
     with pytest.raises(PromptTooLong) as caught:
         check_prompt(tokenizer, request_of(text), limit)
-    assert time.perf_counter() - start < 10
+    assert time.process_time() - start < 10
     assert limit < caught.value.at_least <= len(render(tokenizer, request_of(text)).tokens)
 
 

@@ -23,10 +23,10 @@ def bomb() -> bytes:
 def test_a_12000_square_one_bit_png_is_refused_before_decoding(bomb):
     assert len(bomb) < 100_000 and 12_000 * 12_000 > MAX_SOURCE_PIXELS
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    start = time.perf_counter()
+    start = time.process_time()  # this process's CPU time: another suite on the same cores does not count
     with pytest.raises(ImageError, match=r"upload\.png: is 12000x12000 pixels, more than Qwen Desk decodes"):
         image_from_bytes(bomb, "upload.png")
-    assert time.perf_counter() - start < 1
+    assert time.process_time() - start < 1
     grown_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
     assert grown_kb < 100_000  # the full-size decode alone would be 18 MB at 1 bit, 432 MB as RGB
 

@@ -1,5 +1,6 @@
 """What a module loads when it is imported: the fit's arithmetic loads no downloader and no huggingface_hub, and the
-download package hands on its names without importing its modules until one is used."""
+download package hands on its names without importing its modules until one is used; the chat command and the window
+load the MCP SDK only when a tool server starts."""
 
 from __future__ import annotations
 
@@ -25,6 +26,12 @@ def test_the_fit_arithmetic_loads_no_downloader_and_no_hub_client():
     assert [m for m in loaded if m == "huggingface_hub" or m.startswith("huggingface_hub.")] == []
     assert [m for m in loaded if m == "macapp.core.download" or m.startswith("macapp.core.download.")] == []
     assert "httpx2" not in loaded
+
+
+def test_the_chat_command_and_the_tools_window_load_no_mcp_sdk_until_a_server_starts():
+    loaded = _loaded_after("import macapp.cli.chat, macapp.core.tools.host, macapp.core.tools.loop")
+    assert "macapp.core.tools.host" in loaded and "macapp.cli.chat" in loaded  # the check ran
+    assert [m for m in loaded if m == "mcp" or m.startswith(("mcp.", "mcp_types"))] == []
 
 
 def test_one_download_module_loads_without_the_rest_of_the_package():

@@ -13,7 +13,6 @@ import json
 import math
 import subprocess
 import sys
-from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
@@ -27,16 +26,27 @@ NATIVE = 512
 CONTEXT = 1500  # factor 2 reaches 1,024: the app must pick 4
 TOKENS = 1100
 TOLERANCE = 1e-4  # float32 on both sides; the observed gap is ~5e-6
+IDS = np.random.default_rng(7).integers(0, 448, size=(1, TOKENS))
+FACTORS = (2, 4)
 
 
-def _transformers(tmp_path: Path, *args: str) -> dict[str, np.ndarray]:
-    """Run the reference script (transformers + torch, in its own process) and read the arrays it wrote."""
+@pytest.fixture(scope="module")
+def theirs(tiny_short_native_hub_paths, tmp_path_factory) -> dict[str, dict[str, np.ndarray]]:
+    """Transformers' side of every check below, by name: the reference script (transformers + torch) run once, in
+    a process of its own, so torch and transformers load once for the module."""
     assert (reference.TORCH_DIR / "torch").is_dir(), f"torch for the reference is not installed in {reference.TORCH_DIR}: run `make setup`"
-    out = tmp_path / "reference.npz"
-    done = subprocess.run([sys.executable, reference.__file__, *args, str(out)], capture_output=True, text=True, timeout=600)
+    work = tmp_path_factory.mktemp("reference")
+    np.save(work / "ids.npy", IDS)
+    jobs = {f"logits-{kind}": ["logits", str(folder), str(work / "ids.npy"), str(NATIVE)] for kind, folder in tiny_short_native_hub_paths.items()}
+    jobs.update({f"yarn-{factor}": ["yarn", str(factor)] for factor in FACTORS})
+    argv = [arg for name, job in jobs.items() for arg in ("--", *job, str(work / f"{name}.npz"))][1:]
+    done = subprocess.run([sys.executable, reference.__file__, *argv], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    with np.load(out) as arrays:
-        return dict(arrays)
+    arrays = {}
+    for name in jobs:
+        with np.load(work / f"{name}.npz") as saved:
+            arrays[name] = dict(saved)
+    return arrays
 
 
 def _app_logits(folder, ids: np.ndarray) -> np.ndarray:
@@ -57,13 +67,9 @@ def _app_logits(folder, ids: np.ndarray) -> np.ndarray:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["dense", "moe"])
-def test_yarn_logits_match_transformers_past_the_native_length(kind, tiny_short_native_hub_paths, tmp_path):
-    folder = tiny_short_native_hub_paths[kind]
-    ids = np.random.default_rng(7).integers(0, 448, size=(1, TOKENS))
-    ours = _app_logits(folder, ids)
-    np.save(tmp_path / "ids.npy", ids)
-    theirs = _transformers(tmp_path, "logits", str(folder), str(tmp_path / "ids.npy"), str(NATIVE))
-    reference, plain = theirs["yarn"], theirs["plain"]
+def test_yarn_logits_match_transformers_past_the_native_length(kind, tiny_short_native_hub_paths, theirs):
+    ours = _app_logits(tiny_short_native_hub_paths[kind], IDS)
+    reference, plain = theirs[f"logits-{kind}"]["yarn"], theirs[f"logits-{kind}"]["plain"]
     gap = np.abs(ours - reference)
     print(f"{kind}: max |mlx-lm - transformers| = {gap.max():.2e} (past native {gap[0, NATIVE:].max():.2e})")
     assert gap[0, NATIVE:].max() < TOLERANCE and gap.max() < TOLERANCE
@@ -71,15 +77,14 @@ def test_yarn_logits_match_transformers_past_the_native_length(kind, tiny_short_
     assert np.abs(ours - plain)[0, NATIVE:].max() > 100 * TOLERANCE
 
 
-@pytest.mark.parametrize("factor", [2, 4])
-def test_yarn_frequencies_and_attention_factor_match_transformers_at_the_real_shapes(factor, tmp_path):
+@pytest.mark.parametrize("factor", FACTORS)
+def test_yarn_frequencies_and_attention_factor_match_transformers_at_the_real_shapes(factor, theirs):
     """Qwen3.5's real rope (head dim 256, partial rotary 0.25, theta 1e7, 262,144 native): mlx-lm's YarnRoPE
     against transformers' _compute_yarn_parameters, no model needed."""
     from mlx_lm.models.rope_utils import initialize_rope
 
     params = reference.real_yarn_parameters(factor)
-    theirs = _transformers(tmp_path, "yarn", str(factor))
-    inv_freq, attention_factor = theirs["inv_freq"], float(theirs["attention_factor"])
+    inv_freq, attention_factor = theirs[f"yarn-{factor}"]["inv_freq"], float(theirs[f"yarn-{factor}"]["attention_factor"])
     rope = initialize_rope(64, base=10_000_000, traditional=False, scaling_config=dict(params, type="yarn"), max_position_embeddings=262_144 * factor)
     assert type(rope).__name__ == "YarnRoPE"
     np.testing.assert_allclose(1.0 / np.array(rope._freqs), inv_freq, rtol=1e-5)

@@ -135,12 +135,14 @@ def test_a_refused_first_message_leaves_no_conversation(store):
 def test_events_from_a_worker_thread_stream_into_the_store(store):
     rec = ChatRecorder(store, interval=0.2)
     turn = rec.begin(TurnKind.SEND, "count", thinking=False)
-    go, done = threading.Event(), threading.Event()
+    go, done, partly_seen = threading.Event(), threading.Event(), threading.Event()
 
     def worker():  # what Job.add_listener does: callbacks on the engine's thread
         go.wait()
         for i in range(60):
             turn.feed(AnswerDelta(f"{i} "))
+            if i == 30:  # mid-stream until the reader has found part of the text on disk (an event, not a pause)
+                partly_seen.wait(60)
             time.sleep(0.01)
         turn.feed(Finished(Reply(text="".join(f"{i} " for i in range(60)), finish_reason="stop")))
         done.set()
@@ -154,6 +156,8 @@ def test_events_from_a_worker_thread_stream_into_the_store(store):
             messages = reader.get_conversation(rec.conversation_id).messages
             if len(messages) > 1:
                 seen.append(messages[1].content)
+                if messages[1].content:
+                    partly_seen.set()
             time.sleep(0.05)
         thread.join(10)
         final = reader.get_conversation(rec.conversation_id).messages[1]
@@ -291,7 +295,7 @@ def test_a_real_engine_turn_is_recorded_and_reopens_into_a_session(engine, store
         job = session.send(text, thinking=True, sampling=greedy(60))
         for event in job.events(timeout=120):  # the chat CLI's loop; the window feeds coalesced batches
             turn.feed(event)
-        reply = job.result(timeout=1)
+        reply = job.result(timeout=60)
         assert rec.error is None and turn.outcome.result is TurnResult.COMPLETE
         saved = store.get_conversation(rec.conversation_id).messages[-1]
         assert (saved.content, saved.reasoning) == (reply.text, reply.reasoning)

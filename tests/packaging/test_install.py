@@ -72,3 +72,12 @@ def test_the_license_is_an_spdx_expression_setuptools_reads():
     assert pyproject["project"]["license"] == "Apache-2.0"
     assert "setuptools>=77" in pyproject["build-system"]["requires"]  # PEP 639 license strings
     # what a built wheel's METADATA says: tests/packaging/test_wheel_install.py
+
+
+def test_make_test_hands_out_the_longest_files_first_and_starts_the_bundle_build_beside_the_linters():
+    from tests.conftest import LONGEST_FIRST
+
+    _, lines = recipe("test")
+    assert "--no-loadscope-reorder" in (ROOT / "Makefile").read_text() and any("$(PYTEST_DIST)" in line for line in lines)
+    assert [path for path in LONGEST_FIRST if not (ROOT / path).is_file()] == []  # a renamed file would silently drop out
+    assert "tests.packaging.bundle_cache" in lines[0] and lines[0].rstrip(")").endswith("&")  # before ruff, in the background

@@ -6,6 +6,8 @@ loading it through transformers, and the app bundle never has it. The parent tes
 
     python transformers_qwen35.py logits FOLDER IDS.npy NATIVE OUT.npz  # logits with and without the card's YaRN
     python transformers_qwen35.py yarn FACTOR OUT.npz                  # YaRN inverse frequencies, attention factor
+
+Several jobs in one process (torch and transformers load once), separated by `--`: `logits … OUT1.npz -- yarn 2 OUT2.npz`.
 """
 
 from __future__ import annotations
@@ -77,13 +79,20 @@ def main(argv: list[str]) -> None:
     sys.path.append(str(TORCH_DIR))  # after site-packages: the venv's own packages win, torch fills the gap
     import torch  # noqa: F401  (before transformers, which decides once whether torch is there)
 
-    match argv:
-        case ["logits", folder, ids, native, out]:
-            logits(Path(folder), Path(ids), Path(out), int(native))
-        case ["yarn", factor, out]:
-            yarn_parameters(int(factor), Path(out))
-        case _:
-            raise SystemExit(__doc__)
+    jobs: list[list[str]] = [[]]
+    for arg in argv:
+        if arg == "--":
+            jobs.append([])
+        else:
+            jobs[-1].append(arg)
+    for job in jobs:
+        match job:
+            case ["logits", folder, ids, native, out]:
+                logits(Path(folder), Path(ids), Path(out), int(native))
+            case ["yarn", factor, out]:
+                yarn_parameters(int(factor), Path(out))
+            case _:
+                raise SystemExit(__doc__)
 
 
 if __name__ == "__main__":

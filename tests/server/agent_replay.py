@@ -70,12 +70,17 @@ def served_cleanly(records: list) -> list:
     return records
 
 
+# The replays read agents' prompts of 5k to 55k tiny-tokenizer tokens, and the CPU steps each DeltaNet layer token by
+# token: their models have one DeltaNet and one full-attention layer (both caches, both checkpoints), not 3 + 1.
+REPLAY_LAYERS = 2
+
+
 def tool_model(tiny_models_dir: Path, agent: str) -> Path:
     """The scripted model that calls `agent`'s own file-reading tool (as recorded)."""
     from macapp.core.demo.tiny_model import make_tiny_model
 
     tool, argument = TOOLS[agent]
-    return make_tiny_model(tiny_models_dir / f"agent-{agent}", kind="dense", answer=answer(tool, argument), firm=True)
+    return make_tiny_model(tiny_models_dir / f"agent-{agent}", kind="dense", answer=answer(tool, argument), firm=True, num_layers=REPLAY_LAYERS)
 
 
 def wait_idle(served, timeout: float = 30) -> None:

@@ -161,9 +161,9 @@ def test_a_10_mib_prompt_over_the_context_is_refused_before_tokenizing(tiny_dens
 
     with serve(tiny_dense_path, context=4096) as served:
         raw = json.dumps(body_for(path, messages=[{"role": "user", "content": "the answer is here. " * 524_288}])).encode()
-        start = time.perf_counter()
+        start = time.process_time()  # client and server are this process: its CPU time, which a suite beside does not add to
         response = post(served, path, raw)
-        assert time.perf_counter() - start < 5
+        assert time.process_time() - start < 5
         assert_refused(response, path)
         assert "context limit" in response.text
         if path == OPENAI:

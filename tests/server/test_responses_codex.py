@@ -18,7 +18,9 @@ import pytest
 
 from macapp.core.serving.requests import Role
 from macapp.server.responses_api import parse_responses_request
-from tests.fixtures.scripted import TOOL_CALL_ARGUMENTS, TOOL_PREAMBLE, WEATHER_TOOL
+from tests.fixtures.scripted import TOOL_CALL_ANSWER, TOOL_CALL_ARGUMENTS, TOOL_PREAMBLE, WEATHER_TOOL
+from tests.server.agent_replay import REPLAY_LAYERS
+from tests.server.conftest import serve
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "codex"
 CODEX_FUNCTIONS = ["exec_command", "write_stdin", "request_user_input", "view_image", "get_goal", "create_goal", "update_goal"]
@@ -72,14 +74,24 @@ def _codex_turn(served, body: dict) -> dict:
 
 
 @pytest.fixture(scope="module")
-def codex_loop(tool_server) -> list[dict]:
+def codex_server(tiny_models_dir):
+    """The scripted get_weather caller (tests/server/conftest.py's tool_server), built with the replays' two layers."""
+    from macapp.core.demo.tiny_model import make_tiny_model
+
+    model = make_tiny_model(tiny_models_dir / "codex-tool-call", kind="dense", answer=TOOL_CALL_ANSWER, firm=True, num_layers=REPLAY_LAYERS)
+    with serve(model, default_thinking=False) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def codex_loop(codex_server) -> list[dict]:
     """Codex's tool turn: its first request, then the follow-up with the reply's items and the call's output."""
     first_body = _body("tool_request.json")
     first_body["tools"].append(WEATHER_FUNCTION)
-    first = _codex_turn(tool_server, first_body)
+    first = _codex_turn(codex_server, first_body)
     call = next(item for item in first["done_items"] if item["type"] == "function_call")
     output = {"type": "function_call_output", "call_id": call["call_id"], "output": "Process exited with code 0\nOutput:\nsunny\n"}
-    second = _codex_turn(tool_server, {**first_body, "input": [*first_body["input"], *first["done_items"], output]})
+    second = _codex_turn(codex_server, {**first_body, "input": [*first_body["input"], *first["done_items"], output]})
     return [first, second]
 
 
@@ -103,12 +115,12 @@ def test_codex_follow_up_reads_only_its_new_tail(codex_loop):
 
 
 @pytest.mark.slow  # a real agent's recorded requests replayed through the tiny model
-def test_the_recorded_follow_up_replays_on_the_same_checkpoints(codex_loop, tool_server):
+def test_the_recorded_follow_up_replays_on_the_same_checkpoints(codex_loop, codex_server):
     """The follow-up exactly as Codex sent it (a reasoning item with null content, the exec_command call and its
     output): answered, and read from the checkpoint the loop's first request left (same instructions and tools)."""
     body = _body("tool_followup.json")
     body["tools"].append(WEATHER_FUNCTION)
-    reply = _codex_turn(tool_server, body)
+    reply = _codex_turn(codex_server, body)
     usage = reply["usage"]
     assert reply["status"] == "completed"
     assert usage["input_tokens_details"]["cached_tokens"] > 0.9 * usage["input_tokens"]

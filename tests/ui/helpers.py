@@ -20,7 +20,7 @@ def send(chat, qtbot, text, thinking=True):
     chat.composer.input.setPlainText(text)
     # The turn's start is a signal emitted inside Enter's handling; `chat.busy` right after the key is not: a
     # short reply can be over by then on a busy machine (the worker ran it all before the bridge attached).
-    with qtbot.waitSignal(chat.controller.turn_started, timeout=1_000):
+    with qtbot.waitSignal(chat.controller.turn_started, timeout=60_000):
         qtbot.keyClick(chat.composer.input, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: not chat.busy, timeout=60_000)
     history_settled(chat, qtbot)  # the sidebar's listing after the turn, read off the GUI thread
@@ -29,13 +29,13 @@ def send(chat, qtbot, text, thinking=True):
 
 def history_settled(chat, qtbot) -> None:
     """Wait until the history's worker has delivered everything asked of it (listings, opens, edits)."""
-    qtbot.waitUntil(lambda: chat.controller.history_worker.pending == 0, timeout=5_000)
+    qtbot.waitUntil(lambda: chat.controller.history_worker.pending == 0, timeout=60_000)
 
 
 def open_conversation(window_or_chat, qtbot, key) -> None:
     """Open a saved conversation (the window's or the chat page's way) and wait until it is shown (read off the GUI thread)."""
     chat = getattr(window_or_chat, "chat", window_or_chat)
-    with qtbot.waitSignal(chat.controller.conversation_opened, timeout=5_000):
+    with qtbot.waitSignal(chat.controller.conversation_opened, timeout=60_000):
         window_or_chat.open_conversation(key)
     history_settled(chat, qtbot)
 
@@ -44,7 +44,7 @@ def open_conversation(window_or_chat, qtbot, key) -> None:
 def edited(window, qtbot):
     """Waits for the delete, undo or rename asked inside the block (done off the GUI thread, said by signal) and
     the listing that follows it."""
-    with qtbot.waitSignal(window.chat.controller.history_edited, timeout=5_000):
+    with qtbot.waitSignal(window.chat.controller.history_edited, timeout=60_000):
         yield
     history_settled(window.chat, qtbot)
 

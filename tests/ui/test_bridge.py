@@ -37,7 +37,7 @@ def test_events_from_a_worker_thread_arrive_coalesced_in_order_on_the_gui_thread
     worker = threading.Thread(target=produce)
     worker.start()
     worker.join()  # every event is pending before the GUI thread runs again: one deterministic batch
-    qtbot.waitUntil(lambda: bool(batches) and isinstance(batches[-1][-1], Finished), timeout=10_000)
+    qtbot.waitUntil(lambda: bool(batches) and isinstance(batches[-1][-1], Finished), timeout=60_000)
     events = [e for batch in batches for e in batch]
     assert "".join(e.text for e in events if isinstance(e, AnswerDelta)) == "".join(pieces)  # nothing lost, in order
     # Runs of text joined, each StatsUpdate kept in its place: [w0] s0 [w1..w100] s100 … s400 [w401..w499] Finished
@@ -58,7 +58,7 @@ def test_the_bridge_deletes_itself_after_the_terminal_batch_and_ignores_late_eve
     job.emit(AnswerDelta("hi"))
     assert owner.findChildren(EventBridge) == [bridge]
     job.emit(Finished(Reply(text="hi")))
-    qtbot.waitUntil(lambda: bool(seen) and isinstance(seen[-1][-1], Finished), timeout=5_000)
+    qtbot.waitUntil(lambda: bool(seen) and isinstance(seen[-1][-1], Finished), timeout=60_000)
     del bridge
     _settle(qtbot)
     assert owner.findChildren(EventBridge) == []  # deleted itself after its final batch; the job lives on

@@ -46,7 +46,7 @@ def test_a_refused_turn_is_signalled_without_a_reply(chat, qtbot):
     chat.controller.session.options = replace(chat.controller.session.options, context_limit=4)
     seen = _record(chat.controller)
     assert chat.controller.send("too much", thinking=False)
-    qtbot.waitUntil(lambda: not chat.controller.busy, timeout=30_000)
+    qtbot.waitUntil(lambda: not chat.controller.busy, timeout=60_000)
     start, *_batches, end = seen
     assert "under way" not in seen and start.kind is TurnKind.SEND
     assert end.outcome.result is TurnResult.UNDONE and end.outcome.give_back == "too much" and end.reply is None
@@ -76,11 +76,11 @@ def test_fifty_replies_leave_no_bridges_and_no_growing_event_lists(chat, setting
         return live_bridges()
 
     # the earlier tests' bridges are deleted later (deleteLater, then the garbage collector): wait for that, not a time
-    qtbot.waitUntil(lambda: settled_bridges() == (0, 0), timeout=30_000)
+    qtbot.waitUntil(lambda: settled_bridges() == (0, 0), timeout=60_000)
     with worker_held(controller.engine):
         assert controller.send("counting bridges", thinking=False)
         assert live_bridges() == (1, 1)  # the reply in flight's bridge is seen by both counts
-    qtbot.waitUntil(lambda: not controller.busy, timeout=30_000)
+    qtbot.waitUntil(lambda: not controller.busy, timeout=60_000)
     counts = {}
     for i in range(1, 51):
         send(chat, qtbot, f"reply {i}", thinking=False)
@@ -100,7 +100,7 @@ def test_closing_the_window_mid_reply_keeps_the_reply_so_far(chat, settings, qtb
     settings.set("chat.sampling.instant", {**GREEDY, "max_tokens": 4000})
     chat.controller.sampling_overrides = NO_END
     assert chat.controller.send("Keep talking", thinking=False)
-    qtbot.waitUntil(lambda: chat.messages.current is not None and len(chat.messages.current.answer) > 10, timeout=30_000)
+    qtbot.waitUntil(lambda: chat.messages.current is not None and len(chat.messages.current.answer) > 10, timeout=60_000)
     shown = chat.messages.current.answer
     key = chat.controller.conversation_id
     window.close()

@@ -14,9 +14,9 @@ def _start_then_pause(window, library, hub_server, model_path, qtbot):
     library.select(REPO)
     panel = library.details.download_panel
     panel.download_button.click()
-    qtbot.waitUntil(lambda: panel.pause_button.isVisibleTo(window) and "Downloading" in panel.headline.text(), timeout=20_000)
+    qtbot.waitUntil(lambda: panel.pause_button.isVisibleTo(window) and "Downloading" in panel.headline.text(), timeout=60_000)
     panel.pause_button.click()
-    qtbot.waitUntil(lambda: panel.headline.text().startswith("Paused"), timeout=5_000)
+    qtbot.waitUntil(lambda: panel.headline.text().startswith("Paused"), timeout=60_000)
     return panel
 
 
@@ -29,7 +29,7 @@ def test_download_from_the_library_then_load_is_possible(window, library, hub_se
     done = []
     library.downloads.finished.connect(done.append)
     panel.download_button.click()
-    qtbot.waitUntil(lambda: done == [REPO], timeout=20_000)
+    qtbot.waitUntil(lambda: done == [REPO], timeout=60_000)
     row = library.selected_row()
     assert row.key == REPO and row.local_path is not None
     assert (Path(row.local_path) / "config.json").is_file()
@@ -44,7 +44,7 @@ def test_download_error_is_shown_with_the_action_to_take(window, library, hub_se
     library.select(REPO)
     panel = library.details.download_panel
     panel.download_button.click()
-    qtbot.waitUntil(lambda: panel.error.isVisibleTo(window), timeout=20_000)
+    qtbot.waitUntil(lambda: panel.error.isVisibleTo(window), timeout=60_000)
     assert panel.headline.text() == "Download failed"
     assert REPO in panel.error.text()
     assert "Check the model name" in panel.error.text()
@@ -60,7 +60,7 @@ def test_pause_keeps_data_and_resume_finishes(window, library, hub_server, tiny_
     done = []
     library.downloads.finished.connect(done.append)
     panel.resume_button.click()
-    qtbot.waitUntil(lambda: done == [REPO], timeout=20_000)
+    qtbot.waitUntil(lambda: done == [REPO], timeout=60_000)
     assert library.selected_row().local_path is not None
 
 
@@ -77,11 +77,11 @@ def test_cancel_asks_then_deletes_the_partial_download(window, library, hub_serv
     library.select(REPO)
     panel = library.details.download_panel
     panel.download_button.click()
-    qtbot.waitUntil(lambda: "Downloading" in panel.headline.text() and panel.progress.value() > 0, timeout=20_000)
+    qtbot.waitUntil(lambda: "Downloading" in panel.headline.text() and panel.progress.value() > 0, timeout=60_000)
     assert library.model.data(library.model.index(library.model.rows.index(library.selected_row()), 5)).startswith("↓")
     seen = answer_next_box("Delete")
     panel.cancel_button.click()
-    qtbot.waitUntil(lambda: "text" in seen and REPO not in library.downloads.jobs, timeout=10_000)
+    qtbot.waitUntil(lambda: "text" in seen and REPO not in library.downloads.jobs, timeout=60_000)
     assert "Keep it to resume later, or delete it?" in seen["text"]
     assert inspect_repo(REPO) is None or inspect_repo(REPO).bytes_on_disk == 0
     assert panel.download_button.isVisibleTo(window)
@@ -100,7 +100,7 @@ def test_download_with_the_network_down_fails_at_once_with_a_readable_reason(win
     panel = library.details.download_panel
     t0 = time.monotonic()
     panel.download_button.click()
-    qtbot.waitUntil(lambda: panel.error.isVisibleTo(window), timeout=30_000)
+    qtbot.waitUntil(lambda: panel.error.isVisibleTo(window), timeout=60_000)
     assert time.monotonic() - t0 < 20  # not half a minute of retries (a refused connection is immediate)
     assert "Cannot reach the hub" in panel.error.text() and "Connect to the internet" in panel.error.text()
     assert panel.resume_button.isVisibleTo(window)
@@ -120,7 +120,7 @@ def test_delete_of_a_kept_part_respects_another_download_in_progress(window, lib
         later: dict = {}
         QTimer.singleShot(300, lambda: later.setdefault("warning", answer_next_box("OK")))
         panel.cancel_button.click()
-        qtbot.waitUntil(lambda: "text" in later.get("warning", {}), timeout=5_000)
+        qtbot.waitUntil(lambda: "text" in later.get("warning", {}), timeout=60_000)
     assert "already on this Mac" in seen["text"]
     assert "being downloaded right now" in later["warning"]["text"]
     assert inspect_repo(REPO).bytes_on_disk == kept  # nothing was deleted under the other download

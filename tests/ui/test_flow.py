@@ -25,7 +25,7 @@ def test_pick_download_load_chat_stop_regenerate(window, library, settings, hub_
     finished = []
     library.downloads.finished.connect(finished.append)
     library.details.download_panel.download_button.click()
-    qtbot.waitUntil(lambda: finished == [REPO], timeout=30_000)
+    qtbot.waitUntil(lambda: finished == [REPO], timeout=60_000)
     assert library.details.load_button.isEnabled()
 
     # Load it: the chat page opens when it is ready.
@@ -50,9 +50,9 @@ def test_pick_download_load_chat_stop_regenerate(window, library, settings, hub_
     chat.controller.sampling_overrides = {"logit_bias": {2: -100.0, 0: -100.0}, "max_tokens": 4000}
     chat.composer.input.setPlainText("Go on and on")
     qtbot.keyClick(chat.composer.input, Qt.Key.Key_Return)
-    qtbot.waitUntil(lambda: chat.messages.current is not None and len(chat.messages.current.answer) > 20, timeout=30_000)
+    qtbot.waitUntil(lambda: chat.messages.current is not None and len(chat.messages.current.answer) > 20, timeout=60_000)
     chat.composer.send_button.click()  # the Send button is Stop while generating
-    qtbot.waitUntil(lambda: not chat.busy, timeout=5_000)
+    qtbot.waitUntil(lambda: not chat.busy, timeout=60_000)
     assert "stopped" in chat.messages.widgets()[-1].stats_label.text()
     chat.controller.sampling_overrides = {}
     chat.regenerate_button.click()

@@ -63,7 +63,7 @@ def test_a_send_with_pictures_and_its_reopening_do_no_blocking_work_on_the_gui_t
     pasted.fill(QColor(200, 30, 30))
     chat.composer.attachments.add_qimage(pasted)
     chat.composer.attachments.add_files([picture("hills.png", (96, 64))])
-    qtbot.waitUntil(lambda: len(chat.composer.attachments.thumbs()) == 2, timeout=10_000)
+    qtbot.waitUntil(lambda: len(chat.composer.attachments.thumbs()) == 2, timeout=60_000)
     chat.composer.thinking.setChecked(False)
     chat.composer.input.setPlainText("what are these?")
     qtbot.keyClick(chat.composer.input, Qt.Key.Key_Return)
@@ -75,7 +75,7 @@ def test_a_send_with_pictures_and_its_reopening_do_no_blocking_work_on_the_gui_t
     chat.new_chat()
     open_conversation(chat, qtbot, conversation_id)
     reopened = chat.messages.widgets()[0]
-    qtbot.waitUntil(lambda: len(reopened.thumbnails) == 2, timeout=10_000)
+    qtbot.waitUntil(lambda: len(reopened.thumbnails) == 2, timeout=60_000)
 
     assert all(threads.seen.values()), {name: len(t) for name, t in threads.seen.items()}  # each one did run
     assert threads.on_gui_thread() == []

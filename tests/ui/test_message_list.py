@@ -114,7 +114,7 @@ def _with_picture(tmp_path, question="what is this?"):
 
 
 def test_a_saved_messages_pictures_arrive_from_their_thread(messages, qtbot, tmp_path):
-    with qtbot.waitSignal(messages.pictures_shown, timeout=10_000):
+    with qtbot.waitSignal(messages.pictures_shown, timeout=60_000):
         messages.show_conversation(_with_picture(tmp_path))
         user = messages.widgets()[0]
         assert user.thumbnails == [] and user.text == "what is this?"  # the text at once, the pictures later
@@ -127,6 +127,6 @@ def test_pictures_read_for_a_conversation_no_longer_shown_are_dropped(messages, 
     messages.show_conversation(_with_picture(tmp_path))
     first = messages.widgets()[0]
     messages.show_conversation(_saved(("another", "conversation")))  # before the pictures could arrive
-    with qtbot.waitSignal(messages.pictures_shown, timeout=10_000):  # the same conversation again: its own arrive
+    with qtbot.waitSignal(messages.pictures_shown, timeout=60_000):  # the same conversation again: its own arrive
         messages.show_conversation(_with_picture(tmp_path, "again"))
     assert len(shown) == 1 and first.thumbnails == [] and len(messages.widgets()[0].thumbnails) == 1

@@ -109,7 +109,7 @@ def test_the_undo_bar_keeps_the_window_within_its_size(chat, window, qtbot):
 
     send(chat, qtbot, "to be deleted", thinking=False)
     width = window.width()
-    with qtbot.waitSignal(window.chat.controller.history_edited, timeout=5_000):  # deleted off the GUI thread
+    with qtbot.waitSignal(window.chat.controller.history_edited, timeout=60_000):  # deleted off the GUI thread
         window.delete_conversation(chat.controller.conversation_id, confirm=False)
     assert window.status.undo_button.isVisibleTo(window)
     qtbot.wait(50)

@@ -15,7 +15,7 @@ def test_a_port_in_use_is_told_in_the_windows_words(chat, window, qtbot):
         window.show_page(SERVER)
         panel = window.server_panel
         panel.port.setValue(port)
-        with qtbot.waitSignal(window.server.failed, timeout=20_000):
+        with qtbot.waitSignal(window.server.failed, timeout=60_000):
             panel.toggle.click()
     text = panel.message.text()
     assert f"Port {port} is already in use by another program" in text

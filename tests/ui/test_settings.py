@@ -34,7 +34,7 @@ def test_reset_to_the_cards_values_and_only_changes_are_stored(qtbot, settings):
 def test_preferences_shortcut_opens_the_settings(window, qtbot):
     assert window.preferences_action.shortcut().toString() in ("Ctrl+,", "Meta+,")
     window.preferences_action.trigger()
-    qtbot.waitUntil(lambda: window.chat.settings_dialog.isVisible(), timeout=2000)
+    qtbot.waitUntil(lambda: window.chat.settings_dialog.isVisible(), timeout=60_000)
     window.chat.settings_dialog.reject()
 
 

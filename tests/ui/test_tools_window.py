@@ -78,12 +78,12 @@ def test_allow_once_runs_the_tool_and_the_call_is_a_block_in_the_reply(tool_wind
     assert_in_order(reply, block)
     saved = chat.controller.store.get_conversation(chat.controller.conversation_id).messages[-1]
     assert [(c["name"], c["allowed"], c["result"]) for c in saved.tool_calls] == [("get_weather", True, RESULT)]
-    qtbot.waitUntil(lambda: reply.isVisible(), timeout=5_000)
+    qtbot.waitUntil(lambda: reply.isVisible(), timeout=60_000)
     chat.grab().save(os.path.join(shots_dir(tmp_path), "tools-call.png"))
     # reopened from the history, the call is there again
     chat.new_chat()
     chat.open_conversation(chat.controller.conversation_id or saved.conversation_id)
-    qtbot.waitUntil(lambda: bool(chat.messages.widgets()) and bool(chat.messages.widgets()[-1].tool_calls), timeout=10_000)
+    qtbot.waitUntil(lambda: bool(chat.messages.widgets()) and bool(chat.messages.widgets()[-1].tool_calls), timeout=60_000)
     reopened = chat.messages.widgets()[-1]
     assert_in_order(reopened, reopened.tool_calls[0])  # the saved call keeps its place in the text
 
@@ -131,6 +131,6 @@ def test_a_turn_stopped_while_asking_closes_the_dialog_and_runs_nothing(tool_win
     dialog = ask(tool_window, qtbot)
     chat.stop()  # the dialog is modal: the turn is stopped by the app (closing, unloading), not by a key
     qtbot.waitUntil(lambda: not chat.busy, timeout=60_000)
-    qtbot.waitUntil(lambda: chat.controller.tools.dialog is None, timeout=10_000)  # closed (answered "deny"), and deleted
+    qtbot.waitUntil(lambda: chat.controller.tools.dialog is None, timeout=60_000)  # closed (answered "deny"), and deleted
     assert dialog.decision is Decision.DENY
     assert mcp_files.calls() == []

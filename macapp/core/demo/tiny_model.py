@@ -4,7 +4,8 @@
 and without network, a folder that `mlx_lm.load(dest)` loads:
 
 - config.json with model_type ``qwen3_5_moe`` / ``qwen3_5`` and a nested ``text_config``: Gated DeltaNet
-  and full-attention layers in the real 3:1 pattern (``full_attention_interval`` 4), gated attention,
+  and full-attention layers in the real 3:1 pattern (``full_attention_interval`` 4; ``num_layers=2`` gives one of
+  each, for tests that read prompts of tens of thousands of tokens: the CPU steps DeltaNet token by token), gated attention,
   partial rotary 0.25, MoE with a shared expert (moe kind). Every matrix dimension is a multiple of 64,
   so 4-bit/8-bit affine quantization (group 64) applies to every layer, as in the real repos.
 - model.safetensors built by mlx-lm's own `Model` class (``macapp.core.upstream.text_model_classes``) and saved with
@@ -194,15 +195,16 @@ def _train_tokenizer(seed: int) -> Tokenizer:
 
 
 def _text_config(kind: str, hidden_size: int, num_layers: int) -> dict[str, object]:
-    if hidden_size % 64 or num_layers % 4:
-        raise ValueError("hidden_size must be a multiple of 64 and num_layers a multiple of 4")
+    if hidden_size % 64 or (num_layers % 4 and num_layers != 2):
+        raise ValueError("hidden_size must be a multiple of 64 and num_layers 2 or a multiple of 4")
+    interval = min(4, num_layers)
     heads = max(2, hidden_size // 64)
     cfg: dict[str, object] = {
         "model_type": "qwen3_5_moe_text" if kind == "moe" else "qwen3_5_text",
         "hidden_size": hidden_size,
         "num_hidden_layers": num_layers,
-        "full_attention_interval": 4,
-        "layer_types": ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(num_layers)],
+        "full_attention_interval": interval,
+        "layer_types": ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(num_layers)],
         "num_attention_heads": heads,
         "num_key_value_heads": 1,
         "head_dim": 64,

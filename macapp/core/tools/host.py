@@ -29,16 +29,17 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Coroutine, Mapping, TextIO, TypeVar
-
-from mcp import Client, MCPError, StdioServerParameters, stdio_client
-from mcp.client._transport import Transport
+from typing import TYPE_CHECKING, Callable, Coroutine, Mapping, TextIO, TypeVar
 
 from macapp.core.jsonvalue import JSONObject
 from macapp.core.paths import logs_dir
 from macapp.core.serving.requests import ToolSpec
 from macapp.core.tools.config import ServerConfig
 from macapp.core.tools.results import content_text
+
+if TYPE_CHECKING:  # the SDK itself is imported when a server starts: about a second that `chat` without tools never pays
+    from mcp import Client
+    from mcp.client._transport import Transport
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +107,8 @@ def _unwrap(exc: BaseException) -> BaseException:
 
 
 def _why(exc: BaseException) -> str:
+    from mcp import MCPError
+
     leaf = _unwrap(exc)
     if isinstance(leaf, MCPError) and leaf.code == -32000:
         return f"it exited at start (see its output above, or {SERVER_LOG} in the logs folder)"
@@ -234,6 +237,8 @@ class McpHost:
             future.cancel()
             return CallOutcome(f"The tool did not answer within {timeout:g} s.", is_error=True, timed_out=True, elapsed_s=time.monotonic() - started)
         except Exception as exc:  # noqa: BLE001 - any failure of the call is the model's to hear about
+            from mcp import MCPError
+
             leaf = _unwrap(exc)
             elapsed = time.monotonic() - started
             if isinstance(leaf, MCPError) and leaf.code == REQUEST_TIMEOUT:
@@ -263,6 +268,8 @@ class McpHost:
         server.ready.set()
 
     def _target(self, config: ServerConfig) -> Transport | str:
+        from mcp import StdioServerParameters, stdio_client
+
         if config.url is not None:
             return config.url
         assert config.command is not None
@@ -284,6 +291,8 @@ class McpHost:
             return self._server_log
 
     async def _open(self, server: _Server) -> None:
+        from mcp import Client
+
         server.task = asyncio.current_task()
         server.stop = asyncio.Event()
         self._set(server, ServerState.STARTING)

@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -240,17 +239,17 @@ def test_a_size_that_disagrees_with_the_listing_is_an_integrity_error(hub_server
     assert not is_ready(REPO)
 
 
-def test_cancel_stops_within_a_second_and_resume_fetches_only_the_rest(hub_server, repo):
-    hub_server.stall(SHARD1, after=500_000, seconds=30)
+def test_cancel_stops_the_download_mid_stall_and_resume_fetches_only_the_rest(hub_server, repo):
+    stall = hub_server.stall(SHARD1, after=500_000, seconds=120)
     token = dl.CancelToken()
     worker, outcome = download_in_background(token, FAST)
     others = [p for p in NEEDED if p != SHARD1]
-    wait_for(lambda: size_of(partial_of(repo, SHARD1)) >= 500_000 and all(blob_of(repo, p).exists() for p in others), what="mid-file")
-    cancelled_at = time.monotonic()
+    mid_file = lambda: size_of(partial_of(repo, SHARD1)) >= 500_000 and all(blob_of(repo, p).exists() for p in others)  # noqa: E731
+    wait_for(lambda: mid_file() and stall.pausing == 1, what="mid-file, the server stalling")
     token.cancel()
-    worker.join(timeout=10)
+    worker.join(timeout=60)
     assert isinstance(outcome.get("error"), dl.DownloadCancelled)
-    assert outcome["ended"] - cancelled_at < 1.5  # about a second, generously
+    assert stall.pausing == 1  # it ended while the server still held the transfer: the cancel ended it, not the stall
     assert size_of(partial_of(repo, SHARD1)) == 500_000  # pause keeps what is done
     hub_server.clear_faults()
     result = dl.download(REPO, settings=FAST)
@@ -261,17 +260,17 @@ def test_cancel_stops_within_a_second_and_resume_fetches_only_the_rest(hub_serve
 
 def test_a_cancel_is_prompt_even_while_a_request_waits_for_headers_and_the_straggler_writes_nothing(hub_server, repo):
     # SHARD1's request waits for its headers (no socket to shut down yet): it cannot be woken.
-    hub_server.hold(SHARD1, seconds=4.0)
+    hold = hub_server.hold(SHARD1, seconds=120)
     token = dl.CancelToken()
-    worker, outcome = download_in_background(token, dl.DownloadSettings(**{**FAST.__dict__, "stall_timeout_s": 15.0}))
-    wait_for(lambda: hub_server.file_requests(SHARD1), what="the held request")
-    cancelled_at = time.monotonic()
+    worker, outcome = download_in_background(token, dl.DownloadSettings(**{**FAST.__dict__, "stall_timeout_s": 150.0}))
+    wait_for(lambda: hold.pausing == 1, what="the held request")
     token.cancel()
-    worker.join(timeout=20)
+    worker.join(timeout=60)
     assert isinstance(outcome.get("error"), dl.DownloadCancelled)
-    assert outcome["ended"] - cancelled_at < 2.5  # about a second, not the held request's 4 s
-    # The held answer arrives later; the straggler sees the cancel and leaves nothing behind.
-    wait_for(lambda: not [t for t in threading.enumerate() if t.name.startswith("qwen-desk-download")], what="the straggler to end", timeout=15)
+    assert hold.pausing == 1  # it ended while its request still waited for headers: the cancel ended it, not the answer
+    # The held answer arrives now; the straggler sees the cancel and leaves nothing behind.
+    hold.release()
+    wait_for(lambda: not [t for t in threading.enumerate() if t.name.startswith("qwen-desk-download")], what="the straggler to end", timeout=60)
     assert not blob_of(repo, SHARD1).exists()
     assert not partial_of(repo, SHARD1).exists() or size_of(partial_of(repo, SHARD1)) == 0
     with hfcache.try_lock(hfcache.repo_lock_path(REPO)) as free:

@@ -22,9 +22,11 @@ def test_reply_commits_are_throttled_but_never_stale_for_long(store, committed):
         time.sleep(0.005)
     # ~100 appends in 1 s, committed at most every 0.4 s (the first commit may come at once).
     assert 2 <= writer.commits <= 4
-    # A stalled stream still reaches the disk within the interval.
+    # A stalled stream still reaches the disk, with no further append (within the interval; waited on, not timed).
     writer.append("LAST")
-    time.sleep(0.9)
+    deadline = time.monotonic() + 60
+    while not committed(store.path, writer.message_id)[0].endswith("tok LAST") and time.monotonic() < deadline:
+        time.sleep(0.05)
     content, _, state = committed(store.path, writer.message_id)
     assert content.endswith("tok LAST") and state == "streaming"
     message = writer.finish(None, "length", stopped=True)
@@ -108,12 +110,19 @@ def test_concurrent_reads_from_another_connection_while_streaming(tmp_path):
     threads = [threading.Thread(target=reader, args=(lengths,)) for lengths in seen]
     for t in threads:
         t.start()
+
+    def readers_read_again() -> None:  # each reader reads at least once more: reads and writes interleave
+        counts = [len(lengths) for lengths in seen]
+        deadline = time.monotonic() + 60
+        while any(len(lengths) <= n for lengths, n in zip(seen, counts)) and not errors and time.monotonic() < deadline:
+            time.sleep(0.001)
+
     for i in range(300):
         writer.append(f"w{i} ")
         if i % 50 == 0:
-            time.sleep(0.01)
+            readers_read_again()
     writer.finish(None, "stop")
-    time.sleep(0.1)
+    readers_read_again()
     stop.set()
     for t in threads:
         t.join(10)

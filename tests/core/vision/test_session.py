@@ -176,7 +176,7 @@ def test_stop_while_the_picture_turn_is_read_undoes_it(engine, picture, long_rep
     job.add_listener(lambda e: reading.set() if isinstance(e, PromptProgress) and e.processed > 0 else None)
     assert reading.wait(TIMEOUT)
     job.stop()
-    reply = job.result(timeout=10)
+    reply = job.result(timeout=TIMEOUT)
     assert reply.finish_reason == "stopped" and not reply.kept
     job.join(TIMEOUT)
     assert s.tokens == before_tokens and s.messages == before_messages
