@@ -73,7 +73,7 @@ def main() -> None:
     args = parser.parse_args()
     model = args.model
     if model is None:
-        from macapp.devtools.tiny_model import make_tiny_model
+        from macapp.core.demo.tiny_model import make_tiny_model
 
         model = str(make_tiny_model(Path(tempfile.mkdtemp()) / "tiny-moe", kind="moe"))
     engine = Engine()
