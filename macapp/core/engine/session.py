@@ -260,11 +260,11 @@ class ChatSession:
     ) -> BatchedSequence:
         """The turn's sequence (turn_sequence), its pictures encoded and its limits known."""
         params = limits.turn_sampling(sampling, plan.mode.thinking, budget, self.options)
+        if plan.rereads:  # the conversation is read again: from the shelf's longest position of it, if any
+            self.forget_cache()
+            self._model = m
         plan = self._warm_start(m, plan)
-        if plan.restore is not None:
-            cached = plan.restore.length
-        else:
-            cached = 0 if plan.rereads else len(self.tokens)
+        cached = plan.restore.length if plan.restore is not None else len(self.tokens)
         budget_bytes = self.options.memory_budget_bytes or self.engine.memory_budget_bytes()
         encoded = self._encode_pictures(m, plan, cached, clock) if plan.images else None
         if encoded is not None:
@@ -292,9 +292,6 @@ class ChatSession:
         disk shelf the position at the reply's turn start (its last <|im_start|>) is kept there too, so a reopened
         conversation's prompt starts the same. A turn that drafted with the MTP head hands its head's context back,
         so the conversation's goes on. Pictures (`encoded`) are read by mlx-vlm's positioned model, alone."""
-        if plan.rereads:
-            self.forget_cache()
-            self._model = m
         previous = self._turn
         turn_start = self._rewind(m, plan)
         self._messages = list(plan.history)
@@ -398,10 +395,11 @@ class ChatSession:
     def _warm_start(self, m: LoadedModel, plan: TurnPlan) -> TurnPlan:
         """A conversation without a cache yet (reopened, after a restart too) starts from the longest position of its
         prompt on the engine's shelf (the disk), and reads only the rest: its prompt is the tokens its session held
-        (turns.replay), so the position that session left after its last reply matches. Its prefix is then counted
+        (turns.replay), so the position that session left after its last reply matches (or, for a Regenerate or Edit,
+        the one before its last reply or at its last turn's start). Its prefix is then counted
         from there (an edit goes back to the turn's start), or None when the position is past it (an edit reads it
         all)."""
-        if self._prompt is not None or plan.rereads or plan.restore is not None or plan.images:
+        if self._prompt is not None or plan.restore is not None or plan.images:
             return plan
         shelf = self._shelf_for(m)
         found = shelf.lookup(plan.prompt) if shelf is not None else None

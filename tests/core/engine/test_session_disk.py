@@ -156,3 +156,27 @@ def test_a_reopened_conversation_whose_saved_tokens_are_missing_reads_more_and_s
     assert warm_reply.token_ids == cold_reply.token_ids and reopened.tokens == cold.tokens != live.tokens[: len(cold.tokens)]
     assert cache_error(again, reopened) < EXACT
     history.close()
+
+
+def test_a_reopened_conversation_whose_first_turn_is_a_regenerate_or_an_edit_reads_only_what_changed(shelved):
+    """A Regenerate or an Edit as the first turn after a restart reads the conversation again from the shelf's longest
+    position of it (the one its session left before its last reply, or after the reply before), as the still-open
+    session goes back to its own marks: the same tokens read, the same reply, the same cache."""
+    e, store = shelved()
+    live = e.new_session(system_prompt="sys")
+    for text in ("first", "second"):
+        live.send(text, thinking=True, sampling=greedy(40)).result(timeout=TIMEOUT)
+    saved = live.messages
+    store.flush()
+    for redo in (
+        lambda s: s.regenerate(thinking=True, sampling=greedy(40)),
+        lambda s: s.edit_last("second, put otherwise", thinking=True, sampling=greedy(40)),
+    ):
+        again, _ = shelved()  # a restart: a new engine, the same disk
+        reopened = again.new_session(system_prompt="sys", messages=saved)
+        reply = redo(reopened).result(timeout=TIMEOUT)
+        reference = redo(live).result(timeout=TIMEOUT)
+        assert reply.stats.prompt_tokens == reference.stats.prompt_tokens < 40  # not the whole conversation again
+        assert reply.token_ids == reference.token_ids and reopened.tokens == live.tokens
+        assert cache_error(again, reopened) < EXACT
+        store.flush()
