@@ -55,14 +55,14 @@ class RefusalDesk:
 
         async def recording(message: Message) -> None:
             nonlocal status, body
-            await send(message)
             if message["type"] == "http.response.start":
                 status = message["status"]
             elif message["type"] == "http.response.body" and status >= 400 and not (current or {}).get("tracked"):
                 if len(body) < MAX_REASON_BODY:
                     body += message.get("body", b"")
-                if not message.get("more_body", False):
+                if not message.get("more_body", False):  # listed before the client has the answer, not after
                     self._record(scope, status, error_reason(body[:MAX_REASON_BODY]))
+            await send(message)
 
         return recording
 

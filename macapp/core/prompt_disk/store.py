@@ -112,6 +112,10 @@ class DiskStore:
         with self._lock:
             lengths = sorted((n for n in index.lengths() if longer_than < n < len(tokens)), reverse=True)
         digests = prefix_digests(tokens, lengths)
+        with self._lock:
+            queued = any(digests[n] in index.pending for n in lengths)
+        if queued:  # a position of this prompt is still on its way to disk: wait for it rather than read its tokens again
+            self.flush()
         for n in lengths:
             with self._lock:
                 entry = index.entries.get(digests[n])
