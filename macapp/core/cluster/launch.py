@@ -31,7 +31,7 @@ from pathlib import Path
 from macapp.core.catalog import Arch
 from macapp.core.cluster.fingerprint import Fingerprint, fingerprint
 from macapp.core.cluster.hostfile import Hostfile, read_hostfile
-from macapp.core.cluster.rank import DONE, ENV, FOLLOWER_LOST, MODEL_DIFFERS, READY, RankSpec
+from macapp.core.cluster.rank import DONE, ENV, FOLLOWER_LOST, MODEL_DIFFERS, OTHER_FILES, READY, RankSpec
 from macapp.core.cluster.split import Shard, SplitRefused, choose_split
 from macapp.core.cluster.watchdog import GAVE_UP
 from macapp.core.engine import EngineError, check_model_folder, locate_model
@@ -41,6 +41,7 @@ SSH_TIMEOUT_S = 15.0
 RESOLVE_TIMEOUT_S = 5.0
 GRACE_S = 3.0  # how long mlx.launch gets to wind down by itself after a fault
 _READY = re.compile(READY.format(rank=r"(\d+)", size=r"\d+"))
+_OTHER_FILES = re.compile(OTHER_FILES.format(rank=r"(\d+)"))
 _EXIT = re.compile(r"Node with rank (\d+) (?:exited with code (-?\d+)|was killed)")
 _NOISE = re.compile(r"^\[ring\] |^\x1b\[3\dm\[(WARN|INFO)\]")
 
@@ -245,6 +246,7 @@ class ClusterRun:
         self.interactive = interactive
         self.joined: set[int] = set()
         self.exits: dict[int, int | None] = {}  # rank -> exit status (None: killed by mlx.launch)
+        self.other_files: set[int] = set()  # the ranks rank 0 found holding other model files than its own
         self.rank0_done = False
         self.rank0_gave_up = False  # rank 0's watchdog ended it: the others did not answer (it said so)
         self.fault: str | None = None
@@ -288,6 +290,10 @@ class ClusterRun:
                 continue
             if DONE in line:
                 self.rank0_done = True
+                continue
+            if m := _OTHER_FILES.search(line):
+                with self._lock:
+                    self.other_files.add(int(m.group(1)))
                 continue
             if m := _EXIT.search(line):
                 with self._lock:
@@ -343,6 +349,9 @@ class ClusterRun:
         hosts = self.plan.hostfile.hosts
         with self._lock:
             exits = dict(self.exits)
+            other_files = sorted(self.other_files)
+        if differ := other_files or [r for r, code in sorted(exits.items()) if r != 0 and code == MODEL_DIFFERS]:
+            return f"rank {differ[0]} ({hosts[differ[0]].ssh}) has other model files than rank 0: download the same build on each host"
         if self._ended_at is not None:  # a rank ended from here (after rank 0, or after a stop) is not to blame
             exits = {r: code for r, code in exits.items() if r in self._ended_at}
         if self.rank0_gave_up:  # nor one mlx.launch ended after rank 0's watchdog gave up on it
@@ -350,8 +359,6 @@ class ClusterRun:
         for r, code in sorted(exits.items(), key=lambda item: item[0] == 0):  # followers first
             killed = code is None or code < 0
             if (r != 0 and code not in (0, FOLLOWER_LOST)) or (r == 0 and killed and self._stop_by is None):
-                if code == MODEL_DIFFERS and r != 0:
-                    return f"rank {r} ({hosts[r].ssh}) has other model files than rank 0: download the same build on each host"
                 how = "was killed" if code is None else (f"was killed by signal {-code}" if code < 0 else f"exited with status {code}")
                 return f"rank {r} ({hosts[r].ssh}) {how}"
         return None

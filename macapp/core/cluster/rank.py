@@ -32,6 +32,8 @@ if TYPE_CHECKING:  # naming MLX's types costs nothing at start-up
 ENV = "QWEN_DESK_CLUSTER"
 READY = "qwen-desk-cluster: rank {rank} of {size} joined"  # on stderr, for the launcher's start-up watch
 DONE = "qwen-desk-cluster: rank 0 done"  # on stderr when rank 0 exits
+# on stderr from rank 0: mlx.launch may end a follower (SIGTERM) before that follower's own MODEL_DIFFERS exit
+OTHER_FILES = "qwen-desk-cluster: other model files on rank {rank}"
 FOLLOWER_LOST = 3  # a follower's exit status when rank 0 went away mid-run
 MODEL_DIFFERS = 4  # a follower's exit status when its model files are not rank 0's
 
@@ -136,6 +138,8 @@ def reader_for_rank0(group: mx.distributed.Group, shard: Shard, watchdog: Watchd
         with dog.waiting(Wait.FILES):
             differ = ranks_with_other_files(group, path)
         if differ:
+            for rank in differ:
+                print(OTHER_FILES.format(rank=rank), file=sys.stderr, flush=True)
             raise EngineError(
                 f"The model files are not the same on every host: rank{'s' if len(differ) > 1 else ''} "
                 f"{', '.join(map(str, differ))} hold{'' if len(differ) > 1 else 's'} other files than rank 0 ({path}). "

@@ -120,6 +120,39 @@ def test_other_model_files_on_a_rank_are_found_before_loading(two_local, tiny_mo
     assert "tokens" not in out and group_gone(run.proc.pid)
 
 
+class Replayed(ClusterRun):
+    """mlx.launch replaced by a process that writes the lines it wrote in a recorded run, in their order."""
+
+    def __init__(self, plan, lines: list[str]):
+        super().__init__(plan, [])
+        self.lines = lines
+
+    def argv(self) -> list[str]:
+        return [sys.executable, "-c", f"import sys; sys.stderr.write({chr(10).join(self.lines) + chr(10)!r}); sys.exit(1)"]
+
+
+def test_a_follower_ended_by_mlx_launch_after_rank_0_found_its_other_files(two_local, tiny_moe_path):
+    """Under load mlx.launch may end rank 1 (SIGTERM, after rank 0's exit) before rank 1 exits with its own status:
+    the fault still names the model files, which rank 0 reported, not the signal."""
+    plan = prepare(two_local, "ring", str(tiny_moe_path), None)
+    run = Replayed(
+        plan,
+        [
+            "qwen-desk-cluster: rank 0 of 2 joined",
+            "qwen-desk-cluster: rank 1 of 2 joined",
+            "qwen-desk-cluster: other model files on rank 1",
+            "qwen-desk: The model files are not the same on every host: rank 1 holds other files than rank 0.",
+            "qwen-desk-cluster: rank 0 done",
+            "\x1b[33m[WARN] Node with rank 0 exited with code 1",
+            "\x1b[33m[WARN] Node with rank 1 exited with code -15",
+        ],
+    )
+    run.start()
+    assert run.wait() == 1
+    run.close()
+    assert run.fault == "rank 1 (127.0.0.1) has other model files than rank 0: download the same build on each host"
+
+
 def test_a_follower_that_stops_answering_mid_reply(two_local, tiny_moe_path):
     """Alive but stuck (SIGSTOP): MLX's collective would wait forever; rank 0's watchdog ends the run."""
     plan = prepare(two_local, "ring", str(tiny_moe_path), None)
