@@ -272,7 +272,10 @@ class ClusterRun:
         return argv + ["--", *self.command]
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(self.argv(), stdin=subprocess.PIPE, stdout=self.stdout, stderr=subprocess.PIPE, process_group=0)
+        # mlx.launch writes each local rank's pid (and the ring's host list) to a `mktemp` file it never removes:
+        # in the control folder they go when the run is closed
+        env = {**os.environ, "TMPDIR": self._control}
+        self.proc = subprocess.Popen(self.argv(), stdin=subprocess.PIPE, stdout=self.stdout, stderr=subprocess.PIPE, process_group=0, env=env)
         self._reader = threading.Thread(target=self._read_stderr, name="cluster-stderr", daemon=True)
         self._reader.start()
         if self.interactive:

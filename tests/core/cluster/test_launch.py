@@ -80,6 +80,19 @@ def test_a_rank_that_never_joins_ends_the_run(two_local, tiny_moe_path):
     assert group_gone(run.proc.pid)
 
 
+def test_a_run_leaves_nothing_in_the_temp_folder(two_local, tiny_moe_path, tmp_path, monkeypatch):
+    """mlx.launch writes files with `mktemp` for each local rank (its pid, the ring's hosts) and never removes them."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))  # where the launched processes' mktemp would write
+    plan = prepare(two_local, "ring", str(tiny_moe_path), None)
+    run = ClusterRun(plan, [sys.executable, "-c", "pass"])
+    run.start()
+    assert run.wait() == 0
+    run.close()
+    assert list(temp.iterdir()) == [] and not os.path.exists(run._control)
+
+
 @pytest.mark.parametrize("victim", [1, 0])
 def test_a_rank_killed_mid_reply(two_local, tiny_moe_path, victim):
     plan = prepare(two_local, "ring", str(tiny_moe_path), None)
